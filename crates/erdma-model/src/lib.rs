@@ -1,0 +1,25 @@
+//! Pure domain model of erdma.
+//!
+//! Everything here is plain data and pure functions: what an RDMA device, a port, a GID, a protocol
+//! mode, a PNET ID or a device-plugin slot *is*, and the decisions that depend only on those values.
+//! No module in this crate touches the file system, the network or the clock.
+
+pub mod address;
+pub mod device;
+pub mod driver;
+pub mod eri_selector;
+pub mod health;
+pub mod node;
+pub mod pnet;
+pub mod port;
+pub mod slot;
+
+pub use address::{MacAddr, NodeGuid};
+pub use device::{CharDevice, CharDevices, DeviceKind, NetDev, PciInfo, RdmaDevice};
+pub use driver::{DeviceMode, DriverMode};
+pub use eri_selector::EriSelector;
+pub use health::{Finding, Health, Severity};
+pub use node::NodeDevices;
+pub use pnet::PnetId;
+pub use port::{Gid, GidType, LinkLayer, NodeType, PhysState, Port, PortState};
+pub use slot::SlotId;
