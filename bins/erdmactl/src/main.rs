@@ -1,1 +1,37 @@
-fn main() {}
+//! `erdmactl`: the erdma command-line tool. Also usable as a kubectl plugin (`kubectl erdma`) when
+//! installed as `kubectl-erdma` on the PATH.
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+mod devices;
+mod output;
+
+/// erdma command-line tool: inspect RDMA devices, analyse NCCL logs, diagnose nodes and pods.
+#[derive(Debug, Parser)]
+#[command(name = "erdmactl", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List the RDMA devices of this node (or of a sysfs fixture) with mode, state, NUMA, netdev,
+    /// PNET ID, char devices and health.
+    Devices(devices::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Devices(args) => devices::run(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("erdmactl: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

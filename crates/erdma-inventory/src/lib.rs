@@ -4,10 +4,23 @@
 //! immutable [`NodeDevices`] snapshot. It never fails as a whole: every unreadable or malformed
 //! value becomes a [`erdma_model::Finding`] on the device (or the node), and a device that cannot
 //! be used carries the reasons in its [`erdma_model::Health`].
+//!
+//! The walk, per device, is: identity (driver, PCI function, kind) → attributes → ports and GIDs →
+//! protocol mode → paired netdev → character devices → health.
+
+mod chardev;
+mod identity;
+mod mode;
+mod netdev;
+mod node;
+mod ports;
+mod read;
 
 use erdma_host::{DevFs, InterfaceAddrs, Sysfs};
 use erdma_model::NodeDevices;
 use std::sync::Arc;
+
+pub use node::DEVICE_CLASS;
 
 /// The doors the inventory reads through.
 #[derive(Clone)]
@@ -34,7 +47,6 @@ impl Inventory {
 
     /// Takes a snapshot of every RDMA device.
     pub fn scan(&self) -> NodeDevices {
-        let _ = &self.sources;
-        NodeDevices::empty()
+        node::scan(&self.sources)
     }
 }

@@ -1,0 +1,212 @@
+//! The node-level scan: every device under `class/infiniband`, plus node-wide facts.
+
+use crate::chardev::{self, ClassNode};
+use crate::netdev::{self, Interfaces};
+use crate::read::Notes;
+use crate::{Sources, identity, mode, ports};
+use erdma_model::port::iboe_active_mtu;
+use erdma_model::{
+    CharDevices, DeviceKind, DeviceMode, Finding, Health, LinkLayer, NodeDevices, NodeGuid, NodeType, PnetId,
+    PortState, RdmaDevice,
+};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The sysfs class directory of RDMA devices.
+pub const DEVICE_CLASS: &str = "class/infiniband";
+
+/// Most devices inventoried; more is not a real node.
+const MAX_DEVICES: usize = 1024;
+
+/// Node-wide facts every device scan needs.
+struct NodeContext {
+    compat_mode: Option<bool>,
+    uverbs: BTreeMap<String, Vec<ClassNode>>,
+    umad: BTreeMap<String, Vec<ClassNode>>,
+    ifaces: Interfaces,
+}
+
+pub(crate) fn scan(sources: &Sources) -> NodeDevices {
+    let sysfs = sources.sysfs.as_ref();
+    let mut node = NodeDevices::empty();
+
+    node.erdma_compat_mode = match sysfs.read_attr(Path::new("module/erdma/parameters/compat_mode")) {
+        Ok(v) if v == "Y" || v == "1" => Some(true),
+        Ok(v) if v == "N" || v == "0" => Some(false),
+        Ok(v) => {
+            node.findings.push(Finding::error(format!(
+                "{}/module/erdma/parameters/compat_mode is {v:?} (expected Y or N)",
+                sysfs.describe()
+            )));
+            None
+        }
+        Err(_) => None,
+    };
+
+    let names = match sysfs.list_dir(Path::new(DEVICE_CLASS)) {
+        Ok(n) => n,
+        Err(e) => {
+            node.findings.push(Finding::error(format!(
+                "no RDMA devices: {e} (is ib_core loaded? is the host's /sys mounted?)"
+            )));
+            Vec::new()
+        }
+    };
+    if names.len() > MAX_DEVICES {
+        node.findings.push(Finding::error(format!(
+            "{} RDMA devices found; only the first {MAX_DEVICES} are inventoried",
+            names.len()
+        )));
+    }
+
+    let uverbs = chardev::class_nodes(sysfs, "infiniband_verbs", "uverbs", &mut node.findings);
+    let umad = chardev::class_nodes(sysfs, "infiniband_mad", "umad", &mut node.findings);
+    let ipv4 = match sources.addrs.ipv4_by_interface() {
+        Ok(m) => m,
+        Err(e) => {
+            node.findings.push(Finding::warning(format!("interface addresses unavailable: {e}")));
+            BTreeMap::new()
+        }
+    };
+    let ctx = NodeContext { compat_mode: node.erdma_compat_mode, uverbs, umad, ifaces: Interfaces::read(sysfs, ipv4) };
+
+    node.rdma_cm = if names.is_empty() {
+        None
+    } else {
+        let mut scratch = Vec::new();
+        chardev::lookup(sources.devfs.as_ref(), "rdma_cm", None, &mut scratch).ok()
+    };
+
+    for name in names.into_iter().take(MAX_DEVICES) {
+        node.devices.push(scan_device(sources, &ctx, &name));
+    }
+    node.devices.sort_by(|a, b| natural_key(&a.name).cmp(&natural_key(&b.name)));
+    node
+}
+
+/// Sorts `erdma_2` before `erdma_10`.
+fn natural_key(name: &str) -> (String, u64, String) {
+    let digits_at = name.rfind(|c: char| !c.is_ascii_digit()).map(|i| i + 1).unwrap_or(0);
+    let (stem, num) = name.split_at(digits_at);
+    (stem.to_string(), num.parse().unwrap_or(u64::MAX), name.to_string())
+}
+
+fn scan_device(sources: &Sources, ctx: &NodeContext, name: &str) -> RdmaDevice {
+    let sysfs = sources.sysfs.as_ref();
+    let base = PathBuf::from(DEVICE_CLASS).join(name);
+    let mut notes = Notes::default();
+
+    let node_type = notes.parsed(sysfs, &base.join("node_type"), false, NodeType::parse);
+    let id = identity::read(sysfs, &base, node_type, &mut notes);
+    let mut dev = RdmaDevice::named(name, id.kind.clone());
+    dev.driver = id.driver;
+    dev.pci = id.pci;
+    dev.numa_node = id.numa;
+    dev.node_type = node_type;
+    dev.node_guid = notes.parsed(sysfs, &base.join("node_guid"), false, |s| s.parse::<NodeGuid>());
+    dev.node_desc = notes.attr(sysfs, &base.join("node_desc"), true).filter(|s| !s.is_empty());
+    dev.fw_ver = notes.attr(sysfs, &base.join("fw_ver"), true).filter(|s| !s.is_empty());
+    dev.ports = ports::read_ports(sysfs, &base, &mut notes);
+    dev.mode = mode::detect(&dev.kind, ctx.compat_mode, node_type, &dev.ports, &mut notes.findings);
+
+    dev.netdev = netdev::pair(
+        sysfs,
+        &base,
+        &dev.kind,
+        dev.node_guid,
+        id.parent.as_deref(),
+        &dev.ports,
+        &ctx.ifaces,
+        &mut notes,
+    );
+    if let Some(mtu) = dev.netdev.as_ref().and_then(|n| n.mtu) {
+        for port in &mut dev.ports {
+            if port.link_layer == Some(LinkLayer::Ethernet) {
+                port.active_mtu = iboe_active_mtu(mtu);
+            }
+        }
+    }
+    let mac = dev
+        .netdev
+        .as_ref()
+        .and_then(|n| n.mac)
+        .or_else(|| (dev.kind == DeviceKind::Erdma).then(|| dev.node_guid.and_then(|g| g.to_mac_eui64())).flatten());
+    dev.pnet_id = mac.map(PnetId::from_mac);
+
+    let mut reasons = Vec::new();
+    dev.char_devices = char_devices(sources, ctx, name, dev.mode, &mut reasons, &mut notes.findings);
+    health_reasons(&dev, &mut reasons);
+    dev.health = Health::from_reasons(reasons);
+    dev.findings = notes.findings;
+    dev
+}
+
+fn char_devices(
+    sources: &Sources,
+    ctx: &NodeContext,
+    name: &str,
+    mode: Option<DeviceMode>,
+    reasons: &mut Vec<String>,
+    findings: &mut Vec<Finding>,
+) -> CharDevices {
+    let devfs = sources.devfs.as_ref();
+    let mut out = CharDevices::default();
+    match ctx.uverbs.get(name).and_then(|v| v.first()) {
+        Some(node) => match chardev::lookup(devfs, &node.name, node.dev, findings) {
+            Ok(c) => out.uverbs = Some(c),
+            Err(why) => reasons.push(why),
+        },
+        None => reasons.push(format!(
+            "no uverbs device for {name} in {}/class/infiniband_verbs: load ib_uverbs (modprobe ib_uverbs)",
+            sources.sysfs.describe()
+        )),
+    }
+    if mode.is_some_and(|m| m.has_umad()) {
+        let mut nodes: Vec<&ClassNode> = ctx.umad.get(name).map(|v| v.iter().collect()).unwrap_or_default();
+        nodes.sort_by_key(|n| n.port);
+        for node in nodes {
+            match chardev::lookup(devfs, &node.name, node.dev, findings) {
+                Ok(c) => out.umad.push(c),
+                Err(why) => findings.push(Finding::warning(why)),
+            }
+        }
+    }
+    out
+}
+
+fn health_reasons(dev: &RdmaDevice, reasons: &mut Vec<String>) {
+    if dev.ports.is_empty() {
+        reasons.push(format!("{} has no ports in sysfs", dev.name));
+    }
+    for port in &dev.ports {
+        match port.state {
+            Some(PortState::Active) => {}
+            Some(s) => {
+                let hint = match &dev.netdev {
+                    Some(n) if !n.is_up() => format!(" because netdev {} is {}: bring it up (ip link set {} up)", n.name, n.operstate.as_deref().unwrap_or("down"), n.name),
+                    _ => String::new(),
+                };
+                reasons.push(format!("port {} is {}{hint}", port.number, s.name()));
+            }
+            None => reasons.push(format!("port {} state is unreadable", port.number)),
+        }
+    }
+    if let Some(n) = &dev.netdev
+        && n.operstate.as_deref() == Some("down")
+        && !reasons.iter().any(|r| r.contains("netdev"))
+    {
+        reasons.push(format!("netdev {} is down: bring it up (ip link set {} up)", n.name, n.name));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::natural_key;
+
+    #[test]
+    fn natural_order() {
+        let mut v = vec!["erdma_10", "erdma_2", "rxe0", "erdma_1"];
+        v.sort_by_key(|n| natural_key(n));
+        assert_eq!(v, ["erdma_1", "erdma_2", "erdma_10", "rxe0"]);
+    }
+}
