@@ -1,0 +1,93 @@
+//! Kubelet gRPC APIs for erdma.
+//!
+//! - [`deviceplugin::v1beta1`]: the device-plugin API (Registration on `kubelet.sock`, the
+//!   DevicePlugin service a plugin serves), including `cdi_devices`.
+//! - [`podresources::v1`]: the pod-resources API the kubelet serves.
+//!
+//! The Rust code is generated from `proto/**/*.proto` and checked in under `src/gen/`, so normal
+//! builds need neither protoc nor prost-build; the test `generated_code_is_fresh` fails when it is
+//! stale. [`uds`] has the Unix-socket server and client helpers; [`authority`] makes servers accept
+//! the socket path as `:authority`, as old kubelets sent it.
+
+pub mod authority;
+pub mod uds;
+
+/// Device-plugin API.
+pub mod deviceplugin {
+    /// `package v1beta1` (`k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1`).
+    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    pub mod v1beta1 {
+        include!("gen/deviceplugin_v1beta1.rs");
+
+        /// API version a plugin registers with.
+        pub const VERSION: &str = "v1beta1";
+        /// Versions the kubelet accepts in `Register`.
+        pub const SUPPORTED_VERSIONS: &[&str] = &["v1beta1"];
+        /// Health value of a usable device.
+        pub const HEALTHY: &str = "Healthy";
+        /// Health value of an unusable device.
+        pub const UNHEALTHY: &str = "Unhealthy";
+        /// Default device-plugin directory.
+        pub const DEVICE_PLUGIN_PATH: &str = "/var/lib/kubelet/device-plugins/";
+        /// File name of the kubelet's registration socket in that directory.
+        pub const KUBELET_SOCKET_NAME: &str = "kubelet.sock";
+        /// Timeout the kubelet applies to PreStartContainer.
+        pub const PRE_START_CONTAINER_TIMEOUT_SECS: u64 = 30;
+    }
+}
+
+/// Pod-resources API.
+pub mod podresources {
+    /// `package v1` (`k8s.io/kubelet/pkg/apis/podresources/v1`).
+    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    pub mod v1 {
+        include!("gen/podresources_v1.rs");
+
+        /// Default socket of the pod-resources API.
+        pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+    }
+}
+
+/// True when `name` is an extended resource name the kubelet accepts from a device plugin:
+/// `<domain>/<name>`, both parts non-empty DNS-ish tokens, not in the `kubernetes.io/` namespace.
+pub fn is_extended_resource_name(name: &str) -> bool {
+    let Some((domain, short)) = name.split_once('/') else {
+        return false;
+    };
+    let token_ok = |s: &str, extra: &[u8]| {
+        !s.is_empty()
+            && s.len() <= 253
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || extra.contains(&b))
+            && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+            && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric())
+    };
+    let kube = domain == "kubernetes.io" || domain.ends_with(".kubernetes.io");
+    !kube
+        && !name.starts_with("requests.")
+        && token_ok(domain, b".")
+        && token_ok(short, b"._")
+        && short.len() <= 63
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extended_resource_names() {
+        assert!(is_extended_resource_name("aliyun/erdma"));
+        assert!(is_extended_resource_name("rdma.example.com/hca_1"));
+        for bad in [
+            "erdma",
+            "kubernetes.io/erdma",
+            "/erdma",
+            "aliyun/",
+            "a b/c",
+            "aliyun/erdma/x",
+            "node.kubernetes.io/x",
+        ] {
+            assert!(!is_extended_resource_name(bad), "{bad}");
+        }
+    }
+}
