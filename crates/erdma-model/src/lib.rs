@@ -5,6 +5,7 @@
 //! No module in this crate touches the file system, the network or the clock.
 
 pub mod address;
+pub mod allocation;
 pub mod device;
 pub mod driver;
 pub mod eri_selector;
