@@ -11,6 +11,8 @@ pub mod sysfs;
 
 #[cfg(feature = "fake")]
 pub mod fake;
+#[cfg(feature = "fake")]
+pub mod fixtures;
 
 pub use addrs::{InterfaceAddrs, LiveInterfaceAddrs, NoInterfaceAddrs};
 pub use devfs::{DevFs, DevNode, RootedDevFs};

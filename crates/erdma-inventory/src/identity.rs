@@ -53,6 +53,16 @@ pub(crate) fn read_pci(sysfs: &dyn Sysfs, pci_rel: &Path, notes: &mut Notes) -> 
 /// Reads the identity of the device at `base` (`class/infiniband/<name>`).
 pub(crate) fn read(sysfs: &dyn Sysfs, base: &Path, node_type: Option<NodeType>, notes: &mut Notes) -> Identity {
     let dev_link = base.join("device");
+    if let Ok(target) = sysfs.read_link(&dev_link)
+        && !sysfs.exists(&dev_link)
+    {
+        notes.findings.push(erdma_model::Finding::error(format!(
+            "{} is a dangling or looping link (-> {}): the device's driver and PCI function are unknown",
+            crate::read::sysfs_path(sysfs, &dev_link),
+            target.display()
+        )));
+        return Identity { driver: None, pci: None, numa: NumaNode::UNKNOWN, parent: None, kind: DeviceKind::Other };
+    }
     if sysfs.exists(&dev_link) {
         let driver = sysfs
             .read_link(&dev_link.join("driver"))

@@ -107,6 +107,7 @@ fn scan_device(sources: &Sources, ctx: &NodeContext, name: &str) -> RdmaDevice {
     dev.node_desc = notes.attr(sysfs, &base.join("node_desc"), true).filter(|s| !s.is_empty());
     dev.fw_ver = notes.attr(sysfs, &base.join("fw_ver"), true).filter(|s| !s.is_empty());
     dev.ports = ports::read_ports(sysfs, &base, &mut notes);
+    dev.gid_index = dev.first_port().and_then(|p| p.ipv4_rocev2_gid_index());
     dev.mode = mode::detect(&dev.kind, ctx.compat_mode, node_type, &dev.ports, &mut notes.findings);
 
     dev.netdev = netdev::pair(

@@ -228,6 +228,10 @@ pub struct RdmaDevice {
     pub numa_node: NumaNode,
     /// Ports, by number.
     pub ports: Vec<Port>,
+    /// GID index of the first RoCE v2 IPv4 GID on port 1 (`NCCL_IB_GID_INDEX`); differs per
+    /// device, so it is reported rather than assumed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gid_index: Option<u32>,
     /// Paired network interface.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub netdev: Option<NetDev>,
@@ -257,6 +261,7 @@ impl RdmaDevice {
             mode: None,
             numa_node: NumaNode::UNKNOWN,
             ports: Vec::new(),
+            gid_index: None,
             netdev: None,
             pnet_id: None,
             char_devices: CharDevices::default(),
