@@ -1,0 +1,2 @@
+//! SMC-R host plumbing.
+pub mod pnet;
