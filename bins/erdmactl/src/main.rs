@@ -20,12 +20,15 @@ enum Command {
     /// List the RDMA devices of this node (or of a sysfs fixture) with mode, state, NUMA, netdev,
     /// PNET ID, char devices and health.
     Devices(devices::Args),
+    /// Analyse NCCL logs (is eRDMA used? which errors, which fixes?) and compare runs.
+    Nccl(erdma_nccl::NcclArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Devices(args) => devices::run(&args),
+        Command::Nccl(args) => erdma_nccl::run(&args),
     };
     match result {
         Ok(code) => code,

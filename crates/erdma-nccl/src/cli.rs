@@ -1,0 +1,187 @@
+//! `erdmactl nccl analyze|compare`: clap types and the entry point the binary calls.
+
+use crate::compare;
+use crate::model::{Analyzer, Options};
+use crate::render;
+use crate::report::Answer;
+use anyhow::Context as _;
+use std::fs::File;
+use std::io::{self, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Read buffer per input.
+const READ_BUFFER: usize = 256 * 1024;
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Human-readable text.
+    Table,
+    /// Complete machine-readable JSON.
+    Json,
+}
+
+/// `erdmactl nccl`: analyse NCCL logs and compare runs.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NcclArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: NcclCommand,
+}
+
+/// Subcommands of `nccl`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum NcclCommand {
+    /// Report NCCL version, ranks, nodes, network, devices, GID index, GDR, transport mix, errors
+    /// with fixes, and whether eRDMA was used, per job. Reads NCCL_DEBUG=INFO output of one or many
+    /// ranks (interleaved or one file per rank; `-` reads stdin).
+    Analyze(AnalyzeArgs),
+    /// Compare two runs (NCCL logs with nccl-tests tables, PROBE_RESULT/TRAIN_RESULT lines or
+    /// step_ms= values): bus bandwidth per message size and step times side by side with B/A ratios.
+    Compare(CompareArgs),
+}
+
+/// Arguments of `nccl analyze`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AnalyzeArgs {
+    /// Log files (`-` for stdin).
+    #[arg(required = true, value_name = "LOG")]
+    pub logs: Vec<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    pub output: Format,
+    /// Exit with status 1 unless every job used eRDMA (for CI gates and readiness checks).
+    #[arg(long)]
+    pub require_erdma: bool,
+    /// Longest line considered, in bytes; longer lines are cut.
+    #[arg(long, default_value_t = crate::reader::DEFAULT_MAX_LINE, value_name = "BYTES")]
+    pub max_line_bytes: usize,
+}
+
+/// Arguments of `nccl compare`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CompareArgs {
+    /// Baseline run (for example TCP).
+    #[arg(value_name = "A.log")]
+    pub a: PathBuf,
+    /// Candidate run (for example eRDMA).
+    #[arg(value_name = "B.log")]
+    pub b: PathBuf,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    pub output: Format,
+    /// Compare nccl-tests in-place columns instead of out-of-place.
+    #[arg(long)]
+    pub in_place: bool,
+}
+
+/// Runs `erdmactl nccl ...`, printing to stdout.
+pub fn run(args: &NcclArgs) -> anyhow::Result<ExitCode> {
+    let stdout = io::stdout();
+    let mut lock = stdout.lock();
+    run_to(args, &mut lock)
+}
+
+/// Runs `erdmactl nccl ...`, printing to `out`.
+pub fn run_to(args: &NcclArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    match &args.command {
+        NcclCommand::Analyze(a) => analyze(a, out),
+        NcclCommand::Compare(c) => compare_cmd(c, out),
+    }
+}
+
+fn feed(an: &mut Analyzer, path: &Path) -> anyhow::Result<()> {
+    if path == Path::new("-") {
+        let stdin = io::stdin();
+        an.add_input(
+            "<stdin>",
+            BufReader::with_capacity(READ_BUFFER, stdin.lock()),
+        )
+        .context("reading NCCL log from stdin")?;
+        return Ok(());
+    }
+    let file = File::open(path).with_context(|| {
+        format!(
+            "cannot open NCCL log {}: check the path (use - for stdin)",
+            path.display()
+        )
+    })?;
+    an.add_input(
+        &path.display().to_string(),
+        BufReader::with_capacity(READ_BUFFER, file),
+    )
+    .with_context(|| format!("reading NCCL log {}", path.display()))
+}
+
+fn analyze(a: &AnalyzeArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    if a.max_line_bytes < 80 {
+        anyhow::bail!(
+            "--max-line-bytes {} is too small: NCCL lines need at least 80 bytes (default 65536)",
+            a.max_line_bytes
+        );
+    }
+    let mut an = Analyzer::new(Options {
+        max_line: a.max_line_bytes,
+        collect_perf: false,
+    });
+    for p in &a.logs {
+        feed(&mut an, p)?;
+    }
+    let report = an.finish();
+    match a.output {
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut *out, &report)?;
+            writeln!(out)?;
+        }
+        Format::Table => out.write_all(render::analyze(&report).as_bytes())?,
+    }
+    if a.require_erdma
+        && report
+            .jobs
+            .iter()
+            .any(|j| j.verdict.erdma_used != Answer::Yes)
+    {
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn one(
+    path: &Path,
+) -> anyhow::Result<(
+    String,
+    crate::report::AnalyzeReport,
+    crate::perf::PerfSummary,
+)> {
+    let mut an = Analyzer::new(Options {
+        collect_perf: true,
+        ..Options::default()
+    });
+    feed(&mut an, path)?;
+    let (report, mut perfs) = an.finish_with_perf();
+    let perf = perfs.pop().unwrap_or_default();
+    let name = if path == Path::new("-") {
+        "<stdin>".to_string()
+    } else {
+        path.display().to_string()
+    };
+    Ok((name, report, perf))
+}
+
+fn compare_cmd(c: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    if c.a == Path::new("-") && c.b == Path::new("-") {
+        anyhow::bail!("only one of A and B can be - (stdin)");
+    }
+    let (an, ar, ap) = one(&c.a)?;
+    let (bn, br, bp) = one(&c.b)?;
+    let report = compare::compare(&an, &ar, ap, &bn, &br, bp, c.in_place);
+    match c.output {
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut *out, &report)?;
+            writeln!(out)?;
+        }
+        Format::Table => out.write_all(render::compare(&report).as_bytes())?,
+    }
+    Ok(ExitCode::SUCCESS)
+}

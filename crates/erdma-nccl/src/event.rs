@@ -1,0 +1,612 @@
+//! What one NCCL message says: the facts the analysis needs, classified from the message text.
+//!
+//! Formats follow NCCL 2.1x–2.2x sources as summarised in `nccl-and-arena.md` §A2/§A3; each
+//! classifier accepts the older and newer spellings (for example channel lines with `[busId]` or
+//! `[nvmlDev]`, with or without `/connIndex`).
+
+use crate::diagnose::ErrorKind;
+
+/// One IB device listed in `NET/IB : Using [0]erdma_0:1/RoCE ...`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IbDevice<'a> {
+    /// NCCL's network device index (`[0]`).
+    pub index: u32,
+    /// RDMA device name, e.g. `erdma_0`.
+    pub name: &'a str,
+    /// Port number.
+    pub port: u32,
+    /// Link layer as printed: `RoCE` (Ethernet) or `IB`.
+    pub link_layer: &'a str,
+}
+
+/// The transport of one channel connection line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelLink<'a> {
+    /// Family: `NET`, `P2P`, `SHM`, `COLLNET`, `NVLS` ...
+    pub family: &'a str,
+    /// Sub-kind: the net name (`IB`, `Socket`, plugin name) for NET, the mechanism (`CUMEM`,
+    /// `IPC`, `direct pointer`) for P2P, `direct` for SHM.
+    pub kind: &'a str,
+    /// NCCL net device index for NET (`NET/IB/0`).
+    pub net_dev: Option<u32>,
+    /// `/GDRDMA` present.
+    pub gdr: bool,
+    /// `[send]` / `[receive]` or none (P2P/SHM lines carry no direction).
+    pub direction: Option<&'a str>,
+    /// Sending rank and receiving rank (`0[0] -> 1[1]`).
+    pub from_rank: Option<u32>,
+    /// Receiving rank.
+    pub to_rank: Option<u32>,
+}
+
+/// A classified NCCL message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event<'a> {
+    /// `NCCL version 2.28.9+cuda13.0`.
+    Version(&'a str),
+    /// `NET/IB : Using [0]erdma_0:1/RoCE [RO]; OOB eth0:10.0.1.23<0>` (devices may be empty).
+    IbUsing {
+        /// The devices listed.
+        devices: Vec<IbDevice<'a>>,
+        /// Out-of-band interface (`eth0:10.0.1.23<0>`).
+        oob: Option<&'a str>,
+        /// `[RO]` (PCI relaxed ordering) shown.
+        relaxed_ordering: bool,
+    },
+    /// `NET/Socket : Using [0]eth0:192.0.2.2<0>`.
+    SocketUsing(Vec<&'a str>),
+    /// `Using network IB`.
+    UsingNetwork(&'a str),
+    /// `Initialized NET plugin Socket` / `Loaded net plugin X` / `Assigned NET plugin X to comm`.
+    NetPluginReady(&'a str),
+    /// `Failed to initialize NET plugin IB`.
+    NetPluginFailed(&'a str),
+    /// Communicator init line: rank / nranks / commId (`ncclCommInitRank...`, `comm 0x.. rank ..`).
+    Comm {
+        /// The rank of this process in the communicator.
+        rank: Option<u32>,
+        /// Size of the communicator.
+        nranks: Option<u32>,
+        /// `nNodes` of the summary line (2.19+).
+        nnodes: Option<u32>,
+        /// `commId 0x...` (2.17+).
+        comm_id: Option<u64>,
+        /// `- Init COMPLETE` seen.
+        complete: bool,
+    },
+    /// A `Channel .. via ...` connection.
+    Channel(ChannelLink<'a>),
+    /// `NET/IB : GPU Direct RDMA Enabled for HCA 0 'erdma_0'`.
+    GdrDecision {
+        /// Net name (`IB`, `Socket`).
+        net: &'a str,
+        /// Enabled or Disabled.
+        enabled: bool,
+        /// HCA name in quotes.
+        hca: &'a str,
+    },
+    /// `NCCL_IB_GID_INDEX set by environment to 3.` and the like.
+    EnvSet {
+        /// Variable name.
+        name: &'a str,
+        /// Value as printed (trailing `.` removed).
+        value: &'a str,
+    },
+    /// `NET/IB: ... GID 3 (0/...)` on QP connect: the GID index in use.
+    GidInUse(i64),
+    /// `<file>:<line> -> <code>`: an NCCL error code returned up the stack.
+    ReturnCode(u32),
+    /// A known error, warning or notable condition.
+    Problem(ErrorKind),
+    /// A WARN that none of the classifiers knows.
+    UnknownWarn,
+    /// Anything else.
+    Other,
+}
+
+/// Classifies an NCCL message (the text after `NCCL INFO ` / `NCCL WARN `).
+pub fn classify(msg: &str) -> Event<'_> {
+    let b = msg.as_bytes();
+    let Some(&first) = b.first() else {
+        return Event::Other;
+    };
+    match first {
+        b'N' => classify_n(msg),
+        b'C' => classify_c(msg),
+        b'U' => {
+            if let Some(net) = msg.strip_prefix("Using network ") {
+                Event::UsingNetwork(net.trim())
+            } else {
+                Event::Other
+            }
+        }
+        b'I' => {
+            if let Some(p) = msg.strip_prefix("Initialized NET plugin ") {
+                Event::NetPluginReady(p.trim())
+            } else {
+                Event::Other
+            }
+        }
+        b'A' => {
+            if let Some(p) = msg.strip_prefix("Assigned NET plugin ") {
+                Event::NetPluginReady(p.trim_end_matches(" to comm").trim())
+            } else {
+                Event::Other
+            }
+        }
+        b'F' => {
+            if let Some(p) = msg.strip_prefix("Failed to initialize NET plugin ") {
+                Event::NetPluginFailed(p.trim())
+            } else if msg.starts_with("Failed to initialize any NET plugin") {
+                Event::Problem(ErrorKind::NetPluginInitFailed)
+            } else {
+                Event::Other
+            }
+        }
+        b'n' if msg.starts_with("ncclCommInit") => comm_event(msg),
+        b'c' if msg.starts_with("comm 0x") => comm_event(msg),
+        _ => classify_rest(msg),
+    }
+}
+
+fn classify_n(msg: &str) -> Event<'_> {
+    if let Some(v) = msg.strip_prefix("NCCL version ") {
+        return Event::Version(v.split_whitespace().next().unwrap_or(""));
+    }
+    if let Some(rest) = msg.strip_prefix("NET/IB") {
+        return classify_net_ib(rest.trim_start_matches([' ', ':']).trim_start(), msg);
+    }
+    if let Some(rest) = msg.strip_prefix("NET/Socket") {
+        let rest = rest.trim_start_matches([' ', ':']).trim_start();
+        if let Some(list) = rest.strip_prefix("Using") {
+            let ifaces = list
+                .split_whitespace()
+                .filter(|t| t.starts_with('['))
+                .collect();
+            return Event::SocketUsing(ifaces);
+        }
+        if rest.starts_with("GPU Direct RDMA") {
+            return gdr_event("Socket", rest);
+        }
+        if rest.starts_with("No usable listening interface") {
+            return Event::Problem(ErrorKind::SocketNoInterface);
+        }
+        return Event::Other;
+    }
+    if let Some(rest) = msg.strip_prefix("NET/Plugin") {
+        let rest = rest.trim_start_matches([' ', ':']).trim_start();
+        if let Some(name) = rest.strip_prefix("Loaded net plugin ") {
+            return Event::NetPluginReady(name.split(" (").next().unwrap_or(name).trim());
+        }
+        return Event::Other;
+    }
+    if msg.starts_with("NCCL_") {
+        // `NCCL_X set by environment to Y.`; 2.28 also prints `NCCL_X set to Y` (no "by environment").
+        if let Some(at) = msg.find(" set by environment to ") {
+            let name = &msg[..at];
+            let value = msg[at + " set by environment to ".len()..]
+                .trim()
+                .trim_end_matches('.');
+            return Event::EnvSet { name, value };
+        }
+        return Event::Other;
+    }
+    if msg.starts_with("NET/") {
+        // A NET plugin's own GPU Direct decision: NET/<name> : GPU Direct RDMA ...
+        if let Some(sep) = msg.find(" : GPU Direct RDMA") {
+            let net = &msg[4..sep];
+            return gdr_event(net, &msg[sep + 3..]);
+        }
+    }
+    Event::Other
+}
+
+fn classify_net_ib<'a>(rest: &'a str, full: &'a str) -> Event<'a> {
+    if let Some(list) = rest.strip_prefix("Using") {
+        return ib_using(list);
+    }
+    if rest.starts_with("No device found") {
+        return Event::Problem(ErrorKind::IbNoDevice);
+    }
+    if rest.starts_with("GPU Direct RDMA") {
+        return gdr_event("IB", rest);
+    }
+    if rest.starts_with("Unable to open device")
+        || rest.starts_with("Unable to query device")
+        || rest.starts_with("Unable to query port")
+    {
+        return Event::Problem(ErrorKind::IbDeviceUnusable);
+    }
+    if rest.starts_with("No IP interface found") {
+        return Event::Problem(ErrorKind::IbNoIpInterface);
+    }
+    if rest.starts_with("Got completion") || rest.contains("Got completion from peer") {
+        return Event::Problem(ErrorKind::IbCompletionError);
+    }
+    if rest.contains("async fatal event") || rest.contains("GID table changed") {
+        return Event::Problem(ErrorKind::IbAsyncEvent);
+    }
+    if rest.starts_with("Attempted to connect incompatible devices") {
+        return Event::Problem(ErrorKind::IbIncompatibleDevices);
+    }
+    // QP connect lines: `NET/IB: NCCL Dev 0 IbDev 0 Port 1 qpn 7 mtu 5 ... GID 3 (0/..)` and
+    // `NET/IB: Dev 0 Port 1 qpn 7 mtu 5 GID 3 (..)` before 2.19.
+    if let Some(at) = full.find(" GID ") {
+        let tail = &full[at + 5..];
+        let num = tail.split([' ', '(']).next().unwrap_or("");
+        if let Ok(g) = num.parse::<i64>() {
+            return Event::GidInUse(g);
+        }
+    }
+    Event::Other
+}
+
+fn ib_using(list: &str) -> Event<'_> {
+    let (devs, oob) = match list.find(';') {
+        Some(i) => (
+            &list[..i],
+            list[i + 1..].trim().strip_prefix("OOB ").map(str::trim),
+        ),
+        None => (list, None),
+    };
+    let mut devices = Vec::new();
+    let mut relaxed_ordering = false;
+    for tok in devs.split_whitespace() {
+        if tok == "[RO]" {
+            relaxed_ordering = true;
+            continue;
+        }
+        if let Some(d) = ib_device(tok) {
+            devices.push(d);
+        }
+    }
+    Event::IbUsing {
+        devices,
+        oob,
+        relaxed_ordering,
+    }
+}
+
+/// `[0]erdma_0:1/RoCE` (also `[0]mlx5_0:1/IB/SHARP`).
+fn ib_device(tok: &str) -> Option<IbDevice<'_>> {
+    let rest = tok.strip_prefix('[')?;
+    let close = rest.find(']')?;
+    let index = rest[..close].parse().ok()?;
+    let rest = &rest[close + 1..];
+    let colon = rest.rfind(':')?;
+    let name = &rest[..colon];
+    let after = &rest[colon + 1..];
+    let mut parts = after.split('/');
+    let port = parts.next()?.parse().ok()?;
+    let link_layer = parts.next().unwrap_or("");
+    if name.is_empty() {
+        return None;
+    }
+    Some(IbDevice {
+        index,
+        name,
+        port,
+        link_layer,
+    })
+}
+
+fn gdr_event<'a>(net: &'a str, rest: &'a str) -> Event<'a> {
+    // "GPU Direct RDMA Enabled for HCA 0 'erdma_0'" / "... Disabled for HCA 0 'lo' (...)"
+    let enabled = rest.contains("RDMA Enabled");
+    let hca = rest.split('\'').nth(1).unwrap_or("");
+    Event::GdrDecision { net, enabled, hca }
+}
+
+fn classify_c(msg: &str) -> Event<'_> {
+    if msg.starts_with("Channel ") {
+        if let Some(link) = channel(msg) {
+            return Event::Channel(link);
+        }
+        return Event::Other;
+    }
+    if msg.starts_with("Call to ibv_reg_mr") || msg.starts_with("Call to ibv_reg_dmabuf_mr") {
+        return Event::Problem(ErrorKind::IbRegMrFailed);
+    }
+    if msg.starts_with("Call to ibv_modify_qp") {
+        return Event::Problem(ErrorKind::IbModifyQpFailed);
+    }
+    if msg.starts_with("Call to ibv_") {
+        return Event::Problem(ErrorKind::IbVerbsCallFailed);
+    }
+    if msg.starts_with("Cuda failure") {
+        return Event::Problem(ErrorKind::CudaFailure);
+    }
+    classify_rest(msg)
+}
+
+/// `Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA` and the older forms.
+fn channel(msg: &str) -> Option<ChannelLink<'_>> {
+    let via_at = msg.find(" via ")?;
+    let head = &msg[..via_at];
+    let via = msg[via_at + 5..].trim();
+    let direction = if head.ends_with("[send]") {
+        Some("send")
+    } else if head.ends_with("[receive]") {
+        Some("receive")
+    } else {
+        None
+    };
+    let (from_rank, to_rank) = match head.find(" : ") {
+        Some(i) => {
+            let mut parts = head[i + 3..].split(" -> ");
+            let from = parts.next().and_then(rank_of);
+            let to = parts.next().and_then(rank_of);
+            (from, to)
+        }
+        None => (None, None),
+    };
+    // via: NET/IB/0/GDRDMA, NET/IB/0(3)/GDRDMA, NET/Socket/0, P2P/CUMEM/read, P2P/direct pointer,
+    // SHM/direct/direct, COLLNET/...
+    let via = via.split(" comm ").next().unwrap_or(via);
+    let (family, rest) = match via.find('/') {
+        Some(i) => (&via[..i], &via[i + 1..]),
+        None => (via, ""),
+    };
+    let (kind, tail) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => (rest, ""),
+    };
+    let mut net_dev = None;
+    if family == "NET" {
+        let dev_tok = tail.split('/').next().unwrap_or("");
+        let digits = dev_tok.split('(').next().unwrap_or("");
+        net_dev = digits.parse().ok();
+    }
+    if family.is_empty() {
+        return None;
+    }
+    Some(ChannelLink {
+        family,
+        kind,
+        net_dev,
+        gdr: tail.contains("GDRDMA"),
+        direction,
+        from_rank,
+        to_rank,
+    })
+}
+
+/// `0[0]` / `1[3e000]` → 0 / 1.
+fn rank_of(tok: &str) -> Option<u32> {
+    let tok = tok.trim();
+    let end = tok.find('[').unwrap_or(tok.len());
+    tok[..end].trim().parse().ok()
+}
+
+fn comm_event(msg: &str) -> Event<'_> {
+    let mut rank = None;
+    let mut nranks = None;
+    let mut nnodes = None;
+    let mut comm_id = None;
+    let mut it = msg.split_whitespace();
+    while let Some(tok) = it.next() {
+        match tok {
+            "rank" => rank = it.next().and_then(|v| v.parse().ok()),
+            "nranks" | "nRanks" => nranks = it.next().and_then(|v| v.parse().ok()),
+            "nNodes" => nnodes = it.next().and_then(|v| v.parse().ok()),
+            "commId" => {
+                comm_id = it
+                    .next()
+                    .and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+            }
+            _ => {}
+        }
+    }
+    Event::Comm {
+        rank,
+        nranks,
+        nnodes,
+        comm_id,
+        complete: msg.ends_with("Init COMPLETE"),
+    }
+}
+
+fn classify_rest(msg: &str) -> Event<'_> {
+    // `init.cc:421 -> 5` (error code unwinding), possibly followed by ` [Async thread]`.
+    if let Some(at) = msg.find(" -> ")
+        && msg[..at].contains(".cc:")
+        && !msg[..at].contains(' ')
+    {
+        let code = msg[at + 4..].split_whitespace().next().unwrap_or("");
+        if let Ok(c) = code.parse() {
+            return Event::ReturnCode(c);
+        }
+    }
+    if msg.starts_with("Bootstrap : no socket interface found")
+        || msg.contains("no socket interface found")
+    {
+        return Event::Problem(ErrorKind::SocketNoInterface);
+    }
+    if msg.starts_with("Duplicate GPU detected") {
+        return Event::Problem(ErrorKind::DuplicateGpu);
+    }
+    if msg.contains("Connection closed by remote peer") || msg.contains("remote process exited") {
+        return Event::Problem(ErrorKind::PeerConnectionClosed);
+    }
+    if msg.contains("Connection refused")
+        || msg.contains("Connection timed out")
+        || msg.contains("timed out")
+    {
+        return Event::Problem(ErrorKind::ConnectTimeout);
+    }
+    Event::Other
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ib_using_with_erdma_devices_and_relaxed_ordering() {
+        let e = classify(
+            "NET/IB : Using [0]erdma_0:1/RoCE [1]erdma_1:1/RoCE [RO]; OOB eth0:10.0.1.23<0>",
+        );
+        let Event::IbUsing {
+            devices,
+            oob,
+            relaxed_ordering,
+        } = e
+        else {
+            panic!("not IbUsing: {e:?}")
+        };
+        assert_eq!(devices.len(), 2);
+        assert_eq!(
+            devices[0],
+            IbDevice {
+                index: 0,
+                name: "erdma_0",
+                port: 1,
+                link_layer: "RoCE"
+            }
+        );
+        assert_eq!(devices[1].name, "erdma_1");
+        assert_eq!(oob, Some("eth0:10.0.1.23<0>"));
+        assert!(relaxed_ordering);
+    }
+
+    #[test]
+    fn ib_using_without_devices_after_no_device_found() {
+        let e = classify("NET/IB : Using [RO]; OOB eth0:192.0.2.2<0>");
+        assert_eq!(
+            e,
+            Event::IbUsing {
+                devices: vec![],
+                oob: Some("eth0:192.0.2.2<0>"),
+                relaxed_ordering: true
+            }
+        );
+    }
+
+    #[test]
+    fn older_ib_using_with_space_before_semicolon() {
+        let e = classify("NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.1.1.1<0>");
+        let Event::IbUsing { devices, .. } = e else {
+            panic!("not IbUsing")
+        };
+        assert_eq!(devices[0].link_layer, "IB");
+    }
+
+    #[test]
+    fn channel_forms() {
+        let Event::Channel(c) = classify("Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA")
+        else {
+            panic!("channel")
+        };
+        assert_eq!(
+            (c.family, c.kind, c.net_dev, c.gdr, c.direction),
+            ("NET", "IB", Some(0), true, Some("send"))
+        );
+        assert_eq!((c.from_rank, c.to_rank), (Some(0), Some(1)));
+        let Event::Channel(c) = classify("Channel 01/0 : 1[1] -> 0[0] [receive] via NET/Socket/0")
+        else {
+            panic!("channel")
+        };
+        assert_eq!(
+            (c.family, c.kind, c.gdr, c.direction),
+            ("NET", "Socket", false, Some("receive"))
+        );
+        let Event::Channel(c) = classify("Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM") else {
+            panic!("channel")
+        };
+        assert_eq!((c.family, c.kind, c.direction), ("P2P", "CUMEM", None));
+        let Event::Channel(c) = classify("Channel 00 : 0[0] -> 1[1] via SHM/direct/direct") else {
+            panic!("channel")
+        };
+        assert_eq!((c.family, c.kind), ("SHM", "direct"));
+        let Event::Channel(c) =
+            classify("Channel 02/1 : 3[3] -> 11[3] [send] via NET/IB/0(3)/GDRDMA")
+        else {
+            panic!("channel")
+        };
+        assert_eq!((c.net_dev, c.gdr), (Some(0), true));
+        let Event::Channel(c) = classify("Channel 00 : 0[3d000] -> 1[3e000] via P2P/IPC") else {
+            panic!("channel")
+        };
+        assert_eq!((c.from_rank, c.to_rank, c.kind), (Some(0), Some(1), "IPC"));
+        assert_eq!(classify("Channel 00/24 : 0 1"), Event::Other);
+    }
+
+    #[test]
+    fn comm_lines() {
+        let e = classify(
+            "ncclCommInitRankConfig comm 0x454f94d0 rank 1 nranks 2 cudaDev 1 nvmlDev 1 busId 70 commId 0x856452113e1e50a1 - Init START",
+        );
+        assert_eq!(
+            e,
+            Event::Comm {
+                rank: Some(1),
+                nranks: Some(2),
+                nnodes: None,
+                comm_id: Some(0x856452113e1e50a1),
+                complete: false
+            }
+        );
+        let e =
+            classify("comm 0x16972540 rank 1 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0");
+        assert_eq!(
+            e,
+            Event::Comm {
+                rank: Some(1),
+                nranks: Some(2),
+                nnodes: Some(2),
+                comm_id: None,
+                complete: false
+            }
+        );
+    }
+
+    #[test]
+    fn gid_env_gdr_and_codes() {
+        assert_eq!(
+            classify("NCCL_IB_GID_INDEX set by environment to 3."),
+            Event::EnvSet {
+                name: "NCCL_IB_GID_INDEX",
+                value: "3"
+            }
+        );
+        assert_eq!(
+            classify(
+                "NET/IB: NCCL Dev 0 IbDev 0 Port 1 qpn 1031 mtu 3 query_ece={supported=0} GID 3 (0/6B00A8C0FFFF0000) fifoRkey=0x1 fifoLkey=0x2"
+            ),
+            Event::GidInUse(3)
+        );
+        assert_eq!(
+            classify("NET/IB : GPU Direct RDMA Enabled for HCA 0 'erdma_0'"),
+            Event::GdrDecision {
+                net: "IB",
+                enabled: true,
+                hca: "erdma_0"
+            }
+        );
+        assert_eq!(
+            classify("NET/Socket : GPU Direct RDMA Disabled for HCA 0 'lo'"),
+            Event::GdrDecision {
+                net: "Socket",
+                enabled: false,
+                hca: "lo"
+            }
+        );
+        assert_eq!(classify("init.cc:421 -> 5"), Event::ReturnCode(5));
+        assert_eq!(
+            classify("group.cc:76 -> 5 [Async thread]"),
+            Event::ReturnCode(5)
+        );
+        assert_eq!(
+            classify("Using network Socket"),
+            Event::UsingNetwork("Socket")
+        );
+        assert_eq!(
+            classify("Failed to initialize NET plugin IB"),
+            Event::NetPluginFailed("IB")
+        );
+        assert_eq!(
+            classify("Failed to initialize any NET plugin"),
+            Event::Problem(ErrorKind::NetPluginInitFailed)
+        );
+    }
+}

@@ -1,0 +1,25 @@
+//! NCCL log analysis for erdma (`erdmactl nccl analyze|compare`).
+//!
+//! - [`reader`]: bounded, allocation-free line reading (constant memory, non-UTF-8 tolerated);
+//! - [`line`]: the `host:pid:tid [dev] NCCL INFO` prefix;
+//! - [`event`]: what a message says (versions, devices, networks, channels, GDR, GID, errors);
+//! - [`diagnose`]: known failures with meaning and fix;
+//! - [`model`]: the streaming analyser and job grouping;
+//! - [`report`]: the `-o json` shape and the "eRDMA used" verdict;
+//! - [`perf`] and [`compare`]: nccl-tests tables, probe/training figures, and A/B comparison;
+//! - [`render`]: text output; [`cli`]: clap types and `run`.
+
+pub mod cli;
+pub mod compare;
+pub mod diagnose;
+pub mod event;
+pub mod line;
+pub mod model;
+pub mod perf;
+pub mod reader;
+pub mod render;
+pub mod report;
+
+pub use cli::{NcclArgs, run, run_to};
+pub use model::{Analyzer, Options};
+pub use report::{AnalyzeReport, Answer, JobReport, Verdict};

@@ -1,0 +1,232 @@
+//! The prefix of one NCCL log line: `[ts] <host>:<pid>:<tid> [<cudaDev>] [<file>:<line>] NCCL <LEVEL> <msg>`.
+//!
+//! NCCL 2.1x–2.2x print INFO lines as `host:pid:tid [dev] NCCL INFO msg`; WARN lines carry the source
+//! location before `NCCL WARN`, and newer releases put a `[YYYY-MM-DD HH:MM:SS]` timestamp first.
+//! Launchers add their own prefixes (`[1,0]<stdout>:` from mpirun, `[pod/x/c] ` from kubectl), so
+//! the prefix is read from the right, starting at the ` NCCL ` marker.
+
+use memchr::memmem::Finder;
+
+/// Severity of an NCCL log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// `NCCL INFO`.
+    Info,
+    /// `NCCL WARN`.
+    Warn,
+    /// `NCCL TRACE` (debug builds only).
+    Trace,
+    /// `NCCL ERROR` / `NCCL ABORT` (seen in some plugins and forks).
+    Error,
+}
+
+/// One parsed NCCL line; all fields borrow from the input line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NcclLine<'a> {
+    /// `host:pid`, the key of the process that wrote the line (empty when the line had no prefix).
+    pub process: &'a str,
+    /// Host name part of the prefix.
+    pub host: &'a str,
+    /// Process id part of the prefix.
+    pub pid: Option<u32>,
+    /// CUDA device in `[n]`, when present.
+    pub cuda_dev: Option<u32>,
+    /// Source location (`plugin/net.cc:379`) that WARN lines carry.
+    pub location: Option<&'a str>,
+    /// Level after `NCCL`.
+    pub level: Level,
+    /// The message after `NCCL <LEVEL> `.
+    pub message: &'a str,
+}
+
+/// Finds and parses NCCL line prefixes. Holds the precompiled marker search.
+#[derive(Debug)]
+pub struct PrefixParser {
+    marker: Finder<'static>,
+}
+
+impl Default for PrefixParser {
+    fn default() -> Self {
+        Self {
+            marker: Finder::new(" NCCL "),
+        }
+    }
+}
+
+impl PrefixParser {
+    /// Parses `line` when it is an NCCL INFO/WARN/TRACE line; `None` for any other line.
+    pub fn parse<'a>(&self, line: &'a str) -> Option<NcclLine<'a>> {
+        let bytes = line.as_bytes();
+        // A line may begin with "NCCL INFO" (no prefix at all).
+        let (pre, rest) = if bytes.starts_with(b"NCCL ") {
+            ("", &line[5..])
+        } else {
+            let at = self.marker.find(bytes)?;
+            (&line[..at], &line[at + 6..])
+        };
+        let (level, message) = split_level(rest)?;
+        let mut pre = pre.trim_end();
+        let mut location = None;
+        let mut cuda_dev = None;
+        // From the right: optional location, optional [dev], then host:pid:tid.
+        if let Some((head, last)) = rsplit_token(pre)
+            && !is_bracket_number(last)
+            && last.contains(':')
+            && !looks_like_host_pid_tid(last)
+        {
+            location = Some(last);
+            pre = head;
+        }
+        if let Some((head, last)) = rsplit_token(pre)
+            && let Some(n) = bracket_number(last)
+        {
+            cuda_dev = Some(n);
+            pre = head;
+        }
+        let (process, host, pid) = match rsplit_token(pre) {
+            Some((_, token)) => host_pid(token),
+            None => ("", "", None),
+        };
+        Some(NcclLine {
+            process,
+            host,
+            pid,
+            cuda_dev,
+            location,
+            level,
+            message,
+        })
+    }
+}
+
+fn split_level(rest: &str) -> Option<(Level, &str)> {
+    let (word, msg) = match rest.find(' ') {
+        Some(i) => (&rest[..i], &rest[i + 1..]),
+        None => (rest, ""),
+    };
+    let level = match word {
+        "INFO" => Level::Info,
+        "WARN" => Level::Warn,
+        "TRACE" => Level::Trace,
+        "ERROR" | "ABORT" => Level::Error,
+        _ => return None,
+    };
+    Some((level, msg))
+}
+
+/// Splits off the last whitespace-separated token: `(everything before, token)`.
+fn rsplit_token(s: &str) -> Option<(&str, &str)> {
+    let s = s.trim_end();
+    if s.is_empty() {
+        return None;
+    }
+    match s.rfind([' ', '\t']) {
+        Some(i) => Some((&s[..i], &s[i + 1..])),
+        None => Some(("", s)),
+    }
+}
+
+fn bracket_number(tok: &str) -> Option<u32> {
+    tok.strip_prefix('[')?.strip_suffix(']')?.parse().ok()
+}
+
+fn is_bracket_number(tok: &str) -> bool {
+    bracket_number(tok).is_some()
+}
+
+fn looks_like_host_pid_tid(tok: &str) -> bool {
+    let mut parts = tok.rsplitn(3, ':');
+    let tid = parts.next().unwrap_or("");
+    let pid = parts.next().unwrap_or("");
+    !tid.is_empty()
+        && !pid.is_empty()
+        && tid.bytes().all(|b| b.is_ascii_digit())
+        && pid.bytes().all(|b| b.is_ascii_digit())
+        && parts.next().is_some()
+}
+
+/// `host:pid:tid` (possibly glued to a launcher prefix such as `[1,0]<stdout>:`) → (`host:pid`, host, pid).
+fn host_pid(token: &str) -> (&str, &str, Option<u32>) {
+    // Drop a launcher prefix glued to the host name: keep what follows the last ']' or '>'.
+    let token = match token.rfind([']', '>']) {
+        Some(i) => &token[i + 1..],
+        None => token,
+    };
+    let token = token.trim_start_matches(':');
+    let Some(tid_at) = token.rfind(':') else {
+        return (token, token, None);
+    };
+    let host_pid = &token[..tid_at];
+    match host_pid.rfind(':') {
+        Some(pid_at) => {
+            let pid = host_pid[pid_at + 1..].parse().ok();
+            (host_pid, &host_pid[..pid_at], pid)
+        }
+        None => (host_pid, host_pid, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn info_line_from_nccl_2_28() {
+        let p = PrefixParser::default();
+        let l = p
+            .parse("vm:881:881 [1] NCCL INFO NET/IB : No device found.")
+            .expect("nccl line");
+        assert_eq!(l.process, "vm:881");
+        assert_eq!(l.host, "vm");
+        assert_eq!(l.pid, Some(881));
+        assert_eq!(l.cuda_dev, Some(1));
+        assert_eq!(l.level, Level::Info);
+        assert_eq!(l.location, None);
+        assert_eq!(l.message, "NET/IB : No device found.");
+    }
+
+    #[test]
+    fn warn_line_with_timestamp_and_location() {
+        let p = PrefixParser::default();
+        let l = p
+            .parse("[2026-11-29 13:51:19] vm:880:880 [0] plugin/net.cc:379 NCCL WARN Failed to initialize any NET plugin")
+            .expect("nccl line");
+        assert_eq!(l.process, "vm:880");
+        assert_eq!(l.cuda_dev, Some(0));
+        assert_eq!(l.location, Some("plugin/net.cc:379"));
+        assert_eq!(l.level, Level::Warn);
+        assert_eq!(l.message, "Failed to initialize any NET plugin");
+    }
+
+    #[test]
+    fn mpirun_tag_output_prefix_is_dropped() {
+        let p = PrefixParser::default();
+        let l = p
+            .parse("[1,0]<stdout>:node-a:1234:1290 [0] NCCL INFO Using network IB")
+            .expect("nccl line");
+        assert_eq!(l.process, "node-a:1234");
+        assert_eq!(l.host, "node-a");
+        assert_eq!(l.message, "Using network IB");
+    }
+
+    #[test]
+    fn other_lines_are_not_nccl() {
+        let p = PrefixParser::default();
+        assert!(
+            p.parse("[rank0]: Traceback (most recent call last):")
+                .is_none()
+        );
+        assert!(p.parse("the NCCL library is great").is_none());
+        assert!(p.parse("").is_none());
+    }
+
+    #[test]
+    fn bare_nccl_line_has_no_process() {
+        let p = PrefixParser::default();
+        let l = p
+            .parse("NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>")
+            .expect("nccl line");
+        assert_eq!(l.process, "");
+        assert_eq!(l.pid, None);
+    }
+}

@@ -1,0 +1,519 @@
+//! The streaming analyser: feeds lines, keeps a bounded state per process, and groups processes
+//! into jobs at the end.
+//!
+//! Memory is bounded by the number of distinct processes (at most [`MAX_PROCESSES`]) times small
+//! capped collections, never by the length of the log.
+
+use crate::diagnose::{self, ErrorKind};
+use crate::event::{self, Event};
+use crate::line::{Level, PrefixParser};
+use crate::perf::{PerfCollector, PerfSummary};
+use crate::reader::LineReader;
+use crate::report::{self, AnalyzeReport, FileSummary};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{self, BufRead};
+
+/// Most processes tracked; lines of further processes count towards the file only.
+pub const MAX_PROCESSES: usize = 65_536;
+/// Cap of small per-process collections (devices, interfaces, networks, comm ids, env values).
+pub const MAX_ITEMS: usize = 64;
+/// Longest sample message kept per problem.
+pub const MAX_SAMPLE: usize = 400;
+
+/// First occurrence and count of one problem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProblemSeen {
+    /// Occurrences.
+    pub count: u64,
+    /// Index of the file of the first occurrence.
+    pub file: usize,
+    /// Line number (1-based) of the first occurrence.
+    pub line: u64,
+    /// The first message (bounded).
+    pub message: String,
+}
+
+/// Per-transport connection counts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TransportCount {
+    /// Channel connection lines.
+    pub connections: u64,
+    /// Of which with `/GDRDMA`.
+    pub gdr: u64,
+    /// NCCL net device indexes used (NET only).
+    pub net_devs: BTreeSet<u32>,
+}
+
+/// What one process (`host:pid`) said.
+#[derive(Debug, Clone, Default)]
+pub struct Process {
+    /// `host:pid`.
+    pub key: String,
+    /// Host name.
+    pub host: String,
+    /// Files the process was seen in.
+    pub files: BTreeSet<usize>,
+    /// NCCL versions.
+    pub versions: BTreeSet<String>,
+    /// IB devices `(index, name, port, link layer)`.
+    pub ib_devices: BTreeSet<(u32, String, u32, String)>,
+    /// OOB interfaces of NET/IB.
+    pub ib_oob: BTreeSet<String>,
+    /// `[RO]` shown.
+    pub relaxed_ordering: bool,
+    /// Socket interfaces of NET/Socket.
+    pub socket_ifaces: BTreeSet<String>,
+    /// `Using network X`.
+    pub networks: BTreeSet<String>,
+    /// Plugins initialised / assigned.
+    pub plugins_ready: BTreeSet<String>,
+    /// Plugins that failed to initialise.
+    pub plugins_failed: BTreeSet<String>,
+    /// Ranks held in communicators.
+    pub ranks: BTreeSet<u32>,
+    /// Largest communicator size.
+    pub nranks: Option<u32>,
+    /// Largest `nNodes`.
+    pub nnodes: Option<u32>,
+    /// Communicator ids.
+    pub comm_ids: BTreeSet<u64>,
+    /// Some communicator reached `Init COMPLETE`.
+    pub init_complete: bool,
+    /// Channel connections by transport label (`NET/IB`, `P2P/CUMEM`, `SHM/direct`).
+    pub transports: BTreeMap<String, TransportCount>,
+    /// GPU Direct RDMA decisions: `(net, hca) -> enabled`.
+    pub gdr_decisions: BTreeMap<(String, String), bool>,
+    /// `NCCL_*` variables reported as set.
+    pub env: BTreeMap<String, String>,
+    /// GID indexes seen on QP connect lines.
+    pub gids_in_use: BTreeSet<i64>,
+    /// First NCCL error code returned up the stack.
+    pub first_result_code: Option<u32>,
+    /// Problems found.
+    pub problems: BTreeMap<ErrorKind, ProblemSeen>,
+}
+
+/// State of one input file.
+#[derive(Debug)]
+pub struct FileState {
+    /// The name shown in reports.
+    pub name: String,
+    /// Lines read.
+    pub lines: u64,
+    /// NCCL lines among them.
+    pub nccl_lines: u64,
+    /// Over-long lines that were cut.
+    pub truncated_lines: u64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Problems found in non-NCCL lines (PyTorch, launcher).
+    pub problems: BTreeMap<ErrorKind, ProblemSeen>,
+    /// NCCL versions from lines without a process prefix.
+    pub versions: BTreeSet<String>,
+    perf: Option<PerfCollector>,
+    /// Performance figures (only when collection was asked for).
+    pub perf_summary: Option<PerfSummary>,
+}
+
+/// Options of an analysis.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Longest line in bytes; longer ones are cut.
+    pub max_line: usize,
+    /// Also collect nccl-tests / step-time figures.
+    pub collect_perf: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            max_line: crate::reader::DEFAULT_MAX_LINE,
+            collect_perf: false,
+        }
+    }
+}
+
+/// Streaming analyser over one or many inputs.
+#[derive(Debug)]
+pub struct Analyzer {
+    opts: Options,
+    parser: PrefixParser,
+    processes: Vec<Process>,
+    index: HashMap<String, usize>,
+    last: Option<(usize, usize)>,
+    files: Vec<FileState>,
+    dropped_processes: u64,
+}
+
+impl Analyzer {
+    /// A new analyser.
+    pub fn new(opts: Options) -> Self {
+        Self {
+            opts,
+            parser: PrefixParser::default(),
+            processes: Vec::new(),
+            index: HashMap::new(),
+            last: None,
+            files: Vec::new(),
+            dropped_processes: 0,
+        }
+    }
+
+    /// Reads one whole input, line by line, in bounded memory.
+    pub fn add_input<R: BufRead>(&mut self, name: &str, input: R) -> io::Result<()> {
+        let file = self.begin_file(name);
+        let mut reader = LineReader::new(input, self.opts.max_line);
+        let mut no = 0u64;
+        while let Some(line) = reader.next_line()? {
+            no += 1;
+            let text = String::from_utf8_lossy(line);
+            self.line(file, no, &text);
+        }
+        let f = &mut self.files[file];
+        f.truncated_lines = reader.truncated_lines();
+        f.bytes = reader.bytes_read();
+        Ok(())
+    }
+
+    /// Starts a new input and returns its index (for [`Analyzer::line`]).
+    pub fn begin_file(&mut self, name: &str) -> usize {
+        self.files.push(FileState {
+            name: name.to_string(),
+            lines: 0,
+            nccl_lines: 0,
+            truncated_lines: 0,
+            bytes: 0,
+            problems: BTreeMap::new(),
+            versions: BTreeSet::new(),
+            perf: self.opts.collect_perf.then(PerfCollector::default),
+            perf_summary: None,
+        });
+        self.files.len() - 1
+    }
+
+    /// Feeds one line of input `file` (line number `no`, 1-based).
+    pub fn line(&mut self, file: usize, no: u64, text: &str) {
+        let Some(f) = self.files.get_mut(file) else {
+            return;
+        };
+        f.lines += 1;
+        if let Some(p) = f.perf.as_mut() {
+            p.line(text);
+        }
+        let Some(l) = self.parser.parse(text) else {
+            self.foreign_line(file, no, text);
+            return;
+        };
+        f.nccl_lines += 1;
+        let ev = event::classify(l.message);
+        if matches!(ev, Event::Other) && l.level == Level::Info {
+            return;
+        }
+        let Some(pi) = self.process_index(file, l.process, l.host) else {
+            return;
+        };
+        let p = &mut self.processes[pi];
+        let problem = |p: &mut Process, kind: ErrorKind| {
+            let msg = match l.location {
+                Some(loc) => format!("{loc} {}", l.message),
+                None => l.message.to_string(),
+            };
+            record(&mut p.problems, kind, file, no, &msg);
+        };
+        match ev {
+            Event::Version(v) => insert_capped(&mut p.versions, v.to_string()),
+            Event::IbUsing {
+                devices,
+                oob,
+                relaxed_ordering,
+            } => {
+                for d in devices {
+                    insert_capped(
+                        &mut p.ib_devices,
+                        (
+                            d.index,
+                            d.name.to_string(),
+                            d.port,
+                            d.link_layer.to_string(),
+                        ),
+                    );
+                }
+                if let Some(o) = oob {
+                    insert_capped(&mut p.ib_oob, o.to_string());
+                }
+                p.relaxed_ordering |= relaxed_ordering;
+            }
+            Event::SocketUsing(ifaces) => {
+                for i in ifaces {
+                    insert_capped(&mut p.socket_ifaces, i.to_string());
+                }
+            }
+            Event::UsingNetwork(n) => insert_capped(&mut p.networks, n.to_string()),
+            Event::NetPluginReady(n) => insert_capped(&mut p.plugins_ready, n.to_string()),
+            Event::NetPluginFailed(n) => insert_capped(&mut p.plugins_failed, n.to_string()),
+            Event::Comm {
+                rank,
+                nranks,
+                nnodes,
+                comm_id,
+                complete,
+            } => {
+                if let Some(r) = rank {
+                    insert_capped(&mut p.ranks, r);
+                }
+                if let Some(n) = nranks {
+                    p.nranks = Some(p.nranks.map_or(n, |m| m.max(n)));
+                }
+                if let Some(n) = nnodes {
+                    p.nnodes = Some(p.nnodes.map_or(n, |m| m.max(n)));
+                }
+                if let Some(c) = comm_id {
+                    insert_capped(&mut p.comm_ids, c);
+                }
+                p.init_complete |= complete;
+            }
+            Event::Channel(c) => {
+                let label = if c.kind.is_empty() {
+                    c.family.to_string()
+                } else {
+                    format!("{}/{}", c.family, c.kind)
+                };
+                if p.transports.len() < MAX_ITEMS || p.transports.contains_key(&label) {
+                    let t = p.transports.entry(label).or_default();
+                    t.connections += 1;
+                    t.gdr += u64::from(c.gdr);
+                    if let Some(d) = c.net_dev {
+                        insert_capped(&mut t.net_devs, d);
+                    }
+                }
+            }
+            Event::GdrDecision { net, enabled, hca } => {
+                if p.gdr_decisions.len() < MAX_ITEMS {
+                    p.gdr_decisions
+                        .insert((net.to_string(), hca.to_string()), enabled);
+                }
+            }
+            Event::EnvSet { name, value } => {
+                if p.env.len() < MAX_ITEMS || p.env.contains_key(name) {
+                    p.env.insert(name.to_string(), value.to_string());
+                }
+            }
+            Event::GidInUse(g) => insert_capped(&mut p.gids_in_use, g),
+            Event::ReturnCode(c) => {
+                if p.first_result_code.is_none() && c != 0 {
+                    p.first_result_code = Some(c);
+                }
+            }
+            Event::Problem(kind) => {
+                if !kind.requires_warn_level() || l.level != Level::Info {
+                    problem(p, kind);
+                }
+            }
+            Event::UnknownWarn | Event::Other => {
+                if l.level == Level::Warn || l.level == Level::Error {
+                    problem(p, ErrorKind::OtherWarning);
+                }
+            }
+        }
+    }
+
+    fn foreign_line(&mut self, file: usize, no: u64, text: &str) {
+        let f = &mut self.files[file];
+        if let Some(v) = text.trim_start().strip_prefix("NCCL version ") {
+            insert_capped(
+                &mut f.versions,
+                v.split_whitespace().next().unwrap_or("").to_string(),
+            );
+            return;
+        }
+        if let Some(kind) = diagnose::classify_foreign(text) {
+            record(&mut f.problems, kind, file, no, text.trim());
+        }
+    }
+
+    fn process_index(&mut self, file: usize, key: &str, host: &str) -> Option<usize> {
+        // Lines without a prefix belong to one anonymous process per file.
+        let anon;
+        let key = if key.is_empty() {
+            anon = format!("<{}>", self.files[file].name);
+            anon.as_str()
+        } else {
+            key
+        };
+        if let Some((f, pi)) = self.last
+            && f == file
+            && self.processes[pi].key == key
+        {
+            return Some(pi);
+        }
+        let pi = match self.index.get(key) {
+            Some(&pi) => pi,
+            None => {
+                if self.processes.len() >= MAX_PROCESSES {
+                    self.dropped_processes += 1;
+                    return None;
+                }
+                self.processes.push(Process {
+                    key: key.to_string(),
+                    host: host.to_string(),
+                    ..Process::default()
+                });
+                self.index.insert(key.to_string(), self.processes.len() - 1);
+                self.processes.len() - 1
+            }
+        };
+        insert_capped(&mut self.processes[pi].files, file);
+        self.last = Some((file, pi));
+        Some(pi)
+    }
+
+    /// Ends the analysis: groups processes into jobs and builds the report.
+    pub fn finish(mut self) -> AnalyzeReport {
+        self.build_report()
+    }
+
+    /// Like [`Analyzer::finish`], also returning the performance figures of each input (empty
+    /// unless [`Options::collect_perf`] was set).
+    pub fn finish_with_perf(mut self) -> (AnalyzeReport, Vec<PerfSummary>) {
+        let report = self.build_report();
+        let perfs = self
+            .files
+            .iter_mut()
+            .map(|f| f.perf_summary.take().unwrap_or_default())
+            .collect();
+        (report, perfs)
+    }
+
+    fn build_report(&mut self) -> AnalyzeReport {
+        for f in &mut self.files {
+            f.perf_summary = f.perf.take().map(PerfCollector::finish);
+        }
+        let groups = group_jobs(&self.processes, self.files.len());
+        let files: Vec<FileSummary> = self
+            .files
+            .iter()
+            .map(|f| FileSummary {
+                name: f.name.clone(),
+                lines: f.lines,
+                nccl_lines: f.nccl_lines,
+                truncated_lines: f.truncated_lines,
+                bytes: f.bytes,
+            })
+            .collect();
+        report::build(
+            &self.processes,
+            &self.files,
+            groups,
+            files,
+            self.dropped_processes,
+        )
+    }
+}
+
+/// Groups process indexes into jobs: processes sharing a communicator id are one job; processes
+/// with none join the only job of their file, or form one job per file. Files with no process at
+/// all get a job of their own (their foreign problems still need a home).
+/// Returns `(process indexes, file indexes)` per job.
+pub fn group_jobs(processes: &[Process], nfiles: usize) -> Vec<(Vec<usize>, BTreeSet<usize>)> {
+    let n = processes.len();
+    let mut parent: Vec<usize> = (0..n).collect();
+    fn find(parent: &mut [usize], mut x: usize) -> usize {
+        while parent[x] != x {
+            parent[x] = parent[parent[x]];
+            x = parent[x];
+        }
+        x
+    }
+    fn union(parent: &mut [usize], a: usize, b: usize) {
+        let (ra, rb) = (find(parent, a), find(parent, b));
+        if ra != rb {
+            parent[ra.max(rb)] = ra.min(rb);
+        }
+    }
+    let mut by_comm: HashMap<u64, usize> = HashMap::new();
+    for (i, p) in processes.iter().enumerate() {
+        for c in &p.comm_ids {
+            match by_comm.get(c) {
+                Some(&j) => union(&mut parent, i, j),
+                None => {
+                    by_comm.insert(*c, i);
+                }
+            }
+        }
+    }
+    // Orphans (no communicator id): per file.
+    for file in 0..nfiles {
+        let members: Vec<usize> = (0..n)
+            .filter(|&i| processes[i].files.contains(&file))
+            .collect();
+        let mut roots: BTreeSet<usize> = BTreeSet::new();
+        for &i in &members {
+            if !processes[i].comm_ids.is_empty() {
+                roots.insert(find(&mut parent, i));
+            }
+        }
+        let orphans: Vec<usize> = members
+            .iter()
+            .copied()
+            .filter(|&i| processes[i].comm_ids.is_empty())
+            .collect();
+        let anchor = if roots.len() == 1 {
+            roots.first().copied()
+        } else {
+            orphans.first().copied()
+        };
+        if let Some(a) = anchor {
+            for &o in &orphans {
+                union(&mut parent, a, o);
+            }
+        }
+    }
+    let mut jobs: BTreeMap<usize, (Vec<usize>, BTreeSet<usize>)> = BTreeMap::new();
+    for (i, p) in processes.iter().enumerate() {
+        let r = find(&mut parent, i);
+        let e = jobs.entry(r).or_default();
+        e.0.push(i);
+        e.1.extend(p.files.iter().copied());
+    }
+    let mut out: Vec<(Vec<usize>, BTreeSet<usize>)> = jobs.into_values().collect();
+    for file in 0..nfiles {
+        if !out.iter().any(|(_, files)| files.contains(&file)) {
+            out.push((Vec::new(), BTreeSet::from([file])));
+        }
+    }
+    out
+}
+
+fn insert_capped<T: Ord>(set: &mut BTreeSet<T>, v: T) {
+    if set.len() < MAX_ITEMS || set.contains(&v) {
+        set.insert(v);
+    }
+}
+
+fn record(
+    map: &mut BTreeMap<ErrorKind, ProblemSeen>,
+    kind: ErrorKind,
+    file: usize,
+    line: u64,
+    msg: &str,
+) {
+    map.entry(kind)
+        .and_modify(|p| p.count += 1)
+        .or_insert_with(|| ProblemSeen {
+            count: 1,
+            file,
+            line,
+            message: bounded(msg),
+        });
+}
+
+fn bounded(s: &str) -> String {
+    if s.len() <= MAX_SAMPLE {
+        return s.to_string();
+    }
+    let mut end = MAX_SAMPLE;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}

@@ -1,0 +1,128 @@
+//! Bounded line reading: constant memory whatever the input looks like.
+//!
+//! Logs come from many sources (kubectl, mpirun `--tag-output`, torchrun, files written by crashed
+//! processes), so lines may be endless, binary or cut off. [`LineReader`] hands out each line as a
+//! byte slice of at most `max_len` bytes (the rest of an over-long line is skipped and counted) and
+//! never allocates per line.
+
+use std::io::{self, BufRead};
+
+/// Default limit of one line in bytes; NCCL's own log lines are at most a few KiB.
+pub const DEFAULT_MAX_LINE: usize = 64 * 1024;
+
+/// Reads lines from a [`BufRead`] into one reused buffer of bounded size.
+#[derive(Debug)]
+pub struct LineReader<R> {
+    inner: R,
+    buf: Vec<u8>,
+    max_len: usize,
+    truncated: u64,
+    bytes: u64,
+}
+
+impl<R: BufRead> LineReader<R> {
+    /// Wraps `inner`; lines longer than `max_len` bytes are cut to `max_len` (at least 1).
+    pub fn new(inner: R, max_len: usize) -> Self {
+        let max_len = max_len.max(1);
+        Self {
+            inner,
+            buf: Vec::with_capacity(max_len.min(8192)),
+            max_len,
+            truncated: 0,
+            bytes: 0,
+        }
+    }
+
+    /// The next line without its `\n` (and without a trailing `\r`), or `None` at the end.
+    pub fn next_line(&mut self) -> io::Result<Option<&[u8]>> {
+        self.buf.clear();
+        let mut saw_any = false;
+        let mut cut = false;
+        loop {
+            let chunk = match self.inner.fill_buf() {
+                Ok(c) => c,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if chunk.is_empty() {
+                break;
+            }
+            saw_any = true;
+            let (take, consumed, done) = match memchr::memchr(b'\n', chunk) {
+                Some(i) => (i, i + 1, true),
+                None => (chunk.len(), chunk.len(), false),
+            };
+            let room = self.max_len - self.buf.len();
+            if take > room {
+                cut = true;
+            }
+            self.buf.extend_from_slice(&chunk[..take.min(room)]);
+            self.inner.consume(consumed);
+            self.bytes += consumed as u64;
+            if done {
+                break;
+            }
+        }
+        if !saw_any {
+            return Ok(None);
+        }
+        if cut {
+            self.truncated += 1;
+        }
+        if self.buf.last() == Some(&b'\r') {
+            self.buf.pop();
+        }
+        Ok(Some(&self.buf))
+    }
+
+    /// How many lines were longer than the limit and were cut.
+    pub fn truncated_lines(&self) -> u64 {
+        self.truncated
+    }
+
+    /// Bytes consumed from the input so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(input: &[u8], max: usize) -> (Vec<Vec<u8>>, u64) {
+        let mut r = LineReader::new(io::BufReader::with_capacity(3, input), max);
+        let mut out = Vec::new();
+        while let Some(l) = r.next_line().expect("in-memory read") {
+            out.push(l.to_vec());
+        }
+        (out, r.truncated_lines())
+    }
+
+    #[test]
+    fn splits_lines_across_small_buffers_and_strips_crlf() {
+        let (lines, cut) = all(b"abc\r\ndefgh\n\nlast", 100);
+        assert_eq!(
+            lines,
+            vec![
+                b"abc".to_vec(),
+                b"defgh".to_vec(),
+                b"".to_vec(),
+                b"last".to_vec()
+            ]
+        );
+        assert_eq!(cut, 0);
+    }
+
+    #[test]
+    fn cuts_long_lines_and_keeps_reading() {
+        let (lines, cut) = all(b"0123456789\nab\n", 4);
+        assert_eq!(lines, vec![b"0123".to_vec(), b"ab".to_vec()]);
+        assert_eq!(cut, 1);
+    }
+
+    #[test]
+    fn empty_input_has_no_lines() {
+        assert!(all(b"", 10).0.is_empty());
+    }
+}
