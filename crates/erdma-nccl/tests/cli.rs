@@ -1,0 +1,152 @@
+//! The `nccl analyze|compare` entry point: argument parsing, text and JSON output, exit codes.
+
+use clap::Parser;
+use erdma_nccl::{NcclArgs, run_to};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+struct Cli {
+    #[command(flatten)]
+    nccl: NcclArgs,
+}
+
+fn testdata(rel: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/nccl")
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+fn run(args: &[&str]) -> (ExitCode, String) {
+    let mut argv = vec!["nccl"];
+    argv.extend_from_slice(args);
+    let cli = Cli::try_parse_from(argv).expect("arguments parse");
+    let mut out = Vec::new();
+    let code = run_to(&cli.nccl, &mut out).expect("command succeeds");
+    (code, String::from_utf8(out).expect("utf-8 output"))
+}
+
+#[test]
+fn analyze_table_has_verdict_line() {
+    let (code, out) = run(&["analyze", &testdata("synthetic/erdma-2node-gdr.log")]);
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(
+        out.contains(
+            "eRDMA used: yes, because 8 channel connections went via NET/IB on erdma_0:1/RoCE"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("IB devices       erdma_0:1/RoCE"), "{out}");
+}
+
+#[test]
+fn analyze_json_is_complete() {
+    let (_, out) = run(&[
+        "analyze",
+        "-o",
+        "json",
+        &testdata("real/h200x2-nccl2.28.9/nccl-socket.log"),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
+    let job = &v["jobs"][0];
+    assert_eq!(job["verdict"]["erdma_used"], "no");
+    assert_eq!(job["verdict"]["reason"], "socket_fallback");
+    assert_eq!(job["transports"][0]["transport"], "NET/Socket");
+    assert_eq!(job["transports"][0]["connections"], 8);
+    assert_eq!(job["problems"][0]["kind"], "ib_no_device");
+    assert_eq!(job["problems"][0]["severity"], "info");
+    assert_eq!(v["files"][0]["lines"], 176);
+    for key in [
+        "nccl_versions",
+        "ranks",
+        "nodes",
+        "network",
+        "ib",
+        "gid_index",
+        "gdr",
+        "env",
+        "nccl_result",
+    ] {
+        assert!(job.get(key).is_some(), "missing {key}");
+    }
+}
+
+#[test]
+fn require_erdma_sets_exit_code() {
+    let (code, _) = run(&[
+        "analyze",
+        "--require-erdma",
+        &testdata("real/h200x2-nccl2.28.9/nccl-p2p.log"),
+    ]);
+    assert_eq!(code, ExitCode::from(1));
+    let (code, _) = run(&[
+        "analyze",
+        "--require-erdma",
+        &testdata("synthetic/erdma-2node-gdr.log"),
+    ]);
+    assert_eq!(code, ExitCode::SUCCESS);
+}
+
+#[test]
+fn missing_file_is_an_error_naming_it() {
+    let cli = Cli::try_parse_from(["nccl", "analyze", "/nonexistent/x.log"]).expect("parse");
+    let err = run_to(&cli.nccl, &mut Vec::new()).expect_err("must fail");
+    assert!(format!("{err:#}").contains("/nonexistent/x.log"));
+}
+
+#[test]
+fn compare_says_erdma_helped_on_synthetic_pair() {
+    let (_, out) = run(&[
+        "compare",
+        &testdata("synthetic/tcp-2node.log"),
+        &testdata("synthetic/erdma-2node-gdr.log"),
+    ]);
+    assert!(out.contains("eRDMA helped: B is faster"), "{out}");
+    let (_, out) = run(&[
+        "compare",
+        "-o",
+        "json",
+        &testdata("synthetic/tcp-2node.log"),
+        &testdata("synthetic/erdma-2node-gdr.log"),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
+    assert_eq!(v["erdma_helped"], "yes");
+    assert_eq!(v["a"]["erdma_used"], "no");
+    assert_eq!(v["b"]["erdma_used"], "yes");
+    // 64 MiB: 3.10 vs 20.80 GB/s in the tables.
+    let row = v["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|r| r["size_bytes"] == 67108864)
+        .expect("64 MiB row");
+    assert_eq!(row["a_busbw_gbps"], 3.1);
+    assert_eq!(row["b_busbw_gbps"], 20.8);
+    let ratio = row["busbw_ratio"].as_f64().expect("ratio");
+    assert!((ratio - 20.8 / 3.1).abs() < 1e-9);
+}
+
+#[test]
+fn compare_real_probe_results() {
+    let (_, out) = run(&[
+        "compare",
+        "-o",
+        "json",
+        &testdata("real/h200x2-nccl2.28.9/nccl-socket.log"),
+        &testdata("real/h200x2-nccl2.28.9/nccl-p2p.log"),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 4);
+    let big = rows
+        .iter()
+        .find(|r| r["size_bytes"] == 536870912)
+        .expect("512 MiB");
+    assert_eq!(big["a_busbw_gbps"], 3.04012112530502);
+    assert_eq!(big["b_busbw_gbps"], 313.6903009579644);
+    assert_eq!(v["steps"]["a_ms"], 2.5559138450000063);
+    // Neither side used eRDMA: the tool must not credit it.
+    assert_eq!(v["erdma_helped"], "unknown");
+}
