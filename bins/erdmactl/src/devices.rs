@@ -56,14 +56,19 @@ pub fn dev_root_for(sysfs_root: &Path, explicit: Option<&Path>) -> PathBuf {
 }
 
 fn is_live(sysfs_root: &Path) -> bool {
-    std::fs::canonicalize(sysfs_root).map(|p| p == Path::new("/sys")).unwrap_or(false)
+    std::fs::canonicalize(sysfs_root)
+        .map(|p| p == Path::new("/sys"))
+        .unwrap_or(false)
 }
 
 /// Scans and builds the report.
 pub fn scan(args: &Args) -> Report {
     let dev_root = dev_root_for(&args.sysfs_root, args.dev_root.as_deref());
-    let addrs: Arc<dyn InterfaceAddrs> =
-        if is_live(&args.sysfs_root) { Arc::new(LiveInterfaceAddrs) } else { Arc::new(NoInterfaceAddrs) };
+    let addrs: Arc<dyn InterfaceAddrs> = if is_live(&args.sysfs_root) {
+        Arc::new(LiveInterfaceAddrs)
+    } else {
+        Arc::new(NoInterfaceAddrs)
+    };
     let inventory = Inventory::new(Sources {
         sysfs: Arc::new(RootedSysfs::new(&args.sysfs_root)),
         devfs: Arc::new(RootedDevFs::new(&dev_root)),
@@ -71,7 +76,11 @@ pub fn scan(args: &Args) -> Report {
     });
     let mut node = inventory.scan();
     if !args.driver.is_empty() {
-        node.devices.retain(|d| args.driver.iter().any(|f| f == d.driver_key() || Some(f.as_str()) == d.driver.as_deref()));
+        node.devices.retain(|d| {
+            args.driver
+                .iter()
+                .any(|f| f == d.driver_key() || Some(f.as_str()) == d.driver.as_deref())
+        });
     }
     Report {
         sysfs_root: args.sysfs_root.display().to_string(),
@@ -96,7 +105,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 }
 
 fn no_usable_message(report: &Report, drivers: &[String]) -> String {
-    let which = if drivers.is_empty() { "RDMA devices".to_string() } else { format!("{} devices", drivers.join("/")) };
+    let which = if drivers.is_empty() {
+        "RDMA devices".to_string()
+    } else {
+        format!("{} devices", drivers.join("/"))
+    };
     let mut msg = format!(
         "erdmactl: no usable {which} found (looked in {}/class/infiniband and {}/infiniband).\n",
         report.sysfs_root, report.dev_root
@@ -121,7 +134,11 @@ fn health_cell(h: &Health) -> String {
 
 fn row(d: &RdmaDevice) -> Vec<String> {
     let dash = || "-".to_string();
-    let state = d.first_port().and_then(|p| p.state).map(|s| s.name().to_string()).unwrap_or_else(dash);
+    let state = d
+        .first_port()
+        .and_then(|p| p.state)
+        .map(|s| s.name().to_string())
+        .unwrap_or_else(dash);
     let numa = match d.numa_node.0 {
         Some(n) => n.to_string(),
         None => "unknown".into(),
@@ -137,17 +154,34 @@ fn row(d: &RdmaDevice) -> Vec<String> {
         d.mode.map(|m| m.name().to_string()).unwrap_or_else(dash),
         state,
         numa,
-        d.netdev.as_ref().map(|n| n.name.clone()).unwrap_or_else(dash),
-        d.netdev.as_ref().and_then(|n| n.mac).map(|m| m.to_string()).unwrap_or_else(dash),
-        d.pnet_id.as_ref().map(|p| p.to_string()).unwrap_or_else(dash),
-        if chars.is_empty() { dash() } else { chars.join(",") },
+        d.netdev
+            .as_ref()
+            .map(|n| n.name.clone())
+            .unwrap_or_else(dash),
+        d.netdev
+            .as_ref()
+            .and_then(|n| n.mac)
+            .map(|m| m.to_string())
+            .unwrap_or_else(dash),
+        d.pnet_id
+            .as_ref()
+            .map(|p| p.to_string())
+            .unwrap_or_else(dash),
+        if chars.is_empty() {
+            dash()
+        } else {
+            chars.join(",")
+        },
         health_cell(&d.health),
     ]
 }
 
 /// The human-readable table, followed by findings.
 pub fn render_table(report: &Report) -> String {
-    let header = ["DEVICE", "DRIVER", "MODE", "STATE", "NUMA", "NETDEV", "MAC", "PNETID", "CHARDEVS", "HEALTH"];
+    let header = [
+        "DEVICE", "DRIVER", "MODE", "STATE", "NUMA", "NETDEV", "MAC", "PNETID", "CHARDEVS",
+        "HEALTH",
+    ];
     let rows: Vec<Vec<String>> = report.node.devices.iter().map(row).collect();
     let mut out = output::table(&header, &rows);
     if let Some(cm) = &report.node.rdma_cm {
@@ -155,12 +189,22 @@ pub fn render_table(report: &Report) -> String {
     }
     let mut findings = Vec::new();
     // Info-level findings (e.g. placeholder device nodes in fixture trees) are in -o json/yaml only.
-    for f in report.node.findings.iter().filter(|f| f.severity > Severity::Info) {
+    for f in report
+        .node
+        .findings
+        .iter()
+        .filter(|f| f.severity > Severity::Info)
+    {
         findings.push(format!("  node: {}: {}", severity(f.severity), f.message));
     }
     for d in &report.node.devices {
         for f in d.findings.iter().filter(|f| f.severity > Severity::Info) {
-            findings.push(format!("  {}: {}: {}", d.name, severity(f.severity), f.message));
+            findings.push(format!(
+                "  {}: {}: {}",
+                d.name,
+                severity(f.severity),
+                f.message
+            ));
         }
     }
     if !findings.is_empty() {

@@ -18,8 +18,12 @@ impl InterfaceAddrs for LiveInterfaceAddrs {
         let mut out: BTreeMap<String, Vec<Ipv4Addr>> = BTreeMap::new();
         let addrs = nix::ifaddrs::getifaddrs().map_err(|e| format!("getifaddrs failed: {e}"))?;
         for ifa in addrs {
-            let Some(v4) = ifa.address.as_ref().and_then(|a| a.as_sockaddr_in()) else { continue };
-            out.entry(ifa.interface_name.clone()).or_default().push(v4.ip());
+            let Some(v4) = ifa.address.as_ref().and_then(|a| a.as_sockaddr_in()) else {
+                continue;
+            };
+            out.entry(ifa.interface_name.clone())
+                .or_default()
+                .push(v4.ip());
         }
         Ok(out)
     }

@@ -42,7 +42,9 @@ pub struct RootedDevFs {
 impl RootedDevFs {
     /// A dev tree at `base`.
     pub fn new(base: impl Into<PathBuf>) -> Self {
-        RootedDevFs { root: Root::new(base, Some(PathBuf::from("/dev"))) }
+        RootedDevFs {
+            root: Root::new(base, Some(PathBuf::from("/dev"))),
+        }
     }
 }
 
@@ -52,7 +54,10 @@ impl DevFs for RootedDevFs {
         match std::fs::metadata(&path) {
             Ok(m) if m.file_type().is_char_device() => {
                 let rdev = m.rdev();
-                Ok(DevNode::Char { major: nix::sys::stat::major(rdev) as u32, minor: nix::sys::stat::minor(rdev) as u32 })
+                Ok(DevNode::Char {
+                    major: nix::sys::stat::major(rdev) as u32,
+                    minor: nix::sys::stat::minor(rdev) as u32,
+                })
             }
             Ok(_) => Ok(DevNode::NotChar),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(DevNode::Missing),

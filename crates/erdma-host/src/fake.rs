@@ -106,7 +106,11 @@ impl Default for PortSpec {
 /// The relative symlink target that points from the link at `link` to `target` (both relative to
 /// the same root).
 pub fn relative_target(link: &Path, target: &Path) -> PathBuf {
-    let from: Vec<Component> = link.parent().unwrap_or(Path::new("")).components().collect();
+    let from: Vec<Component> = link
+        .parent()
+        .unwrap_or(Path::new(""))
+        .components()
+        .collect();
     let to: Vec<Component> = target.components().collect();
     let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
     let mut out = PathBuf::new();
@@ -122,7 +126,10 @@ pub fn relative_target(link: &Path, target: &Path) -> PathBuf {
 impl NodeTree {
     /// A tree in a new temporary directory (removed on drop).
     pub fn temp() -> Self {
-        let tmp = tempfile::Builder::new().prefix("erdma-node").tempdir().expect("create temp dir");
+        let tmp = tempfile::Builder::new()
+            .prefix("erdma-node")
+            .tempdir()
+            .expect("create temp dir");
         let root = tmp.path().to_path_buf();
         let mut t = NodeTree::at(root);
         t._tmp = Some(tmp);
@@ -134,7 +141,11 @@ impl NodeTree {
         let root = root.into();
         fs::create_dir_all(root.join("sys")).expect("create sys");
         fs::create_dir_all(root.join("dev")).expect("create dev");
-        NodeTree { _tmp: None, root, mknod: nix::unistd::geteuid().is_root() }
+        NodeTree {
+            _tmp: None,
+            root,
+            mknod: nix::unistd::geteuid().is_root(),
+        }
     }
 
     /// Never create real device nodes (placeholders only), e.g. for trees committed to git.
@@ -174,7 +185,10 @@ impl NodeTree {
 
     /// Creates a relative symlink under `sys/` from `link` to `target` (both relative to `sys/`).
     pub fn link(&self, link: impl AsRef<Path>, target: impl AsRef<Path>) -> &Self {
-        self.raw_link(link.as_ref(), &relative_target(link.as_ref(), target.as_ref()))
+        self.raw_link(
+            link.as_ref(),
+            &relative_target(link.as_ref(), target.as_ref()),
+        )
     }
 
     /// Creates a symlink under `sys/` with a verbatim target.
@@ -260,7 +274,10 @@ impl NodeTree {
 
     /// Sets a netdev's operstate.
     pub fn set_operstate(&self, netdev: &str, state: &str) -> &Self {
-        self.write(PathBuf::from("class/net").join(netdev).join("operstate"), format!("{state}\n"))
+        self.write(
+            PathBuf::from("class/net").join(netdev).join("operstate"),
+            format!("{state}\n"),
+        )
     }
 
     /// Adds an RDMA device with its ports, GIDs and char devices.
@@ -295,10 +312,16 @@ impl NodeTree {
             for (idx, gid, ty, ndev) in &port.gids {
                 self.write(pd.join("gids").join(idx.to_string()), format!("{gid}\n"));
                 if let Some(t) = ty {
-                    self.write(pd.join("gid_attrs/types").join(idx.to_string()), format!("{t}\n"));
+                    self.write(
+                        pd.join("gid_attrs/types").join(idx.to_string()),
+                        format!("{t}\n"),
+                    );
                 }
                 if let Some(n) = ndev {
-                    self.write(pd.join("gid_attrs/ndevs").join(idx.to_string()), format!("{n}\n"));
+                    self.write(
+                        pd.join("gid_attrs/ndevs").join(idx.to_string()),
+                        format!("{n}\n"),
+                    );
                 }
             }
         }
@@ -327,7 +350,10 @@ impl NodeTree {
 
     /// Writes `/sys/module/erdma/parameters/compat_mode` (`Y`/`N`).
     pub fn erdma_module(&self, compat_mode: bool) -> &Self {
-        self.write("module/erdma/parameters/compat_mode", if compat_mode { "Y\n" } else { "N\n" })
+        self.write(
+            "module/erdma/parameters/compat_mode",
+            if compat_mode { "Y\n" } else { "N\n" },
+        )
     }
 
     /// Creates `/dev/infiniband/rdma_cm`.
@@ -391,11 +417,17 @@ mod tests {
     #[test]
     fn relative_targets() {
         assert_eq!(
-            relative_target(Path::new("class/net/eth0"), Path::new("devices/virtual/net/eth0")),
+            relative_target(
+                Path::new("class/net/eth0"),
+                Path::new("devices/virtual/net/eth0")
+            ),
             PathBuf::from("../../devices/virtual/net/eth0")
         );
         assert_eq!(
-            relative_target(Path::new("devices/p/0000:00:05.0/infiniband/erdma_0/device"), Path::new("devices/p/0000:00:05.0")),
+            relative_target(
+                Path::new("devices/p/0000:00:05.0/infiniband/erdma_0/device"),
+                Path::new("devices/p/0000:00:05.0")
+            ),
             PathBuf::from("../..")
         );
     }

@@ -12,7 +12,10 @@ use erdma_model_free::*;
 mod erdma_model_free {
     /// The EUI-64 node GUID text of a MAC, as the erdma driver derives it.
     pub fn guid_of(mac: &str) -> String {
-        let b: Vec<u8> = mac.split(':').map(|h| u8::from_str_radix(h, 16).unwrap_or(0)).collect();
+        let b: Vec<u8> = mac
+            .split(':')
+            .map(|h| u8::from_str_radix(h, 16).unwrap_or(0))
+            .collect();
         format!(
             "{:02x}{:02x}:{:02x}ff:fe{:02x}:{:02x}{:02x}",
             b[0] ^ 0x02,
@@ -26,16 +29,30 @@ mod erdma_model_free {
     /// The iWARP GID of an eRDMA device: the MAC in the first six bytes.
     pub fn iwarp_gid(mac: &str) -> String {
         let h: String = mac.split(':').collect();
-        format!("{}:{}:{}:0000:0000:0000:0000:0000", &h[0..4], &h[4..8], &h[8..12])
+        format!(
+            "{}:{}:{}:0000:0000:0000:0000:0000",
+            &h[0..4],
+            &h[4..8],
+            &h[8..12]
+        )
     }
     /// The link-local RoCE GID of a MAC.
     pub fn link_local_gid(mac: &str) -> String {
         let g = guid_of(mac).replace(':', "");
-        format!("fe80:0000:0000:0000:{}:{}:{}:{}", &g[0..4], &g[4..8], &g[8..12], &g[12..16])
+        format!(
+            "fe80:0000:0000:0000:{}:{}:{}:{}",
+            &g[0..4],
+            &g[4..8],
+            &g[8..12],
+            &g[12..16]
+        )
     }
     /// The IPv4-mapped GID of an address.
     pub fn ipv4_gid(ip: [u8; 4]) -> String {
-        format!("0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x}", ip[0], ip[1], ip[2], ip[3])
+        format!(
+            "0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x}",
+            ip[0], ip[1], ip[2], ip[3]
+        )
     }
 }
 
@@ -66,7 +83,8 @@ pub fn build(name: &str, tree: &NodeTree) -> bool {
 }
 
 /// The real capture of rxe0 on kernel 6.12.95 (Debian), as checked into `testdata/sysfs/`.
-pub const RXE_CAPTURE: &str = include_str!("../../../testdata/sysfs/sysfs-rxe-6.12.95+deb12-amd64.txt");
+pub const RXE_CAPTURE: &str =
+    include_str!("../../../testdata/sysfs/sysfs-rxe-6.12.95+deb12-amd64.txt");
 
 /// rxe0 on veth0, from the real capture. What the capture does not hold is completed from what it
 /// shows elsewhere: `uverbs0`'s `ibdev`/`dev` (from `ls -l /dev/infiniband`: 231:192), umad0 (231:0),
@@ -161,11 +179,26 @@ pub fn erdma(t: &NodeTree, compat: bool) {
             pci: Some(e.net_pci.into()),
         });
         let gids = if compat {
-            let mut g = vec![(0, link_local_gid(e.mac), Some("RoCE v2".to_string()), Some(e.netdev.to_string()))];
+            let mut g = vec![(
+                0,
+                link_local_gid(e.mac),
+                Some("RoCE v2".to_string()),
+                Some(e.netdev.to_string()),
+            )];
             if e.ipv4_gid_index == 2 {
-                g.push((1, "fd00:0000:0000:0001:0000:0000:0000:0017".into(), Some("RoCE v2".into()), Some(e.netdev.into())));
+                g.push((
+                    1,
+                    "fd00:0000:0000:0001:0000:0000:0000:0017".into(),
+                    Some("RoCE v2".into()),
+                    Some(e.netdev.into()),
+                ));
             }
-            g.push((e.ipv4_gid_index, ipv4_gid(e.ipv4), Some("RoCE v2".into()), Some(e.netdev.into())));
+            g.push((
+                e.ipv4_gid_index,
+                ipv4_gid(e.ipv4),
+                Some("RoCE v2".into()),
+                Some(e.netdev.into()),
+            ));
             g
         } else {
             vec![(0, iwarp_gid(e.mac), None, None)]
@@ -174,11 +207,18 @@ pub fn erdma(t: &NodeTree, compat: bool) {
             name: e.dev.into(),
             pci: Some(e.rdma_pci.into()),
             parent: None,
-            node_type: if compat { "1: CA".into() } else { "4: RNIC".into() },
+            node_type: if compat {
+                "1: CA".into()
+            } else {
+                "4: RNIC".into()
+            },
             node_guid: guid_of(e.mac),
             node_desc: "Elastic RDMA(iWARP) stack".into(),
             fw_ver: String::new(),
-            ports: vec![PortSpec { gids, ..PortSpec::default() }],
+            ports: vec![PortSpec {
+                gids,
+                ..PortSpec::default()
+            }],
             uverbs: Some(e.uverbs),
             uverbs_node: true,
             umad: compat.then_some(e.uverbs),
@@ -226,12 +266,18 @@ pub fn broken_missing(t: &NodeTree) {
 /// and an extra `ghost` device links to itself.
 pub fn broken_links(t: &NodeTree) {
     erdma(t, false);
-    t.raw_link(std::path::Path::new("class/infiniband/erdma_0"), std::path::Path::new("../../devices/nowhere/erdma_0"));
+    t.raw_link(
+        std::path::Path::new("class/infiniband/erdma_0"),
+        std::path::Path::new("../../devices/nowhere/erdma_0"),
+    );
     t.raw_link(
         std::path::Path::new("devices/pci0000:00/0000:80:05.0/infiniband/erdma_1/device"),
         std::path::Path::new("device"),
     );
-    t.raw_link(std::path::Path::new("class/infiniband/ghost"), std::path::Path::new("ghost"));
+    t.raw_link(
+        std::path::Path::new("class/infiniband/ghost"),
+        std::path::Path::new("ghost"),
+    );
 }
 
 /// erdma_0 has no uverbs class device at all; erdma_1's uverbs node is missing from /dev; the
@@ -242,5 +288,72 @@ pub fn broken_no_uverbs(t: &NodeTree) {
     t.remove_dev("infiniband/uverbs0");
     t.set_operstate("eth2", "down");
     t.write("class/infiniband/erdma_1/ports/1/state", "1: DOWN\n");
-    t.write("class/infiniband/erdma_1/ports/1/phys_state", "3: Disabled\n");
+    t.write(
+        "class/infiniband/erdma_1/ports/1/phys_state",
+        "3: Disabled\n",
+    );
+}
+
+/// Synthetic scale tree for benchmarks: `devices` eRDMA devices in RoCE-compat mode, each with
+/// `ports` ports of `gids` populated RoCE v2 GIDs, spread over two NUMA nodes.
+pub fn large(t: &NodeTree, devices: u32, ports: u32, gids: u32) {
+    t.erdma_module(true);
+    for i in 0..devices {
+        let bus = i / 32;
+        let slot = i % 32;
+        let rdma_pci = format!("0000:{:02x}:{:02x}.0", bus * 2, slot);
+        let net_pci = format!("0000:{:02x}:{:02x}.0", bus * 2 + 1, slot);
+        let numa = (i % 2).to_string();
+        let mac = format!(
+            "00:16:3e:{:02x}:{:02x}:{:02x}",
+            (i >> 16) as u8,
+            (i >> 8) as u8,
+            i as u8
+        );
+        let netdev = format!("eth{}", i + 1);
+        t.pci(&PciFn {
+            address: rdma_pci.clone(),
+            vendor: "0x1ded".into(),
+            device: "0x107f".into(),
+            numa_node: numa.clone(),
+            driver: Some("erdma".into()),
+        });
+        t.pci(&virtio_net(&net_pci, &numa));
+        t.netdev(&NetdevSpec {
+            name: netdev.clone(),
+            mac: mac.clone(),
+            mtu: 8500,
+            operstate: "up".into(),
+            pci: Some(net_pci),
+        });
+        let port_specs = (0..ports)
+            .map(|_| PortSpec {
+                gids: (0..gids)
+                    .map(|g| {
+                        let gid = if g == 0 {
+                            link_local_gid(&mac)
+                        } else {
+                            ipv4_gid([10, (i % 250) as u8, (g % 250) as u8, 1])
+                        };
+                        (g, gid, Some("RoCE v2".to_string()), Some(netdev.clone()))
+                    })
+                    .collect(),
+                ..PortSpec::default()
+            })
+            .collect();
+        t.rdma(&RdmaSpec {
+            name: format!("erdma_{i}"),
+            pci: Some(rdma_pci),
+            parent: None,
+            node_type: "1: CA".into(),
+            node_guid: guid_of(&mac),
+            node_desc: "Elastic RDMA(iWARP) stack".into(),
+            fw_ver: String::new(),
+            ports: port_specs,
+            uverbs: Some(i),
+            uverbs_node: true,
+            umad: None,
+        });
+    }
+    t.rdma_cm();
 }

@@ -26,7 +26,10 @@ impl Root {
     /// A root at `base`. Absolute symlink targets under `mount_point` (e.g. `/sys`) are mapped into
     /// `base`; other absolute targets are resolved relative to `base` too, never to the host.
     pub fn new(base: impl Into<PathBuf>, mount_point: Option<PathBuf>) -> Self {
-        Root { base: base.into(), mount_point }
+        Root {
+            base: base.into(),
+            mount_point,
+        }
     }
 
     /// The base directory.
@@ -64,7 +67,10 @@ impl Root {
                     if target.is_absolute() {
                         done.clear();
                         let stripped = match &self.mount_point {
-                            Some(mp) => target.strip_prefix(mp).map(Path::to_path_buf).unwrap_or(target),
+                            Some(mp) => target
+                                .strip_prefix(mp)
+                                .map(Path::to_path_buf)
+                                .unwrap_or(target),
                             None => target,
                         };
                         todo.extend(components(&stripped).into_iter().rev());
@@ -88,7 +94,10 @@ impl Root {
     /// Like [`Root::resolve`] but returns the resolved path relative to the root.
     pub fn resolve_rel(&self, rel: &Path) -> io::Result<PathBuf> {
         let full = self.resolve(rel)?;
-        Ok(full.strip_prefix(&self.base).map(Path::to_path_buf).unwrap_or_default())
+        Ok(full
+            .strip_prefix(&self.base)
+            .map(Path::to_path_buf)
+            .unwrap_or_default())
     }
 }
 
@@ -114,13 +123,21 @@ mod tests {
         fs::create_dir_all(base.join("devices/pci/0000:00:05.0")).unwrap();
         fs::write(base.join("devices/pci/0000:00:05.0/numa_node"), "1\n").unwrap();
         fs::create_dir_all(base.join("class/net/eth1")).unwrap();
-        symlink("/sys/devices/pci/0000:00:05.0", base.join("class/net/eth1/device")).unwrap();
+        symlink(
+            "/sys/devices/pci/0000:00:05.0",
+            base.join("class/net/eth1/device"),
+        )
+        .unwrap();
         let root = Root::new(base, Some(PathBuf::from("/sys")));
-        let p = root.resolve(Path::new("class/net/eth1/device/numa_node")).unwrap();
+        let p = root
+            .resolve(Path::new("class/net/eth1/device/numa_node"))
+            .unwrap();
         assert_eq!(fs::read_to_string(p).unwrap(), "1\n");
         // Without a mount point, an absolute target is still resolved under the root.
         let root = Root::new(base, None);
-        let p = root.resolve_rel(Path::new("class/net/eth1/device")).unwrap();
+        let p = root
+            .resolve_rel(Path::new("class/net/eth1/device"))
+            .unwrap();
         assert_eq!(p, PathBuf::from("sys/devices/pci/0000:00:05.0"));
     }
 

@@ -1,8 +1,10 @@
 //! Reading sysfs.
 
 use crate::rooted::Root;
+use std::collections::HashMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// Largest attribute file read; sysfs attributes are at most one page.
 pub const MAX_ATTR_BYTES: u64 = 64 * 1024;
@@ -34,7 +36,10 @@ impl SysfsError {
         if e.kind() == io::ErrorKind::NotFound {
             SysfsError::Missing(path.to_path_buf())
         } else {
-            SysfsError::Io { path: path.to_path_buf(), source: e }
+            SysfsError::Io {
+                path: path.to_path_buf(),
+                source: e,
+            }
         }
     }
 
@@ -58,19 +63,28 @@ pub trait Sysfs: Send + Sync {
     fn exists(&self, rel: &Path) -> bool;
     /// A human-readable description of the root, for messages (`/sys`).
     fn describe(&self) -> String;
+    /// Forgets anything cached about the tree's shape (called at the start of every scan, so one
+    /// scan sees one consistent view and the next scan sees changes).
+    fn refresh(&self) {}
 }
 
 /// The real sysfs reader: a directory (the live `/sys` or a captured tree) read through
 /// root-confined path resolution.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct RootedSysfs {
     root: Root,
+    /// Resolved host directories by relative directory path. sysfs reads are many small files in
+    /// few directories; resolving each directory once per scan keeps a scan fast.
+    dirs: Mutex<HashMap<PathBuf, PathBuf>>,
 }
 
 impl RootedSysfs {
     /// Reads the tree at `base`. Absolute link targets beginning with `/sys` are mapped into it.
     pub fn new(base: impl Into<PathBuf>) -> Self {
-        RootedSysfs { root: Root::new(base, Some(PathBuf::from("/sys"))) }
+        RootedSysfs {
+            root: Root::new(base, Some(PathBuf::from("/sys"))),
+            dirs: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The root directory.
@@ -81,17 +95,96 @@ impl RootedSysfs {
     fn display(&self, rel: &Path) -> PathBuf {
         self.root.base().join(rel)
     }
+
+    /// Resolves a path through the cache: the parent recursively, then one `lstat` of the last
+    /// component; a symlink's target is resolved the same way (relative to the resolved parent, or
+    /// re-rooted when absolute), so link chains stay inside the root and are bounded.
+    fn resolve_dir(&self, rel: &Path) -> io::Result<PathBuf> {
+        self.resolve_cached(rel, 0)
+    }
+
+    fn resolve_cached(&self, rel: &Path, hops: usize) -> io::Result<PathBuf> {
+        if let Some(hit) = self.dirs.lock().ok().and_then(|m| m.get(rel).cloned()) {
+            return Ok(hit);
+        }
+        let simple = rel
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        let (true, Some(parent), Some(name)) = (simple, rel.parent(), rel.file_name()) else {
+            return self.root.resolve(rel);
+        };
+        let parent_host = if parent.as_os_str().is_empty() {
+            self.root.base().to_path_buf()
+        } else {
+            self.resolve_cached(parent, hops)?
+        };
+        let candidate = parent_host.join(name);
+        let resolved = match std::fs::symlink_metadata(&candidate) {
+            Ok(m) if m.file_type().is_symlink() => {
+                if hops >= crate::rooted::MAX_LINK_HOPS {
+                    return Err(io::Error::other(format!(
+                        "too many levels of symbolic links resolving {}",
+                        rel.display()
+                    )));
+                }
+                let target = std::fs::read_link(&candidate)?;
+                let parent_rel = parent_host
+                    .strip_prefix(self.root.base())
+                    .unwrap_or(Path::new(""))
+                    .to_path_buf();
+                let joined = if target.is_absolute() {
+                    target
+                        .strip_prefix("/sys")
+                        .unwrap_or(&target)
+                        .strip_prefix("/")
+                        .unwrap_or(&target)
+                        .to_path_buf()
+                } else {
+                    parent_rel.join(&target)
+                };
+                self.resolve_cached(&normalize(&joined), hops + 1)?
+            }
+            _ => candidate,
+        };
+        if let Ok(mut m) = self.dirs.lock() {
+            m.insert(rel.to_path_buf(), resolved.clone());
+        }
+        Ok(resolved)
+    }
+
+    /// Opens a file: its directory through the cache, then `O_NOFOLLOW`; a final symlink (`ELOOP`)
+    /// is resolved inside the root and opened again.
+    fn open_file(&self, rel: &Path) -> io::Result<std::fs::File> {
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+            return open_nofollow(&self.root.resolve(rel)?);
+        };
+        match open_nofollow(&self.resolve_dir(parent)?.join(name)) {
+            Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
+                open_nofollow(&self.resolve_dir(rel)?)
+            }
+            other => other,
+        }
+    }
 }
 
 impl Sysfs for RootedSysfs {
     fn read_attr(&self, rel: &Path) -> Result<String, SysfsError> {
-        let shown = self.display(rel);
-        let path = self.root.resolve(rel).map_err(|e| SysfsError::from_io(&shown, e))?;
-        let file = std::fs::File::open(&path).map_err(|e| SysfsError::from_io(&shown, e))?;
-        let mut buf = Vec::new();
-        file.take(MAX_ATTR_BYTES + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| SysfsError::from_io(&shown, e))?;
+        let shown = || self.display(rel);
+        let mut file = self
+            .open_file(rel)
+            .map_err(|e| SysfsError::from_io(&shown(), e))?;
+        // sysfs returns a whole attribute (at most a page) in one read; a short first read is EOF.
+        let mut page = [0u8; 4096];
+        let n = file
+            .read(&mut page)
+            .map_err(|e| SysfsError::from_io(&shown(), e))?;
+        let mut buf = page[..n].to_vec();
+        if n == page.len() {
+            file.take(MAX_ATTR_BYTES + 1 - n as u64)
+                .read_to_end(&mut buf)
+                .map_err(|e| SysfsError::from_io(&shown(), e))?;
+        }
+        let shown = shown();
         if buf.len() as u64 > MAX_ATTR_BYTES {
             return Err(SysfsError::TooLarge(shown));
         }
@@ -105,14 +198,20 @@ impl Sysfs for RootedSysfs {
     fn read_link(&self, rel: &Path) -> Result<PathBuf, SysfsError> {
         let shown = self.display(rel);
         let parent = rel.parent().unwrap_or(Path::new(""));
-        let dir = self.root.resolve(parent).map_err(|e| SysfsError::from_io(&shown, e))?;
-        let name = rel.file_name().ok_or_else(|| SysfsError::Missing(shown.clone()))?;
+        let dir = self
+            .resolve_dir(parent)
+            .map_err(|e| SysfsError::from_io(&shown, e))?;
+        let name = rel
+            .file_name()
+            .ok_or_else(|| SysfsError::Missing(shown.clone()))?;
         std::fs::read_link(dir.join(name)).map_err(|e| SysfsError::from_io(&shown, e))
     }
 
     fn list_dir(&self, rel: &Path) -> Result<Vec<String>, SysfsError> {
         let shown = self.display(rel);
-        let path = self.root.resolve(rel).map_err(|e| SysfsError::from_io(&shown, e))?;
+        let path = self
+            .resolve_dir(rel)
+            .map_err(|e| SysfsError::from_io(&shown, e))?;
         let mut names: Vec<String> = std::fs::read_dir(&path)
             .map_err(|e| SysfsError::from_io(&shown, e))?
             .filter_map(|e| e.ok())
@@ -124,20 +223,55 @@ impl Sysfs for RootedSysfs {
 
     fn canonical(&self, rel: &Path) -> Result<PathBuf, SysfsError> {
         let shown = self.display(rel);
-        let out = self.root.resolve_rel(rel).map_err(|e| SysfsError::from_io(&shown, e))?;
-        if !self.root.base().join(&out).exists() {
+        let full = self
+            .resolve_dir(rel)
+            .map_err(|e| SysfsError::from_io(&shown, e))?;
+        if !full.exists() {
             return Err(SysfsError::Missing(shown));
         }
-        Ok(out)
+        Ok(full
+            .strip_prefix(self.root.base())
+            .map(Path::to_path_buf)
+            .unwrap_or_default())
     }
 
     fn exists(&self, rel: &Path) -> bool {
-        self.root.resolve(rel).map(|p| p.exists()).unwrap_or(false)
+        self.resolve_dir(rel).map(|p| p.exists()).unwrap_or(false)
     }
 
     fn describe(&self) -> String {
         self.root.base().display().to_string()
     }
+
+    fn refresh(&self) {
+        if let Ok(mut m) = self.dirs.lock() {
+            m.clear();
+        }
+    }
+}
+
+/// Removes `.` and `..` lexically; `..` never climbs above the root.
+fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::Normal(n) => out.push(n),
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Opens a file without following a final symlink (the caller resolved links inside the root).
+fn open_nofollow(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
 }
 
 #[cfg(test)]
@@ -153,8 +287,14 @@ mod tests {
         fs::write(dir.path().join("bin"), [0xff, 0xfe, 0x00]).unwrap();
         let s = RootedSysfs::new(dir.path());
         assert_eq!(s.read_attr(Path::new("a")).unwrap(), "4: ACTIVE");
-        assert!(matches!(s.read_attr(Path::new("big")), Err(SysfsError::TooLarge(_))));
-        assert!(matches!(s.read_attr(Path::new("bin")), Err(SysfsError::NotText(_))));
+        assert!(matches!(
+            s.read_attr(Path::new("big")),
+            Err(SysfsError::TooLarge(_))
+        ));
+        assert!(matches!(
+            s.read_attr(Path::new("bin")),
+            Err(SysfsError::NotText(_))
+        ));
         let e = s.read_attr(Path::new("nope")).unwrap_err();
         assert!(e.is_missing());
         assert!(e.to_string().contains("nope"));

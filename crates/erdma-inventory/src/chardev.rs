@@ -23,7 +23,9 @@ pub(crate) fn class_nodes(
 ) -> BTreeMap<String, Vec<ClassNode>> {
     let mut out: BTreeMap<String, Vec<ClassNode>> = BTreeMap::new();
     let dir = PathBuf::from("class").join(class);
-    let Ok(names) = sysfs.list_dir(&dir) else { return out };
+    let Ok(names) = sysfs.list_dir(&dir) else {
+        return out;
+    };
     for name in names.into_iter().filter(|n| n.starts_with(prefix)) {
         let base = dir.join(&name);
         let ibdev = match sysfs.read_attr(&base.join("ibdev")) {
@@ -37,9 +39,17 @@ pub(crate) fn class_nodes(
                 continue;
             }
         };
-        let dev = sysfs.read_attr(&base.join("dev")).ok().and_then(|d| parse_dev(&d));
-        let port = sysfs.read_attr(&base.join("port")).ok().and_then(|p| p.trim().parse().ok());
-        out.entry(ibdev).or_default().push(ClassNode { name, dev, port });
+        let dev = sysfs
+            .read_attr(&base.join("dev"))
+            .ok()
+            .and_then(|d| parse_dev(&d));
+        let port = sysfs
+            .read_attr(&base.join("port"))
+            .ok()
+            .and_then(|p| p.trim().parse().ok());
+        out.entry(ibdev)
+            .or_default()
+            .push(ClassNode { name, dev, port });
     }
     out
 }
@@ -68,19 +78,30 @@ pub(crate) fn lookup(
                     devfs.host_path(&rel).display()
                 ));
             }
-            Ok(CharDevice { path, major: Some(major), minor: Some(minor) })
+            Ok(CharDevice {
+                path,
+                major: Some(major),
+                minor: Some(minor),
+            })
         }
         Ok(DevNode::NotChar) => {
             findings.push(Finding::info(format!(
                 "{} exists but is not a character device (a fixture tree?); numbers taken from sysfs",
                 devfs.host_path(&rel).display()
             )));
-            Ok(CharDevice { path, major: expected.map(|e| e.0), minor: expected.map(|e| e.1) })
+            Ok(CharDevice {
+                path,
+                major: expected.map(|e| e.0),
+                minor: expected.map(|e| e.1),
+            })
         }
         Ok(DevNode::Missing) => Err(format!(
             "char device {} is missing: is /dev from the host mounted, and did udev create it?",
             devfs.host_path(&rel).display()
         )),
-        Err(e) => Err(format!("cannot inspect {}: {e}", devfs.host_path(&rel).display())),
+        Err(e) => Err(format!(
+            "cannot inspect {}: {e}",
+            devfs.host_path(&rel).display()
+        )),
     }
 }

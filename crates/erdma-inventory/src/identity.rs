@@ -23,7 +23,9 @@ pub(crate) fn is_pci_address(s: &str) -> bool {
         && b[4] == b':'
         && b[7] == b':'
         && b[10] == b'.'
-        && b.iter().enumerate().all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
 }
 
 /// The nearest PCI function at or above a resolved device path (`…/0000:00:05.0/virtio3` →
@@ -31,27 +33,54 @@ pub(crate) fn is_pci_address(s: &str) -> bool {
 pub(crate) fn pci_ancestor(resolved: &Path) -> Option<PathBuf> {
     resolved
         .ancestors()
-        .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(is_pci_address))
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(is_pci_address)
+        })
         .map(Path::to_path_buf)
 }
 
 fn parse_hex16(s: &str) -> Result<u16, String> {
     let t = s.trim();
     let digits = t.strip_prefix("0x").unwrap_or(t);
-    u16::from_str_radix(digits, 16).map_err(|_| format!("{t:?} is not a 16-bit hex ID (expected e.g. 0x1ded)"))
+    u16::from_str_radix(digits, 16)
+        .map_err(|_| format!("{t:?} is not a 16-bit hex ID (expected e.g. 0x1ded)"))
 }
 
 /// Reads the PCI function at `pci_rel` (relative to the sysfs root).
-pub(crate) fn read_pci(sysfs: &dyn Sysfs, pci_rel: &Path, notes: &mut Notes) -> (PciInfo, NumaNode) {
-    let address = pci_rel.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+pub(crate) fn read_pci(
+    sysfs: &dyn Sysfs,
+    pci_rel: &Path,
+    notes: &mut Notes,
+) -> (PciInfo, NumaNode) {
+    let address = pci_rel
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_string();
     let vendor = notes.parsed(sysfs, &pci_rel.join("vendor"), true, parse_hex16);
     let device = notes.parsed(sysfs, &pci_rel.join("device"), true, parse_hex16);
-    let numa = notes.parsed(sysfs, &pci_rel.join("numa_node"), true, NumaNode::parse).unwrap_or_default();
-    (PciInfo { address, vendor, device }, numa)
+    let numa = notes
+        .parsed(sysfs, &pci_rel.join("numa_node"), true, NumaNode::parse)
+        .unwrap_or_default();
+    (
+        PciInfo {
+            address,
+            vendor,
+            device,
+        },
+        numa,
+    )
 }
 
 /// Reads the identity of the device at `base` (`class/infiniband/<name>`).
-pub(crate) fn read(sysfs: &dyn Sysfs, base: &Path, node_type: Option<NodeType>, notes: &mut Notes) -> Identity {
+pub(crate) fn read(
+    sysfs: &dyn Sysfs,
+    base: &Path,
+    node_type: Option<NodeType>,
+    notes: &mut Notes,
+) -> Identity {
     let dev_link = base.join("device");
     if let Ok(target) = sysfs.read_link(&dev_link)
         && !sysfs.exists(&dev_link)
@@ -61,14 +90,25 @@ pub(crate) fn read(sysfs: &dyn Sysfs, base: &Path, node_type: Option<NodeType>, 
             crate::read::sysfs_path(sysfs, &dev_link),
             target.display()
         )));
-        return Identity { driver: None, pci: None, numa: NumaNode::UNKNOWN, parent: None, kind: DeviceKind::Other };
+        return Identity {
+            driver: None,
+            pci: None,
+            numa: NumaNode::UNKNOWN,
+            parent: None,
+            kind: DeviceKind::Other,
+        };
     }
     if sysfs.exists(&dev_link) {
         let driver = sysfs
             .read_link(&dev_link.join("driver"))
             .ok()
             .and_then(|t| t.file_name().and_then(|n| n.to_str()).map(str::to_string));
-        let (pci, numa) = match sysfs.canonical(&dev_link).ok().as_deref().and_then(pci_ancestor) {
+        let (pci, numa) = match sysfs
+            .canonical(&dev_link)
+            .ok()
+            .as_deref()
+            .and_then(pci_ancestor)
+        {
             Some(pci_rel) => {
                 let (pci, numa) = read_pci(sysfs, &pci_rel, notes);
                 (Some(pci), numa)
@@ -84,12 +124,20 @@ pub(crate) fn read(sysfs: &dyn Sysfs, base: &Path, node_type: Option<NodeType>, 
             pci.as_ref().and_then(|p| p.vendor),
             pci.as_ref().and_then(|p| p.device),
         );
-        return Identity { driver, pci, numa, parent: None, kind };
+        return Identity {
+            driver,
+            pci,
+            numa,
+            parent: None,
+            kind,
+        };
     }
 
     // Software devices (rxe, siw) have no `device` link; `parent` names the netdev they run on,
     // whose own PCI function carries the NUMA node.
-    let parent = notes.attr(sysfs, &base.join("parent"), true).filter(|p| !p.is_empty());
+    let parent = notes
+        .attr(sysfs, &base.join("parent"), true)
+        .filter(|p| !p.is_empty());
     let kind = match node_type {
         Some(NodeType::Rnic) => DeviceKind::Siw,
         Some(NodeType::Ca) if parent.is_some() => DeviceKind::Rxe,
@@ -105,13 +153,24 @@ pub(crate) fn read(sysfs: &dyn Sysfs, base: &Path, node_type: Option<NodeType>, 
     let mut numa = NumaNode::UNKNOWN;
     if let Some(p) = &parent {
         let net_dev = PathBuf::from("class/net").join(p).join("device");
-        if let Some(pci_rel) = sysfs.canonical(&net_dev).ok().as_deref().and_then(pci_ancestor) {
+        if let Some(pci_rel) = sysfs
+            .canonical(&net_dev)
+            .ok()
+            .as_deref()
+            .and_then(pci_ancestor)
+        {
             let (info, n) = read_pci(sysfs, &pci_rel, notes);
             pci = Some(info);
             numa = n;
         }
     }
-    Identity { driver, pci, numa, parent, kind }
+    Identity {
+        driver,
+        pci,
+        numa,
+        parent,
+        kind,
+    }
 }
 
 #[cfg(test)]
@@ -130,7 +189,10 @@ mod tests {
     #[test]
     fn finds_pci_parent_of_virtio() {
         let p = Path::new("devices/pci0000:00/0000:00:06.0/virtio3");
-        assert_eq!(pci_ancestor(p), Some(PathBuf::from("devices/pci0000:00/0000:00:06.0")));
+        assert_eq!(
+            pci_ancestor(p),
+            Some(PathBuf::from("devices/pci0000:00/0000:00:06.0"))
+        );
         assert_eq!(pci_ancestor(Path::new("devices/virtual/net/veth0")), None);
     }
 }

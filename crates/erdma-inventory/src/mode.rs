@@ -14,7 +14,9 @@ pub(crate) fn detect(
     let link_layer = ports.first().and_then(|p| p.link_layer.clone());
     let from_node_type = match node_type {
         Some(NodeType::Rnic) => Some(DeviceMode::Iwarp),
-        Some(NodeType::Ca) if link_layer == Some(LinkLayer::Infiniband) => Some(DeviceMode::Infiniband),
+        Some(NodeType::Ca) if link_layer == Some(LinkLayer::Infiniband) => {
+            Some(DeviceMode::Infiniband)
+        }
         Some(NodeType::Ca) => Some(DeviceMode::Roce),
         _ => None,
     };
@@ -41,7 +43,11 @@ pub(crate) fn detect(
             .flat_map(|p| &p.gids)
             .filter(|g| g.gid_type == Some(GidType::IbRoceV1))
             .count();
-        let v2 = ports.iter().flat_map(|p| &p.gids).filter(|g| g.gid_type == Some(GidType::RoceV2)).count();
+        let v2 = ports
+            .iter()
+            .flat_map(|p| &p.gids)
+            .filter(|g| g.gid_type == Some(GidType::RoceV2))
+            .count();
         if v1 > 0 && v2 == 0 {
             findings.push(Finding::warning(
                 "mode mismatch: RoCE-compat eRDMA should have RoCE v2 GIDs, but every typed GID is IB/RoCE v1",

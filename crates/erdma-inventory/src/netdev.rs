@@ -23,7 +23,10 @@ impl Interfaces {
         let mut by_mac: BTreeMap<MacAddr, String> = BTreeMap::new();
         for name in sysfs.list_dir(Path::new("class/net")).unwrap_or_default() {
             let rel = PathBuf::from("class/net").join(&name).join("address");
-            if let Some(mac) = sysfs.read_attr(&rel).ok().and_then(|a| a.parse::<MacAddr>().ok())
+            if let Some(mac) = sysfs
+                .read_attr(&rel)
+                .ok()
+                .and_then(|a| a.parse::<MacAddr>().ok())
                 && !mac.is_zero()
             {
                 // Physical functions first: a virtual link (bond, macvlan) may copy the MAC.
@@ -56,7 +59,12 @@ pub(crate) fn pair(
     ifaces: &Interfaces,
     notes: &mut Notes,
 ) -> Option<NetDev> {
-    let by_gid_ndev = || ports.iter().flat_map(|p| &p.gids).find_map(|g| g.ndev.clone());
+    let by_gid_ndev = || {
+        ports
+            .iter()
+            .flat_map(|p| &p.gids)
+            .find_map(|g| g.ndev.clone())
+    };
     let found: Option<(String, NetdevPairing)> = match kind {
         DeviceKind::Erdma => {
             let mac = guid.and_then(|g| g.to_mac_eui64());
@@ -111,7 +119,9 @@ fn read_netdev(
     let mac = notes.parsed(sysfs, &dir.join("address"), true, |s| s.parse::<MacAddr>());
     let operstate = notes.attr(sysfs, &dir.join("operstate"), true);
     let mtu = notes.parsed(sysfs, &dir.join("mtu"), true, |s| {
-        s.trim().parse::<u32>().map_err(|_| format!("{s:?} is not an MTU"))
+        s.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("{s:?} is not an MTU"))
     });
     let pci_address = sysfs
         .canonical(&dir.join("device"))
@@ -122,7 +132,11 @@ fn read_netdev(
     let (ipv4, ipv4_source) = match ifaces.ipv4.get(&name) {
         Some(list) if !list.is_empty() => (list.clone(), AddressSource::Interfaces),
         _ => {
-            let from_gids: Vec<Ipv4Addr> = ports.iter().flat_map(|p| &p.gids).filter_map(|g| g.ipv4()).collect();
+            let from_gids: Vec<Ipv4Addr> = ports
+                .iter()
+                .flat_map(|p| &p.gids)
+                .filter_map(|g| g.ipv4())
+                .collect();
             if from_gids.is_empty() {
                 (Vec::new(), AddressSource::None)
             } else {
@@ -130,5 +144,14 @@ fn read_netdev(
             }
         }
     };
-    NetDev { name, paired_by, mac, operstate, mtu, ipv4, ipv4_source, pci_address }
+    NetDev {
+        name,
+        paired_by,
+        mac,
+        operstate,
+        mtu,
+        ipv4,
+        ipv4_source,
+        pci_address,
+    }
 }

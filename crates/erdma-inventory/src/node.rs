@@ -6,8 +6,8 @@ use crate::read::Notes;
 use crate::{Sources, identity, mode, ports};
 use erdma_model::port::iboe_active_mtu;
 use erdma_model::{
-    CharDevices, DeviceKind, DeviceMode, Finding, Health, LinkLayer, NodeDevices, NodeGuid, NodeType, PnetId,
-    PortState, RdmaDevice,
+    CharDevices, DeviceKind, DeviceMode, Finding, Health, LinkLayer, NodeDevices, NodeGuid,
+    NodeType, PnetId, PortState, RdmaDevice,
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,9 +28,11 @@ struct NodeContext {
 
 pub(crate) fn scan(sources: &Sources) -> NodeDevices {
     let sysfs = sources.sysfs.as_ref();
+    sysfs.refresh();
     let mut node = NodeDevices::empty();
 
-    node.erdma_compat_mode = match sysfs.read_attr(Path::new("module/erdma/parameters/compat_mode")) {
+    node.erdma_compat_mode = match sysfs.read_attr(Path::new("module/erdma/parameters/compat_mode"))
+    {
         Ok(v) if v == "Y" || v == "1" => Some(true),
         Ok(v) if v == "N" || v == "0" => Some(false),
         Ok(v) => {
@@ -64,11 +66,18 @@ pub(crate) fn scan(sources: &Sources) -> NodeDevices {
     let ipv4 = match sources.addrs.ipv4_by_interface() {
         Ok(m) => m,
         Err(e) => {
-            node.findings.push(Finding::warning(format!("interface addresses unavailable: {e}")));
+            node.findings.push(Finding::warning(format!(
+                "interface addresses unavailable: {e}"
+            )));
             BTreeMap::new()
         }
     };
-    let ctx = NodeContext { compat_mode: node.erdma_compat_mode, uverbs, umad, ifaces: Interfaces::read(sysfs, ipv4) };
+    let ctx = NodeContext {
+        compat_mode: node.erdma_compat_mode,
+        uverbs,
+        umad,
+        ifaces: Interfaces::read(sysfs, ipv4),
+    };
 
     node.rdma_cm = if names.is_empty() {
         None
@@ -80,15 +89,22 @@ pub(crate) fn scan(sources: &Sources) -> NodeDevices {
     for name in names.into_iter().take(MAX_DEVICES) {
         node.devices.push(scan_device(sources, &ctx, &name));
     }
-    node.devices.sort_by(|a, b| natural_key(&a.name).cmp(&natural_key(&b.name)));
+    node.devices.sort_by_key(|d| natural_key(&d.name));
     node
 }
 
 /// Sorts `erdma_2` before `erdma_10`.
 fn natural_key(name: &str) -> (String, u64, String) {
-    let digits_at = name.rfind(|c: char| !c.is_ascii_digit()).map(|i| i + 1).unwrap_or(0);
+    let digits_at = name
+        .rfind(|c: char| !c.is_ascii_digit())
+        .map(|i| i + 1)
+        .unwrap_or(0);
     let (stem, num) = name.split_at(digits_at);
-    (stem.to_string(), num.parse().unwrap_or(u64::MAX), name.to_string())
+    (
+        stem.to_string(),
+        num.parse().unwrap_or(u64::MAX),
+        name.to_string(),
+    )
 }
 
 fn scan_device(sources: &Sources, ctx: &NodeContext, name: &str) -> RdmaDevice {
@@ -103,12 +119,24 @@ fn scan_device(sources: &Sources, ctx: &NodeContext, name: &str) -> RdmaDevice {
     dev.pci = id.pci;
     dev.numa_node = id.numa;
     dev.node_type = node_type;
-    dev.node_guid = notes.parsed(sysfs, &base.join("node_guid"), false, |s| s.parse::<NodeGuid>());
-    dev.node_desc = notes.attr(sysfs, &base.join("node_desc"), true).filter(|s| !s.is_empty());
-    dev.fw_ver = notes.attr(sysfs, &base.join("fw_ver"), true).filter(|s| !s.is_empty());
+    dev.node_guid = notes.parsed(sysfs, &base.join("node_guid"), false, |s| {
+        s.parse::<NodeGuid>()
+    });
+    dev.node_desc = notes
+        .attr(sysfs, &base.join("node_desc"), true)
+        .filter(|s| !s.is_empty());
+    dev.fw_ver = notes
+        .attr(sysfs, &base.join("fw_ver"), true)
+        .filter(|s| !s.is_empty());
     dev.ports = ports::read_ports(sysfs, &base, &mut notes);
     dev.gid_index = dev.first_port().and_then(|p| p.ipv4_rocev2_gid_index());
-    dev.mode = mode::detect(&dev.kind, ctx.compat_mode, node_type, &dev.ports, &mut notes.findings);
+    dev.mode = mode::detect(
+        &dev.kind,
+        ctx.compat_mode,
+        node_type,
+        &dev.ports,
+        &mut notes.findings,
+    );
 
     dev.netdev = netdev::pair(
         sysfs,
@@ -127,19 +155,82 @@ fn scan_device(sources: &Sources, ctx: &NodeContext, name: &str) -> RdmaDevice {
             }
         }
     }
-    let mac = dev
-        .netdev
-        .as_ref()
-        .and_then(|n| n.mac)
-        .or_else(|| (dev.kind == DeviceKind::Erdma).then(|| dev.node_guid.and_then(|g| g.to_mac_eui64())).flatten());
+    let mac = dev.netdev.as_ref().and_then(|n| n.mac).or_else(|| {
+        (dev.kind == DeviceKind::Erdma)
+            .then(|| dev.node_guid.and_then(|g| g.to_mac_eui64()))
+            .flatten()
+    });
     dev.pnet_id = mac.map(PnetId::from_mac);
 
     let mut reasons = Vec::new();
-    dev.char_devices = char_devices(sources, ctx, name, dev.mode, &mut reasons, &mut notes.findings);
+    dev.char_devices = char_devices(
+        sources,
+        ctx,
+        name,
+        dev.mode,
+        &mut reasons,
+        &mut notes.findings,
+    );
     health_reasons(&dev, &mut reasons);
     dev.health = Health::from_reasons(reasons);
     dev.findings = notes.findings;
     dev
+}
+
+/// The cheap re-read behind [`crate::Inventory::refresh`]; `None` asks for a full scan.
+pub(crate) fn refresh(sources: &Sources, previous: &NodeDevices) -> Option<NodeDevices> {
+    let sysfs = sources.sysfs.as_ref();
+    sysfs.refresh();
+    let mut names = sysfs.list_dir(Path::new(DEVICE_CLASS)).ok()?;
+    let mut before: Vec<&str> = previous.devices.iter().map(|d| d.name.as_str()).collect();
+    names.sort();
+    before.sort_unstable();
+    if names != before {
+        return None;
+    }
+    let compat = sysfs
+        .read_attr(Path::new("module/erdma/parameters/compat_mode"))
+        .ok();
+    let compat = compat.as_deref().map(|v| v == "Y" || v == "1");
+    if compat != previous.erdma_compat_mode {
+        return None;
+    }
+    let mut next = previous.clone();
+    for dev in &mut next.devices {
+        let uverbs = dev.char_devices.uverbs.clone()?;
+        let base = PathBuf::from(DEVICE_CLASS).join(&dev.name);
+        for port in &mut dev.ports {
+            let dir = base.join("ports").join(port.number.to_string());
+            port.state = sysfs
+                .read_attr(&dir.join("state"))
+                .ok()
+                .and_then(|s| PortState::parse(&s).ok());
+            port.phys_state = sysfs
+                .read_attr(&dir.join("phys_state"))
+                .ok()
+                .and_then(|s| erdma_model::PhysState::parse(&s).ok());
+        }
+        if let Some(n) = &mut dev.netdev {
+            n.operstate = sysfs
+                .read_attr(&PathBuf::from("class/net").join(&n.name).join("operstate"))
+                .ok();
+        }
+        let mut reasons = Vec::new();
+        let name = uverbs
+            .path
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let expected = uverbs.major.zip(uverbs.minor);
+        let mut scratch = Vec::new();
+        if let Err(why) = chardev::lookup(sources.devfs.as_ref(), &name, expected, &mut scratch) {
+            reasons.push(why);
+        }
+        health_reasons(dev, &mut reasons);
+        dev.health = Health::from_reasons(reasons);
+    }
+    Some(next)
 }
 
 fn char_devices(
@@ -163,7 +254,11 @@ fn char_devices(
         )),
     }
     if mode.is_some_and(|m| m.has_umad()) {
-        let mut nodes: Vec<&ClassNode> = ctx.umad.get(name).map(|v| v.iter().collect()).unwrap_or_default();
+        let mut nodes: Vec<&ClassNode> = ctx
+            .umad
+            .get(name)
+            .map(|v| v.iter().collect())
+            .unwrap_or_default();
         nodes.sort_by_key(|n| n.port);
         for node in nodes {
             match chardev::lookup(devfs, &node.name, node.dev, findings) {
@@ -184,7 +279,12 @@ fn health_reasons(dev: &RdmaDevice, reasons: &mut Vec<String>) {
             Some(PortState::Active) => {}
             Some(s) => {
                 let hint = match &dev.netdev {
-                    Some(n) if !n.is_up() => format!(" because netdev {} is {}: bring it up (ip link set {} up)", n.name, n.operstate.as_deref().unwrap_or("down"), n.name),
+                    Some(n) if !n.is_up() => format!(
+                        " because netdev {} is {}: bring it up (ip link set {} up)",
+                        n.name,
+                        n.operstate.as_deref().unwrap_or("down"),
+                        n.name
+                    ),
                     _ => String::new(),
                 };
                 reasons.push(format!("port {} is {}{hint}", port.number, s.name()));
@@ -196,7 +296,10 @@ fn health_reasons(dev: &RdmaDevice, reasons: &mut Vec<String>) {
         && n.operstate.as_deref() == Some("down")
         && !reasons.iter().any(|r| r.contains("netdev"))
     {
-        reasons.push(format!("netdev {} is down: bring it up (ip link set {} up)", n.name, n.name));
+        reasons.push(format!(
+            "netdev {} is down: bring it up (ip link set {} up)",
+            n.name, n.name
+        ));
     }
 }
 

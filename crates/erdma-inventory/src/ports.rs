@@ -16,23 +16,45 @@ pub(crate) fn read_ports(sysfs: &dyn Sysfs, base: &Path, notes: &mut Notes) -> V
     let names = match sysfs.list_dir(&ports_dir) {
         Ok(n) => n,
         Err(e) => {
-            notes.findings.push(erdma_model::Finding::error(format!("cannot list ports: {e}")));
+            notes.findings.push(erdma_model::Finding::error(format!(
+                "cannot list ports: {e}"
+            )));
             return Vec::new();
         }
     };
-    let mut numbers: Vec<u32> = names.iter().filter_map(|n| n.parse().ok()).filter(|&n| n > 0).collect();
+    let mut numbers: Vec<u32> = names
+        .iter()
+        .filter_map(|n| n.parse().ok())
+        .filter(|&n| n > 0)
+        .collect();
     numbers.sort_unstable();
-    numbers.into_iter().map(|n| read_port(sysfs, &ports_dir.join(n.to_string()), n, notes)).collect()
+    numbers
+        .into_iter()
+        .map(|n| read_port(sysfs, &ports_dir.join(n.to_string()), n, notes))
+        .collect()
 }
 
 fn read_port(sysfs: &dyn Sysfs, dir: &Path, number: u32, notes: &mut Notes) -> Port {
     let state = notes.parsed(sysfs, &dir.join("state"), false, PortState::parse);
     let phys_state = notes.parsed(sysfs, &dir.join("phys_state"), false, PhysState::parse);
-    let link_layer = notes.attr(sysfs, &dir.join("link_layer"), false).map(|s| LinkLayer::parse(&s));
-    let rate = notes.attr(sysfs, &dir.join("rate"), true).filter(|r| !r.is_empty());
+    let link_layer = notes
+        .attr(sysfs, &dir.join("link_layer"), false)
+        .map(|s| LinkLayer::parse(&s));
+    let rate = notes
+        .attr(sysfs, &dir.join("rate"), true)
+        .filter(|r| !r.is_empty());
     let rate_gbps = rate.as_deref().and_then(parse_rate_gbps);
     let gids = read_gids(sysfs, dir, notes);
-    Port { number, state, phys_state, link_layer, rate, rate_gbps, active_mtu: None, gids }
+    Port {
+        number,
+        state,
+        phys_state,
+        link_layer,
+        rate,
+        rate_gbps,
+        active_mtu: None,
+        gids,
+    }
 }
 
 fn read_gids(sysfs: &dyn Sysfs, dir: &Path, notes: &mut Notes) -> Vec<Gid> {
@@ -48,7 +70,9 @@ fn read_gids(sysfs: &dyn Sysfs, dir: &Path, notes: &mut Notes) -> Vec<Gid> {
     for index in indexes {
         let rel = gid_dir.join(index.to_string());
         // Empty GID slots can fail to read (EINVAL); they carry no information.
-        let Ok(text) = sysfs.read_attr(&rel) else { continue };
+        let Ok(text) = sysfs.read_attr(&rel) else {
+            continue;
+        };
         let Some(gid) = Gid::parse_addr(&text) else {
             notes.findings.push(erdma_model::Finding::error(format!(
                 "{}: {text:?} is not a GID (expected 8 groups of 4 hex digits)",
@@ -69,7 +93,12 @@ fn read_gids(sysfs: &dyn Sysfs, dir: &Path, notes: &mut Notes) -> Vec<Gid> {
             .read_attr(&attrs.join("ndevs").join(index.to_string()))
             .ok()
             .filter(|t| !t.is_empty());
-        out.push(Gid { index, gid, gid_type, ndev });
+        out.push(Gid {
+            index,
+            gid,
+            gid_type,
+            ndev,
+        });
     }
     out
 }

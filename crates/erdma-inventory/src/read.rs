@@ -17,7 +17,8 @@ impl Notes {
             Ok(v) => Some(v),
             Err(e) if e.is_missing() && optional => None,
             Err(e) => {
-                self.findings.push(Finding::error(format!("cannot read {}", describe(&e))));
+                self.findings
+                    .push(Finding::error(format!("cannot read {}", describe(&e))));
                 None
             }
         }
@@ -35,7 +36,8 @@ impl Notes {
         match parse(&text) {
             Ok(v) => Some(v),
             Err(e) => {
-                self.findings.push(Finding::error(format!("{}: {e}", sysfs_path(sysfs, rel))));
+                self.findings
+                    .push(Finding::error(format!("{}: {e}", sysfs_path(sysfs, rel))));
                 None
             }
         }

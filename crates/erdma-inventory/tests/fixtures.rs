@@ -6,7 +6,9 @@ use erdma_host::fake::{FixedInterfaceAddrs, NodeTree};
 use erdma_host::{RootedDevFs, RootedSysfs, fixtures};
 use erdma_inventory::{Inventory, Sources};
 use erdma_model::device::{AddressSource, NetdevPairing};
-use erdma_model::{DeviceKind, DeviceMode, GidType, LinkLayer, NodeDevices, NodeType, PhysState, PortState};
+use erdma_model::{
+    DeviceKind, DeviceMode, GidType, LinkLayer, NodeDevices, NodeType, PhysState, PortState,
+};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -35,7 +37,10 @@ fn real_rxe_capture_matches_ibv_devinfo() {
     assert_eq!(d.kind, DeviceKind::Rxe);
     // ibv_devinfo: transport InfiniBand, node_guid 1059:d8ff:fe34:6b1b, link_layer Ethernet.
     assert_eq!(d.node_type, Some(NodeType::Ca));
-    assert_eq!(d.node_guid.map(|g| g.to_string()).as_deref(), Some("1059:d8ff:fe34:6b1b"));
+    assert_eq!(
+        d.node_guid.map(|g| g.to_string()).as_deref(),
+        Some("1059:d8ff:fe34:6b1b")
+    );
     assert_eq!(d.mode, Some(DeviceMode::Roce));
     let p = d.first_port().expect("port 1");
     assert_eq!(p.state, Some(PortState::Active));
@@ -45,7 +50,11 @@ fn real_rxe_capture_matches_ibv_devinfo() {
     // ibv_devinfo: active_mtu 1024 (3) on the 1500-byte veth.
     assert_eq!(p.active_mtu, Some(1024));
     // ibv_devinfo: GID[0] fe80::1059:d8ff:fe34:6b1b, GID[1] ::ffff:192.168.77.1, GID[2] fd00:77::1, all RoCE v2.
-    let gids: Vec<(u32, String)> = p.gids.iter().map(|g| (g.index, g.gid.to_string())).collect();
+    let gids: Vec<(u32, String)> = p
+        .gids
+        .iter()
+        .map(|g| (g.index, g.gid.to_string()))
+        .collect();
     assert_eq!(
         gids,
         vec![
@@ -54,7 +63,11 @@ fn real_rxe_capture_matches_ibv_devinfo() {
             (2, "fd00:77::1".to_string())
         ]
     );
-    assert!(p.gids.iter().all(|g| g.gid_type == Some(GidType::RoceV2) && g.ndev.as_deref() == Some("veth0")));
+    assert!(
+        p.gids
+            .iter()
+            .all(|g| g.gid_type == Some(GidType::RoceV2) && g.ndev.as_deref() == Some("veth0"))
+    );
     assert_eq!(d.gid_index, Some(1));
     // rdma link show: netdev veth0; rxe has no numa_node.
     let n = d.netdev.as_ref().expect("netdev");
@@ -65,10 +78,16 @@ fn real_rxe_capture_matches_ibv_devinfo() {
     assert_eq!(d.numa_node.0, None);
     // ls -l /dev/infiniband: uverbs0 is 231,192; umad0 231,0; rdma_cm present.
     let uv = d.char_devices.uverbs.as_ref().expect("uverbs");
-    assert_eq!((uv.path.as_str(), uv.major, uv.minor), ("/dev/infiniband/uverbs0", Some(231), Some(192)));
+    assert_eq!(
+        (uv.path.as_str(), uv.major, uv.minor),
+        ("/dev/infiniband/uverbs0", Some(231), Some(192))
+    );
     assert_eq!(d.char_devices.umad.len(), 1);
     assert_eq!(d.char_devices.umad[0].path, "/dev/infiniband/umad0");
-    assert_eq!(node.rdma_cm.as_ref().map(|c| c.path.as_str()), Some("/dev/infiniband/rdma_cm"));
+    assert_eq!(
+        node.rdma_cm.as_ref().map(|c| c.path.as_str()),
+        Some("/dev/infiniband/rdma_cm")
+    );
     assert!(d.health.is_healthy(), "{:?}", d.health);
 }
 
@@ -76,7 +95,10 @@ fn real_rxe_capture_matches_ibv_devinfo() {
 fn live_addresses_win_over_gids() {
     let tree = NodeTree::temp();
     fixtures::rxe(&tree);
-    let addrs = FixedInterfaceAddrs(BTreeMap::from([("veth0".to_string(), vec![Ipv4Addr::new(10, 9, 8, 7)])]));
+    let addrs = FixedInterfaceAddrs(BTreeMap::from([(
+        "veth0".to_string(),
+        vec![Ipv4Addr::new(10, 9, 8, 7)],
+    )]));
     let node = scan_tree(&tree, addrs);
     let n = node.devices[0].netdev.as_ref().unwrap();
     assert_eq!(n.ipv4, vec![Ipv4Addr::new(10, 9, 8, 7)]);
@@ -97,20 +119,35 @@ fn erdma_iwarp_two_numa_nodes() {
         assert_eq!(d.node_type, Some(NodeType::Rnic));
         assert!(d.char_devices.umad.is_empty(), "iWARP has no umad");
         assert!(d.health.is_healthy(), "{:?}", d.health);
-        assert!(d.findings.iter().all(|f| f.severity == erdma_model::Severity::Info), "{:?}", d.findings);
+        assert!(
+            d.findings
+                .iter()
+                .all(|f| f.severity == erdma_model::Severity::Info),
+            "{:?}",
+            d.findings
+        );
         assert_eq!(d.gid_index, None);
     }
     assert_eq!(d0.numa_node.0, Some(0));
     assert_eq!(d1.numa_node.0, Some(1));
     // Paired by the EUI-64 rule, never with the primary eth0.
     assert_eq!(d0.netdev.as_ref().unwrap().name, "eth1");
-    assert_eq!(d0.netdev.as_ref().unwrap().paired_by, NetdevPairing::GuidMac);
+    assert_eq!(
+        d0.netdev.as_ref().unwrap().paired_by,
+        NetdevPairing::GuidMac
+    );
     assert_eq!(d1.netdev.as_ref().unwrap().name, "eth2");
     assert_eq!(d0.pnet_id.as_ref().unwrap().as_str(), "00163E0A1B2C");
     assert_eq!(d1.pnet_id.as_ref().unwrap().as_str(), "00163E0A1B2D");
     // uverbs numbering is not the erdma numbering.
-    assert_eq!(d0.char_devices.uverbs.as_ref().unwrap().path, "/dev/infiniband/uverbs1");
-    assert_eq!(d1.char_devices.uverbs.as_ref().unwrap().path, "/dev/infiniband/uverbs0");
+    assert_eq!(
+        d0.char_devices.uverbs.as_ref().unwrap().path,
+        "/dev/infiniband/uverbs1"
+    );
+    assert_eq!(
+        d1.char_devices.uverbs.as_ref().unwrap().path,
+        "/dev/infiniband/uverbs0"
+    );
     assert_eq!(d0.pci.as_ref().unwrap().address, "0000:00:05.0");
     assert_eq!(d0.netdev.as_ref().unwrap().mtu, Some(8500));
     assert_eq!(d0.first_port().unwrap().active_mtu, Some(4096));
@@ -125,7 +162,10 @@ fn erdma_compat_reports_gid_index_per_device() {
     assert_eq!(d0.mode, Some(DeviceMode::Roce));
     assert_eq!(d0.gid_index, Some(2));
     assert_eq!(d1.gid_index, Some(1));
-    assert_eq!(d0.netdev.as_ref().unwrap().ipv4, vec![Ipv4Addr::new(10, 0, 1, 23)]);
+    assert_eq!(
+        d0.netdev.as_ref().unwrap().ipv4,
+        vec![Ipv4Addr::new(10, 0, 1, 23)]
+    );
     assert_eq!(d0.char_devices.umad[0].path, "/dev/infiniband/umad1");
     assert_eq!(d1.char_devices.umad[0].path, "/dev/infiniband/umad0");
 }
@@ -137,8 +177,18 @@ fn mode_mismatch_is_a_finding_not_a_failure() {
     tree.erdma_module(true); // parameter says compat, devices still say RNIC
     let node = scan_tree(&tree, FixedInterfaceAddrs::default());
     let d = &node.devices[0];
-    assert_eq!(d.mode, Some(DeviceMode::Roce), "the module parameter decides");
-    assert!(d.findings.iter().any(|f| f.message.contains("mode mismatch")), "{:?}", d.findings);
+    assert_eq!(
+        d.mode,
+        Some(DeviceMode::Roce),
+        "the module parameter decides"
+    );
+    assert!(
+        d.findings
+            .iter()
+            .any(|f| f.message.contains("mode mismatch")),
+        "{:?}",
+        d.findings
+    );
     assert!(d.health.is_healthy());
 }
 
@@ -149,18 +199,30 @@ fn upstream_driver_without_compat_mode_infers_from_node_type() {
     tree.remove("module");
     let node = scan_tree(&tree, FixedInterfaceAddrs::default());
     assert_eq!(node.erdma_compat_mode, None);
-    assert!(node.devices.iter().all(|d| d.mode == Some(DeviceMode::Roce)));
+    assert!(
+        node.devices
+            .iter()
+            .all(|d| d.mode == Some(DeviceMode::Roce))
+    );
 }
 
 #[test]
 fn netdev_down_makes_the_device_unhealthy_with_the_fix() {
     let node = scan_fixture("broken-no-uverbs");
     let d0 = &node.devices[0];
-    assert!(d0.health.reasons().iter().any(|r| r.contains("no uverbs device") && r.contains("modprobe ib_uverbs")));
+    assert!(
+        d0.health
+            .reasons()
+            .iter()
+            .any(|r| r.contains("no uverbs device") && r.contains("modprobe ib_uverbs"))
+    );
     let d1 = &node.devices[1];
     let reasons = d1.health.reasons().join("\n");
     assert!(reasons.contains("uverbs0 is missing"), "{reasons}");
-    assert!(reasons.contains("port 1 is DOWN because netdev eth2 is down"), "{reasons}");
+    assert!(
+        reasons.contains("port 1 is DOWN because netdev eth2 is down"),
+        "{reasons}"
+    );
     assert_eq!(node.usable().count(), 0);
 }
 
@@ -170,12 +232,25 @@ fn garbage_values_become_findings_and_the_rest_still_works() {
     let d0 = node.device("erdma_0").unwrap();
     let text: Vec<&str> = d0.findings.iter().map(|f| f.message.as_str()).collect();
     let all = text.join("\n");
-    for needle in ["42: SPACESHIP", "banana", "9: WEIRD", "zzzz", "not UTF-8", "larger than", "not-a-gid", "\"-5\""] {
+    for needle in [
+        "42: SPACESHIP",
+        "banana",
+        "9: WEIRD",
+        "zzzz",
+        "not UTF-8",
+        "larger than",
+        "not-a-gid",
+        "\"-5\"",
+    ] {
         assert!(all.contains(needle), "missing finding for {needle}: {all}");
     }
     assert_eq!(d0.numa_node.0, None, "garbage NUMA is unknown, never 0");
     assert!(!d0.health.is_healthy());
-    assert!(node.findings.iter().any(|f| f.message.contains("\"maybe\"")));
+    assert!(
+        node.findings
+            .iter()
+            .any(|f| f.message.contains("\"maybe\""))
+    );
     // erdma_1 is untouched and usable.
     assert!(node.device("erdma_1").unwrap().health.is_healthy());
 }
@@ -193,9 +268,18 @@ fn missing_files_and_bad_links_never_panic() {
     }
     let node = scan_fixture("broken-links");
     let ghost = node.device("ghost").unwrap();
-    assert!(ghost.findings.iter().any(|f| f.message.contains("too many levels of symbolic links")));
+    assert!(
+        ghost
+            .findings
+            .iter()
+            .any(|f| f.message.contains("too many levels of symbolic links"))
+    );
     let e1 = node.device("erdma_1").unwrap();
-    assert!(e1.findings.iter().any(|f| f.message.contains("dangling or looping link")));
+    assert!(
+        e1.findings
+            .iter()
+            .any(|f| f.message.contains("dangling or looping link"))
+    );
 }
 
 #[test]
@@ -217,12 +301,69 @@ fn real_char_devices_are_checked_against_sysfs_numbers() {
     tree.char_node("infiniband/uverbs1", 231, 250);
     let node = scan_tree(&tree, FixedInterfaceAddrs::default());
     let d0 = &node.devices[0];
-    assert!(d0.health.reasons().iter().any(|r| r.contains("stale device node")), "{:?}", d0.health);
+    assert!(
+        d0.health
+            .reasons()
+            .iter()
+            .any(|r| r.contains("stale device node")),
+        "{:?}",
+        d0.health
+    );
     let d1 = &node.devices[1];
     assert_eq!(d1.char_devices.uverbs.as_ref().unwrap().minor, Some(192));
-    assert!(d1.findings.is_empty(), "real char devices give no placeholder finding: {:?}", d1.findings);
+    assert!(
+        d1.findings.is_empty(),
+        "real char devices give no placeholder finding: {:?}",
+        d1.findings
+    );
 }
 
 fn nix_is_root() -> bool {
-    std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false)
+    std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false)
+}
+
+#[test]
+fn refresh_follows_health_changes_and_new_devices() {
+    let tree = NodeTree::temp();
+    fixtures::erdma(&tree, false);
+    let inv = Inventory::new(Sources {
+        sysfs: Arc::new(RootedSysfs::new(tree.sys())),
+        devfs: Arc::new(RootedDevFs::new(tree.dev())),
+        addrs: Arc::new(FixedInterfaceAddrs::default()),
+    });
+    let first = inv.scan();
+    assert_eq!(inv.refresh(&first), first, "nothing changed");
+    // The ERI goes down: the driver reports the port DOWN and the netdev down.
+    tree.set_operstate("eth2", "down");
+    tree.write("class/infiniband/erdma_1/ports/1/state", "1: DOWN\n");
+    let down = inv.refresh(&first);
+    assert!(down.devices[0].health.is_healthy());
+    assert!(
+        down.devices[1]
+            .health
+            .reasons()
+            .iter()
+            .any(|r| r.contains("port 1 is DOWN because netdev eth2 is down"))
+    );
+    // The uverbs node disappears.
+    tree.remove_dev("infiniband/uverbs1");
+    let gone = inv.refresh(&down);
+    assert!(
+        gone.devices[0]
+            .health
+            .reasons()
+            .iter()
+            .any(|r| r.contains("uverbs1 is missing"))
+    );
+    // Everything comes back.
+    tree.set_operstate("eth2", "up");
+    tree.write("class/infiniband/erdma_1/ports/1/state", "4: ACTIVE\n");
+    tree.char_node("infiniband/uverbs1", 231, 193);
+    assert_eq!(inv.refresh(&gone), first);
+    // A new device means a full scan.
+    fixtures::rxe(&tree);
+    let grown = inv.refresh(&first);
+    assert_eq!(grown.devices.len(), 3);
 }

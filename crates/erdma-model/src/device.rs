@@ -30,8 +30,14 @@ pub enum DeviceKind {
 impl DeviceKind {
     /// Classifies a device from its driver name and PCI IDs. PCI IDs win: a renamed or
     /// out-of-tree eRDMA driver is still eRDMA.
-    pub fn classify(driver: Option<&str>, pci_vendor: Option<u16>, pci_device: Option<u16>) -> Self {
-        if pci_vendor == Some(ALIBABA_PCI_VENDOR) && pci_device.is_none_or(|d| d == ERDMA_PCI_DEVICE) {
+    pub fn classify(
+        driver: Option<&str>,
+        pci_vendor: Option<u16>,
+        pci_device: Option<u16>,
+    ) -> Self {
+        if pci_vendor == Some(ALIBABA_PCI_VENDOR)
+            && pci_device.is_none_or(|d| d == ERDMA_PCI_DEVICE)
+        {
             return DeviceKind::Erdma;
         }
         match driver {
@@ -173,7 +179,9 @@ impl NumaNode {
         match t.parse::<i64>() {
             Ok(-1) => Ok(NumaNode(None)),
             Ok(n) if (0..=i64::from(u16::MAX)).contains(&n) => Ok(NumaNode(Some(n as u32))),
-            _ => Err(format!("{t:?} is not a NUMA node (expected -1 or 0..65535)")),
+            _ => Err(format!(
+                "{t:?} is not a NUMA node (expected -1 or 0..65535)"
+            )),
         }
     }
 }
@@ -303,9 +311,21 @@ mod tests {
 
     #[test]
     fn classification_prefers_pci_ids() {
-        assert_eq!(DeviceKind::classify(Some("weird"), Some(0x1ded), Some(0x107f)), DeviceKind::Erdma);
-        assert_eq!(DeviceKind::classify(Some("erdma"), None, None), DeviceKind::Erdma);
-        assert_eq!(DeviceKind::classify(Some("rdma_rxe"), None, None), DeviceKind::Rxe);
-        assert_eq!(DeviceKind::classify(Some("mlx5_core"), Some(0x15b3), Some(0x101d)), DeviceKind::Other);
+        assert_eq!(
+            DeviceKind::classify(Some("weird"), Some(0x1ded), Some(0x107f)),
+            DeviceKind::Erdma
+        );
+        assert_eq!(
+            DeviceKind::classify(Some("erdma"), None, None),
+            DeviceKind::Erdma
+        );
+        assert_eq!(
+            DeviceKind::classify(Some("rdma_rxe"), None, None),
+            DeviceKind::Rxe
+        );
+        assert_eq!(
+            DeviceKind::classify(Some("mlx5_core"), Some(0x15b3), Some(0x101d)),
+            DeviceKind::Other
+        );
     }
 }

@@ -1,0 +1,111 @@
+//! Inventory scan time on a fixture tree of 64 eRDMA devices × 2 ports × 16 GIDs.
+//!
+//! `cargo bench -p erdma-inventory --bench inventory` (add `-- DEVICES PORTS GIDS ITERATIONS` to
+//! change the shape). Prints min / median / p99 per full scan.
+
+use erdma_host::fake::{FixedInterfaceAddrs, NodeTree};
+use erdma_host::{RootedDevFs, RootedSysfs, fixtures};
+use erdma_inventory::{Inventory, Sources};
+use std::sync::Arc;
+use std::time::Instant;
+
+fn main() {
+    let args: Vec<u32> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let (devices, ports, gids, iters) = match args.as_slice() {
+        [d, p, g, n, ..] => (*d, *p, *g, *n),
+        _ => (64, 2, 16, 200),
+    };
+    let tree = NodeTree::temp();
+    fixtures::large(&tree, devices, ports, gids);
+    let inv = Inventory::new(Sources {
+        sysfs: Arc::new(RootedSysfs::new(tree.sys())),
+        devfs: Arc::new(RootedDevFs::new(tree.dev())),
+        addrs: Arc::new(FixedInterfaceAddrs::default()),
+    });
+    let first = inv.scan();
+    assert_eq!(first.devices.len(), devices as usize);
+    assert_eq!(
+        first.usable().count(),
+        devices as usize,
+        "every device must be usable"
+    );
+    let gid_total: usize = first
+        .devices
+        .iter()
+        .flat_map(|d| &d.ports)
+        .map(|p| p.gids.len())
+        .sum();
+    assert_eq!(gid_total, (devices * ports * gids) as usize);
+    let files = files_read_by_a_scan(tree.sys().as_path());
+    let shape = format!("{devices} devices x {ports} ports x {gids} GIDs, {iters} runs");
+    let scan = measure(iters, || {
+        std::hint::black_box(inv.scan());
+    });
+    report(&format!("full scan ({shape})"), &scan);
+    let refresh = measure(iters, || {
+        std::hint::black_box(inv.refresh(&first));
+    });
+    report(&format!("health refresh ({shape})"), &refresh);
+    // The floor: reading the same attribute files with plain std::fs::read, no parsing.
+    let floor = measure(iters, || {
+        for f in &files {
+            std::hint::black_box(std::fs::read(f).ok());
+        }
+    });
+    report(
+        &format!(
+            "floor: std::fs::read of the {} attribute files a scan reads",
+            files.len()
+        ),
+        &floor,
+    );
+    println!(
+        "ratio full scan / floor (median): {:.2}",
+        scan[scan.len() / 2] / floor[floor.len() / 2]
+    );
+}
+
+/// Every regular file under the device, port and GID directories the scan reads.
+fn files_read_by_a_scan(sys: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![sys.join("devices")];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_dir() {
+                stack.push(e.path());
+            } else if ft.is_file() {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+fn measure(iters: u32, mut f: impl FnMut()) -> Vec<f64> {
+    let mut times: Vec<f64> = (0..iters)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(|a, b| a.total_cmp(b));
+    times
+}
+
+fn report(what: &str, times: &[f64]) {
+    let pct = |p: f64| times[((times.len() as f64 - 1.0) * p).round() as usize];
+    println!(
+        "{what}: min {:.3} ms, median {:.3} ms, p99 {:.3} ms",
+        pct(0.0),
+        pct(0.5),
+        pct(0.99)
+    );
+}
