@@ -8,10 +8,14 @@ use std::str::FromStr;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AddressError {
     /// The text is not a MAC address of the form `aa:bb:cc:dd:ee:ff`.
-    #[error("{0:?} is not a MAC address (expected six hex bytes separated by ':', e.g. 00:16:3e:0a:1b:2c)")]
+    #[error(
+        "{0:?} is not a MAC address (expected six hex bytes separated by ':', e.g. 00:16:3e:0a:1b:2c)"
+    )]
     Mac(String),
     /// The text is not a node GUID of the form `0216:3eff:fe0a:1b2c`.
-    #[error("{0:?} is not a node GUID (expected four groups of four hex digits, e.g. 0216:3eff:fe0a:1b2c)")]
+    #[error(
+        "{0:?} is not a node GUID (expected four groups of four hex digits, e.g. 0216:3eff:fe0a:1b2c)"
+    )]
     Guid(String),
 }
 
@@ -159,10 +163,22 @@ mod tests {
 
     #[test]
     fn rejects_malformed_text() {
-        for bad in ["", "00:16:3e:0a:1b", "00:16:3e:0a:1b:2c:00", "0:16:3e:0a:1b:2c", "zz:16:3e:0a:1b:2c"] {
+        for bad in [
+            "",
+            "00:16:3e:0a:1b",
+            "00:16:3e:0a:1b:2c:00",
+            "0:16:3e:0a:1b:2c",
+            "zz:16:3e:0a:1b:2c",
+        ] {
             assert!(bad.parse::<MacAddr>().is_err(), "{bad}");
         }
-        for bad in ["", "0216:3eff:fe0a", "0216:3eff:fe0a:1b2c:0000", "216:3eff:fe0a:1b2c", "xxxx:3eff:fe0a:1b2c"] {
+        for bad in [
+            "",
+            "0216:3eff:fe0a",
+            "0216:3eff:fe0a:1b2c:0000",
+            "216:3eff:fe0a:1b2c",
+            "xxxx:3eff:fe0a:1b2c",
+        ] {
             assert!(bad.parse::<NodeGuid>().is_err(), "{bad}");
         }
     }

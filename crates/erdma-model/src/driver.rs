@@ -62,7 +62,9 @@ pub enum DriverMode {
 
 /// Error for an unknown `preferDriver` value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown driver mode {0:?} (expected one of: default, compat, ofed, auto, none; empty means auto)")]
+#[error(
+    "unknown driver mode {0:?} (expected one of: default, compat, ofed, auto, none; empty means auto)"
+)]
 pub struct UnknownDriverMode(pub String);
 
 impl FromStr for DriverMode {
@@ -113,7 +115,10 @@ mod tests {
 
     #[test]
     fn parses_every_documented_value() {
-        assert_eq!("default".parse::<DriverMode>().unwrap(), DriverMode::Default);
+        assert_eq!(
+            "default".parse::<DriverMode>().unwrap(),
+            DriverMode::Default
+        );
         assert_eq!("compat".parse::<DriverMode>().unwrap(), DriverMode::Compat);
         assert_eq!("OFED".parse::<DriverMode>().unwrap(), DriverMode::Ofed);
         assert_eq!("".parse::<DriverMode>().unwrap(), DriverMode::Auto);

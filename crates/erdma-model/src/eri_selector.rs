@@ -63,11 +63,15 @@ pub struct EriSelectorError {
 }
 
 fn is_word(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 fn is_device_pattern(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'*')
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'*')
 }
 
 /// Matches `name` against a pattern where `*` stands for any run of characters.
@@ -114,18 +118,30 @@ impl EriSelector {
             if value.is_empty() || value.starts_with('#') {
                 continue;
             }
-            let err = |why: &str| EriSelectorError { entry: i + 1, value: value.to_string(), why: why.to_string() };
+            let err = |why: &str| EriSelectorError {
+                entry: i + 1,
+                value: value.to_string(),
+                why: why.to_string(),
+            };
             let mut fields = value.split_whitespace();
             let (Some(inst), Some(devs)) = (fields.next(), fields.next()) else {
-                return Err(err("needs an instance and a device list separated by white space"));
+                return Err(err(
+                    "needs an instance and a device list separated by white space",
+                ));
             };
             if fields.next().is_some() {
-                return Err(err("has more than two fields (separate devices with '/', entries with ',')"));
+                return Err(err(
+                    "has more than two fields (separate devices with '/', entries with ',')",
+                ));
             }
             let instance = match inst.strip_prefix("i-") {
                 Some("*") => InstancePattern::Any,
                 Some(rest) if is_word(rest) => InstancePattern::Exact(inst.to_string()),
-                _ => return Err(err(&format!("instance {inst:?} is neither an ECS instance ID (i-...) nor i-*"))),
+                _ => {
+                    return Err(err(&format!(
+                        "instance {inst:?} is neither an ECS instance ID (i-...) nor i-*"
+                    )));
+                }
             };
             let devices: Vec<String> = devs.split('/').map(str::to_string).collect();
             if let Some(bad) = devices.iter().find(|d| !is_device_pattern(d)) {
@@ -158,7 +174,12 @@ impl EriSelector {
             .iter()
             .rev()
             .find(|e| matches!(&e.instance, InstancePattern::Exact(id) if id == instance_id));
-        let any = || self.entries.iter().rev().find(|e| e.instance == InstancePattern::Any);
+        let any = || {
+            self.entries
+                .iter()
+                .rev()
+                .find(|e| e.instance == InstancePattern::Any)
+        };
         match exact.or_else(any) {
             Some(e) => Exposure::Only(&e.devices),
             None => Exposure::Nothing,

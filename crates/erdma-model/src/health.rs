@@ -23,7 +23,11 @@ impl Health {
 
     /// Builds a health value from a list of reasons (empty = healthy).
     pub fn from_reasons(reasons: Vec<String>) -> Self {
-        if reasons.is_empty() { Health::Healthy } else { Health::Unhealthy { reasons } }
+        if reasons.is_empty() {
+            Health::Healthy
+        } else {
+            Health::Unhealthy { reasons }
+        }
     }
 
     /// The reasons (empty when healthy).
@@ -59,14 +63,23 @@ pub struct Finding {
 impl Finding {
     /// A warning.
     pub fn warning(message: impl Into<String>) -> Self {
-        Finding { severity: Severity::Warning, message: message.into() }
+        Finding {
+            severity: Severity::Warning,
+            message: message.into(),
+        }
     }
     /// An error.
     pub fn error(message: impl Into<String>) -> Self {
-        Finding { severity: Severity::Error, message: message.into() }
+        Finding {
+            severity: Severity::Error,
+            message: message.into(),
+        }
     }
     /// An informational note.
     pub fn info(message: impl Into<String>) -> Self {
-        Finding { severity: Severity::Info, message: message.into() }
+        Finding {
+            severity: Severity::Info,
+            message: message.into(),
+        }
     }
 }

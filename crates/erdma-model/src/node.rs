@@ -23,7 +23,12 @@ pub struct NodeDevices {
 impl NodeDevices {
     /// An empty snapshot.
     pub fn empty() -> Self {
-        NodeDevices { devices: Vec::new(), rdma_cm: None, erdma_compat_mode: None, findings: Vec::new() }
+        NodeDevices {
+            devices: Vec::new(),
+            rdma_cm: None,
+            erdma_compat_mode: None,
+            findings: Vec::new(),
+        }
     }
 
     /// The device with this name.

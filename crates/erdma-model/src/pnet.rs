@@ -24,7 +24,8 @@ impl PnetId {
     /// lower-case letters are upper-cased as the kernel does.
     pub fn parse(s: &str) -> Result<Self, String> {
         let t = s.trim();
-        if t.is_empty() || t.len() > MAX_PNETID_LEN || !t.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        if t.is_empty() || t.len() > MAX_PNETID_LEN || !t.bytes().all(|b| b.is_ascii_alphanumeric())
+        {
             return Err(format!(
                 "{s:?} is not a PNET ID (expected 1-{MAX_PNETID_LEN} ASCII letters or digits, e.g. 00163E0A1B2C)"
             ));
@@ -57,7 +58,10 @@ mod tests {
 
     #[test]
     fn parse_validates() {
-        assert_eq!(PnetId::parse("00163e0a1b2c").unwrap().as_str(), "00163E0A1B2C");
+        assert_eq!(
+            PnetId::parse("00163e0a1b2c").unwrap().as_str(),
+            "00163E0A1B2C"
+        );
         assert!(PnetId::parse("").is_err());
         assert!(PnetId::parse("00:16:3e").is_err());
         assert!(PnetId::parse("ABCDEFGHIJKLMNOPQ").is_err());

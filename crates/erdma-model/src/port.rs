@@ -16,7 +16,11 @@ pub struct EnumError {
 }
 
 fn leading_number(s: &str, what: &'static str, example: &'static str) -> Result<u32, EnumError> {
-    let err = || EnumError { what, value: s.to_string(), example };
+    let err = || EnumError {
+        what,
+        value: s.to_string(),
+        example,
+    };
     let (num, _) = s.trim().split_once(':').ok_or_else(err)?;
     num.trim().parse().map_err(|_| err())
 }
@@ -52,7 +56,13 @@ impl NodeType {
             5 => NodeType::Usnic,
             6 => NodeType::UsnicUdp,
             7 => NodeType::Unknown,
-            _ => return Err(EnumError { what: "node type", value: s.to_string(), example: "1: CA" }),
+            _ => {
+                return Err(EnumError {
+                    what: "node type",
+                    value: s.to_string(),
+                    example: "1: CA",
+                });
+            }
         })
     }
 }
@@ -86,7 +96,13 @@ impl PortState {
             3 => PortState::Armed,
             4 => PortState::Active,
             5 => PortState::ActiveDefer,
-            _ => return Err(EnumError { what: "port state", value: s.to_string(), example: EX }),
+            _ => {
+                return Err(EnumError {
+                    what: "port state",
+                    value: s.to_string(),
+                    example: EX,
+                });
+            }
         })
     }
 
@@ -135,7 +151,13 @@ impl PhysState {
             5 => PhysState::LinkUp,
             6 => PhysState::LinkErrorRecovery,
             7 => PhysState::PhyTest,
-            _ => return Err(EnumError { what: "physical port state", value: s.to_string(), example: EX }),
+            _ => {
+                return Err(EnumError {
+                    what: "physical port state",
+                    value: s.to_string(),
+                    example: EX,
+                });
+            }
         })
     }
 }
@@ -273,7 +295,9 @@ pub fn iboe_active_mtu(netdev_mtu: u32) -> Option<u32> {
     // GRH 40 + UDP 8 + BTH 12 + XRC ext 4 + AtomicETH 28 + ICRC 4.
     const OVERHEAD: u32 = 40 + 8 + 12 + 4 + 28 + 4;
     let payload = netdev_mtu.checked_sub(OVERHEAD)?;
-    [4096, 2048, 1024, 512, 256].into_iter().find(|&m| payload >= m)
+    [4096, 2048, 1024, 512, 256]
+        .into_iter()
+        .find(|&m| payload >= m)
 }
 
 #[cfg(test)]
@@ -288,7 +312,10 @@ mod tests {
         assert_eq!(PortState::parse("4: ACTIVE").unwrap(), PortState::Active);
         assert_eq!(PortState::parse("1: DOWN").unwrap(), PortState::Down);
         assert_eq!(PhysState::parse("5: LinkUp").unwrap(), PhysState::LinkUp);
-        assert_eq!(PhysState::parse("3: Disabled").unwrap(), PhysState::Disabled);
+        assert_eq!(
+            PhysState::parse("3: Disabled").unwrap(),
+            PhysState::Disabled
+        );
         assert_eq!(LinkLayer::parse("Ethernet\n"), LinkLayer::Ethernet);
         assert_eq!(GidType::parse("RoCE v2"), GidType::RoceV2);
         assert_eq!(parse_rate_gbps("10 Gb/sec (1X FDR10)"), Some(10.0));
@@ -330,7 +357,11 @@ mod tests {
             rate: None,
             rate_gbps: None,
             active_mtu: None,
-            gids: vec![g(0, "fe80::1059:d8ff:fe34:6b1b"), g(2, "fd00:77::1"), g(3, "::ffff:10.0.1.23")],
+            gids: vec![
+                g(0, "fe80::1059:d8ff:fe34:6b1b"),
+                g(2, "fd00:77::1"),
+                g(3, "::ffff:10.0.1.23"),
+            ],
         };
         assert_eq!(port.ipv4_rocev2_gid_index(), Some(3));
     }

@@ -17,7 +17,9 @@ pub struct SlotId {
 
 /// Error for a device ID that is not a valid slot ID.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("device ID {id:?} is not a slot ID: {why} (expected \"<rdma device>/<index>\", e.g. \"erdma_0/3\")")]
+#[error(
+    "device ID {id:?} is not a slot ID: {why} (expected \"<rdma device>/<index>\", e.g. \"erdma_0/3\")"
+)]
 pub struct SlotIdError {
     /// The rejected ID (truncated to 80 characters).
     pub id: String,
@@ -28,13 +30,19 @@ pub struct SlotIdError {
 impl SlotId {
     /// Creates a slot ID.
     pub fn new(device: impl Into<String>, index: u32) -> Self {
-        SlotId { device: device.into(), index }
+        SlotId {
+            device: device.into(),
+            index,
+        }
     }
 
     /// Parses `"<device>/<index>"` strictly: one `/`, a non-empty device name of printable
     /// non-space ASCII, a decimal index without sign or leading zeros, at most 63 characters.
     pub fn parse(id: &str) -> Result<Self, SlotIdError> {
-        let err = |why| SlotIdError { id: id.chars().take(80).collect(), why };
+        let err = |why| SlotIdError {
+            id: id.chars().take(80).collect(),
+            why,
+        };
         if id.len() > MAX_DEVICE_ID_LEN {
             return Err(err("longer than 63 characters"));
         }
@@ -52,7 +60,10 @@ impl SlotId {
             return Err(err("index has leading zeros"));
         }
         let index = index.parse().map_err(|_| err("index out of range"))?;
-        Ok(SlotId { device: device.to_string(), index })
+        Ok(SlotId {
+            device: device.to_string(),
+            index,
+        })
     }
 }
 
@@ -69,13 +80,26 @@ mod tests {
 
     #[test]
     fn parses_the_original_form() {
-        assert_eq!(SlotId::parse("erdma_0/199").unwrap(), SlotId::new("erdma_0", 199));
+        assert_eq!(
+            SlotId::parse("erdma_0/199").unwrap(),
+            SlotId::new("erdma_0", 199)
+        );
         assert_eq!(SlotId::parse("rxe0/0").unwrap(), SlotId::new("rxe0", 0));
     }
 
     #[test]
     fn rejects_malformed_ids() {
-        for bad in ["", "erdma_0", "/1", "erdma_0/", "erdma_0/01", "erdma_0/-1", "erdma 0/1", "a/b/c", "erdma_0/99999999999"] {
+        for bad in [
+            "",
+            "erdma_0",
+            "/1",
+            "erdma_0/",
+            "erdma_0/01",
+            "erdma_0/-1",
+            "erdma 0/1",
+            "a/b/c",
+            "erdma_0/99999999999",
+        ] {
             let e = SlotId::parse(bad).unwrap_err();
             assert!(e.to_string().contains("expected"), "{bad}: {e}");
         }
