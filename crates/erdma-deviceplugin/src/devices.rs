@@ -1,0 +1,164 @@
+//! The plugin's view of the node: which devices it serves, their slots, and the ListAndWatch
+//! message for a snapshot.
+
+use erdma_kubelet::deviceplugin::v1beta1 as api;
+use erdma_model::device::NumaNode;
+use erdma_model::slot::MAX_DEVICE_ID_LEN;
+use erdma_model::{CharDevice, NodeDevices, RdmaDevice, SlotId};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// One device as served: everything Allocate needs, taken from a [`RdmaDevice`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedDevice {
+    /// The inventoried device.
+    pub device: RdmaDevice,
+}
+
+impl ServedDevice {
+    /// Device name.
+    pub fn name(&self) -> &str {
+        &self.device.name
+    }
+    /// Healthy now.
+    pub fn healthy(&self) -> bool {
+        self.device.health.is_healthy()
+    }
+    /// NUMA node.
+    pub fn numa(&self) -> NumaNode {
+        self.device.numa_node
+    }
+    /// Character devices the container needs for this device (uverbs, then umad).
+    pub fn char_devices(&self) -> impl Iterator<Item = &CharDevice> {
+        self.device.char_devices.all()
+    }
+}
+
+/// The devices served for one snapshot, with the ListAndWatch message precomputed.
+#[derive(Debug, Clone)]
+pub struct ServedSet {
+    /// Devices by name.
+    pub devices: BTreeMap<String, ServedDevice>,
+    /// `/dev/infiniband/rdma_cm`, when the node has it.
+    pub rdma_cm: Option<CharDevice>,
+    /// Slots per device.
+    pub slots_per_device: u32,
+    /// The ListAndWatch message for this set.
+    pub message: Arc<api::ListAndWatchResponse>,
+}
+
+impl ServedSet {
+    /// Builds the served set from a snapshot. Devices whose slot IDs would exceed the kubelet's
+    /// 63-character limit are skipped (and logged).
+    pub fn from_snapshot(node: &NodeDevices, slots_per_device: u32) -> ServedSet {
+        let mut devices = BTreeMap::new();
+        let widest = format!("/{}", slots_per_device.saturating_sub(1)).len();
+        for d in &node.devices {
+            if d.name.len() + widest > MAX_DEVICE_ID_LEN
+                || d.name.is_empty()
+                || d.name.contains('/')
+            {
+                tracing::warn!(device = %d.name, "device name cannot form a slot ID of at most {MAX_DEVICE_ID_LEN} characters; not advertised");
+                continue;
+            }
+            devices.insert(d.name.clone(), ServedDevice { device: d.clone() });
+        }
+        let message = Arc::new(list_and_watch_message(devices.values(), slots_per_device));
+        ServedSet {
+            devices,
+            rdma_cm: node.rdma_cm.clone(),
+            slots_per_device,
+            message,
+        }
+    }
+
+    /// The served device a slot belongs to, when the slot exists.
+    pub fn slot_device(&self, slot: &SlotId) -> Option<&ServedDevice> {
+        self.devices
+            .get(&slot.device)
+            .filter(|_| slot.index < self.slots_per_device)
+    }
+
+    /// Healthy devices, by name.
+    pub fn healthy(&self) -> impl Iterator<Item = &ServedDevice> {
+        self.devices.values().filter(|d| d.healthy())
+    }
+}
+
+/// The topology of a device: its NUMA node, or none when unknown (never a fake node 0).
+pub fn topology(numa: NumaNode) -> Option<api::TopologyInfo> {
+    numa.0.map(|n| api::TopologyInfo {
+        nodes: vec![api::NumaNode { id: i64::from(n) }],
+    })
+}
+
+/// The full ListAndWatch message: `slots_per_device` IDs `"<device>/<i>"` per device.
+pub fn list_and_watch_message<'a>(
+    devices: impl Iterator<Item = &'a ServedDevice>,
+    slots_per_device: u32,
+) -> api::ListAndWatchResponse {
+    let mut out = Vec::new();
+    for d in devices {
+        let health = if d.healthy() {
+            api::HEALTHY
+        } else {
+            api::UNHEALTHY
+        };
+        let topo = topology(d.numa());
+        out.reserve(slots_per_device as usize);
+        for i in 0..slots_per_device {
+            out.push(api::Device {
+                id: format!("{}/{i}", d.name()),
+                health: health.to_string(),
+                topology: topo.clone(),
+            });
+        }
+    }
+    api::ListAndWatchResponse { devices: out }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use erdma_model::{DeviceKind, Health};
+
+    fn node() -> NodeDevices {
+        let mut a = RdmaDevice::named("erdma_0", DeviceKind::Erdma);
+        a.numa_node = NumaNode(Some(1));
+        let mut b = RdmaDevice::named("erdma_1", DeviceKind::Erdma);
+        b.health = Health::from_reasons(vec!["port 1 is DOWN".into()]);
+        let c = RdmaDevice::named("x".repeat(62), DeviceKind::Erdma);
+        let mut n = NodeDevices::empty();
+        n.devices = vec![a, b, c];
+        n
+    }
+
+    #[test]
+    fn slots_health_and_topology() {
+        let set = ServedSet::from_snapshot(&node(), 3);
+        let ids: Vec<&str> = set.message.devices.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "erdma_0/0",
+                "erdma_0/1",
+                "erdma_0/2",
+                "erdma_1/0",
+                "erdma_1/1",
+                "erdma_1/2"
+            ]
+        );
+        assert_eq!(
+            set.message.devices[0].topology.as_ref().unwrap().nodes[0].id,
+            1
+        );
+        assert_eq!(set.message.devices[0].health, "Healthy");
+        assert!(
+            set.message.devices[3].topology.is_none(),
+            "unknown NUMA is omitted, not 0"
+        );
+        assert_eq!(set.message.devices[3].health, "Unhealthy");
+        assert!(set.slot_device(&SlotId::new("erdma_0", 2)).is_some());
+        assert!(set.slot_device(&SlotId::new("erdma_0", 3)).is_none());
+    }
+}

@@ -1,0 +1,238 @@
+//! Prometheus metrics of the plugin and the `/metrics` + `/healthz` HTTP server.
+
+use crate::devices::ServedSet;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+
+/// Labels of the device gauge.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeviceLabels {
+    /// `healthy` or `unhealthy`.
+    pub health: String,
+    /// Protocol mode (`iwarp`, `roce`, `infiniband`, `unknown`).
+    pub mode: String,
+}
+
+/// Labels with a device name.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeviceName {
+    /// RDMA device name.
+    pub device: String,
+}
+
+/// Labels with a result.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// `ok` or `error`.
+    pub result: String,
+}
+
+/// All plugin metrics.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    /// Devices by health and mode.
+    pub devices: Family<DeviceLabels, Gauge>,
+    /// Distinct slots handed out by Allocate, per device.
+    pub slots_allocated: Family<DeviceName, Gauge>,
+    /// Allocate latency in seconds.
+    pub allocate_seconds: Histogram,
+    /// Register calls by result.
+    pub registrations: Family<ResultLabel, Counter>,
+    /// Kubelet restarts noticed.
+    pub kubelet_restarts: Counter,
+    /// ListAndWatch messages sent.
+    pub list_and_watch_updates: Counter,
+    /// Whether the plugin is registered with the kubelet now.
+    registered: AtomicBool,
+    allocated: Mutex<BTreeSet<erdma_model::SlotId>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric under the `erdma_deviceplugin` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("erdma_deviceplugin");
+        let devices = Family::<DeviceLabels, Gauge>::default();
+        let slots_allocated = Family::<DeviceName, Gauge>::default();
+        let allocate_seconds = Histogram::new([
+            0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25,
+        ]);
+        let registrations = Family::<ResultLabel, Counter>::default();
+        let kubelet_restarts = Counter::default();
+        let list_and_watch_updates = Counter::default();
+        registry.register(
+            "devices",
+            "RDMA devices served, by health and protocol mode",
+            devices.clone(),
+        );
+        registry.register(
+            "slots_allocated",
+            "Distinct slots handed out by Allocate, per device",
+            slots_allocated.clone(),
+        );
+        registry.register(
+            "allocate_duration_seconds",
+            "Allocate latency",
+            allocate_seconds.clone(),
+        );
+        registry.register(
+            "registrations",
+            "Register calls to the kubelet, by result",
+            registrations.clone(),
+        );
+        registry.register(
+            "kubelet_restarts",
+            "Kubelet restarts noticed",
+            kubelet_restarts.clone(),
+        );
+        registry.register(
+            "list_and_watch_updates",
+            "ListAndWatch messages sent",
+            list_and_watch_updates.clone(),
+        );
+        Metrics {
+            registry: Mutex::new(registry),
+            devices,
+            slots_allocated,
+            allocate_seconds,
+            registrations,
+            kubelet_restarts,
+            list_and_watch_updates,
+            registered: AtomicBool::new(false),
+            allocated: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// Refreshes the device gauges from a served set.
+    pub fn observe_devices(&self, set: &ServedSet) {
+        self.devices.clear();
+        for d in set.devices.values() {
+            let labels = DeviceLabels {
+                health: if d.healthy() { "healthy" } else { "unhealthy" }.to_string(),
+                mode: d
+                    .device
+                    .mode
+                    .map(|m| m.name().to_string())
+                    .unwrap_or_else(|| "unknown".into()),
+            };
+            self.devices.get_or_create(&labels).inc();
+        }
+    }
+
+    /// Records slots handed out by Allocate.
+    pub fn observe_allocated(&self, slots: &[erdma_model::SlotId]) {
+        let mut all = self.allocated.lock().unwrap_or_else(|p| p.into_inner());
+        for s in slots {
+            if all.insert(s.clone()) {
+                self.slots_allocated
+                    .get_or_create(&DeviceName {
+                        device: s.device.clone(),
+                    })
+                    .inc();
+            }
+        }
+    }
+
+    /// Records a Register outcome.
+    pub fn observe_registration(&self, ok: bool) {
+        self.registrations
+            .get_or_create(&ResultLabel {
+                result: if ok { "ok" } else { "error" }.into(),
+            })
+            .inc();
+        self.registered.store(ok, Ordering::Relaxed);
+    }
+
+    /// Marks the plugin as not registered (its server is being re-created).
+    pub fn set_unregistered(&self) {
+        self.registered.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether the last registration succeeded and still stands.
+    pub fn is_registered(&self) -> bool {
+        self.registered.load(Ordering::Relaxed)
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        out
+    }
+}
+
+/// Serves `/metrics` and `/healthz` on `addr` until `cancel` fires. `/healthz` answers 200 while
+/// the process runs (a kubelet outage must not make Kubernetes restart the agent) and reports
+/// whether the plugin is registered.
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    cancel: CancellationToken,
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    serve_on(listener, metrics, cancel).await
+}
+
+/// [`serve`] on an already bound listener.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    cancel: CancellationToken,
+) -> std::io::Result<()> {
+    use axum::http::header::CONTENT_TYPE;
+    use axum::routing::get;
+    let m1 = metrics.clone();
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let m = m1.clone();
+                async move {
+                    (
+                        [(
+                            CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        m.encode(),
+                    )
+                }
+            }),
+        )
+        .route(
+            "/healthz",
+            get(move || {
+                let m = metrics.clone();
+                async move {
+                    (
+                        [(CONTENT_TYPE, "application/json")],
+                        format!("{{\"ok\":true,\"registered\":{}}}\n", m.is_registered()),
+                    )
+                }
+            }),
+        );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { cancel.cancelled().await })
+        .await
+}

@@ -1,0 +1,398 @@
+//! The plugin lifecycle: serve the socket, register, notice kubelet restarts, re-serve and
+//! re-register, shut down cleanly.
+//!
+//! Restart detection uses inotify on the device-plugin directory (our socket removed,
+//! `kubelet.sock` created) plus a 1 s stat of both sockets as a fallback. While the kubelet is
+//! down, registration is retried with a backoff (50 ms doubling to 5 s, cut short when
+//! `kubelet.sock` appears). Nothing here exits the process.
+
+use crate::config::PluginConfig;
+use crate::devices::ServedSet;
+use crate::metrics::Metrics;
+use crate::service::{DevicePluginService, NoopPreStart, PluginState, PreStartHook};
+use erdma_kubelet::deviceplugin::v1beta1 as api;
+use erdma_kubelet::deviceplugin::v1beta1::registration_client::RegistrationClient;
+use erdma_kubelet::uds::{self, ClientAuthority};
+use erdma_model::NodeDevices;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const BACKOFF_START: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+const POLL: Duration = Duration::from_secs(1);
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Errors that stop the plugin before it starts.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    /// The configuration is unusable.
+    #[error("device plugin configuration: {0}")]
+    Config(String),
+}
+
+/// What happened in the device-plugin directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DirEvent {
+    OwnSocketRemoved,
+    KubeletSocketCreated,
+}
+
+/// Identity of a file (device, inode), to tell a re-created socket from the old one.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// Everything needed to run the plugin.
+pub struct Plugin {
+    cfg: PluginConfig,
+    devices: watch::Receiver<NodeDevices>,
+    metrics: Arc<Metrics>,
+    pre_start: Arc<dyn PreStartHook>,
+}
+
+impl Plugin {
+    /// A plugin serving the snapshots published on `devices`.
+    pub fn new(
+        cfg: PluginConfig,
+        devices: watch::Receiver<NodeDevices>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Plugin {
+            cfg,
+            devices,
+            metrics,
+            pre_start: Arc::new(NoopPreStart),
+        }
+    }
+
+    /// Replaces the PreStartContainer hook (used when pre-start mode is configured).
+    pub fn with_pre_start(mut self, hook: Arc<dyn PreStartHook>) -> Self {
+        self.pre_start = hook;
+        self
+    }
+
+    /// Runs until `cancel` fires; then stops serving and removes the socket. Only a bad
+    /// configuration returns an error; kubelet trouble is logged and retried.
+    pub async fn run(self, cancel: CancellationToken) -> Result<(), PluginError> {
+        self.cfg.validate().map_err(PluginError::Config)?;
+        let cfg = self.cfg.clone();
+        let first = Arc::new(ServedSet::from_snapshot(
+            &self.devices.borrow(),
+            cfg.slots_per_device,
+        ));
+        let (served_tx, served_rx) = watch::channel(first);
+        let feeder = tokio::spawn(feed_served(
+            self.devices,
+            served_tx,
+            cfg.clone(),
+            self.metrics.clone(),
+            cancel.clone(),
+        ));
+        let state = Arc::new(PluginState {
+            cfg: cfg.clone(),
+            served: served_rx,
+            metrics: self.metrics.clone(),
+            pre_start: self.pre_start,
+        });
+        let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
+        let _watcher = watch_dir(&cfg, ev_tx, &cancel).await;
+        lifecycle(&state, &mut ev_rx, &cancel).await;
+        let _ = feeder.await;
+        Ok(())
+    }
+}
+
+/// Rebuilds the served set whenever the inventory publishes a new snapshot.
+async fn feed_served(
+    mut devices: watch::Receiver<NodeDevices>,
+    tx: watch::Sender<Arc<ServedSet>>,
+    cfg: PluginConfig,
+    metrics: Arc<Metrics>,
+    cancel: CancellationToken,
+) {
+    loop {
+        let set = Arc::new(ServedSet::from_snapshot(
+            &devices.borrow_and_update(),
+            cfg.slots_per_device,
+        ));
+        metrics.observe_devices(&set);
+        if let Some(cdi) = &cfg.cdi
+            && let Err(e) = crate::cdi::write_spec(cdi, &set)
+        {
+            tracing::error!("{e}");
+        }
+        tx.send_if_modified(|cur| {
+            if cur.message == set.message
+                && cur.rdma_cm == set.rdma_cm
+                && cur.devices == set.devices
+            {
+                false
+            } else {
+                *cur = set;
+                true
+            }
+        });
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = devices.changed() => if r.is_err() {
+                // The publisher is gone: keep serving the last snapshot until shutdown.
+                cancel.cancelled().await;
+                return;
+            },
+        }
+    }
+}
+
+/// Starts an inotify watch on the plugin directory (waiting for it to exist). Returns the
+/// watcher, which must be kept alive; `None` when inotify is unavailable (the 1 s poll remains).
+async fn watch_dir(
+    cfg: &PluginConfig,
+    tx: mpsc::UnboundedSender<DirEvent>,
+    cancel: &CancellationToken,
+) -> Option<notify::RecommendedWatcher> {
+    use notify::{EventKind, RecursiveMode, Watcher};
+    let own = cfg.socket_path();
+    let kubelet = cfg.kubelet_socket();
+    let mut backoff = BACKOFF_START;
+    while !cfg.kubelet_dir.is_dir() {
+        tracing::warn!(dir = %cfg.kubelet_dir.display(), "device-plugin directory does not exist yet; waiting for the kubelet");
+        tokio::select! {
+            _ = cancel.cancelled() => return None,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+    let handler = move |res: notify::Result<notify::Event>| {
+        let Ok(ev) = res else { return };
+        for p in &ev.paths {
+            let e = match ev.kind {
+                EventKind::Remove(_) if *p == own => Some(DirEvent::OwnSocketRemoved),
+                EventKind::Create(_) if *p == kubelet => Some(DirEvent::KubeletSocketCreated),
+                _ => None,
+            };
+            if let Some(e) = e {
+                let _ = tx.send(e);
+            }
+        }
+    };
+    match notify::recommended_watcher(handler) {
+        Ok(mut w) => match w.watch(&cfg.kubelet_dir, RecursiveMode::NonRecursive) {
+            Ok(()) => Some(w),
+            Err(e) => {
+                tracing::warn!(dir = %cfg.kubelet_dir.display(), "inotify watch failed ({e}); relying on the 1 s poll");
+                None
+            }
+        },
+        Err(e) => {
+            tracing::warn!("inotify unavailable ({e}); relying on the 1 s poll");
+            None
+        }
+    }
+}
+
+struct Server {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+    socket_id: Option<(u64, u64)>,
+    path: PathBuf,
+}
+
+impl Server {
+    fn start(state: &Arc<PluginState>, parent: &CancellationToken) -> Result<Server, String> {
+        let path = state.cfg.socket_path();
+        let listener = uds::bind(&path).map_err(|e| e.to_string())?;
+        let socket_id = file_id(&path);
+        let stop = parent.child_token();
+        let svc = api::device_plugin_server::DevicePluginServer::new(DevicePluginService::new(
+            state.clone(),
+            stop.clone(),
+        ))
+        .max_decoding_message_size(16 << 20);
+        let s2 = stop.clone();
+        let task = tokio::spawn(async move {
+            let r = tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming_shutdown(uds::incoming(listener), s2.cancelled())
+                .await;
+            if let Err(e) = r {
+                tracing::error!("device-plugin server: {e}");
+            }
+        });
+        tracing::info!(socket = %path.display(), "serving the device plugin");
+        Ok(Server {
+            stop,
+            task,
+            socket_id,
+            path,
+        })
+    }
+
+    /// True when our socket file is still the one we bound.
+    fn socket_intact(&self) -> bool {
+        self.socket_id.is_some() && file_id(&self.path) == self.socket_id
+    }
+
+    /// Stops serving; removes the socket when it is still ours.
+    async fn stop(self) {
+        self.stop.cancel();
+        let intact = self.socket_intact();
+        let mut task = self.task;
+        if tokio::time::timeout(Duration::from_secs(2), &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+        }
+        if intact && file_id(&self.path) == self.socket_id {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+async fn register(state: &PluginState) -> Result<(), String> {
+    let cfg = &state.cfg;
+    let kubelet = cfg.kubelet_socket();
+    if !uds::is_socket(&kubelet) {
+        return Err(if kubelet.exists() {
+            format!(
+                "{} is not a socket; is this the kubelet's device-plugin directory?",
+                kubelet.display()
+            )
+        } else {
+            format!(
+                "{} does not exist (kubelet down or restarting)",
+                kubelet.display()
+            )
+        });
+    }
+    let ch = uds::connect(&kubelet, ClientAuthority::Localhost, Duration::from_secs(2))
+        .await
+        .map_err(|e| e.to_string())?;
+    let req = api::RegisterRequest {
+        version: api::VERSION.to_string(),
+        endpoint: cfg.socket_name(),
+        resource_name: cfg.resource_name.clone(),
+        options: Some(api::DevicePluginOptions {
+            pre_start_required: cfg.pre_start_required,
+            get_preferred_allocation_available: true,
+        }),
+    };
+    tokio::time::timeout(REGISTER_TIMEOUT, RegistrationClient::new(ch).register(req))
+        .await
+        .map_err(|_| {
+            format!(
+                "Register on {} timed out after {REGISTER_TIMEOUT:?}",
+                kubelet.display()
+            )
+        })?
+        .map_err(|s| {
+            format!(
+                "kubelet rejected Register of {}: {}",
+                cfg.resource_name,
+                s.message()
+            )
+        })?;
+    Ok(())
+}
+
+/// Serve → register → watch, again and again, until cancelled.
+async fn lifecycle(
+    state: &Arc<PluginState>,
+    events: &mut mpsc::UnboundedReceiver<DirEvent>,
+    cancel: &CancellationToken,
+) {
+    let cfg = &state.cfg;
+    let mut backoff = BACKOFF_START;
+    'outer: loop {
+        if cancel.is_cancelled() {
+            return;
+        }
+        let server = match Server::start(state, cancel) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("cannot serve the device plugin: {e}; retrying in {backoff:?}");
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                continue;
+            }
+        };
+        // Drop events caused before this server existed.
+        while events.try_recv().is_ok() {}
+        // Register, retrying while the kubelet is away.
+        let mut reg_backoff = BACKOFF_START;
+        let kubelet_id = loop {
+            let kubelet_id = file_id(&cfg.kubelet_socket());
+            match register(state).await {
+                Ok(()) => {
+                    state.metrics.observe_registration(true);
+                    tracing::info!(resource = %cfg.resource_name, endpoint = %cfg.socket_name(), "registered with the kubelet");
+                    break kubelet_id;
+                }
+                Err(e) => {
+                    state.metrics.observe_registration(false);
+                    tracing::warn!("registration failed: {e}; retrying in {reg_backoff:?}");
+                }
+            }
+            let deadline = tokio::time::sleep(reg_backoff);
+            tokio::pin!(deadline);
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => { server.stop().await; return; }
+                    _ = &mut deadline => break,
+                    ev = events.recv() => match ev {
+                        Some(DirEvent::KubeletSocketCreated) => break,
+                        Some(DirEvent::OwnSocketRemoved) if !server.socket_intact() => {
+                            server.stop().await;
+                            continue 'outer;
+                        }
+                        _ => {}
+                    },
+                }
+            }
+            if !server.socket_intact() {
+                server.stop().await;
+                continue 'outer;
+            }
+            reg_backoff = (reg_backoff * 2).min(BACKOFF_MAX);
+        };
+        backoff = BACKOFF_START;
+        // Registered: wait for a kubelet restart.
+        let mut poll = tokio::time::interval(POLL);
+        poll.tick().await;
+        loop {
+            let restarted = tokio::select! {
+                _ = cancel.cancelled() => {
+                    state.metrics.set_unregistered();
+                    server.stop().await;
+                    tracing::info!("device plugin stopped");
+                    return;
+                }
+                ev = events.recv() => match ev {
+                    Some(DirEvent::OwnSocketRemoved) => !server.socket_intact(),
+                    Some(DirEvent::KubeletSocketCreated) => file_id(&cfg.kubelet_socket()) != kubelet_id,
+                    None => false,
+                },
+                _ = poll.tick() => !server.socket_intact() || file_id(&cfg.kubelet_socket()).is_some_and(|id| Some(id) != kubelet_id),
+            };
+            if restarted {
+                tracing::warn!(
+                    "kubelet restart detected (plugin socket removed or kubelet.sock re-created); re-serving and re-registering"
+                );
+                state.metrics.kubelet_restarts.inc();
+                state.metrics.set_unregistered();
+                server.stop().await;
+                continue 'outer;
+            }
+        }
+    }
+}

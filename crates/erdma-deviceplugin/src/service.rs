@@ -1,0 +1,392 @@
+//! The `v1beta1.DevicePlugin` service.
+
+use crate::cdi;
+use crate::config::PluginConfig;
+use crate::devices::{ServedDevice, ServedSet};
+use crate::metrics::Metrics;
+use erdma_kubelet::deviceplugin::v1beta1 as api;
+use erdma_model::allocation::{DeviceLoad, PreferenceRequest, preferred_allocation};
+use erdma_model::{CharDevice, SlotId};
+use std::collections::{BTreeMap, BTreeSet};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio_stream::Stream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+/// Env variable with the PNET ID of the container's first device (sorted by name), as the
+/// original plugin set it for SMC-R.
+pub const ENV_SMCR_PNET: &str = "SMCR_PNET";
+/// Env variable listing the container's RDMA device names, comma-separated, sorted.
+pub const ENV_ERDMA_DEVICES: &str = "ERDMA_DEVICES";
+/// Env variable with the same names in NCCL_IB_HCA exact-match form (`=erdma_0,erdma_1`), so a
+/// launcher can `export NCCL_IB_HCA="$ERDMA_NCCL_IB_HCA"`.
+pub const ENV_ERDMA_NCCL_IB_HCA: &str = "ERDMA_NCCL_IB_HCA";
+
+/// Most container requests / IDs accepted in one call (a kubelet sends one container and a few
+/// IDs; anything far larger is malformed).
+const MAX_CONTAINERS: usize = 256;
+const MAX_IDS: usize = 100_000;
+
+/// What PreStartContainer does when the pre-start mode is configured. The SMC-R issue supplies
+/// the real hook; until then the default succeeds without doing anything.
+#[tonic::async_trait]
+pub trait PreStartHook: Send + Sync + 'static {
+    /// Called with the slot IDs of a container about to start.
+    async fn pre_start(&self, device_ids: &[String]) -> Result<(), Status>;
+}
+
+/// The default hook: logs and succeeds.
+#[derive(Debug, Default)]
+pub struct NoopPreStart;
+
+#[tonic::async_trait]
+impl PreStartHook for NoopPreStart {
+    async fn pre_start(&self, device_ids: &[String]) -> Result<(), Status> {
+        tracing::debug!(?device_ids, "PreStartContainer: nothing to do");
+        Ok(())
+    }
+}
+
+/// Shared plugin state: configuration, the current served set, metrics.
+pub struct PluginState {
+    /// Configuration.
+    pub cfg: PluginConfig,
+    /// The served set, rebuilt on every inventory change.
+    pub served: watch::Receiver<Arc<ServedSet>>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// PreStartContainer hook.
+    pub pre_start: Arc<dyn PreStartHook>,
+}
+
+/// One server instance of the DevicePlugin service. `stop` ends its ListAndWatch streams so a
+/// graceful server shutdown completes.
+#[derive(Clone)]
+pub struct DevicePluginService {
+    state: Arc<PluginState>,
+    stop: CancellationToken,
+}
+
+impl DevicePluginService {
+    /// A service instance whose streams end when `stop` fires.
+    pub fn new(state: Arc<PluginState>, stop: CancellationToken) -> Self {
+        DevicePluginService { state, stop }
+    }
+}
+
+fn bad(msg: String) -> Status {
+    Status::invalid_argument(msg)
+}
+
+/// Validates one container's IDs against the served set; the error names the ID and the fix.
+pub fn validate_ids<'a>(
+    cfg: &PluginConfig,
+    set: &'a ServedSet,
+    ids: &[String],
+) -> Result<Vec<(SlotId, &'a ServedDevice)>, Status> {
+    if ids.is_empty() {
+        return Err(bad(format!(
+            "container request has no device IDs; ask for at least one {}",
+            cfg.resource_name
+        )));
+    }
+    if ids.len() > MAX_IDS {
+        return Err(bad(format!(
+            "container request has {} device IDs (at most {MAX_IDS})",
+            ids.len()
+        )));
+    }
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        let slot = SlotId::parse(id).map_err(|e| {
+            bad(format!(
+                "device ID {id:?} is not a {} slot: {e}",
+                cfg.resource_name
+            ))
+        })?;
+        if !seen.insert(slot.clone()) {
+            return Err(bad(format!(
+                "device ID {id:?} appears twice in one container request"
+            )));
+        }
+        let dev = set.slot_device(&slot).ok_or_else(|| {
+            bad(format!(
+                "device ID {id:?} is not advertised by {} on this node (devices: {:?}, slots 0..{})",
+                cfg.resource_name,
+                set.devices.keys().collect::<Vec<_>>(),
+                set.slots_per_device
+            ))
+        })?;
+        if !dev.healthy() {
+            return Err(bad(format!(
+                "device ID {id:?} belongs to unhealthy device {}: {}",
+                dev.name(),
+                dev.device.health.reasons().join("; ")
+            )));
+        }
+        out.push((slot, dev));
+    }
+    Ok(out)
+}
+
+/// Builds the response for one container from its validated slots.
+pub fn container_response(
+    cfg: &PluginConfig,
+    set: &ServedSet,
+    slots: &[(SlotId, &ServedDevice)],
+) -> api::ContainerAllocateResponse {
+    let devices: Vec<&ServedDevice> = if cfg.allocate_all_devices {
+        set.healthy().collect()
+    } else {
+        let names: BTreeSet<&str> = slots.iter().map(|(s, _)| s.device.as_str()).collect();
+        names
+            .into_iter()
+            .filter_map(|n| set.devices.get(n))
+            .collect()
+    };
+    let names: Vec<&str> = devices.iter().map(|d| d.name()).collect();
+    let mut envs = BTreeMap::new();
+    envs.insert(ENV_ERDMA_DEVICES.to_string(), names.join(","));
+    envs.insert(
+        ENV_ERDMA_NCCL_IB_HCA.to_string(),
+        format!("={}", names.join(",")),
+    );
+    if let Some(pnet) = devices.iter().find_map(|d| d.device.pnet_id.as_ref()) {
+        envs.insert(ENV_SMCR_PNET.to_string(), pnet.as_str().to_string());
+    }
+    let mut resp = api::ContainerAllocateResponse {
+        envs,
+        ..Default::default()
+    };
+    if let Some(cdi_cfg) = &cfg.cdi {
+        resp.cdi_devices = devices
+            .iter()
+            .map(|d| api::CdiDevice {
+                name: cdi::qualified_name(cdi_cfg, d.name()),
+            })
+            .collect();
+        return resp;
+    }
+    let spec = |c: &CharDevice| api::DeviceSpec {
+        container_path: c.path.clone(),
+        host_path: c.path.clone(),
+        permissions: "rw".into(),
+    };
+    let mut seen = BTreeSet::new();
+    for d in &devices {
+        for c in d.char_devices() {
+            if seen.insert(c.path.clone()) {
+                resp.devices.push(spec(c));
+            }
+        }
+    }
+    // rdma_cm serves connection setup in every mode (iWARP needs it; RoCE rdma_cm apps too).
+    if let Some(cm) = &set.rdma_cm
+        && !devices.is_empty()
+    {
+        resp.devices.push(spec(cm));
+    }
+    resp
+}
+
+type ListAndWatchStream =
+    Pin<Box<dyn Stream<Item = Result<api::ListAndWatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl api::device_plugin_server::DevicePlugin for DevicePluginService {
+    async fn get_device_plugin_options(
+        &self,
+        _: Request<api::Empty>,
+    ) -> Result<Response<api::DevicePluginOptions>, Status> {
+        Ok(Response::new(api::DevicePluginOptions {
+            pre_start_required: self.state.cfg.pre_start_required,
+            get_preferred_allocation_available: true,
+        }))
+    }
+
+    type ListAndWatchStream = ListAndWatchStream;
+
+    async fn list_and_watch(
+        &self,
+        _: Request<api::Empty>,
+    ) -> Result<Response<Self::ListAndWatchStream>, Status> {
+        let rx = self.state.served.clone();
+        let stop = self.stop.clone();
+        let metrics = self.state.metrics.clone();
+        tracing::info!("kubelet opened ListAndWatch");
+        // State: the receiver, the last message sent (None before the first), the stop token.
+        let stream = futures::stream::unfold(
+            (rx, None::<Arc<api::ListAndWatchResponse>>, stop, metrics),
+            |(mut rx, last, stop, metrics)| async move {
+                loop {
+                    let current = rx.borrow_and_update().message.clone();
+                    let changed = last.as_ref().is_none_or(|l| **l != *current);
+                    if changed {
+                        metrics.list_and_watch_updates.inc();
+                        let msg = (*current).clone();
+                        return Some((Ok(msg), (rx, Some(current), stop, metrics)));
+                    }
+                    tokio::select! {
+                        _ = stop.cancelled() => return None,
+                        r = rx.changed() => if r.is_err() { return None },
+                    }
+                }
+            },
+        );
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        request: Request<api::PreferredAllocationRequest>,
+    ) -> Result<Response<api::PreferredAllocationResponse>, Status> {
+        let req = request.into_inner();
+        let set = self.state.served.borrow().clone();
+        let cfg = &self.state.cfg;
+        if req.container_requests.len() > MAX_CONTAINERS {
+            return Err(bad(format!(
+                "{} container requests in one call (at most {MAX_CONTAINERS})",
+                req.container_requests.len()
+            )));
+        }
+        let pod_used = match &cfg.pod_resources_socket {
+            Some(p) => crate::podresources::used_slots(p, &cfg.resource_name)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(
+                        "pod-resources unavailable, counting from the kubelet's offer: {e}"
+                    );
+                    BTreeMap::new()
+                }),
+            None => BTreeMap::new(),
+        };
+        let mut responses = Vec::with_capacity(req.container_requests.len());
+        for c in req.container_requests {
+            let parse = |ids: &[String]| -> Result<Vec<SlotId>, Status> {
+                ids.iter()
+                    .map(|id| {
+                        SlotId::parse(id).map_err(|e| {
+                            bad(format!(
+                                "device ID {id:?} is not a {} slot: {e}",
+                                cfg.resource_name
+                            ))
+                        })
+                    })
+                    .collect()
+            };
+            if c.available_device_i_ds.len() > MAX_IDS {
+                return Err(bad(format!(
+                    "{} available IDs (at most {MAX_IDS})",
+                    c.available_device_i_ds.len()
+                )));
+            }
+            let available = parse(&c.available_device_i_ds)?;
+            let must_include = parse(&c.must_include_device_i_ds)?;
+            let size = usize::try_from(c.allocation_size)
+                .map_err(|_| bad(format!("allocation_size {} is negative", c.allocation_size)))?;
+            // Slots the kubelet does not offer are in use (it offers only free ones).
+            let mut offered: BTreeMap<&str, u32> = BTreeMap::new();
+            for s in &available {
+                *offered.entry(s.device.as_str()).or_default() += 1;
+            }
+            let loads: Vec<DeviceLoad> = set
+                .devices
+                .values()
+                .map(|d| {
+                    let from_offer = set
+                        .slots_per_device
+                        .saturating_sub(offered.get(d.name()).copied().unwrap_or(0));
+                    let from_pods = pod_used.get(d.name()).copied().unwrap_or(0);
+                    DeviceLoad {
+                        device: d.name().to_string(),
+                        numa: d.numa(),
+                        used: from_offer.max(from_pods),
+                    }
+                })
+                .collect();
+            let chosen = preferred_allocation(
+                &PreferenceRequest {
+                    available,
+                    must_include,
+                    size,
+                },
+                &loads,
+            );
+            responses.push(api::ContainerPreferredAllocationResponse {
+                device_i_ds: chosen.iter().map(ToString::to_string).collect(),
+            });
+        }
+        Ok(Response::new(api::PreferredAllocationResponse {
+            container_responses: responses,
+        }))
+    }
+
+    async fn allocate(
+        &self,
+        request: Request<api::AllocateRequest>,
+    ) -> Result<Response<api::AllocateResponse>, Status> {
+        let started = Instant::now();
+        let req = request.into_inner();
+        let cfg = &self.state.cfg;
+        let result = (|| {
+            if req.container_requests.is_empty() {
+                return Err(bad("AllocateRequest has no container requests; the kubelet sends one per container".into()));
+            }
+            if req.container_requests.len() > MAX_CONTAINERS {
+                return Err(bad(format!(
+                    "{} container requests in one call (at most {MAX_CONTAINERS})",
+                    req.container_requests.len()
+                )));
+            }
+            let set = self.state.served.borrow().clone();
+            let mut responses = Vec::with_capacity(req.container_requests.len());
+            let mut all_slots = Vec::new();
+            for c in &req.container_requests {
+                let slots = validate_ids(cfg, &set, &c.devices_ids)?;
+                responses.push(container_response(cfg, &set, &slots));
+                all_slots.extend(slots.into_iter().map(|(s, _)| s));
+            }
+            Ok((responses, all_slots))
+        })();
+        let elapsed = started.elapsed();
+        self.state
+            .metrics
+            .allocate_seconds
+            .observe(elapsed.as_secs_f64());
+        match result {
+            Ok((responses, slots)) => {
+                self.state.metrics.observe_allocated(&slots);
+                tracing::info!(ids = ?req.container_requests.iter().map(|c| &c.devices_ids).collect::<Vec<_>>(), ?elapsed, "Allocate");
+                Ok(Response::new(api::AllocateResponse {
+                    container_responses: responses,
+                }))
+            }
+            Err(status) => {
+                tracing::warn!("Allocate rejected: {}", status.message());
+                Err(status)
+            }
+        }
+    }
+
+    async fn pre_start_container(
+        &self,
+        request: Request<api::PreStartContainerRequest>,
+    ) -> Result<Response<api::PreStartContainerResponse>, Status> {
+        let req = request.into_inner();
+        if self.state.cfg.pre_start_required {
+            let timeout = Duration::from_secs(api::PRE_START_CONTAINER_TIMEOUT_SECS);
+            tokio::time::timeout(timeout, self.state.pre_start.pre_start(&req.devices_ids))
+                .await
+                .map_err(|_| {
+                    Status::deadline_exceeded("PreStartContainer hook did not finish in 30 s")
+                })??;
+        } else {
+            tracing::debug!(ids = ?req.devices_ids, "PreStartContainer called although not requested; nothing to do");
+        }
+        Ok(Response::new(api::PreStartContainerResponse {}))
+    }
+}

@@ -1,0 +1,639 @@
+//! The real plugin server over Unix sockets, driven by the fake kubelet.
+
+mod common;
+
+use common::*;
+use erdma_fake_kubelet::AllocateOptions;
+use erdma_kubelet::deviceplugin::v1beta1 as api;
+use erdma_kubelet::deviceplugin::v1beta1::device_plugin_client::DevicePluginClient;
+use erdma_kubelet::uds::{self, ClientAuthority};
+use erdma_model::Health;
+use std::time::{Duration, Instant};
+
+fn alloc(pod: &str, count: usize) -> AllocateOptions {
+    AllocateOptions {
+        resource: RESOURCE.into(),
+        count,
+        pod: pod.into(),
+        container: "c".into(),
+        authority: ClientAuthority::Localhost,
+    }
+}
+
+async fn plugin_client(
+    h: &Harness,
+    authority: ClientAuthority,
+) -> DevicePluginClient<tonic::transport::Channel> {
+    let ch = uds::connect(&h.cfg.socket_path(), authority, Duration::from_secs(5))
+        .await
+        .expect("connect to plugin");
+    DevicePluginClient::new(ch)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_and_lists_slots_with_topology() {
+    let h = start(
+        node(vec![
+            device("erdma_0", 0, Some(1), 1),
+            device("erdma_1", 1, None, 2),
+        ]),
+        |_, _| {},
+    )
+    .await;
+    let s = h.wait_registered(1).await;
+    let r = &s.resources[RESOURCE];
+    assert_eq!(r.endpoint, "erdma-aliyun_erdma-erdma.sock");
+    assert!(r.options.get_preferred_allocation_available);
+    assert!(!r.options.pre_start_required);
+    let ids: Vec<&str> = r.devices.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [
+            "erdma_0/0",
+            "erdma_0/1",
+            "erdma_0/2",
+            "erdma_0/3",
+            "erdma_1/0",
+            "erdma_1/1",
+            "erdma_1/2",
+            "erdma_1/3"
+        ]
+    );
+    assert!(r.devices.iter().all(|d| d.health == "Healthy"));
+    assert!(r.devices[..4].iter().all(|d| d.numa == vec![1]));
+    assert!(
+        r.devices[4..].iter().all(|d| d.numa.is_empty()),
+        "unknown NUMA must be omitted, never 0"
+    );
+    assert!(h.metrics.is_registered());
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocate_gives_the_chosen_devices_and_rdma_cm() {
+    let h = start(two_numa_node(), |_, _| {}).await;
+    let out = h
+        .kubelet
+        .allocate(&alloc("default/p1", 1))
+        .await
+        .expect("allocate");
+    assert_eq!(out.device_ids.len(), 1);
+    let dev = out.device_ids[0].split('/').next().unwrap().to_string();
+    let n: u32 = dev.trim_start_matches("erdma_").parse().unwrap();
+    let paths: Vec<&str> = out.devices.iter().map(|d| d.host_path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            format!("/dev/infiniband/uverbs{n}").as_str(),
+            "/dev/infiniband/rdma_cm"
+        ]
+    );
+    assert!(
+        out.devices
+            .iter()
+            .all(|d| d.permissions == "rw" && d.container_path == d.host_path)
+    );
+    assert_eq!(out.envs["ERDMA_DEVICES"], dev);
+    assert_eq!(out.envs["ERDMA_NCCL_IB_HCA"], format!("={dev}"));
+    assert_eq!(out.envs["SMCR_PNET"], format!("00163E0A1B{:02X}", n + 1));
+    assert!(out.cdi_devices.is_empty() && out.mounts.is_empty());
+    // Two slots of two devices in one container: both devices, SMCR_PNET of the first by name.
+    let mut c = plugin_client(&h, ClientAuthority::Localhost).await;
+    let r = c
+        .allocate(api::AllocateRequest {
+            container_requests: vec![api::ContainerAllocateRequest {
+                devices_ids: vec!["erdma_2/0".into(), "erdma_0/3".into()],
+            }],
+        })
+        .await
+        .expect("allocate")
+        .into_inner();
+    let c0 = &r.container_responses[0];
+    assert_eq!(c0.envs["ERDMA_DEVICES"], "erdma_0,erdma_2");
+    assert_eq!(c0.envs["SMCR_PNET"], "00163E0A1B01");
+    let paths: Vec<&str> = c0.devices.iter().map(|d| d.host_path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/dev/infiniband/uverbs0",
+            "/dev/infiniband/uverbs2",
+            "/dev/infiniband/rdma_cm"
+        ]
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocate_all_devices_mode_gives_every_healthy_device_to_every_container() {
+    let mut n = two_numa_node();
+    n.devices[2].health = Health::from_reasons(vec!["port 1 DOWN".into()]);
+    let h = start(n, |c, _| c.allocate_all_devices = true).await;
+    let mut c = plugin_client(&h, ClientAuthority::Localhost).await;
+    let r = c
+        .allocate(api::AllocateRequest {
+            container_requests: vec![
+                api::ContainerAllocateRequest {
+                    devices_ids: vec!["erdma_1/0".into()],
+                },
+                api::ContainerAllocateRequest {
+                    devices_ids: vec!["erdma_0/1".into()],
+                },
+            ],
+        })
+        .await
+        .expect("allocate")
+        .into_inner();
+    assert_eq!(r.container_responses.len(), 2);
+    for c in &r.container_responses {
+        // The original starved the second container; here both get the same full set.
+        let paths: Vec<&str> = c.devices.iter().map(|d| d.host_path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/dev/infiniband/uverbs0",
+                "/dev/infiniband/uverbs1",
+                "/dev/infiniband/rdma_cm"
+            ]
+        );
+        assert_eq!(c.envs["ERDMA_DEVICES"], "erdma_0,erdma_1");
+        assert_eq!(c.envs["SMCR_PNET"], "00163E0A1B01");
+    }
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preferred_allocation_on_two_numa_nodes() {
+    let h = start(two_numa_node(), |_, _| {}).await;
+    // NUMA 1 has two devices (8 free slots) against NUMA 0's 4: the first goes to NUMA 1,
+    // least-used device first, and the next spreads to the other device of NUMA 1.
+    let a = h.kubelet.allocate(&alloc("default/a", 1)).await.unwrap();
+    assert_eq!(a.preferred, vec!["erdma_1/0"]);
+    assert_eq!(a.device_ids, a.preferred);
+    let b = h.kubelet.allocate(&alloc("default/b", 1)).await.unwrap();
+    assert_eq!(b.device_ids, vec!["erdma_2/0"]);
+    // Two slots: one device suffices, so both come from one device.
+    let c = h.kubelet.allocate(&alloc("default/c", 2)).await.unwrap();
+    let devs: std::collections::BTreeSet<&str> = c
+        .device_ids
+        .iter()
+        .map(|i| i.split('/').next().unwrap())
+        .collect();
+    assert_eq!(devs.len(), 1, "{:?}", c.device_ids);
+    // must_include pins the NUMA node (0 here).
+    let mut client = plugin_client(&h, ClientAuthority::Localhost).await;
+    let all: Vec<String> = ["erdma_0", "erdma_1", "erdma_2"]
+        .iter()
+        .flat_map(|d| (0..4).map(move |i| format!("{d}/{i}")))
+        .collect();
+    let r = client
+        .get_preferred_allocation(api::PreferredAllocationRequest {
+            container_requests: vec![api::ContainerPreferredAllocationRequest {
+                available_device_i_ds: all,
+                must_include_device_i_ds: vec!["erdma_0/2".into()],
+                allocation_size: 2,
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        r.container_responses[0].device_i_ds,
+        vec!["erdma_0/2", "erdma_0/0"]
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_ids_are_invalid_argument_naming_the_id_and_the_plugin_keeps_serving() {
+    let mut n = two_numa_node();
+    n.devices[1].health = Health::from_reasons(vec!["uverbs1 missing".into()]);
+    let h = start(n, |_, _| {}).await;
+    let mut c = plugin_client(&h, ClientAuthority::Localhost).await;
+    let cases: Vec<(Vec<Vec<&str>>, &str)> = vec![
+        (vec![], "no container requests"),
+        (vec![vec![]], "no device IDs"),
+        (vec![vec!["garbage"]], "\"garbage\""),
+        (vec![vec!["erdma_9/0"]], "\"erdma_9/0\""),
+        (vec![vec!["erdma_0/4"]], "\"erdma_0/4\""),
+        (vec![vec!["erdma_0/01"]], "\"erdma_0/01\""),
+        (vec![vec!["erdma_0/1", "erdma_0/1"]], "appears twice"),
+        (vec![vec!["nvidia.com/gpu-0"]], "\"nvidia.com/gpu-0\""),
+        (
+            vec![vec!["erdma_1/0"]],
+            "unhealthy device erdma_1: uverbs1 missing",
+        ),
+        (vec![vec!["erdma_0/0"], vec!["erdma_0/x"]], "\"erdma_0/x\""),
+    ];
+    for (containers, needle) in cases {
+        let req = api::AllocateRequest {
+            container_requests: containers
+                .iter()
+                .map(|ids| api::ContainerAllocateRequest {
+                    devices_ids: ids.iter().map(|s| s.to_string()).collect(),
+                })
+                .collect(),
+        };
+        let e = c.allocate(req).await.expect_err(needle);
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{needle}: {e:?}");
+        assert!(
+            e.message().contains(needle),
+            "{needle} not in {:?}",
+            e.message()
+        );
+    }
+    let e = c
+        .get_preferred_allocation(api::PreferredAllocationRequest {
+            container_requests: vec![api::ContainerPreferredAllocationRequest {
+                available_device_i_ds: vec!["bad id".into()],
+                must_include_device_i_ds: vec![],
+                allocation_size: 1,
+            }],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    // Still serving.
+    let ok = c
+        .allocate(api::AllocateRequest {
+            container_requests: vec![api::ContainerAllocateRequest {
+                devices_ids: vec!["erdma_0/0".into()],
+            }],
+        })
+        .await;
+    assert!(ok.is_ok());
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_changes_reach_the_kubelet_within_250ms() {
+    let h = start(two_numa_node(), |_, _| {}).await;
+    for round in 0..3 {
+        let mut n = two_numa_node();
+        n.devices[0].health = Health::from_reasons(vec![format!("port 1 DOWN (round {round})")]);
+        let t = Instant::now();
+        h.devices.send(n).unwrap();
+        h.kubelet
+            .wait_for(Duration::from_millis(250), |s| {
+                s.resources[RESOURCE]
+                    .devices
+                    .iter()
+                    .filter(|d| d.id.starts_with("erdma_0/"))
+                    .all(|d| d.health == "Unhealthy")
+            })
+            .await
+            .expect("unhealthy within 250 ms");
+        let down = t.elapsed();
+        let t = Instant::now();
+        h.devices.send(two_numa_node()).unwrap();
+        h.kubelet
+            .wait_for(Duration::from_millis(250), |s| {
+                s.resources[RESOURCE]
+                    .devices
+                    .iter()
+                    .all(|d| d.health == "Healthy")
+            })
+            .await
+            .expect("healthy again within 250 ms");
+        eprintln!("health down {down:?}, up {:?}", t.elapsed());
+    }
+    // The same snapshot again sends nothing new.
+    let before = h.kubelet.state().resources[RESOURCE].updates;
+    h.devices.send(two_numa_node()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(h.kubelet.state().resources[RESOURCE].updates, before);
+    // A device that disappears is no longer advertised.
+    h.devices
+        .send(node(vec![common::device("erdma_0", 0, Some(0), 1)]))
+        .unwrap();
+    h.kubelet
+        .wait_for(Duration::from_millis(250), |s| {
+            s.resources[RESOURCE].devices.len() == 4
+        })
+        .await
+        .unwrap();
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_kubelet_restarts_in_a_row_never_lose_the_resource() {
+    let h = start(two_numa_node(), |_, _| {}).await;
+    h.kubelet.allocate(&alloc("default/keep", 1)).await.unwrap();
+    let mut worst = Duration::ZERO;
+    for i in 1..=10u64 {
+        let t = Instant::now();
+        h.kubelet.restart().await.unwrap();
+        let s = h
+            .kubelet
+            .wait_for(Duration::from_secs(1), |s| {
+                s.kubelet_restarts == i
+                    && s.resources.get(RESOURCE).is_some_and(|r| {
+                        r.connected && r.devices.len() == 12 && r.healthy_ids().count() == 12
+                    })
+            })
+            .await
+            .unwrap_or_else(|e| panic!("restart {i}: not re-registered within 1 s: {e}"));
+        worst = worst.max(t.elapsed());
+        assert_eq!(s.registrations, i + 1);
+        assert_eq!(s.allocations.len(), 1, "the checkpoint survives restarts");
+    }
+    eprintln!("worst restart -> re-registered: {worst:?}");
+    // Allocation still works after the restarts.
+    h.kubelet
+        .allocate(&alloc("default/after", 1))
+        .await
+        .unwrap();
+    assert!(
+        h.metrics
+            .encode()
+            .contains("erdma_deviceplugin_kubelet_restarts_total 10")
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_path_authority_is_accepted_for_dial_back_and_calls() {
+    let h = start(two_numa_node(), |_, k| {
+        k.dial_authority = ClientAuthority::SocketPath
+    })
+    .await;
+    let mut o = alloc("default/old-kubelet", 1);
+    o.authority = ClientAuthority::SocketPath;
+    let out = h
+        .kubelet
+        .allocate(&o)
+        .await
+        .expect("allocate with the socket path as :authority");
+    assert_eq!(out.device_ids.len(), 1);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pre_start_is_requested_only_in_pre_start_mode_and_is_a_no_op() {
+    let h = start(two_numa_node(), |c, _| c.pre_start_required = true).await;
+    assert!(
+        h.kubelet.state().resources[RESOURCE]
+            .options
+            .pre_start_required
+    );
+    let out = h.kubelet.allocate(&alloc("default/smc", 1)).await.unwrap();
+    assert!(out.pre_start_called);
+    h.stop().await;
+    let h = start(two_numa_node(), |_, _| {}).await;
+    let out = h
+        .kubelet
+        .allocate(&alloc("default/plain", 1))
+        .await
+        .unwrap();
+    assert!(!out.pre_start_called);
+    // Called anyway (not requested): still succeeds without effect.
+    let mut c = plugin_client(&h, ClientAuthority::Localhost).await;
+    c.pre_start_container(api::PreStartContainerRequest {
+        devices_ids: vec!["erdma_0/0".into()],
+    })
+    .await
+    .unwrap();
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cdi_mode_writes_a_spec_and_returns_cdi_devices() {
+    let cdi_dir = short_tempdir();
+    let spec_dir = cdi_dir.path().to_path_buf();
+    let h = start(two_numa_node(), move |c, _| {
+        c.cdi = Some(erdma_deviceplugin::CdiConfig {
+            spec_dir,
+            kind: "aliyun.com/erdma".into(),
+        })
+    })
+    .await;
+    let out = h.kubelet.allocate(&alloc("default/cdi", 1)).await.unwrap();
+    let dev = out.device_ids[0].split('/').next().unwrap();
+    assert_eq!(out.cdi_devices, vec![format!("aliyun.com/erdma={dev}")]);
+    assert!(out.devices.is_empty());
+    assert!(out.envs.contains_key("SMCR_PNET"));
+    let spec: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(cdi_dir.path().join("aliyun.com-erdma.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(spec["kind"], "aliyun.com/erdma");
+    assert_eq!(spec["devices"].as_array().unwrap().len(), 3);
+    assert_eq!(spec["devices"][1]["name"], "erdma_1");
+    assert_eq!(
+        spec["devices"][1]["containerEdits"]["deviceNodes"][0]["path"],
+        "/dev/infiniband/uverbs1"
+    );
+    assert_eq!(
+        spec["containerEdits"]["deviceNodes"][0]["path"],
+        "/dev/infiniband/rdma_cm"
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replaces_only_its_own_stale_socket_and_removes_it_on_shutdown() {
+    let dir = short_tempdir();
+    // Another plugin's socket and a stale socket of ours from a previous run.
+    let other = dir.path().join("1700000000-erdma-eni.sock");
+    let _other_listener = std::os::unix::net::UnixListener::bind(&other).unwrap();
+    let own = dir.path().join("erdma-aliyun_erdma-erdma.sock");
+    drop(std::os::unix::net::UnixListener::bind(&own).unwrap());
+    let kubelet = erdma_fake_kubelet::FakeKubelet::start(
+        erdma_fake_kubelet::FakeKubeletConfig::new(dir.path()),
+    )
+    .await
+    .unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(two_numa_node());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let mut cfg = erdma_deviceplugin::PluginConfig::new(dir.path());
+    cfg.slots_per_device = 2;
+    let task = tokio::spawn(
+        erdma_deviceplugin::Plugin::new(
+            cfg,
+            rx,
+            std::sync::Arc::new(erdma_deviceplugin::Metrics::new()),
+        )
+        .run(cancel.clone()),
+    );
+    kubelet
+        .wait_for(Duration::from_secs(5), |s| {
+            s.resources
+                .get(RESOURCE)
+                .is_some_and(|r| r.devices.len() == 6)
+        })
+        .await
+        .unwrap();
+    assert!(
+        uds::is_socket(&other),
+        "another plugin's socket must survive"
+    );
+    assert!(uds::is_socket(&own));
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+    assert!(!own.exists(), "socket removed on shutdown");
+    assert!(uds::is_socket(&other));
+    // The kubelet saw the stream end and marked the devices unhealthy, as a real kubelet does.
+    kubelet
+        .wait_for(Duration::from_secs(2), |s| {
+            s.resources[RESOURCE]
+                .devices
+                .iter()
+                .all(|d| d.health == "Unhealthy")
+        })
+        .await
+        .unwrap();
+    kubelet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keeps_retrying_while_the_kubelet_is_down_and_registers_when_it_appears() {
+    let dir = short_tempdir();
+    let (_tx, rx) = tokio::sync::watch::channel(two_numa_node());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let metrics = std::sync::Arc::new(erdma_deviceplugin::Metrics::new());
+    let task = tokio::spawn(
+        erdma_deviceplugin::Plugin::new(
+            erdma_deviceplugin::PluginConfig::new(dir.path()),
+            rx,
+            metrics.clone(),
+        )
+        .run(cancel.clone()),
+    );
+    // A regular file where kubelet.sock should be: an error, not a crash.
+    std::fs::write(dir.path().join("kubelet.sock"), b"not a socket").unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!metrics.is_registered());
+    assert!(!task.is_finished());
+    std::fs::remove_file(dir.path().join("kubelet.sock")).unwrap();
+    let t = Instant::now();
+    let kubelet = erdma_fake_kubelet::FakeKubelet::start(
+        erdma_fake_kubelet::FakeKubeletConfig::new(dir.path()),
+    )
+    .await
+    .unwrap();
+    kubelet
+        .wait_for(Duration::from_secs(1), |s| {
+            s.resources
+                .get(RESOURCE)
+                .is_some_and(|r| r.devices.len() == 600)
+        })
+        .await
+        .unwrap();
+    eprintln!("kubelet up -> registered: {:?}", t.elapsed());
+    assert!(metrics.encode().contains("result=\"error\""));
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+    kubelet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_registration_is_retried_and_the_plugin_keeps_serving() {
+    let dir = short_tempdir();
+    let kubelet = erdma_fake_kubelet::FakeKubelet::start(
+        erdma_fake_kubelet::FakeKubeletConfig::new(dir.path()),
+    )
+    .await
+    .unwrap();
+    kubelet.set_reject_register(Some("simulated rejection".into()));
+    let (_tx, rx) = tokio::sync::watch::channel(two_numa_node());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let metrics = std::sync::Arc::new(erdma_deviceplugin::Metrics::new());
+    let mut cfg = erdma_deviceplugin::PluginConfig::new(dir.path());
+    cfg.slots_per_device = 1;
+    let task = tokio::spawn(
+        erdma_deviceplugin::Plugin::new(cfg.clone(), rx, metrics.clone()).run(cancel.clone()),
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!task.is_finished());
+    assert!(!metrics.is_registered());
+    assert!(
+        metrics
+            .encode()
+            .contains("registrations_total{result=\"error\"}")
+    );
+    // Still serving its socket meanwhile.
+    let ch = uds::connect(
+        &cfg.socket_path(),
+        ClientAuthority::Localhost,
+        Duration::from_secs(2),
+    )
+    .await
+    .unwrap();
+    DevicePluginClient::new(ch)
+        .get_device_plugin_options(api::Empty {})
+        .await
+        .unwrap();
+    kubelet.set_reject_register(None);
+    kubelet
+        .wait_for(Duration::from_secs(6), |s| {
+            s.resources
+                .get(RESOURCE)
+                .is_some_and(|r| r.devices.len() == 3)
+        })
+        .await
+        .unwrap();
+    assert!(metrics.is_registered());
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+    kubelet.shutdown().await;
+}
+
+#[tokio::test]
+async fn invalid_configuration_is_reported_before_serving() {
+    let dir = short_tempdir();
+    let (_tx, rx) = tokio::sync::watch::channel(two_numa_node());
+    let mut cfg = erdma_deviceplugin::PluginConfig::new(dir.path());
+    cfg.resource_name = "kubernetes.io/erdma".into();
+    let r = erdma_deviceplugin::Plugin::new(
+        cfg,
+        rx,
+        std::sync::Arc::new(erdma_deviceplugin::Metrics::new()),
+    )
+    .run(tokio_util::sync::CancellationToken::new())
+    .await;
+    assert!(r.unwrap_err().to_string().contains("kubernetes.io/erdma"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_healthz_over_http() {
+    let h = start(two_numa_node(), |_, _| {}).await;
+    h.kubelet.allocate(&alloc("default/m", 1)).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let srv = tokio::spawn(erdma_deviceplugin::metrics::serve_on(
+        listener,
+        h.metrics.clone(),
+        cancel.clone(),
+    ));
+    let get = |path: &'static str| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).await.unwrap();
+        body
+    };
+    let m = get("/metrics").await;
+    assert!(m.starts_with("HTTP/1.1 200"), "{m}");
+    for needle in [
+        "erdma_deviceplugin_devices{health=\"healthy\",mode=\"iwarp\"} 3",
+        "erdma_deviceplugin_slots_allocated{device=\"erdma_1\"} 1",
+        "erdma_deviceplugin_allocate_duration_seconds_count 1",
+        "erdma_deviceplugin_registrations_total{result=\"ok\"} 1",
+        "erdma_deviceplugin_kubelet_restarts_total 0",
+    ] {
+        assert!(m.contains(needle), "{needle} missing in\n{m}");
+    }
+    let hz = get("/healthz").await;
+    assert!(
+        hz.starts_with("HTTP/1.1 200") && hz.contains("\"registered\":true"),
+        "{hz}"
+    );
+    cancel.cancel();
+    srv.await.unwrap().unwrap();
+    h.stop().await;
+}

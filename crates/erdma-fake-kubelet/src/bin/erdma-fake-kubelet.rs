@@ -1,0 +1,243 @@
+//! `erdma-fake-kubelet`: a fake kubelet for device-plugin tests and the lab.
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use erdma_fake_kubelet::{AllocateOptions, FakeKubelet, FakeKubeletConfig, PID_FILE};
+use erdma_kubelet::uds::ClientAuthority;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// A fake kubelet: serves device-plugin Registration on DIR/kubelet.sock, dials plugins back,
+/// consumes ListAndWatch, allocates like kubelet admission, simulates kubelet restarts and serves
+/// the pod-resources v1 API. State: DIR/fake-kubelet-state.json.
+#[derive(Parser)]
+#[command(name = "erdma-fake-kubelet", version)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Authority {
+    /// `localhost`, as current kubelets send.
+    Localhost,
+    /// The plugin socket path, as old kubelets sent.
+    SocketPath,
+}
+
+impl From<Authority> for ClientAuthority {
+    fn from(a: Authority) -> Self {
+        match a {
+            Authority::Localhost => ClientAuthority::Localhost,
+            Authority::SocketPath => ClientAuthority::SocketPath,
+        }
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Output {
+    /// JSON.
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run as the kubelet until SIGTERM/SIGINT (exit 0). SIGHUP simulates a kubelet restart:
+    /// every socket in DIR is deleted and DIR/kubelet.sock is re-created. Writes DIR/fake-kubelet.pid.
+    Run {
+        /// Device-plugin directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Also serve the pod-resources v1 API on this socket.
+        #[arg(long)]
+        pod_resources_socket: Option<PathBuf>,
+        /// `:authority` used when dialing plugins back.
+        #[arg(long, value_enum, default_value = "localhost")]
+        authority: Authority,
+    },
+    /// Allocate COUNT devices of RESOURCE to one container, like kubelet admission: picks free
+    /// healthy IDs, calls GetPreferredAllocation (if offered), Allocate and PreStartContainer (if
+    /// required), records the allocation and prints the container's allocation as JSON.
+    Allocate {
+        /// Device-plugin directory of a running `erdma-fake-kubelet run`.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Resource name.
+        #[arg(long, default_value = "aliyun/erdma")]
+        resource: String,
+        /// Number of device IDs.
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+        /// Pod as NAMESPACE/NAME.
+        #[arg(long)]
+        pod: String,
+        /// Container name.
+        #[arg(long, default_value = "c")]
+        container: String,
+        /// Accepted for compatibility with lab scripts; the plugin's preferred allocation decides.
+        #[arg(long)]
+        numa_hint: Option<String>,
+        /// `:authority` sent to the plugin.
+        #[arg(long, value_enum, default_value = "localhost")]
+        authority: Authority,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value = "json")]
+        output: Output,
+    },
+    /// Release every allocation of a pod.
+    Release {
+        /// Device-plugin directory.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Pod as NAMESPACE/NAME.
+        #[arg(long)]
+        pod: String,
+    },
+    /// Simulate a kubelet restart of the running daemon in DIR: sends it SIGHUP (PID from
+    /// DIR/fake-kubelet.pid) and waits until it has re-created DIR/kubelet.sock.
+    Restart {
+        /// Device-plugin directory.
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Print the state file.
+    State {
+        /// Device-plugin directory.
+        #[arg(long)]
+        dir: PathBuf,
+    },
+}
+
+fn valid_pod(pod: &str) -> anyhow::Result<()> {
+    match pod.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => Ok(()),
+        _ => bail!("--pod {pod:?} must be NAMESPACE/NAME, e.g. default/nccl-0"),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().cmd {
+        Cmd::Run {
+            dir,
+            pod_resources_socket,
+            authority,
+        } => run(dir, pod_resources_socket, authority.into()).await,
+        Cmd::Allocate {
+            dir,
+            resource,
+            count,
+            pod,
+            container,
+            numa_hint: _,
+            authority,
+            output: Output::Json,
+        } => {
+            valid_pod(&pod)?;
+            let opts = AllocateOptions {
+                resource,
+                count,
+                pod,
+                container,
+                authority: authority.into(),
+            };
+            let out = erdma_fake_kubelet::allocate(&dir, &opts).await?;
+            println!("{}", serde_json::to_string_pretty(&out)?);
+            Ok(())
+        }
+        Cmd::Release { dir, pod } => {
+            valid_pod(&pod)?;
+            let n = erdma_fake_kubelet::release(&dir, &pod).await?;
+            println!(
+                "{}",
+                serde_json::json!({"pod": pod, "released_containers": n})
+            );
+            Ok(())
+        }
+        Cmd::Restart { dir } => restart(&dir).await,
+        Cmd::State { dir } => {
+            let s = erdma_fake_kubelet::state::read_state(&dir)?;
+            println!("{}", serde_json::to_string_pretty(&s)?);
+            Ok(())
+        }
+    }
+}
+
+async fn run(
+    dir: PathBuf,
+    pod_resources_socket: Option<PathBuf>,
+    authority: ClientAuthority,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let cfg = FakeKubeletConfig {
+        dir: dir.clone(),
+        pod_resources_socket,
+        dial_authority: authority,
+    };
+    let kubelet = FakeKubelet::start(cfg).await?;
+    let pid_file = dir.join(PID_FILE);
+    std::fs::write(&pid_file, format!("{}\n", std::process::id()))
+        .with_context(|| format!("write {}", pid_file.display()))?;
+    tracing::info!(dir = %dir.display(), "fake kubelet serving");
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: simulating a kubelet restart");
+                if let Err(e) = kubelet.restart().await {
+                    tracing::error!("restart failed: {e}");
+                }
+            }
+        }
+    }
+    kubelet.shutdown().await;
+    let _ = std::fs::remove_file(&pid_file);
+    Ok(())
+}
+
+async fn restart(dir: &Path) -> anyhow::Result<()> {
+    let pid_file = dir.join(PID_FILE);
+    let text = std::fs::read_to_string(&pid_file).with_context(|| {
+        format!(
+            "read {} (is `erdma-fake-kubelet run --dir {}` running?)",
+            pid_file.display(),
+            dir.display()
+        )
+    })?;
+    let pid: i32 = text
+        .trim()
+        .parse()
+        .with_context(|| format!("{} does not hold a PID: {text:?}", pid_file.display()))?;
+    let before = erdma_fake_kubelet::state::read_state(dir)
+        .map(|s| s.kubelet_restarts)
+        .unwrap_or(0);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .with_context(|| format!("signal fake kubelet PID {pid}"))?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = erdma_fake_kubelet::state::read_state(dir)
+            .map(|s| s.kubelet_restarts)
+            .unwrap_or(0);
+        if now > before && erdma_kubelet::uds::is_socket(&dir.join("kubelet.sock")) {
+            println!("{}", serde_json::json!({"kubelet_restarts": now}));
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("fake kubelet PID {pid} did not restart within 10 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

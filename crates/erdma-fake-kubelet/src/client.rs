@@ -1,0 +1,281 @@
+//! Kubelet admission for one container: choose devices, ask the plugin, record the allocation.
+
+use crate::state::{self, AllocationRecord, ResourceState};
+use crate::{FakeKubelet, FakeKubeletError, Result};
+use erdma_kubelet::deviceplugin::v1beta1 as api;
+use erdma_kubelet::deviceplugin::v1beta1::device_plugin_client::DevicePluginClient;
+use erdma_kubelet::uds::{self, ClientAuthority};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What to allocate.
+#[derive(Debug, Clone)]
+pub struct AllocateOptions {
+    /// Resource name (`aliyun/erdma`).
+    pub resource: String,
+    /// How many device IDs.
+    pub count: usize,
+    /// `namespace/name` of the pod.
+    pub pod: String,
+    /// Container name.
+    pub container: String,
+    /// `:authority` sent to the plugin.
+    pub authority: ClientAuthority,
+}
+
+/// A mount in the JSON output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MountOut {
+    /// Path in the container.
+    pub container_path: String,
+    /// Path on the host.
+    pub host_path: String,
+    /// Read-only.
+    pub read_only: bool,
+}
+
+/// A device node in the JSON output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeviceOut {
+    /// Path in the container.
+    pub container_path: String,
+    /// Path on the host.
+    pub host_path: String,
+    /// `rwm` subset.
+    pub permissions: String,
+}
+
+/// The result of one allocation, printed by `erdma-fake-kubelet allocate -o json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AllocationOutput {
+    /// `namespace/name`.
+    pub pod: String,
+    /// Container name.
+    pub container: String,
+    /// Resource name.
+    pub resource: String,
+    /// Device IDs given to the container.
+    pub device_ids: Vec<String>,
+    /// IDs the plugin preferred (empty when it does not offer preferred allocation).
+    pub preferred: Vec<String>,
+    /// Whether PreStartContainer was called.
+    pub pre_start_called: bool,
+    /// Environment variables.
+    pub envs: BTreeMap<String, String>,
+    /// Mounts.
+    pub mounts: Vec<MountOut>,
+    /// Device nodes.
+    pub devices: Vec<DeviceOut>,
+    /// Annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// CDI device names.
+    pub cdi_devices: Vec<String>,
+}
+
+fn rpc(call: &'static str, endpoint: &Path) -> impl FnOnce(tonic::Status) -> FakeKubeletError {
+    let endpoint = endpoint.display().to_string();
+    move |status| FakeKubeletError::Rpc {
+        call,
+        endpoint,
+        status: Box::new(status),
+    }
+}
+
+async fn take_lock(dir: &Path) -> Result<state::DirLock> {
+    let d = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || state::lock(&d))
+        .await
+        .map_err(|e| FakeKubeletError::Refused(format!("lock task failed: {e}")))?
+}
+
+async fn ledger_io<T: Send + 'static>(
+    dir: &Path,
+    f: impl FnOnce(&Path) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let d: PathBuf = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || f(&d))
+        .await
+        .map_err(|e| FakeKubeletError::Refused(format!("file task failed: {e}")))?
+}
+
+/// One-shot allocation reading the registered resources from the state file of a running
+/// fake kubelet in `dir`.
+pub async fn allocate(dir: &Path, opts: &AllocateOptions) -> Result<AllocationOutput> {
+    let _lock = take_lock(dir).await?;
+    let st = ledger_io(dir, state::read_state).await?;
+    allocate_locked(dir, &st.resources, opts, true).await
+}
+
+impl FakeKubelet {
+    /// Allocation against this (in-process) fake kubelet's current view of the plugins.
+    pub async fn allocate(&self, opts: &AllocateOptions) -> Result<AllocationOutput> {
+        let _lock = take_lock(self.dir()).await?;
+        let resources = self.shared().resources();
+        allocate_locked(self.dir(), &resources, opts, false).await
+    }
+}
+
+async fn allocate_locked(
+    dir: &Path,
+    resources: &BTreeMap<String, ResourceState>,
+    opts: &AllocateOptions,
+    update_state_file: bool,
+) -> Result<AllocationOutput> {
+    let resource = resources.get(&opts.resource).ok_or_else(|| {
+        FakeKubeletError::Refused(format!(
+            "resource {} is not registered (registered: {:?}); is the device plugin running?",
+            opts.resource,
+            resources.keys().collect::<Vec<_>>()
+        ))
+    })?;
+    let mut ledger = ledger_io(dir, state::read_ledger).await?;
+    let taken: BTreeSet<&str> = ledger
+        .iter()
+        .filter(|a| a.resource == opts.resource)
+        .flat_map(|a| a.device_ids.iter().map(String::as_str))
+        .collect();
+    let healthy: Vec<&str> = resource.healthy_ids().collect();
+    let free: Vec<String> = healthy
+        .iter()
+        .filter(|id| !taken.contains(**id))
+        .map(|s| s.to_string())
+        .collect();
+    if free.len() < opts.count {
+        return Err(FakeKubeletError::Refused(format!(
+            "not enough {}: requested {}, {} free ({} advertised, {} healthy, {} allocated)",
+            opts.resource,
+            opts.count,
+            free.len(),
+            resource.devices.len(),
+            healthy.len(),
+            taken.len()
+        )));
+    }
+    let path = dir.join(&resource.endpoint);
+    let channel = uds::connect(&path, opts.authority.clone(), Duration::from_secs(10)).await?;
+    let mut client = DevicePluginClient::new(channel);
+
+    let mut chosen: Vec<String> = free.iter().take(opts.count).cloned().collect();
+    let mut preferred = Vec::new();
+    if resource.options.get_preferred_allocation_available && opts.count > 0 {
+        let resp = client
+            .get_preferred_allocation(api::PreferredAllocationRequest {
+                container_requests: vec![api::ContainerPreferredAllocationRequest {
+                    available_device_i_ds: free.clone(),
+                    must_include_device_i_ds: vec![],
+                    allocation_size: i32::try_from(opts.count).unwrap_or(i32::MAX),
+                }],
+            })
+            .await
+            .map_err(rpc("GetPreferredAllocation", &path))?
+            .into_inner();
+        preferred = resp
+            .container_responses
+            .into_iter()
+            .next()
+            .map(|r| r.device_i_ds)
+            .unwrap_or_default();
+        // Like the kubelet: use the preference only when it is a valid answer.
+        let valid = preferred.len() == opts.count
+            && preferred.iter().all(|id| free.contains(id))
+            && preferred.iter().collect::<BTreeSet<_>>().len() == preferred.len();
+        if valid {
+            chosen = preferred.clone();
+        } else {
+            tracing::warn!(
+                ?preferred,
+                "plugin's preferred allocation is not usable; falling back to the first free IDs"
+            );
+        }
+    }
+    let resp = client
+        .allocate(api::AllocateRequest {
+            container_requests: vec![api::ContainerAllocateRequest {
+                devices_ids: chosen.clone(),
+            }],
+        })
+        .await
+        .map_err(rpc("Allocate", &path))?
+        .into_inner();
+    let c = resp.container_responses.into_iter().next().ok_or_else(|| {
+        FakeKubeletError::Refused(format!(
+            "plugin at {} answered Allocate with no container response",
+            path.display()
+        ))
+    })?;
+    let mut pre_start_called = false;
+    if resource.options.pre_start_required {
+        client
+            .pre_start_container(api::PreStartContainerRequest {
+                devices_ids: chosen.clone(),
+            })
+            .await
+            .map_err(rpc("PreStartContainer", &path))?;
+        pre_start_called = true;
+    }
+    ledger.push(AllocationRecord {
+        pod: opts.pod.clone(),
+        container: opts.container.clone(),
+        resource: opts.resource.clone(),
+        device_ids: chosen.clone(),
+    });
+    ledger_io(dir, move |d| {
+        state::write_ledger(d, &ledger)?;
+        if update_state_file {
+            let mut st = state::read_state(d)?;
+            st.allocations = ledger;
+            state::write_state(d, &st)?;
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(AllocationOutput {
+        pod: opts.pod.clone(),
+        container: opts.container.clone(),
+        resource: opts.resource.clone(),
+        device_ids: chosen,
+        preferred,
+        pre_start_called,
+        envs: c.envs,
+        mounts: c
+            .mounts
+            .into_iter()
+            .map(|m| MountOut {
+                container_path: m.container_path,
+                host_path: m.host_path,
+                read_only: m.read_only,
+            })
+            .collect(),
+        devices: c
+            .devices
+            .into_iter()
+            .map(|d| DeviceOut {
+                container_path: d.container_path,
+                host_path: d.host_path,
+                permissions: d.permissions,
+            })
+            .collect(),
+        annotations: c.annotations,
+        cdi_devices: c.cdi_devices.into_iter().map(|d| d.name).collect(),
+    })
+}
+
+/// Removes every allocation of `pod` (`namespace/name`) from the ledger and the state file;
+/// returns how many container allocations were removed.
+pub async fn release(dir: &Path, pod: &str) -> Result<usize> {
+    let _lock = take_lock(dir).await?;
+    let pod = pod.to_string();
+    ledger_io(dir, move |d| {
+        let mut ledger = state::read_ledger(d)?;
+        let before = ledger.len();
+        ledger.retain(|a| a.pod != pod);
+        state::write_ledger(d, &ledger)?;
+        let mut st = state::read_state(d)?;
+        st.allocations = ledger.clone();
+        state::write_state(d, &st)?;
+        Ok(before - ledger.len())
+    })
+    .await
+}

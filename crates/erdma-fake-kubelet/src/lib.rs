@@ -1,0 +1,78 @@
+//! A fake kubelet for device-plugin tests and the lab.
+//!
+//! It plays the kubelet's side of the device-plugin protocol over real Unix sockets:
+//!
+//! - serves `v1beta1.Registration` on `<dir>/kubelet.sock`, validates the version and the
+//!   resource name like the kubelet, and dials the plugin back *inside* `Register` (plain h2c,
+//!   `:authority` `localhost` or, as old kubelets did, the socket path);
+//! - consumes `ListAndWatch` and keeps the advertised devices; when the stream ends the devices
+//!   become `Unhealthy`, as the kubelet marks them;
+//! - allocates like kubelet admission for one container: picks free healthy IDs, calls
+//!   `GetPreferredAllocation` (when offered), `Allocate` and `PreStartContainer` (when required),
+//!   and records the result in its ledger (a checkpoint file that survives restarts);
+//! - simulates kubelet restarts: deletes every socket in the directory and re-creates
+//!   `kubelet.sock`;
+//! - serves the pod-resources v1 API (List / Get / GetAllocatableResources) from its ledger.
+//!
+//! Everything it knows is written to `<dir>/fake-kubelet-state.json` whenever it changes, so a
+//! test or a lab script can read it.
+
+pub mod client;
+pub mod daemon;
+pub mod podresources;
+pub mod state;
+
+pub use client::{AllocateOptions, AllocationOutput, allocate, release};
+pub use daemon::{FakeKubelet, FakeKubeletConfig};
+pub use state::{AllocationRecord, DeviceState, OptionsState, ResourceState, StateFile};
+
+/// File name of the state file in the device-plugin directory.
+pub const STATE_FILE: &str = "fake-kubelet-state.json";
+/// File name of the allocation ledger (the fake's checkpoint) in the device-plugin directory.
+pub const LEDGER_FILE: &str = "fake-kubelet-checkpoint.json";
+/// File name of the lock that serialises state and ledger updates.
+pub const LOCK_FILE: &str = "fake-kubelet.lock";
+/// File name of the daemon's PID file.
+pub const PID_FILE: &str = "fake-kubelet.pid";
+
+/// Errors of the fake kubelet.
+#[derive(Debug, thiserror::Error)]
+pub enum FakeKubeletError {
+    /// File I/O failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A JSON file could not be parsed.
+    #[error("{path} is not valid JSON for the fake kubelet: {source}")]
+    Json {
+        /// The path.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: serde_json::Error,
+    },
+    /// Socket helper error.
+    #[error(transparent)]
+    Uds(#[from] erdma_kubelet::uds::UdsError),
+    /// A gRPC call to the plugin failed.
+    #[error("{call} on {endpoint} failed: {status}")]
+    Rpc {
+        /// The RPC.
+        call: &'static str,
+        /// The plugin socket.
+        endpoint: String,
+        /// The status.
+        status: Box<tonic::Status>,
+    },
+    /// The request cannot be satisfied.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Result alias.
+pub type Result<T, E = FakeKubeletError> = std::result::Result<T, E>;

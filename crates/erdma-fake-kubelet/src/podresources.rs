@@ -1,0 +1,140 @@
+//! The pod-resources v1 API, answered from the fake's allocation ledger and registered devices.
+
+use crate::daemon::Shared;
+use crate::state::{self, AllocationRecord};
+use erdma_kubelet::podresources::v1 as pr;
+use erdma_kubelet::podresources::v1::pod_resources_lister_server::{
+    PodResourcesLister, PodResourcesListerServer,
+};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+pub(crate) fn server(shared: Arc<Shared>) -> PodResourcesListerServer<Lister> {
+    PodResourcesListerServer::new(Lister { shared })
+}
+
+pub(crate) struct Lister {
+    shared: Arc<Shared>,
+}
+
+impl Lister {
+    async fn ledger(&self) -> Result<Vec<AllocationRecord>, Status> {
+        let dir = self.shared.dir().to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            let _l = state::lock(&dir)?;
+            state::read_ledger(&dir)
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(|e| Status::internal(e.to_string()))
+    }
+
+    fn topology(&self, resource: &str, ids: &[String]) -> Option<pr::TopologyInfo> {
+        let resources = self.shared.resources();
+        let r = resources.get(resource)?;
+        let mut nodes: Vec<i64> = r
+            .devices
+            .iter()
+            .filter(|d| ids.contains(&d.id))
+            .flat_map(|d| d.numa.clone())
+            .collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        (!nodes.is_empty()).then(|| pr::TopologyInfo {
+            nodes: nodes.into_iter().map(|id| pr::NumaNode { id }).collect(),
+        })
+    }
+
+    fn pods(&self, ledger: &[AllocationRecord]) -> Vec<pr::PodResources> {
+        // pod -> container -> devices
+        let mut pods: BTreeMap<&str, BTreeMap<&str, Vec<&AllocationRecord>>> = BTreeMap::new();
+        for a in ledger {
+            pods.entry(a.pod.as_str())
+                .or_default()
+                .entry(a.container.as_str())
+                .or_default()
+                .push(a);
+        }
+        pods.into_iter()
+            .map(|(pod, containers)| {
+                let (namespace, name) = pod.split_once('/').unwrap_or(("default", pod));
+                pr::PodResources {
+                    name: name.to_string(),
+                    namespace: namespace.to_string(),
+                    containers: containers
+                        .into_iter()
+                        .map(|(c, recs)| pr::ContainerResources {
+                            name: c.to_string(),
+                            devices: recs
+                                .into_iter()
+                                .map(|a| pr::ContainerDevices {
+                                    resource_name: a.resource.clone(),
+                                    device_ids: a.device_ids.clone(),
+                                    topology: self.topology(&a.resource, &a.device_ids),
+                                })
+                                .collect(),
+                            ..Default::default()
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+}
+
+#[tonic::async_trait]
+impl PodResourcesLister for Lister {
+    async fn list(
+        &self,
+        _: Request<pr::ListPodResourcesRequest>,
+    ) -> Result<Response<pr::ListPodResourcesResponse>, Status> {
+        let ledger = self.ledger().await?;
+        Ok(Response::new(pr::ListPodResourcesResponse {
+            pod_resources: self.pods(&ledger),
+        }))
+    }
+
+    async fn get_allocatable_resources(
+        &self,
+        _: Request<pr::AllocatableResourcesRequest>,
+    ) -> Result<Response<pr::AllocatableResourcesResponse>, Status> {
+        let mut devices = Vec::new();
+        for (name, r) in self.shared.resources() {
+            for d in r.devices.iter().filter(|d| d.health == "Healthy") {
+                devices.push(pr::ContainerDevices {
+                    resource_name: name.clone(),
+                    device_ids: vec![d.id.clone()],
+                    topology: (!d.numa.is_empty()).then(|| pr::TopologyInfo {
+                        nodes: d.numa.iter().map(|&id| pr::NumaNode { id }).collect(),
+                    }),
+                });
+            }
+        }
+        Ok(Response::new(pr::AllocatableResourcesResponse {
+            devices,
+            ..Default::default()
+        }))
+    }
+
+    async fn get(
+        &self,
+        request: Request<pr::GetPodResourcesRequest>,
+    ) -> Result<Response<pr::GetPodResourcesResponse>, Status> {
+        let r = request.into_inner();
+        let ledger = self.ledger().await?;
+        let pod = self
+            .pods(&ledger)
+            .into_iter()
+            .find(|p| p.name == r.pod_name && p.namespace == r.pod_namespace)
+            .ok_or_else(|| {
+                Status::not_found(format!(
+                    "pod {}/{} has no resources",
+                    r.pod_namespace, r.pod_name
+                ))
+            })?;
+        Ok(Response::new(pr::GetPodResourcesResponse {
+            pod_resources: Some(pod),
+        }))
+    }
+}
