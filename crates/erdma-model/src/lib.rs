@@ -13,6 +13,7 @@ pub mod health;
 pub mod node;
 pub mod pnet;
 pub mod port;
+pub mod selection;
 pub mod slot;
 
 pub use address::{MacAddr, NodeGuid};
@@ -23,4 +24,5 @@ pub use health::{Finding, Health, Severity};
 pub use node::NodeDevices;
 pub use pnet::PnetId;
 pub use port::{Gid, GidType, LinkLayer, NodeType, PhysState, Port, PortState};
+pub use selection::{DeviceSelection, Excluded};
 pub use slot::SlotId;
