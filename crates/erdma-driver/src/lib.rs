@@ -16,6 +16,7 @@
 
 mod execute;
 mod host;
+mod kubelet;
 mod node;
 mod observe;
 mod plan;
@@ -31,6 +32,7 @@ pub mod fake;
 
 pub use execute::{Executed, execute};
 pub use host::{Host, HostError, ModuleInfo};
+pub use kubelet::{KubeletPodResources, holders_in};
 pub use node::{CommandOutput, HOST_PATH, HostNamespaces, NodeHost};
 pub use observe::{
     COMPAT_MODE_PARAM, CompatMode, ERDMA_MODULE, ErdmaState, Observed, PEERMEM_MODULE, RunningMode,
@@ -40,7 +42,7 @@ pub use plan::{
     DEFAULT_INSTALLER_VERSION, Installer, InstallerVersion, InvalidInstallerVersion, ModuleParam,
     Plan, Step, plan, resolve,
 };
-pub use reconcile::{DriverConfig, DriverReconciler, Pass};
+pub use reconcile::{ConfigError, DriverConfig, DriverReconciler, Pass};
 pub use status::{
     CONDITION_TYPE, DriverStatus, LABEL_DRIVER_MODE, LABEL_DRIVER_PENDING, LABEL_DRIVER_READY,
     PendingChange, StatusCode,

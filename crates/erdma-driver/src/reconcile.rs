@@ -45,6 +45,34 @@ impl Default for DriverConfig {
     }
 }
 
+/// A driver flag has a bad value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// `--prefer-driver`.
+    #[error("--prefer-driver: {0}")]
+    Mode(#[from] erdma_model::driver::UnknownDriverMode),
+    /// `--erdma-installer-version`.
+    #[error(transparent)]
+    Version(#[from] crate::plan::InvalidInstallerVersion),
+}
+
+impl DriverConfig {
+    /// Settings from the agent's flags (`--prefer-driver`, `--erdma-installer-version`,
+    /// `--force-driver-reload`); the periods keep their defaults.
+    pub fn from_flags(
+        prefer_driver: &str,
+        installer_version: &str,
+        force_reload: bool,
+    ) -> Result<Self, ConfigError> {
+        Ok(DriverConfig {
+            mode: prefer_driver.parse()?,
+            installer_version: InstallerVersion::parse(installer_version)?,
+            force_reload,
+            ..DriverConfig::default()
+        })
+    }
+}
+
 /// What one reconcile pass did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pass {
@@ -347,5 +375,41 @@ impl<H: Host, U: PodResourceUsage> DriverReconciler<H, U> {
                 _ = tokio::time::sleep(delay) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_are_validated() {
+        let c = DriverConfig::from_flags("", "1.5.9", false).unwrap();
+        assert_eq!(
+            (c.mode, c.installer_version.as_str(), c.force_reload),
+            (DriverMode::Auto, "1.5.9", false)
+        );
+        assert_eq!(
+            DriverConfig::from_flags("compat", "1.6.0", true)
+                .unwrap()
+                .mode,
+            DriverMode::Compat
+        );
+        let e = DriverConfig::from_flags("fake", "1.5.9", false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--prefer-driver")
+                && e.contains("\"fake\"")
+                && e.contains("default, compat, ofed"),
+            "{e}"
+        );
+        let e = DriverConfig::from_flags("default", "latest", false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--erdma-installer-version") && e.contains("latest"),
+            "{e}"
+        );
     }
 }
