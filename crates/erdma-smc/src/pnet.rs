@@ -798,6 +798,68 @@ mod tests {
         );
     }
 
+    /// Real kernel with SMC (skipped without it): add, duplicate add, dump, ensure, delete and flush
+    /// in a private network namespace, so the host's table is never touched.
+    #[test]
+    fn real_kernel_round_trip_in_a_private_netns() {
+        let outcome = std::thread::spawn(|| -> Result<Option<Vec<PnetEntry>>, String> {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+                .map_err(|e| format!("unshare: {e}"))?;
+            let c = match PnetClient::open() {
+                Err(PnetError::SmcUnavailable) => return Ok(None),
+                r => r.map_err(|e| e.to_string())?,
+            };
+            let id = PnetId::parse("ERDMATEST1").map_err(|e| e.to_string())?;
+            let lo = PnetTarget::Netdev("lo".into());
+            c.flush().map_err(|e| e.to_string())?;
+            assert!(c.list().map_err(|e| e.to_string())?.is_empty());
+            assert!(
+                c.add(&id, &lo).map_err(|e| e.to_string())?,
+                "first add adds"
+            );
+            assert!(
+                !c.add(&id, &lo).map_err(|e| e.to_string())?,
+                "second add: EEXIST"
+            );
+            assert!(
+                !c.ensure(&id, &lo).map_err(|e| e.to_string())?,
+                "ensure: already there"
+            );
+            let listed = c.list().map_err(|e| e.to_string())?;
+            let other = PnetId::parse("ERDMATEST2").map_err(|e| e.to_string())?;
+            let conflict = c.ensure(&other, &lo).unwrap_err().to_string();
+            assert!(
+                conflict.contains("already has PNET ID ERDMATEST1"),
+                "{conflict}"
+            );
+            let missing = c
+                .add(&other, &PnetTarget::Netdev("nosuchdev0".into()))
+                .unwrap_err();
+            assert!(matches!(missing, PnetError::Kernel { .. }), "{missing}");
+            c.delete(&id).map_err(|e| e.to_string())?;
+            assert!(c.list().map_err(|e| e.to_string())?.is_empty());
+            c.add(&id, &lo).map_err(|e| e.to_string())?;
+            c.flush().map_err(|e| e.to_string())?;
+            assert!(c.list().map_err(|e| e.to_string())?.is_empty());
+            Ok(Some(listed))
+        })
+        .join()
+        .expect("no panic");
+        match outcome {
+            Ok(None) => eprintln!("SKIP: kernel without SMC"),
+            Ok(Some(listed)) => assert_eq!(
+                listed,
+                [PnetEntry {
+                    pnetid: "ERDMATEST1".into(),
+                    ethname: Some("lo".into()),
+                    ibname: None,
+                    ibport: None
+                }]
+            ),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
     /// Real kernel: on a machine without SMC the family cannot be resolved and the client says so;
     /// with SMC the table can be listed.
     #[test]
