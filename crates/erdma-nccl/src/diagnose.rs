@@ -86,6 +86,17 @@ impl ErrorKind {
         )
     }
 
+    /// True for kinds that only report the effect of an earlier error (PyTorch's wrapper, a peer
+    /// that went away, a timeout); the root cause is listed before them.
+    pub fn is_consequence(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::NcclErrorReported
+                | ErrorKind::PeerConnectionClosed
+                | ErrorKind::CollectiveTimeout
+        )
+    }
+
     /// Meaning and fix.
     pub fn explain(self) -> Explanation {
         match self {
@@ -223,6 +234,9 @@ pub fn classify_foreign(line: &str) -> Option<ErrorKind> {
     }
     if line.contains("NCCL error in:") {
         return Some(ErrorKind::NcclErrorReported);
+    }
+    if line.contains("Duplicate GPU detected") {
+        return Some(ErrorKind::DuplicateGpu);
     }
     if line.contains("Failed to initialize any NET plugin") {
         return Some(ErrorKind::NetPluginInitFailed);

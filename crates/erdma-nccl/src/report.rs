@@ -61,6 +61,7 @@ pub struct Verdict {
     /// The answer.
     pub erdma_used: Answer,
     /// Stable reason code (`net_ib_on_erdma`, `ib_setup_failed`, `socket_fallback`, `single_node`,
+    /// `single_rank`,
     /// `init_failed`, `ib_not_erdma`, `plugin_network`, `no_channels_logged`, `no_nccl_lines`, `socket_selected`, `undetermined`).
     pub reason: &'static str,
     /// Why, in words.
@@ -150,6 +151,10 @@ pub struct ProblemReport {
     pub processes: usize,
     /// `file:line` of the first occurrence.
     pub first_seen: String,
+    /// Index of that file in the report's `files`.
+    pub first_file: usize,
+    /// That line number (1-based).
+    pub first_line: u64,
     /// The first message.
     pub message: String,
 }
@@ -424,6 +429,8 @@ fn job(
                     files.get(seen.file).map_or("?", |f| f.name.as_str()),
                     seen.line
                 ),
+                first_file: seen.file,
+                first_line: seen.line,
                 message: seen.message,
             }
         })
@@ -431,7 +438,8 @@ fn job(
     problems.sort_by(|a, b| {
         b.severity
             .cmp(&a.severity)
-            .then(a.first_seen.cmp(&b.first_seen))
+            .then(a.kind.is_consequence().cmp(&b.kind.is_consequence()))
+            .then((a.first_file, a.first_line).cmp(&(b.first_file, b.first_line)))
     });
 
     let nccl_result = ps
@@ -681,6 +689,15 @@ pub fn verdict(job: &JobReport, nccl_lines: u64) -> Verdict {
                 "channels went via {} (a network plugin), not NET/IB",
                 names.join(", ")
             ),
+        );
+    }
+    if job.ranks == Some(1) && job.transports.is_empty() && fatal.is_empty() {
+        return v(
+            Answer::No,
+            "single_rank",
+            "the job has a single rank: NCCL opens no connection at all (start at least two ranks on two nodes to \
+             use the network)"
+                .into(),
         );
     }
     if let Some(p) = fatal.first()

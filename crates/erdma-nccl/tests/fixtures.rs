@@ -230,3 +230,53 @@ fn no_nccl_lines_is_unknown() {
     assert_eq!(r.jobs[0].verdict.erdma_used, Answer::Unknown);
     assert_eq!(r.jobs[0].verdict.reason, "no_nccl_lines");
 }
+
+#[test]
+fn real_single_gpu_training_is_single_rank() {
+    for f in [
+        "real/h200x1-nccl2.28.9/train-1gpu-nccl.log",
+        "real/h200x1-nccl2.28.9/train-1gpu-subsys-all.log",
+    ] {
+        let r = analyze(&[f]);
+        let j = only_job(&r);
+        assert_eq!(j.ranks, Some(1), "{f}");
+        assert_eq!(j.network.chosen, vec!["Socket"], "{f}");
+        assert!(j.ib.no_device_found, "{f}");
+        assert_eq!(j.verdict.erdma_used, Answer::No, "{f}");
+        assert_eq!(j.verdict.reason, "single_rank", "{f}");
+        assert_eq!(kinds(j), vec![ErrorKind::IbNoDevice], "{f}");
+    }
+}
+
+#[test]
+fn real_forced_ib_at_warn_level() {
+    let r = analyze(&["real/h200x1-nccl2.28.9/train-1gpu-net-ib-warn.log"]);
+    let j = only_job(&r);
+    assert_eq!(
+        j.nccl_versions,
+        vec!["2.28.9+cuda13.0"],
+        "bare `NCCL version` line of NCCL_DEBUG=WARN"
+    );
+    assert_eq!(
+        kinds(j),
+        vec![ErrorKind::NetPluginInitFailed, ErrorKind::NcclErrorReported]
+    );
+    assert_eq!(j.verdict.reason, "init_failed");
+    assert!(
+        j.verdict
+            .because
+            .contains("Failed to initialize any NET plugin")
+    );
+}
+
+#[test]
+fn real_two_ranks_on_one_gpu() {
+    let r = analyze(&["real/h200x1-nccl2.28.9/two-ranks-one-gpu.log"]);
+    let j = only_job(&r);
+    assert_eq!(j.processes, 2);
+    assert_eq!(j.ranks, Some(2));
+    assert_eq!(j.problems[0].kind, ErrorKind::DuplicateGpu);
+    assert_eq!(j.problems[0].processes, 2);
+    assert_eq!(j.verdict.erdma_used, Answer::No);
+    assert_eq!(j.verdict.reason, "init_failed");
+}
