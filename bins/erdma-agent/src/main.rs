@@ -1,1 +1,175 @@
-fn main() {}
+//! `erdma-agent`: the erdma node agent.
+//!
+//! Thin wiring: flags and config file → settings; the device state owner (inventory scans,
+//! filtered by driver and ERI allow-list, published on a watch channel when changed); the kubelet
+//! device plugin; `/metrics` and `/healthz`; SIGTERM/SIGINT → graceful shutdown.
+
+mod cli;
+mod devices;
+mod metadata;
+
+use anyhow::Context;
+use clap::Parser;
+use cli::{Flags, MetricsAddr, Settings};
+use devices::DeviceFilter;
+use erdma_deviceplugin::{CdiConfig, Metrics, Plugin, PluginConfig};
+use erdma_host::{LiveInterfaceAddrs, RootedDevFs, RootedSysfs};
+use erdma_inventory::{Inventory, Sources};
+use erdma_model::DriverMode;
+use metadata::{HttpMetadata, InstanceMetadata};
+use std::process::ExitCode;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+fn init_logs(json: bool) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        b.json().init();
+    } else {
+        b.init();
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let flags = Flags::parse();
+    let settings = match Settings::resolve(flags) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("erdma-agent: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logs(settings.json_logs);
+    match run(settings).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(s: Settings) -> anyhow::Result<()> {
+    let cancel = CancellationToken::new();
+    spawn_signal_handler(cancel.clone())?;
+    match s.prefer_driver {
+        DriverMode::None => tracing::info!(
+            "--prefer-driver none: serving devices as found, never touching the driver"
+        ),
+        other => {
+            tracing::info!(mode = %other, "driver mode is handled by the driver manager; this build serves devices as found")
+        }
+    }
+    if s.jumbo_frame_mtu != 8500 {
+        tracing::info!(
+            mtu = s.jumbo_frame_mtu,
+            "--jumbo-frame-mtu accepted (applied by the ERI netdev setup)"
+        );
+    }
+    let mut allocate_all = s.allocate_all_devices;
+    let instance_id = if s.exposed_local_eris.is_empty() {
+        s.instance_id.clone().unwrap_or_default()
+    } else {
+        if s.local_eri_discovery && !allocate_all {
+            // Kept from the original agent: a local allow-list implies all-devices mode.
+            tracing::info!(
+                "--exposed-local-eris with --local-eri-discovery: every container gets every exposed device"
+            );
+            allocate_all = true;
+        }
+        match &s.instance_id {
+            Some(id) => id.clone(),
+            None => HttpMetadata::default()
+                .instance_id()
+                .await
+                .map_err(|e| anyhow::anyhow!("--exposed-local-eris needs the instance ID: {e}"))?,
+        }
+    };
+    let sources = Sources {
+        sysfs: Arc::new(RootedSysfs::new(&s.sysfs_root)),
+        devfs: Arc::new(RootedDevFs::new(&s.dev_root)),
+        addrs: Arc::new(LiveInterfaceAddrs),
+    };
+    let inventory = Inventory::new(sources);
+    let filter = DeviceFilter {
+        drivers: s.rdma_drivers.clone(),
+        selector: s.exposed_local_eris.clone(),
+        instance_id,
+    };
+    let (raw, served) = {
+        let (inv, f) = (inventory.clone(), filter.clone());
+        tokio::task::spawn_blocking(move || devices::initial(&inv, &f))
+            .await
+            .context("initial inventory scan")?
+    };
+    tracing::info!(
+        devices = ?served.devices.iter().map(|d| (&d.name, d.health.is_healthy())).collect::<Vec<_>>(),
+        drivers = ?s.rdma_drivers,
+        "initial inventory"
+    );
+    let (tx, rx) = tokio::sync::watch::channel(served);
+    let owner = tokio::spawn(devices::run(
+        inventory,
+        filter,
+        raw,
+        tx,
+        s.poll_interval,
+        cancel.clone(),
+    ));
+
+    let metrics = Arc::new(Metrics::new());
+    let metrics_task = match s.metrics_addr {
+        MetricsAddr::Off => None,
+        MetricsAddr::On(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("bind --metrics-addr {addr}"))?;
+            tracing::info!(%addr, "serving /metrics and /healthz");
+            Some(tokio::spawn(erdma_deviceplugin::metrics::serve_on(
+                listener,
+                metrics.clone(),
+                cancel.clone(),
+            )))
+        }
+    };
+
+    let mut cfg = PluginConfig::new(&s.kubelet_dir);
+    cfg.resource_name = s.resource_name.clone();
+    cfg.slots_per_device = s.slots_per_device;
+    cfg.allocate_all_devices = allocate_all;
+    cfg.pre_start_required = s.prestart_container;
+    cfg.pod_resources_socket = s.pod_resources_socket.clone();
+    cfg.cdi = s.cdi_spec_dir.clone().map(|spec_dir| CdiConfig {
+        spec_dir,
+        kind: "aliyun.com/erdma".into(),
+    });
+    let plugin = Plugin::new(cfg, rx, metrics).run(cancel.clone()).await;
+    cancel.cancel();
+    let _ = owner.await;
+    if let Some(t) = metrics_task {
+        let _ = t.await;
+    }
+    plugin.context("device plugin")?;
+    tracing::info!("erdma-agent stopped");
+    Ok(())
+}
+
+fn spawn_signal_handler(cancel: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+            _ = cancel.cancelled() => return,
+        }
+        cancel.cancel();
+    });
+    Ok(())
+}

@@ -1,0 +1,437 @@
+//! Command-line flags, the optional config file, and their merge (flags win).
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use erdma_model::{DriverMode, EriSelector};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// erdma node agent: serves eRDMA devices to pods through the kubelet device-plugin API
+/// (`aliyun/erdma`), with NUMA-aware preferred allocation, health and kubelet-restart handling.
+///
+/// Every value may also come from `--config FILE` (YAML or JSON; keys are the flag names, e.g.
+/// `kubelet-dir`, or the Helm names `preferDriver`, `allocateAllDevices`, `exposedLocalERIs`,
+/// `jumboFrameMTU`, `localERIDiscovery`); flags win over the file.
+#[derive(Debug, Parser, Default)]
+#[command(name = "erdma-agent", version)]
+pub struct Flags {
+    /// sysfs root to read devices from [default: /sys].
+    #[arg(long, value_name = "DIR")]
+    pub sysfs_root: Option<PathBuf>,
+    /// dev root holding `infiniband/uverbsN` [default: /dev].
+    #[arg(long, value_name = "DIR")]
+    pub dev_root: Option<PathBuf>,
+    /// Kubelet device-plugin directory holding kubelet.sock [default: /var/lib/kubelet/device-plugins].
+    #[arg(long, value_name = "DIR")]
+    pub kubelet_dir: Option<PathBuf>,
+    /// Kubelet pod-resources socket, used to count slots in use for preferred allocation.
+    #[arg(long, value_name = "PATH")]
+    pub pod_resources_socket: Option<PathBuf>,
+    /// Extended resource name [default: aliyun/erdma].
+    #[arg(long, value_name = "NAME")]
+    pub resource_name: Option<String>,
+    /// RDMA drivers to serve, comma-separated (`erdma`, `rxe`, `siw`, or a kernel driver name) [default: erdma].
+    #[arg(long, value_name = "NAME[,NAME]", value_delimiter = ',')]
+    pub rdma_driver: Option<Vec<String>>,
+    /// Shared slots advertised per device [default: 200].
+    #[arg(long, value_name = "N")]
+    pub slots_per_device: Option<u32>,
+    /// Every container gets every usable device.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub allocate_all_devices: Option<bool>,
+    /// Address of /metrics and /healthz, or `off` [default: 0.0.0.0:9101].
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<String>,
+    /// ECS instance ID (overrides the metadata service).
+    #[arg(long, value_name = "ID")]
+    pub instance_id: Option<String>,
+    /// Driver mode: default, compat, ofed, auto (empty), or none (serve devices as found, never
+    /// touch the driver).
+    #[arg(long, value_name = "MODE")]
+    pub prefer_driver: Option<String>,
+    /// Ask the kubelet for PreStartContainer (SMC-R pre-start mode).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub deviceplugin_prestart_container: Option<bool>,
+    /// Discover local ERIs instead of using the ERdmaDevice resource.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub local_eri_discovery: Option<bool>,
+    /// Allow-list `<instance-id|i-*> <ibdev>[/<ibdev>...]`, comma-separated.
+    #[arg(long, value_name = "LIST")]
+    pub exposed_local_eris: Option<String>,
+    /// MTU applied when an ERI asks for jumbo frames [default: 8500].
+    #[arg(long, value_name = "MTU")]
+    pub jumbo_frame_mtu: Option<u32>,
+    /// Installer version of the original agent; accepted and ignored.
+    #[arg(long, value_name = "VERSION", hide = true)]
+    pub erdma_installer_version: Option<String>,
+    /// CDI mode: write a CDI spec into this directory and answer Allocate with CDI device names.
+    #[arg(long, value_name = "DIR")]
+    pub cdi_spec_dir: Option<PathBuf>,
+    /// Device inventory polling interval in milliseconds [default: 100].
+    #[arg(long, value_name = "MS")]
+    pub poll_interval_ms: Option<u64>,
+    /// Log format: text or json [default: text].
+    #[arg(long, value_name = "FORMAT")]
+    pub log_format: Option<String>,
+    /// Config file (YAML or JSON) with the same settings; flags win.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// The config file. Unknown keys are rejected so that typos surface.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct FileConfig {
+    sysfs_root: Option<PathBuf>,
+    dev_root: Option<PathBuf>,
+    kubelet_dir: Option<PathBuf>,
+    pod_resources_socket: Option<PathBuf>,
+    resource_name: Option<String>,
+    rdma_driver: Option<StringOrList>,
+    slots_per_device: Option<u32>,
+    #[serde(alias = "allocateAllDevices")]
+    allocate_all_devices: Option<bool>,
+    metrics_addr: Option<String>,
+    instance_id: Option<String>,
+    #[serde(alias = "preferDriver")]
+    prefer_driver: Option<String>,
+    deviceplugin_prestart_container: Option<bool>,
+    #[serde(alias = "localERIDiscovery")]
+    local_eri_discovery: Option<bool>,
+    #[serde(alias = "exposedLocalERIs")]
+    exposed_local_eris: Option<StringOrList>,
+    #[serde(alias = "jumboFrameMTU")]
+    jumbo_frame_mtu: Option<u32>,
+    cdi_spec_dir: Option<PathBuf>,
+    poll_interval_ms: Option<u64>,
+    log_format: Option<String>,
+}
+
+/// A comma-separated string or a list.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum StringOrList {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl StringOrList {
+    fn items(self) -> Vec<String> {
+        match self {
+            StringOrList::One(s) => s
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            StringOrList::Many(v) => v,
+        }
+    }
+}
+
+/// Where metrics are served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetricsAddr {
+    /// Not served.
+    Off,
+    /// Served on this address.
+    On(SocketAddr),
+}
+
+/// The effective settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// sysfs root.
+    pub sysfs_root: PathBuf,
+    /// dev root.
+    pub dev_root: PathBuf,
+    /// Device-plugin directory.
+    pub kubelet_dir: PathBuf,
+    /// Pod-resources socket.
+    pub pod_resources_socket: Option<PathBuf>,
+    /// Resource name.
+    pub resource_name: String,
+    /// Driver keys served.
+    pub rdma_drivers: Vec<String>,
+    /// Slots per device.
+    pub slots_per_device: u32,
+    /// All-devices mode.
+    pub allocate_all_devices: bool,
+    /// Metrics address.
+    pub metrics_addr: MetricsAddr,
+    /// Instance ID from the flag or file.
+    pub instance_id: Option<String>,
+    /// Driver mode.
+    pub prefer_driver: DriverMode,
+    /// Pre-start mode.
+    pub prestart_container: bool,
+    /// Local ERI discovery.
+    pub local_eri_discovery: bool,
+    /// ERI allow-list.
+    pub exposed_local_eris: EriSelector,
+    /// Jumbo-frame MTU.
+    pub jumbo_frame_mtu: u32,
+    /// CDI spec directory (CDI mode).
+    pub cdi_spec_dir: Option<PathBuf>,
+    /// Inventory poll interval.
+    pub poll_interval: Duration,
+    /// JSON logs.
+    pub json_logs: bool,
+}
+
+/// Reads a config file: JSON when it parses as JSON, YAML otherwise.
+pub fn read_config(path: &std::path::Path) -> anyhow::Result<FileConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("read config file {}", path.display()))?;
+    if text.trim_start().starts_with('{') {
+        serde_json::from_str(&text).with_context(|| {
+            format!(
+                "config file {} is not valid JSON for erdma-agent",
+                path.display()
+            )
+        })
+    } else if text.trim().is_empty() {
+        Ok(FileConfig::default())
+    } else {
+        serde_saphyr::from_str(&text).with_context(|| {
+            format!(
+                "config file {} is not valid YAML for erdma-agent",
+                path.display()
+            )
+        })
+    }
+}
+
+impl Settings {
+    /// Merges flags over the config file over the defaults, and validates.
+    pub fn resolve(flags: Flags) -> anyhow::Result<Settings> {
+        let file = match &flags.config {
+            Some(p) => read_config(p)?,
+            None => FileConfig::default(),
+        };
+        let prefer = flags
+            .prefer_driver
+            .or(file.prefer_driver)
+            .unwrap_or_default();
+        let prefer_driver: DriverMode = prefer.parse().with_context(|| "--prefer-driver")?;
+        let exposed = flags
+            .exposed_local_eris
+            .map(|s| StringOrList::One(s).items())
+            .or(file.exposed_local_eris.map(StringOrList::items))
+            .unwrap_or_default();
+        let exposed_local_eris =
+            EriSelector::from_entries(&exposed).with_context(|| "--exposed-local-eris")?;
+        let metrics = flags
+            .metrics_addr
+            .or(file.metrics_addr)
+            .unwrap_or_else(|| "0.0.0.0:9101".into());
+        let metrics_addr = if metrics == "off" {
+            MetricsAddr::Off
+        } else {
+            let addr = metrics
+                .strip_prefix(':')
+                .map(|port| format!("0.0.0.0:{port}"))
+                .unwrap_or_else(|| metrics.clone())
+                .parse()
+                .with_context(|| {
+                    format!(
+                        "--metrics-addr {metrics:?} is not HOST:PORT (e.g. 0.0.0.0:9101) or off"
+                    )
+                })?;
+            MetricsAddr::On(addr)
+        };
+        let rdma_drivers: Vec<String> = flags
+            .rdma_driver
+            .or(file.rdma_driver.map(StringOrList::items))
+            .unwrap_or_else(|| vec!["erdma".into()])
+            .into_iter()
+            .map(|d| normalise_driver(d.trim()))
+            .filter(|d| !d.is_empty())
+            .collect();
+        if rdma_drivers.is_empty() {
+            bail!(
+                "--rdma-driver is empty; name at least one RDMA driver to serve (erdma, rxe, siw, ...)"
+            );
+        }
+        let log_format = flags
+            .log_format
+            .or(file.log_format)
+            .unwrap_or_else(|| "text".into());
+        let json_logs = match log_format.as_str() {
+            "text" => false,
+            "json" => true,
+            other => bail!("--log-format {other:?} is not text or json"),
+        };
+        let poll_ms = flags
+            .poll_interval_ms
+            .or(file.poll_interval_ms)
+            .unwrap_or(100);
+        if !(10..=60_000).contains(&poll_ms) {
+            bail!("--poll-interval-ms {poll_ms} is out of range (10..=60000)");
+        }
+        let jumbo_frame_mtu = flags
+            .jumbo_frame_mtu
+            .or(file.jumbo_frame_mtu)
+            .unwrap_or(8500);
+        if !(576..=65_535).contains(&jumbo_frame_mtu) {
+            bail!("--jumbo-frame-mtu {jumbo_frame_mtu} is out of range (576..=65535)");
+        }
+        Ok(Settings {
+            sysfs_root: flags
+                .sysfs_root
+                .or(file.sysfs_root)
+                .unwrap_or_else(|| "/sys".into()),
+            dev_root: flags
+                .dev_root
+                .or(file.dev_root)
+                .unwrap_or_else(|| "/dev".into()),
+            kubelet_dir: flags
+                .kubelet_dir
+                .or(file.kubelet_dir)
+                .unwrap_or_else(|| "/var/lib/kubelet/device-plugins".into()),
+            pod_resources_socket: flags.pod_resources_socket.or(file.pod_resources_socket),
+            resource_name: flags
+                .resource_name
+                .or(file.resource_name)
+                .unwrap_or_else(|| erdma_deviceplugin::config::DEFAULT_RESOURCE_NAME.into()),
+            rdma_drivers,
+            slots_per_device: flags
+                .slots_per_device
+                .or(file.slots_per_device)
+                .unwrap_or(erdma_deviceplugin::config::DEFAULT_SLOTS_PER_DEVICE),
+            allocate_all_devices: flags
+                .allocate_all_devices
+                .or(file.allocate_all_devices)
+                .unwrap_or(false),
+            metrics_addr,
+            instance_id: flags
+                .instance_id
+                .or(file.instance_id)
+                .filter(|s| !s.trim().is_empty()),
+            prefer_driver,
+            prestart_container: flags
+                .deviceplugin_prestart_container
+                .or(file.deviceplugin_prestart_container)
+                .unwrap_or(false),
+            local_eri_discovery: flags
+                .local_eri_discovery
+                .or(file.local_eri_discovery)
+                .unwrap_or(false),
+            exposed_local_eris,
+            jumbo_frame_mtu,
+            cdi_spec_dir: flags.cdi_spec_dir.or(file.cdi_spec_dir),
+            poll_interval: Duration::from_millis(poll_ms),
+            json_logs,
+        })
+    }
+}
+
+/// `rdma_rxe` is the module of the `rxe` driver: accept both.
+fn normalise_driver(d: &str) -> String {
+    match d {
+        "rdma_rxe" => "rxe".into(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> anyhow::Result<Settings> {
+        let mut v = vec!["erdma-agent"];
+        v.extend_from_slice(args);
+        Settings::resolve(Flags::try_parse_from(v)?)
+    }
+
+    #[test]
+    fn defaults_match_the_issue() {
+        let s = parse(&[]).unwrap();
+        assert_eq!(s.sysfs_root, PathBuf::from("/sys"));
+        assert_eq!(s.dev_root, PathBuf::from("/dev"));
+        assert_eq!(
+            s.kubelet_dir,
+            PathBuf::from("/var/lib/kubelet/device-plugins")
+        );
+        assert_eq!(s.resource_name, "aliyun/erdma");
+        assert_eq!(s.rdma_drivers, vec!["erdma"]);
+        assert_eq!(s.slots_per_device, 200);
+        assert!(!s.allocate_all_devices);
+        assert_eq!(s.prefer_driver, DriverMode::Auto);
+        assert_eq!(s.jumbo_frame_mtu, 8500);
+        assert_eq!(s.poll_interval, Duration::from_millis(100));
+    }
+
+    #[test]
+    fn flags_parse_and_win_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("agent.yaml");
+        std::fs::write(
+            &cfg,
+            "kubelet-dir: /from/file\nslots-per-device: 7\nallocateAllDevices: true\npreferDriver: compat\nexposedLocalERIs:\n  - i-* erdma_0\njumboFrameMTU: 9000\n",
+        )
+        .unwrap();
+        let c = cfg.to_str().unwrap();
+        let s = parse(&[
+            "--config",
+            c,
+            "--slots-per-device",
+            "3",
+            "--rdma-driver",
+            "rxe,rdma_rxe,siw",
+            "--prefer-driver",
+            "none",
+        ])
+        .unwrap();
+        assert_eq!(s.kubelet_dir, PathBuf::from("/from/file"));
+        assert_eq!(s.slots_per_device, 3);
+        assert!(s.allocate_all_devices);
+        assert_eq!(s.prefer_driver, DriverMode::None);
+        assert_eq!(s.rdma_drivers, vec!["rxe", "rxe", "siw"]);
+        assert!(s.exposed_local_eris.selects("i-x", "erdma_0"));
+        assert_eq!(s.jumbo_frame_mtu, 9000);
+        let s = parse(&["--config", c, "--allocate-all-devices=false"]).unwrap();
+        assert!(!s.allocate_all_devices);
+        let s = parse(&[
+            "--allocate-all-devices",
+            "--deviceplugin-prestart-container",
+            "--local-eri-discovery",
+        ])
+        .unwrap();
+        assert!(s.allocate_all_devices && s.prestart_container && s.local_eri_discovery);
+    }
+
+    #[test]
+    fn json_config_and_bad_values_name_the_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("agent.json");
+        std::fs::write(
+            &cfg,
+            r#"{"resource-name": "example.com/rdma", "metrics-addr": "off"}"#,
+        )
+        .unwrap();
+        let s = parse(&["--config", cfg.to_str().unwrap()]).unwrap();
+        assert_eq!(s.resource_name, "example.com/rdma");
+        assert_eq!(s.metrics_addr, MetricsAddr::Off);
+        std::fs::write(&cfg, r#"{"slots-per-devices": 3}"#).unwrap();
+        let e = format!(
+            "{:#}",
+            parse(&["--config", cfg.to_str().unwrap()]).unwrap_err()
+        );
+        assert!(e.contains("slots-per-devices"), "{e}");
+        let e = format!("{:#}", parse(&["--prefer-driver", "fake"]).unwrap_err());
+        assert!(e.contains("\"fake\""), "{e}");
+        let e = format!(
+            "{:#}",
+            parse(&["--exposed-local-eris", "bogus"]).unwrap_err()
+        );
+        assert!(e.contains("bogus"), "{e}");
+        let e = format!("{:#}", parse(&["--metrics-addr", "nowhere"]).unwrap_err());
+        assert!(e.contains("nowhere"), "{e}");
+        assert_eq!(
+            parse(&["--metrics-addr", ":9999"]).unwrap().metrics_addr,
+            MetricsAddr::On("0.0.0.0:9999".parse().unwrap())
+        );
+    }
+}
