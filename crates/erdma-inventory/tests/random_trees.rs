@@ -43,6 +43,8 @@ enum Op {
     Huge(usize),
     Link(usize, String),
     Remove(usize),
+    /// A chain of `n` links ending at the path (deeper than the 40-hop limit when n > 40).
+    Chain(usize, usize),
 }
 
 fn content() -> impl Strategy<Value = Vec<u8>> {
@@ -73,7 +75,8 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (i.clone(), content()).prop_map(|(i, c)| Op::Write(i, c)),
         1 => i.clone().prop_map(Op::Huge),
         2 => (i.clone(), target()).prop_map(|(i, t)| Op::Link(i, t)),
-        1 => i.prop_map(Op::Remove),
+        1 => i.clone().prop_map(Op::Remove),
+        1 => (i, 1usize..60).prop_map(|(i, n)| Op::Chain(i, n)),
     ]
 }
 
@@ -101,6 +104,28 @@ fn apply(tree: &NodeTree, op: &Op) {
             let p = path(*i);
             prepare(&p);
             let _ = std::os::unix::fs::symlink(PathBuf::from(t), &p);
+        }
+        Op::Chain(i, n) => {
+            let p = path(*i);
+            prepare(&p);
+            let chain = sys.join("chain");
+            let _ = std::fs::create_dir_all(&chain);
+            let _ = std::fs::write(chain.join("end"), b"4: ACTIVE\n");
+            for k in 0..*n {
+                let link = chain.join(format!("l{k}"));
+                let _ = std::fs::remove_file(&link);
+                let next = if k == 0 {
+                    "end".to_string()
+                } else {
+                    format!("l{}", k - 1)
+                };
+                let _ = std::os::unix::fs::symlink(next, &link);
+            }
+            let target = erdma_host::fake::relative_target(
+                Path::new(PATHS[*i]),
+                &Path::new("chain").join(format!("l{}", n - 1)),
+            );
+            let _ = std::os::unix::fs::symlink(target, &p);
         }
         Op::Remove(i) => {
             let p = path(*i);
