@@ -1,0 +1,447 @@
+//! The fake kubelet (library and binary) against a minimal static device plugin.
+
+use erdma_kubelet::deviceplugin::v1beta1 as api;
+use erdma_kubelet::deviceplugin::v1beta1::device_plugin_server::{
+    DevicePlugin, DevicePluginServer,
+};
+use erdma_kubelet::deviceplugin::v1beta1::registration_client::RegistrationClient;
+use erdma_kubelet::podresources::v1 as pr;
+use erdma_kubelet::podresources::v1::pod_resources_lister_client::PodResourcesListerClient;
+use erdma_kubelet::uds::{self, ClientAuthority};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+/// Advertises `dev/0`..`dev/3` (NUMA 0), prefers the highest IDs, counts PreStart calls.
+#[derive(Clone, Default)]
+struct StaticPlugin {
+    pre_starts: Arc<AtomicUsize>,
+    stop: CancellationToken,
+}
+
+type Stream =
+    Pin<Box<dyn tokio_stream::Stream<Item = Result<api::ListAndWatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl DevicePlugin for StaticPlugin {
+    async fn get_device_plugin_options(
+        &self,
+        _: Request<api::Empty>,
+    ) -> Result<Response<api::DevicePluginOptions>, Status> {
+        Ok(Response::new(api::DevicePluginOptions {
+            pre_start_required: true,
+            get_preferred_allocation_available: true,
+        }))
+    }
+    type ListAndWatchStream = Stream;
+    async fn list_and_watch(&self, _: Request<api::Empty>) -> Result<Response<Stream>, Status> {
+        let devices = (0..4)
+            .map(|i| api::Device {
+                id: format!("dev/{i}"),
+                health: api::HEALTHY.into(),
+                topology: Some(api::TopologyInfo {
+                    nodes: vec![api::NumaNode { id: 0 }],
+                }),
+            })
+            .collect();
+        let first = futures_once(api::ListAndWatchResponse { devices }, self.stop.clone());
+        Ok(Response::new(Box::pin(first)))
+    }
+    async fn get_preferred_allocation(
+        &self,
+        r: Request<api::PreferredAllocationRequest>,
+    ) -> Result<Response<api::PreferredAllocationResponse>, Status> {
+        let c = &r.get_ref().container_requests[0];
+        let mut ids = c.available_device_i_ds.clone();
+        ids.sort();
+        ids.reverse();
+        ids.truncate(c.allocation_size as usize);
+        Ok(Response::new(api::PreferredAllocationResponse {
+            container_responses: vec![api::ContainerPreferredAllocationResponse {
+                device_i_ds: ids,
+            }],
+        }))
+    }
+    async fn allocate(
+        &self,
+        r: Request<api::AllocateRequest>,
+    ) -> Result<Response<api::AllocateResponse>, Status> {
+        let responses = r
+            .into_inner()
+            .container_requests
+            .into_iter()
+            .map(|c| api::ContainerAllocateResponse {
+                envs: [("IDS".to_string(), c.devices_ids.join(","))]
+                    .into_iter()
+                    .collect(),
+                devices: vec![api::DeviceSpec {
+                    container_path: "/dev/x".into(),
+                    host_path: "/dev/x".into(),
+                    permissions: "rw".into(),
+                }],
+                ..Default::default()
+            })
+            .collect();
+        Ok(Response::new(api::AllocateResponse {
+            container_responses: responses,
+        }))
+    }
+    async fn pre_start_container(
+        &self,
+        _: Request<api::PreStartContainerRequest>,
+    ) -> Result<Response<api::PreStartContainerResponse>, Status> {
+        self.pre_starts.fetch_add(1, Ordering::SeqCst);
+        Ok(Response::new(api::PreStartContainerResponse {}))
+    }
+}
+
+/// One message, then an open stream (as a plugin keeps it open).
+fn futures_once(
+    msg: api::ListAndWatchResponse,
+    stop: CancellationToken,
+) -> impl tokio_stream::Stream<Item = Result<api::ListAndWatchResponse, Status>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        let _ = tx.send(Ok(msg)).await;
+        // Keep the stream open until the receiver goes away or the plugin stops.
+        tokio::select! {
+            _ = tx.closed() => {}
+            _ = stop.cancelled() => {}
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+fn serve_plugin(path: &Path, mut plugin: StaticPlugin, cancel: CancellationToken) {
+    plugin.stop = cancel.clone();
+    let listener = uds::bind(path).unwrap();
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(DevicePluginServer::new(plugin))
+            .serve_with_incoming_shutdown(uds::incoming(listener), cancel.cancelled())
+            .await
+            .unwrap();
+    });
+}
+
+async fn register(dir: &Path, version: &str, resource: &str, endpoint: &str) -> Result<(), Status> {
+    let ch = uds::connect(
+        &dir.join("kubelet.sock"),
+        ClientAuthority::Localhost,
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    RegistrationClient::new(ch)
+        .register(api::RegisterRequest {
+            version: version.into(),
+            endpoint: endpoint.into(),
+            resource_name: resource.into(),
+            options: Some(api::DevicePluginOptions {
+                pre_start_required: true,
+                get_preferred_allocation_available: true,
+            }),
+        })
+        .await
+        .map(|_| ())
+}
+
+fn short_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("fk")
+        .tempdir_in("/tmp")
+        .unwrap()
+}
+
+struct Daemon(Child);
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_erdma-fake-kubelet"))
+}
+
+async fn wait_until(what: &str, f: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn read_state(dir: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir.join("fake-kubelet-state.json")).unwrap_or_default())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validates_registration_like_the_kubelet() {
+    let dir = short_dir();
+    let k = erdma_fake_kubelet::FakeKubelet::start(erdma_fake_kubelet::FakeKubeletConfig::new(
+        dir.path(),
+    ))
+    .await
+    .unwrap();
+    let e = register(dir.path(), "v1alpha", "example.com/dev", "p.sock")
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("\"v1alpha\""), "{e:?}");
+    let e = register(dir.path(), "v1beta1", "kubernetes.io/dev", "p.sock")
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("kubernetes.io/dev"), "{e:?}");
+    let e = register(dir.path(), "v1beta1", "example.com/dev", "../p.sock")
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("file name"), "{e:?}");
+    // Nothing serves the endpoint: the dial-back inside Register fails.
+    let e = register(dir.path(), "v1beta1", "example.com/dev", "nobody.sock")
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("dial"), "{e:?}");
+    assert_eq!(k.state().registrations, 0);
+    k.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_run_allocate_release_restart_and_pod_resources() {
+    let dir = short_dir();
+    let pr_sock: PathBuf = dir.path().join("pr.sock");
+    let plugin_dir = dir.path().join("dp");
+    let mut daemon = Daemon(
+        bin()
+            .args(["run", "--dir"])
+            .arg(&plugin_dir)
+            .arg("--pod-resources-socket")
+            .arg(&pr_sock)
+            .args(["--authority", "socket-path"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until("kubelet.sock", || {
+        uds::is_socket(&plugin_dir.join("kubelet.sock"))
+    })
+    .await;
+    let plugin = StaticPlugin::default();
+    let cancel = CancellationToken::new();
+    serve_plugin(&plugin_dir.join("p.sock"), plugin.clone(), cancel.clone());
+    register(&plugin_dir, "v1beta1", "example.com/dev", "p.sock")
+        .await
+        .unwrap();
+    wait_until("devices in the state file", || {
+        read_state(&plugin_dir)["resources"]["example.com/dev"]["devices"]
+            .as_array()
+            .is_some_and(|d| d.len() == 4)
+    })
+    .await;
+    let st = read_state(&plugin_dir);
+    let r = &st["resources"]["example.com/dev"];
+    assert_eq!(r["endpoint"], "p.sock");
+    assert_eq!(r["options"]["pre_start_required"], true);
+    assert_eq!(
+        r["devices"][0],
+        serde_json::json!({"id": "dev/0", "health": "Healthy", "numa": [0]})
+    );
+
+    // Two one-shot allocations: preferred IDs (highest first), PreStart called, ledger updated.
+    let alloc = |pod: &str, n: &str| {
+        bin()
+            .args(["allocate", "--dir"])
+            .arg(&plugin_dir)
+            .args([
+                "--resource",
+                "example.com/dev",
+                "--count",
+                n,
+                "--pod",
+                pod,
+                "-o",
+                "json",
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = alloc("ns/a", "2");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let a: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(a["pod"], "ns/a");
+    assert_eq!(a["device_ids"], serde_json::json!(["dev/3", "dev/2"]));
+    assert_eq!(a["envs"]["IDS"], "dev/3,dev/2");
+    assert_eq!(
+        a["devices"][0],
+        serde_json::json!({"container_path": "/dev/x", "host_path": "/dev/x", "permissions": "rw"})
+    );
+    assert_eq!(a["cdi_devices"], serde_json::json!([]));
+    assert_eq!(plugin.pre_starts.load(Ordering::SeqCst), 1);
+    let b: serde_json::Value = serde_json::from_slice(&alloc("ns/b", "2").stdout).unwrap();
+    assert_eq!(b["device_ids"], serde_json::json!(["dev/1", "dev/0"]));
+    let out = alloc("ns/c", "1");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("not enough example.com/dev: requested 1, 0 free")
+    );
+    assert_eq!(
+        read_state(&plugin_dir)["allocations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // pod-resources API from the ledger.
+    let ch = uds::connect(&pr_sock, ClientAuthority::Localhost, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let mut prc = PodResourcesListerClient::new(ch);
+    let list = prc
+        .list(pr::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(list.pod_resources.len(), 2);
+    assert_eq!(list.pod_resources[0].namespace, "ns");
+    assert_eq!(list.pod_resources[0].name, "a");
+    assert_eq!(
+        list.pod_resources[0].containers[0].devices[0].device_ids,
+        vec!["dev/3", "dev/2"]
+    );
+    assert_eq!(
+        list.pod_resources[0].containers[0].devices[0]
+            .topology
+            .as_ref()
+            .unwrap()
+            .nodes[0]
+            .id,
+        0
+    );
+    let got = prc
+        .get(pr::GetPodResourcesRequest {
+            pod_name: "b".into(),
+            pod_namespace: "ns".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.pod_resources.unwrap().containers[0].name, "c");
+    let e = prc
+        .get(pr::GetPodResourcesRequest {
+            pod_name: "zz".into(),
+            pod_namespace: "ns".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound);
+    let alloc_res = prc
+        .get_allocatable_resources(pr::AllocatableResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(alloc_res.devices.len(), 4);
+
+    // Release frees the IDs.
+    let out = bin()
+        .args(["release", "--dir"])
+        .arg(&plugin_dir)
+        .args(["--pod", "ns/a"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        read_state(&plugin_dir)["allocations"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let c: serde_json::Value = serde_json::from_slice(&alloc("ns/c", "1").stdout).unwrap();
+    assert_eq!(c["device_ids"], serde_json::json!(["dev/3"]));
+
+    // Restart: every socket in the directory is deleted (ours too), kubelet.sock re-created,
+    // the resource forgotten, the ledger kept; non-socket files stay.
+    std::fs::write(plugin_dir.join("keep.txt"), b"x").unwrap();
+    let out = bin()
+        .args(["restart", "--dir"])
+        .arg(&plugin_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!plugin_dir.join("p.sock").exists());
+    assert!(uds::is_socket(&plugin_dir.join("kubelet.sock")));
+    assert!(plugin_dir.join("keep.txt").exists());
+    wait_until("restart in state", || {
+        read_state(&plugin_dir)["kubelet_restarts"] == 1
+    })
+    .await;
+    let st = read_state(&plugin_dir);
+    assert!(st["resources"].as_object().unwrap().is_empty());
+    assert_eq!(st["allocations"].as_array().unwrap().len(), 2);
+
+    // SIGTERM: exit 0.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.0.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = daemon.0.wait().unwrap();
+    assert!(status.success());
+    cancel.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_end_marks_devices_unhealthy() {
+    let dir = short_dir();
+    let k = erdma_fake_kubelet::FakeKubelet::start(erdma_fake_kubelet::FakeKubeletConfig::new(
+        dir.path(),
+    ))
+    .await
+    .unwrap();
+    let cancel = CancellationToken::new();
+    serve_plugin(
+        &dir.path().join("p.sock"),
+        StaticPlugin::default(),
+        cancel.clone(),
+    );
+    register(dir.path(), "v1beta1", "example.com/dev", "p.sock")
+        .await
+        .unwrap();
+    k.wait_for(Duration::from_secs(5), |s| {
+        s.resources
+            .get("example.com/dev")
+            .is_some_and(|r| r.devices.len() == 4)
+    })
+    .await
+    .unwrap();
+    cancel.cancel();
+    let s = k
+        .wait_for(Duration::from_secs(5), |s| {
+            s.resources["example.com/dev"]
+                .devices
+                .iter()
+                .all(|d| d.health == "Unhealthy")
+        })
+        .await
+        .unwrap();
+    assert!(!s.resources["example.com/dev"].connected);
+    k.shutdown().await;
+}
