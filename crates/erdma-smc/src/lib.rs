@@ -1,2 +1,4 @@
 //! SMC-R host plumbing.
+pub mod decline;
+pub mod diag;
 pub mod pnet;
