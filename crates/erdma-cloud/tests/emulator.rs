@@ -231,15 +231,16 @@ async fn oidc_role_credentials_come_from_sts_and_carry_the_token() {
     c.describe_instances_by_id(&["i-one"])
         .await
         .expect("cached");
-    let st = emu.state();
-    assert_eq!(
-        st.calls_of("AssumeRoleWithOIDC").len(),
-        1,
-        "credentials are cached"
-    );
-    let ecs = st.calls_of("DescribeInstances");
-    assert!(ecs.iter().all(|c| c.access_key_id.starts_with("STS.")));
-    drop(st);
+    {
+        let st = emu.state();
+        assert_eq!(
+            st.calls_of("AssumeRoleWithOIDC").len(),
+            1,
+            "credentials are cached"
+        );
+        let ecs = st.calls_of("DescribeInstances");
+        assert!(ecs.iter().all(|c| c.access_key_id.starts_with("STS.")));
+    }
 
     // A bad token is an error naming the role, not a panic.
     std::fs::write(&token_file, "forged").unwrap();
