@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 mod devices;
 mod output;
+mod smc;
 
 /// erdma command-line tool: inspect RDMA devices, analyse NCCL logs, diagnose nodes and pods.
 #[derive(Debug, Parser)]
@@ -22,6 +23,8 @@ enum Command {
     Devices(devices::Args),
     /// Analyse NCCL logs (is eRDMA used? which errors, which fixes?) and compare runs.
     Nccl(erdma_nccl::NcclArgs),
+    /// SMC-R: sockets through smc_diag (`status`, like smcss) and the pnet table (`pnet`).
+    Smc(smc::Args),
 }
 
 fn main() -> ExitCode {
@@ -29,6 +32,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Devices(args) => devices::run(&args),
         Command::Nccl(args) => erdma_nccl::run(&args),
+        Command::Smc(args) => smc::run(&args),
     };
     match result {
         Ok(code) => code,
