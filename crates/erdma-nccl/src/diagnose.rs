@@ -227,19 +227,40 @@ pub fn result_name(code: u32) -> &'static str {
     }
 }
 
-/// Classifies a line that is not an NCCL line (PyTorch / launcher output) into a known problem.
-pub fn classify_foreign(line: &str) -> Option<ErrorKind> {
-    if line.contains("Watchdog caught collective operation timeout") {
-        return Some(ErrorKind::CollectiveTimeout);
+/// Recognises problems in lines that are not NCCL lines (PyTorch / launcher output), with
+/// precompiled substring searches (these lines can be most of a log).
+#[derive(Debug)]
+pub struct ForeignMatcher {
+    patterns: Vec<(memchr::memmem::Finder<'static>, ErrorKind)>,
+}
+
+impl Default for ForeignMatcher {
+    fn default() -> Self {
+        let p = |s: &'static str, k| (memchr::memmem::Finder::new(s), k);
+        Self {
+            patterns: vec![
+                p(
+                    "Watchdog caught collective operation timeout",
+                    ErrorKind::CollectiveTimeout,
+                ),
+                p("NCCL error in:", ErrorKind::NcclErrorReported),
+                p("Duplicate GPU detected", ErrorKind::DuplicateGpu),
+                p(
+                    "Failed to initialize any NET plugin",
+                    ErrorKind::NetPluginInitFailed,
+                ),
+            ],
+        }
     }
-    if line.contains("NCCL error in:") {
-        return Some(ErrorKind::NcclErrorReported);
+}
+
+impl ForeignMatcher {
+    /// The problem `line` reports, if any.
+    pub fn classify(&self, line: &str) -> Option<ErrorKind> {
+        let b = line.as_bytes();
+        self.patterns
+            .iter()
+            .find(|(f, _)| f.find(b).is_some())
+            .map(|(_, k)| *k)
     }
-    if line.contains("Duplicate GPU detected") {
-        return Some(ErrorKind::DuplicateGpu);
-    }
-    if line.contains("Failed to initialize any NET plugin") {
-        return Some(ErrorKind::NetPluginInitFailed);
-    }
-    None
 }

@@ -104,15 +104,17 @@ pub enum Event<'a> {
     Other,
 }
 
-/// Classifies an NCCL message (the text after `NCCL INFO ` / `NCCL WARN `).
-pub fn classify(msg: &str) -> Event<'_> {
+/// Classifies an NCCL message (the text after `NCCL INFO ` / `NCCL WARN `). `warn` is true for
+/// WARN (and higher) lines: connection failures count only there, since NCCL logs its retries at
+/// INFO level, and skipping those searches keeps INFO lines cheap.
+pub fn classify(msg: &str, warn: bool) -> Event<'_> {
     let b = msg.as_bytes();
     let Some(&first) = b.first() else {
         return Event::Other;
     };
     match first {
         b'N' => classify_n(msg),
-        b'C' => classify_c(msg),
+        b'C' => classify_c(msg, warn),
         b'U' => {
             if let Some(net) = msg.strip_prefix("Using network ") {
                 Event::UsingNetwork(net.trim())
@@ -145,7 +147,7 @@ pub fn classify(msg: &str) -> Event<'_> {
         }
         b'n' if msg.starts_with("ncclCommInit") => comm_event(msg),
         b'c' if msg.starts_with("comm 0x") => comm_event(msg),
-        _ => classify_rest(msg),
+        _ => classify_rest(msg, warn),
     }
 }
 
@@ -297,7 +299,7 @@ fn gdr_event<'a>(net: &'a str, rest: &'a str) -> Event<'a> {
     Event::GdrDecision { net, enabled, hca }
 }
 
-fn classify_c(msg: &str) -> Event<'_> {
+fn classify_c(msg: &str, warn: bool) -> Event<'_> {
     if msg.starts_with("Channel ") {
         if let Some(link) = channel(msg) {
             return Event::Channel(link);
@@ -316,7 +318,7 @@ fn classify_c(msg: &str) -> Event<'_> {
     if msg.starts_with("Cuda failure") {
         return Event::Problem(ErrorKind::CudaFailure);
     }
-    classify_rest(msg)
+    classify_rest(msg, warn)
 }
 
 /// `Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA` and the older forms.
@@ -406,32 +408,40 @@ fn comm_event(msg: &str) -> Event<'_> {
     }
 }
 
-fn classify_rest(msg: &str) -> Event<'_> {
-    // `init.cc:421 -> 5` (error code unwinding), possibly followed by ` [Async thread]`.
-    if let Some(at) = msg.find(" -> ")
-        && msg[..at].contains(".cc:")
-        && !msg[..at].contains(' ')
-    {
-        let code = msg[at + 4..].split_whitespace().next().unwrap_or("");
-        if let Ok(c) = code.parse() {
+fn classify_rest(msg: &str, warn: bool) -> Event<'_> {
+    // `init.cc:421 -> 5` (error code unwinding), possibly followed by ` [Async thread]`: the first
+    // token is a source location.
+    let first = match memchr::memchr(b' ', msg.as_bytes()) {
+        Some(i) => &msg[..i],
+        None => msg,
+    };
+    let is_location = memchr::memrchr(b':', first.as_bytes()).is_some_and(|c| {
+        first[..c].ends_with(".cc") || first[..c].ends_with(".h") || first[..c].ends_with(".cu")
+    });
+    if is_location {
+        let mut it = msg[first.len()..].split_whitespace();
+        if it.next() == Some("->")
+            && let Some(Ok(c)) = it.next().map(str::parse)
+        {
             return Event::ReturnCode(c);
         }
     }
-    if msg.starts_with("Bootstrap : no socket interface found")
-        || msg.contains("no socket interface found")
-    {
+    if msg.starts_with("Bootstrap : no socket interface found") {
         return Event::Problem(ErrorKind::SocketNoInterface);
     }
     if msg.starts_with("Duplicate GPU detected") {
         return Event::Problem(ErrorKind::DuplicateGpu);
     }
+    if !warn {
+        return Event::Other;
+    }
+    if msg.contains("no socket interface found") {
+        return Event::Problem(ErrorKind::SocketNoInterface);
+    }
     if msg.contains("Connection closed by remote peer") || msg.contains("remote process exited") {
         return Event::Problem(ErrorKind::PeerConnectionClosed);
     }
-    if msg.contains("Connection refused")
-        || msg.contains("Connection timed out")
-        || msg.contains("timed out")
-    {
+    if msg.contains("Connection refused") || msg.contains("timed out") {
         return Event::Problem(ErrorKind::ConnectTimeout);
     }
     Event::Other
@@ -441,9 +451,13 @@ fn classify_rest(msg: &str) -> Event<'_> {
 mod tests {
     use super::*;
 
+    fn classify_info(msg: &str) -> Event<'_> {
+        classify(msg, false)
+    }
+
     #[test]
     fn ib_using_with_erdma_devices_and_relaxed_ordering() {
-        let e = classify(
+        let e = classify_info(
             "NET/IB : Using [0]erdma_0:1/RoCE [1]erdma_1:1/RoCE [RO]; OOB eth0:10.0.1.23<0>",
         );
         let Event::IbUsing {
@@ -471,7 +485,7 @@ mod tests {
 
     #[test]
     fn ib_using_without_devices_after_no_device_found() {
-        let e = classify("NET/IB : Using [RO]; OOB eth0:192.0.2.2<0>");
+        let e = classify_info("NET/IB : Using [RO]; OOB eth0:192.0.2.2<0>");
         assert_eq!(
             e,
             Event::IbUsing {
@@ -484,7 +498,7 @@ mod tests {
 
     #[test]
     fn older_ib_using_with_space_before_semicolon() {
-        let e = classify("NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.1.1.1<0>");
+        let e = classify_info("NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.1.1.1<0>");
         let Event::IbUsing { devices, .. } = e else {
             panic!("not IbUsing")
         };
@@ -493,7 +507,8 @@ mod tests {
 
     #[test]
     fn channel_forms() {
-        let Event::Channel(c) = classify("Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA")
+        let Event::Channel(c) =
+            classify_info("Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA")
         else {
             panic!("channel")
         };
@@ -502,7 +517,8 @@ mod tests {
             ("NET", "IB", Some(0), true, Some("send"))
         );
         assert_eq!((c.from_rank, c.to_rank), (Some(0), Some(1)));
-        let Event::Channel(c) = classify("Channel 01/0 : 1[1] -> 0[0] [receive] via NET/Socket/0")
+        let Event::Channel(c) =
+            classify_info("Channel 01/0 : 1[1] -> 0[0] [receive] via NET/Socket/0")
         else {
             panic!("channel")
         };
@@ -510,30 +526,32 @@ mod tests {
             (c.family, c.kind, c.gdr, c.direction),
             ("NET", "Socket", false, Some("receive"))
         );
-        let Event::Channel(c) = classify("Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM") else {
+        let Event::Channel(c) = classify_info("Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM") else {
             panic!("channel")
         };
         assert_eq!((c.family, c.kind, c.direction), ("P2P", "CUMEM", None));
-        let Event::Channel(c) = classify("Channel 00 : 0[0] -> 1[1] via SHM/direct/direct") else {
+        let Event::Channel(c) = classify_info("Channel 00 : 0[0] -> 1[1] via SHM/direct/direct")
+        else {
             panic!("channel")
         };
         assert_eq!((c.family, c.kind), ("SHM", "direct"));
         let Event::Channel(c) =
-            classify("Channel 02/1 : 3[3] -> 11[3] [send] via NET/IB/0(3)/GDRDMA")
+            classify_info("Channel 02/1 : 3[3] -> 11[3] [send] via NET/IB/0(3)/GDRDMA")
         else {
             panic!("channel")
         };
         assert_eq!((c.net_dev, c.gdr), (Some(0), true));
-        let Event::Channel(c) = classify("Channel 00 : 0[3d000] -> 1[3e000] via P2P/IPC") else {
+        let Event::Channel(c) = classify_info("Channel 00 : 0[3d000] -> 1[3e000] via P2P/IPC")
+        else {
             panic!("channel")
         };
         assert_eq!((c.from_rank, c.to_rank, c.kind), (Some(0), Some(1), "IPC"));
-        assert_eq!(classify("Channel 00/24 : 0 1"), Event::Other);
+        assert_eq!(classify_info("Channel 00/24 : 0 1"), Event::Other);
     }
 
     #[test]
     fn comm_lines() {
-        let e = classify(
+        let e = classify_info(
             "ncclCommInitRankConfig comm 0x454f94d0 rank 1 nranks 2 cudaDev 1 nvmlDev 1 busId 70 commId 0x856452113e1e50a1 - Init START",
         );
         assert_eq!(
@@ -546,8 +564,9 @@ mod tests {
                 complete: false
             }
         );
-        let e =
-            classify("comm 0x16972540 rank 1 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0");
+        let e = classify_info(
+            "comm 0x16972540 rank 1 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0",
+        );
         assert_eq!(
             e,
             Event::Comm {
@@ -563,20 +582,20 @@ mod tests {
     #[test]
     fn gid_env_gdr_and_codes() {
         assert_eq!(
-            classify("NCCL_IB_GID_INDEX set by environment to 3."),
+            classify_info("NCCL_IB_GID_INDEX set by environment to 3."),
             Event::EnvSet {
                 name: "NCCL_IB_GID_INDEX",
                 value: "3"
             }
         );
         assert_eq!(
-            classify(
+            classify_info(
                 "NET/IB: NCCL Dev 0 IbDev 0 Port 1 qpn 1031 mtu 3 query_ece={supported=0} GID 3 (0/6B00A8C0FFFF0000) fifoRkey=0x1 fifoLkey=0x2"
             ),
             Event::GidInUse(3)
         );
         assert_eq!(
-            classify("NET/IB : GPU Direct RDMA Enabled for HCA 0 'erdma_0'"),
+            classify_info("NET/IB : GPU Direct RDMA Enabled for HCA 0 'erdma_0'"),
             Event::GdrDecision {
                 net: "IB",
                 enabled: true,
@@ -584,28 +603,28 @@ mod tests {
             }
         );
         assert_eq!(
-            classify("NET/Socket : GPU Direct RDMA Disabled for HCA 0 'lo'"),
+            classify_info("NET/Socket : GPU Direct RDMA Disabled for HCA 0 'lo'"),
             Event::GdrDecision {
                 net: "Socket",
                 enabled: false,
                 hca: "lo"
             }
         );
-        assert_eq!(classify("init.cc:421 -> 5"), Event::ReturnCode(5));
+        assert_eq!(classify_info("init.cc:421 -> 5"), Event::ReturnCode(5));
         assert_eq!(
-            classify("group.cc:76 -> 5 [Async thread]"),
+            classify_info("group.cc:76 -> 5 [Async thread]"),
             Event::ReturnCode(5)
         );
         assert_eq!(
-            classify("Using network Socket"),
+            classify_info("Using network Socket"),
             Event::UsingNetwork("Socket")
         );
         assert_eq!(
-            classify("Failed to initialize NET plugin IB"),
+            classify_info("Failed to initialize NET plugin IB"),
             Event::NetPluginFailed("IB")
         );
         assert_eq!(
-            classify("Failed to initialize any NET plugin"),
+            classify_info("Failed to initialize any NET plugin"),
             Event::Problem(ErrorKind::NetPluginInitFailed)
         );
     }

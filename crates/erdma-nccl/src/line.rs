@@ -71,7 +71,7 @@ impl PrefixParser {
         // From the right: optional location, optional [dev], then host:pid:tid.
         if let Some((head, last)) = rsplit_token(pre)
             && !is_bracket_number(last)
-            && last.contains(':')
+            && memchr::memchr(b':', last.as_bytes()).is_some()
             && !looks_like_host_pid_tid(last)
         {
             location = Some(last);
@@ -100,7 +100,7 @@ impl PrefixParser {
 }
 
 fn split_level(rest: &str) -> Option<(Level, &str)> {
-    let (word, msg) = match rest.find(' ') {
+    let (word, msg) = match memchr::memchr(b' ', rest.as_bytes()) {
         Some(i) => (&rest[..i], &rest[i + 1..]),
         None => (rest, ""),
     };
@@ -116,48 +116,59 @@ fn split_level(rest: &str) -> Option<(Level, &str)> {
 
 /// Splits off the last whitespace-separated token: `(everything before, token)`.
 fn rsplit_token(s: &str) -> Option<(&str, &str)> {
-    let s = s.trim_end();
-    if s.is_empty() {
+    let b = s.as_bytes();
+    let mut end = b.len();
+    while end > 0 && (b[end - 1] == b' ' || b[end - 1] == b'\t') {
+        end -= 1;
+    }
+    if end == 0 {
         return None;
     }
-    match s.rfind([' ', '\t']) {
-        Some(i) => Some((&s[..i], &s[i + 1..])),
-        None => Some(("", s)),
+    // Split points are ASCII, so both halves stay on char boundaries.
+    match memchr::memrchr2(b' ', b'\t', &b[..end]) {
+        Some(i) => Some((&s[..i], &s[i + 1..end])),
+        None => Some(("", &s[..end])),
     }
 }
 
 fn bracket_number(tok: &str) -> Option<u32> {
-    tok.strip_prefix('[')?.strip_suffix(']')?.parse().ok()
+    let b = tok.as_bytes();
+    if b.len() < 3 || b[0] != b'[' || b[b.len() - 1] != b']' {
+        return None;
+    }
+    tok[1..tok.len() - 1].parse().ok()
 }
 
 fn is_bracket_number(tok: &str) -> bool {
     bracket_number(tok).is_some()
 }
 
+/// `host:pid:tid`: at least two colons, the last two fields all digits.
 fn looks_like_host_pid_tid(tok: &str) -> bool {
-    let mut parts = tok.rsplitn(3, ':');
-    let tid = parts.next().unwrap_or("");
-    let pid = parts.next().unwrap_or("");
-    !tid.is_empty()
-        && !pid.is_empty()
-        && tid.bytes().all(|b| b.is_ascii_digit())
-        && pid.bytes().all(|b| b.is_ascii_digit())
-        && parts.next().is_some()
+    let b = tok.as_bytes();
+    let Some(c2) = memchr::memrchr(b':', b) else {
+        return false;
+    };
+    let Some(c1) = memchr::memrchr(b':', &b[..c2]) else {
+        return false;
+    };
+    let digits = |x: &[u8]| !x.is_empty() && x.iter().all(u8::is_ascii_digit);
+    digits(&b[c2 + 1..]) && digits(&b[c1 + 1..c2])
 }
 
 /// `host:pid:tid` (possibly glued to a launcher prefix such as `[1,0]<stdout>:`) → (`host:pid`, host, pid).
 fn host_pid(token: &str) -> (&str, &str, Option<u32>) {
     // Drop a launcher prefix glued to the host name: keep what follows the last ']' or '>'.
-    let token = match token.rfind([']', '>']) {
+    let token = match memchr::memrchr2(b']', b'>', token.as_bytes()) {
         Some(i) => &token[i + 1..],
         None => token,
     };
     let token = token.trim_start_matches(':');
-    let Some(tid_at) = token.rfind(':') else {
+    let Some(tid_at) = memchr::memrchr(b':', token.as_bytes()) else {
         return (token, token, None);
     };
     let host_pid = &token[..tid_at];
-    match host_pid.rfind(':') {
+    match memchr::memrchr(b':', host_pid.as_bytes()) {
         Some(pid_at) => {
             let pid = host_pid[pid_at + 1..].parse().ok();
             (host_pid, &host_pid[..pid_at], pid)

@@ -138,9 +138,11 @@ impl Default for Options {
 pub struct Analyzer {
     opts: Options,
     parser: PrefixParser,
+    foreign: diagnose::ForeignMatcher,
     processes: Vec<Process>,
     index: HashMap<String, usize>,
     last: Option<(usize, usize)>,
+    scratch: String,
     files: Vec<FileState>,
     dropped_processes: u64,
 }
@@ -151,9 +153,11 @@ impl Analyzer {
         Self {
             opts,
             parser: PrefixParser::default(),
+            foreign: diagnose::ForeignMatcher::default(),
             processes: Vec::new(),
             index: HashMap::new(),
             last: None,
+            scratch: String::new(),
             files: Vec::new(),
             dropped_processes: 0,
         }
@@ -164,11 +168,14 @@ impl Analyzer {
         let file = self.begin_file(name);
         let mut reader = LineReader::new(input, self.opts.max_line);
         let mut no = 0u64;
-        while let Some(line) = reader.next_line()? {
+        reader.for_each_line(|line| {
             no += 1;
-            let text = String::from_utf8_lossy(line);
-            self.line(file, no, &text);
-        }
+            // from_utf8 is much faster than the lossy scan on the (usual) valid input.
+            match std::str::from_utf8(line) {
+                Ok(text) => self.line(file, no, text),
+                Err(_) => self.line(file, no, &String::from_utf8_lossy(line)),
+            }
+        })?;
         let f = &mut self.files[file];
         f.truncated_lines = reader.truncated_lines();
         f.bytes = reader.bytes_read();
@@ -205,7 +212,7 @@ impl Analyzer {
             return;
         };
         f.nccl_lines += 1;
-        let ev = event::classify(l.message);
+        let ev = event::classify(l.message, l.level != Level::Info);
         if matches!(ev, Event::Other) && l.level == Level::Info {
             return;
         }
@@ -214,6 +221,10 @@ impl Analyzer {
         };
         let p = &mut self.processes[pi];
         let problem = |p: &mut Process, kind: ErrorKind| {
+            if let Some(seen) = p.problems.get_mut(&kind) {
+                seen.count += 1;
+                return;
+            }
             let msg = match l.location {
                 Some(loc) => format!("{loc} {}", l.message),
                 None => l.message.to_string(),
@@ -221,7 +232,7 @@ impl Analyzer {
             record(&mut p.problems, kind, file, no, &msg);
         };
         match ev {
-            Event::Version(v) => insert_capped(&mut p.versions, v.to_string()),
+            Event::Version(v) => insert_str(&mut p.versions, v),
             Event::IbUsing {
                 devices,
                 oob,
@@ -239,18 +250,18 @@ impl Analyzer {
                     );
                 }
                 if let Some(o) = oob {
-                    insert_capped(&mut p.ib_oob, o.to_string());
+                    insert_str(&mut p.ib_oob, o);
                 }
                 p.relaxed_ordering |= relaxed_ordering;
             }
             Event::SocketUsing(ifaces) => {
                 for i in ifaces {
-                    insert_capped(&mut p.socket_ifaces, i.to_string());
+                    insert_str(&mut p.socket_ifaces, i);
                 }
             }
-            Event::UsingNetwork(n) => insert_capped(&mut p.networks, n.to_string()),
-            Event::NetPluginReady(n) => insert_capped(&mut p.plugins_ready, n.to_string()),
-            Event::NetPluginFailed(n) => insert_capped(&mut p.plugins_failed, n.to_string()),
+            Event::UsingNetwork(n) => insert_str(&mut p.networks, n),
+            Event::NetPluginReady(n) => insert_str(&mut p.plugins_ready, n),
+            Event::NetPluginFailed(n) => insert_str(&mut p.plugins_failed, n),
             Event::Comm {
                 rank,
                 nranks,
@@ -273,13 +284,19 @@ impl Analyzer {
                 p.init_complete |= complete;
             }
             Event::Channel(c) => {
-                let label = if c.kind.is_empty() {
-                    c.family.to_string()
-                } else {
-                    format!("{}/{}", c.family, c.kind)
-                };
-                if p.transports.len() < MAX_ITEMS || p.transports.contains_key(&label) {
-                    let t = p.transports.entry(label).or_default();
+                // Label in a reused buffer: channel lines are frequent, new labels are rare.
+                let label = &mut self.scratch;
+                label.clear();
+                label.push_str(c.family);
+                if !c.kind.is_empty() {
+                    label.push('/');
+                    label.push_str(c.kind);
+                }
+                if !p.transports.contains_key(label.as_str()) && p.transports.len() < MAX_ITEMS {
+                    p.transports
+                        .insert(label.clone(), TransportCount::default());
+                }
+                if let Some(t) = p.transports.get_mut(label.as_str()) {
                     t.connections += 1;
                     t.gdr += u64::from(c.gdr);
                     if let Some(d) = c.net_dev {
@@ -294,8 +311,14 @@ impl Analyzer {
                 }
             }
             Event::EnvSet { name, value } => {
-                if p.env.len() < MAX_ITEMS || p.env.contains_key(name) {
-                    p.env.insert(name.to_string(), value.to_string());
+                let room = p.env.len() < MAX_ITEMS;
+                match p.env.get_mut(name) {
+                    Some(v) if v == value => {}
+                    Some(v) => *v = value.to_string(),
+                    None if room => {
+                        p.env.insert(name.to_string(), value.to_string());
+                    }
+                    None => {}
                 }
             }
             Event::GidInUse(g) => insert_capped(&mut p.gids_in_use, g),
@@ -326,7 +349,7 @@ impl Analyzer {
             );
             return;
         }
-        if let Some(kind) = diagnose::classify_foreign(text) {
+        if let Some(kind) = self.foreign.classify(text) {
             record(&mut f.problems, kind, file, no, text.trim());
         }
     }
@@ -482,6 +505,12 @@ pub fn group_jobs(processes: &[Process], nfiles: usize) -> Vec<(Vec<usize>, BTre
         }
     }
     out
+}
+
+fn insert_str(set: &mut BTreeSet<String>, v: &str) {
+    if !set.contains(v) && set.len() < MAX_ITEMS {
+        set.insert(v.to_string());
+    }
 }
 
 fn insert_capped<T: Ord>(set: &mut BTreeSet<T>, v: T) {

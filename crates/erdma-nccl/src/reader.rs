@@ -75,6 +75,65 @@ impl<R: BufRead> LineReader<R> {
         Ok(Some(&self.buf))
     }
 
+    /// Calls `f` with every remaining line (same lines as repeated [`LineReader::next_line`]),
+    /// handing out slices of the reader's own buffer when a line lies inside it, so that most lines
+    /// are never copied.
+    pub fn for_each_line(&mut self, mut f: impl FnMut(&[u8])) -> io::Result<()> {
+        self.buf.clear();
+        let mut pending = false; // a partial line is held in self.buf
+        let mut cut = false;
+        loop {
+            let chunk = match self.inner.fill_buf() {
+                Ok(c) => c,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if chunk.is_empty() {
+                break;
+            }
+            let len = chunk.len();
+            let mut start = 0;
+            for nl in memchr::memchr_iter(b'\n', chunk) {
+                let piece = &chunk[start..nl];
+                if pending {
+                    let room = self.max_len - self.buf.len();
+                    cut |= piece.len() > room;
+                    self.buf.extend_from_slice(&piece[..piece.len().min(room)]);
+                    if cut {
+                        self.truncated += 1;
+                    }
+                    f(strip_cr(&self.buf));
+                    self.buf.clear();
+                    pending = false;
+                    cut = false;
+                } else if piece.len() > self.max_len {
+                    self.truncated += 1;
+                    f(strip_cr(&piece[..self.max_len]));
+                } else {
+                    f(strip_cr(piece));
+                }
+                start = nl + 1;
+            }
+            if start < len {
+                let piece = &chunk[start..];
+                let room = self.max_len - self.buf.len();
+                cut |= piece.len() > room;
+                self.buf.extend_from_slice(&piece[..piece.len().min(room)]);
+                pending = true;
+            }
+            self.inner.consume(len);
+            self.bytes += len as u64;
+        }
+        if pending {
+            if cut {
+                self.truncated += 1;
+            }
+            f(strip_cr(&self.buf));
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
     /// How many lines were longer than the limit and were cut.
     pub fn truncated_lines(&self) -> u64 {
         self.truncated
@@ -84,6 +143,10 @@ impl<R: BufRead> LineReader<R> {
     pub fn bytes_read(&self) -> u64 {
         self.bytes
     }
+}
+
+fn strip_cr(line: &[u8]) -> &[u8] {
+    line.strip_suffix(b"\r").unwrap_or(line)
 }
 
 #[cfg(test)]
@@ -119,6 +182,32 @@ mod tests {
         let (lines, cut) = all(b"0123456789\nab\n", 4);
         assert_eq!(lines, vec![b"0123".to_vec(), b"ab".to_vec()]);
         assert_eq!(cut, 1);
+    }
+
+    fn all_each(input: &[u8], max: usize, cap: usize) -> (Vec<Vec<u8>>, u64) {
+        let mut r = LineReader::new(io::BufReader::with_capacity(cap, input), max);
+        let mut out = Vec::new();
+        r.for_each_line(|l| out.push(l.to_vec()))
+            .expect("in-memory read");
+        (out, r.truncated_lines())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn for_each_line_equals_next_line(
+            data in proptest::collection::vec(proptest::sample::select(vec![b'a', b'\n', b'\r', 0xff]), 0..300),
+            max in 1usize..40,
+            cap in 1usize..64,
+        ) {
+            let mut r = LineReader::new(io::BufReader::with_capacity(cap, &data[..]), max);
+            let mut expect = Vec::new();
+            while let Some(l) = r.next_line().expect("read") {
+                expect.push(l.to_vec());
+            }
+            let (got, cut) = all_each(&data, max, cap);
+            proptest::prop_assert_eq!(got, expect);
+            proptest::prop_assert_eq!(cut, r.truncated_lines());
+        }
     }
 
     #[test]

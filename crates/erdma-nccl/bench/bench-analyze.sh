@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Benchmark of `erdmactl nccl analyze` on a generated 1 GiB log, against `grep -c NCCL` on the same
+# file in the same run (both read it from the page cache after a warm-up read).
+#   crates/erdma-nccl/bench/bench-analyze.sh [SIZE_MIB]
+# Prints throughput (MB/s, 10^6 bytes), max RSS and the time ratio. The log goes to /tmp and is
+# deleted afterwards; never commit it.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+size_mib="${1:-1024}"
+log="${BENCH_LOG:-/tmp/erdma-nccl-bench.log}"
+trap 'rm -f "$log"' EXIT
+
+cargo build --release -q -p erdmactl
+bin=target/release/erdmactl
+python3 crates/erdma-nccl/bench/gen-log.py "$log" "$size_mib"
+bytes=$(stat -c %s "$log")
+cat "$log" > /dev/null   # warm the page cache
+
+measure() {  # best of 3 by wall time: prints "wall_s cpu_s max_rss_kib"
+    local best=""
+    for _ in 1 2 3; do
+        # Not /dev/null: GNU grep stops at the first match when its output is /dev/null.
+        /usr/bin/time -f "%e %U %S %M" -o /tmp/erdma-bench-time "$@" > /tmp/erdma-bench-out
+        read -r e u s m < /tmp/erdma-bench-time
+        line="$e $(python3 -c "print($u + $s)") $m"
+        if [ -z "$best" ] || python3 -c "import sys; sys.exit(0 if $e < ${best%% *} else 1)"; then best="$line"; fi
+    done
+    echo "$best"
+}
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"
+read -r g_s g_cpu g_kib < <(measure grep -c NCCL "$log")
+read -r a_s a_cpu a_kib < <(measure "$bin" nccl analyze -o json "$log")
+read -r t_s t_cpu t_kib < <(measure "$bin" nccl analyze "$log")
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$bytes" "$g_s" "$g_cpu" "$g_kib" "$a_s" "$a_cpu" "$a_kib" "$t_s" "$t_cpu" "$t_kib" <<'PY'
+import sys
+b, gs, gc, gk, a_s, ac, ak, ts, tc, tk = (float(x) for x in sys.argv[1:])
+mb = b / 1e6
+print(f"file: {b:.0f} bytes ({b / 2**30:.2f} GiB); best of 3 runs each, page cache warm")
+print(f"{'command':32} {'wall s':>7} {'MB/s':>6} {'cpu s':>7} {'MB/cpu-s':>9} {'max RSS MiB':>12}")
+for name, w, c, k in (("grep -c NCCL", gs, gc, gk), ("erdmactl nccl analyze -o json", a_s, ac, ak),
+                      ("erdmactl nccl analyze (table)", ts, tc, tk)):
+    print(f"{name:32} {w:7.2f} {mb / w:6.0f} {c:7.2f} {mb / c:9.0f} {k / 1024:12.1f}")
+print(f"ratio analyze/grep: wall {a_s / gs:.2f}x, cpu {ac / gc:.2f}x")
+ok = mb / a_s >= 300 and ak / 1024 < 50
+print("target (>= 300 MB/s wall, < 50 MiB RSS):", "met" if ok else "NOT met")
+sys.exit(0 if ok else 1)
+PY
