@@ -280,3 +280,22 @@ fn real_two_ranks_on_one_gpu() {
     assert_eq!(j.verdict.erdma_used, Answer::No);
     assert_eq!(j.verdict.reason, "init_failed");
 }
+
+#[test]
+fn plugin_network_and_non_utf8_lines() {
+    let mut text = Vec::new();
+    text.extend_from_slice(b"a:1:1 [0] NCCL INFO NET/Plugin: Loaded net plugin AWS Libfabric (v8)\n");
+    text.extend_from_slice(b"a:1:1 [0] NCCL INFO Using network AWS Libfabric\n");
+    text.extend_from_slice(b"a:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 10 commId 0xab - Init COMPLETE\n");
+    // A corrupted byte in the middle of a channel line must not hide it.
+    text.extend_from_slice(b"a:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/AWS Libfabric/0/GDRDMA \xff\xfe\n");
+    let mut an = Analyzer::new(Options::default());
+    an.add_input("efa.log", &text[..]).expect("read");
+    let r = an.finish();
+    let j = only_job(&r);
+    assert_eq!(j.network.plugins_ready, vec!["AWS Libfabric"]);
+    assert_eq!(transport(j, "NET/AWS Libfabric"), 1);
+    assert_eq!(j.gdr.state, "on");
+    assert_eq!(j.verdict.erdma_used, Answer::No);
+    assert_eq!(j.verdict.reason, "plugin_network");
+}
