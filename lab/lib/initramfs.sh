@@ -58,7 +58,7 @@ mkdir -p "$ROOT"/{usr/bin,usr/sbin,usr/lib,usr/lib64,usr/local/bin,etc,proc,sys,
 ln -s usr/bin "$ROOT/bin"; ln -s usr/sbin "$ROOT/sbin"; ln -s usr/lib "$ROOT/lib"; ln -s usr/lib64 "$ROOT/lib64"
 
 cp /bin/busybox "$ROOT/usr/bin/busybox"
-BINS="dash bash kmod ip ss rdma strace ibv_devinfo ibv_devices ibv_rc_pingpong ibv_ud_pingpong
+BINS="dash bash kmod ip ss rdma strace jq ibv_devinfo ibv_devices ibv_rc_pingpong ibv_ud_pingpong
   ibv_srq_pingpong ibv_asyncwatch rping rdma_server rdma_client ucmatose ib_write_bw ib_write_lat
   ib_send_bw ib_send_lat ib_read_bw ib_read_lat"
 for b in $BINS; do

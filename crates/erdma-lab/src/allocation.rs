@@ -11,23 +11,23 @@ use serde::{Deserialize, Serialize};
 pub enum AllocationError {
     /// The file could not be read.
     #[error(
-        "cannot read allocation file {path}: {source}; pass the JSON printed by `erdma-fake-kubelet allocate -o json`"
+        "cannot read allocation file {path}: {cause}; pass the JSON printed by `erdma-fake-kubelet allocate -o json`"
     )]
     Read {
         /// The file.
         path: String,
         /// The I/O error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The file is not an allocation in the expected shape.
     #[error(
-        "allocation file {path} is not valid allocation JSON: {source}; expected the output of `erdma-fake-kubelet allocate -o json`"
+        "allocation file {path} is not valid allocation JSON: {cause}; expected the output of `erdma-fake-kubelet allocate -o json`"
     )]
     Parse {
         /// The file.
         path: String,
         /// The JSON error, with line and column.
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
 }
 
@@ -106,17 +106,17 @@ pub struct Allocation {
 impl Allocation {
     /// Parses allocation JSON.
     pub fn from_json(text: &str, origin: &str) -> Result<Self, AllocationError> {
-        serde_json::from_str(text).map_err(|source| AllocationError::Parse {
+        serde_json::from_str(text).map_err(|cause| AllocationError::Parse {
             path: origin.to_owned(),
-            source,
+            cause,
         })
     }
 
     /// Reads and parses an allocation file.
     pub fn from_file(path: &Path) -> Result<Self, AllocationError> {
-        let text = std::fs::read_to_string(path).map_err(|source| AllocationError::Read {
+        let text = std::fs::read_to_string(path).map_err(|cause| AllocationError::Read {
             path: path.display().to_string(),
-            source,
+            cause,
         })?;
         Self::from_json(&text, &path.display().to_string())
     }

@@ -18,12 +18,12 @@ pub const DEFAULT_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
 #[derive(Debug, thiserror::Error)]
 pub enum CdiError {
     /// A spec file could not be read.
-    #[error("cannot read CDI spec {path}: {source}")]
+    #[error("cannot read CDI spec {path}: {cause}")]
     Read {
         /// The spec file.
         path: String,
         /// The I/O error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A spec file is not a CDI spec.
     #[error("CDI spec {path} is invalid: {reason}; fix or remove the file")]
@@ -152,9 +152,9 @@ impl CdiRegistry {
                 if !matches!(ext, "json" | "yaml" | "yml") {
                     continue;
                 }
-                let text = std::fs::read_to_string(&path).map_err(|source| CdiError::Read {
+                let text = std::fs::read_to_string(&path).map_err(|cause| CdiError::Read {
                     path: path.display().to_string(),
-                    source,
+                    cause,
                 })?;
                 specs.push((path.clone(), parse_spec(&text, &path)?));
             }

@@ -12,5 +12,7 @@
 
 pub mod allocation;
 pub mod cdi;
+pub mod link;
 pub mod plan;
+pub mod probe;
 pub mod runtime;

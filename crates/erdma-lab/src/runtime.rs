@@ -47,19 +47,22 @@ pub enum RuntimeError {
         /// What is wrong.
         reason: String,
     },
+    /// `lo` could not be brought up in a new network namespace.
+    #[error("new network namespace: {0}")]
+    Loopback(#[from] crate::link::LinkError),
     /// A system call failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {cause}")]
     Sys {
         /// What was being done, naming the object.
         what: String,
         /// The errno.
-        source: nix::Error,
+        cause: nix::Error,
     },
 }
 
 fn sys(what: impl Into<String>) -> impl FnOnce(nix::Error) -> RuntimeError {
     let what = what.into();
-    move |source| RuntimeError::Sys { what, source }
+    move |cause| RuntimeError::Sys { what, cause }
 }
 
 /// A device node as found on the node.
@@ -190,36 +193,7 @@ fn open_mount(m: &BindMount) -> Result<HostMount, RuntimeError> {
 }
 
 fn loopback_up() -> Result<(), RuntimeError> {
-    use nix::libc;
-    // SAFETY: plain socket + SIOCGIFFLAGS/SIOCSIFFLAGS ioctls on a zero-initialised ifreq whose
-    // name is a NUL-terminated "lo"; the socket is closed on every path.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(RuntimeError::Sys {
-                what: "open a socket to bring lo up".into(),
-                source: nix::Error::last(),
-            });
-        }
-        let mut ifr: libc::ifreq = std::mem::zeroed();
-        for (dst, src) in ifr.ifr_name.iter_mut().zip(b"lo\0") {
-            *dst = *src as libc::c_char;
-        }
-        let mut rc = libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr);
-        if rc == 0 {
-            ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-            rc = libc::ioctl(fd, libc::SIOCSIFFLAGS, &ifr);
-        }
-        let errno = nix::Error::last();
-        libc::close(fd);
-        if rc != 0 {
-            return Err(RuntimeError::Sys {
-                what: "bring lo up in the new network namespace".into(),
-                source: errno,
-            });
-        }
-    }
-    Ok(())
+    Ok(crate::link::set_link("lo", true)?)
 }
 
 /// PID 1 of the pod: builds the filesystem view, runs the command, reaps.
@@ -306,14 +280,14 @@ fn pod_init(plan: &PodPlan, nodes: &[HostNode]) -> Result<i32, RuntimeError> {
 fn cstring(s: &str) -> Result<CString, RuntimeError> {
     CString::new(s).map_err(|_| RuntimeError::Sys {
         what: format!("argument or environment {s:?} contains NUL"),
-        source: nix::Error::EINVAL,
+        cause: nix::Error::EINVAL,
     })
 }
 
 fn io_err(what: impl Into<String>, e: std::io::Error) -> RuntimeError {
     RuntimeError::Sys {
         what: what.into(),
-        source: nix::Error::from_raw(e.raw_os_error().unwrap_or(nix::libc::EIO)),
+        cause: nix::Error::from_raw(e.raw_os_error().unwrap_or(nix::libc::EIO)),
     }
 }
 
@@ -339,7 +313,7 @@ fn remount(
         Err(e) => {
             return Err(RuntimeError::Sys {
                 what: format!("detach the node's {target}"),
-                source: e,
+                cause: e,
             });
         }
     }
@@ -436,7 +410,7 @@ fn wait_for(child: Pid) -> Result<i32, RuntimeError> {
             Err(e) => {
                 return Err(RuntimeError::Sys {
                     what: format!("wait for process {child}"),
-                    source: e,
+                    cause: e,
                 });
             }
         }

@@ -1,0 +1,105 @@
+//! `erdma-labprobe`: timing probes for the lab scenarios.
+//!
+//! - `link`: sets a network interface up or down (one ioctl, no fork) and measures how long it
+//!   takes until the fake kubelet has seen every slot of an RDMA device change health;
+//! - `wait`: waits until every slot of a device has a health (optionally after N registrations).
+//!
+//! Both print `elapsed_ms=<ms>` and exit 0 when the condition held, or print why and exit 1.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand};
+use erdma_lab::probe::{Condition, wait_for};
+
+#[derive(Parser)]
+#[command(
+    name = "erdma-labprobe",
+    version,
+    about = "Timing probes for the erdma lab"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct Watch {
+    /// The fake kubelet's state file (DIR/fake-kubelet-state.json).
+    #[arg(long)]
+    state: PathBuf,
+    /// Resource name.
+    #[arg(long, default_value = "aliyun/erdma")]
+    resource: String,
+    /// RDMA device whose slots are watched.
+    #[arg(long)]
+    ibdev: String,
+    /// Health every slot must reach.
+    #[arg(long, value_parser = ["Healthy", "Unhealthy"])]
+    expect: String,
+    /// Registrations that must have happened (re-registration after a kubelet restart).
+    #[arg(long, default_value_t = 0)]
+    min_registrations: u64,
+    /// Give up after this many milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    timeout_ms: u64,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Set NETDEV up or down, then time until the device's slots reach the expected health.
+    Link {
+        /// Interface to change.
+        #[arg(long)]
+        netdev: String,
+        /// New administrative state.
+        #[arg(long, value_parser = ["up", "down"])]
+        set: String,
+        #[command(flatten)]
+        watch: Watch,
+    },
+    /// Wait until the device's slots reach the expected health.
+    Wait {
+        #[command(flatten)]
+        watch: Watch,
+    },
+}
+
+fn watch(w: &Watch, start: Instant) -> anyhow::Result<Duration> {
+    let cond = Condition {
+        resource: w.resource.clone(),
+        ibdev: w.ibdev.clone(),
+        health: w.expect.clone(),
+        min_registrations: w.min_registrations,
+    };
+    Ok(wait_for(
+        &w.state,
+        &cond,
+        start,
+        Duration::from_millis(w.timeout_ms),
+        Duration::from_millis(2),
+    )?)
+}
+
+fn main() {
+    let result = match Cli::parse().command {
+        Command::Link {
+            netdev,
+            set,
+            watch: w,
+        } => {
+            let start = Instant::now();
+            erdma_lab::link::set_link(&netdev, set == "up")
+                .map_err(anyhow::Error::from)
+                .and_then(|()| watch(&w, start))
+        }
+        Command::Wait { watch: w } => watch(&w, Instant::now()),
+    };
+    match result {
+        Ok(elapsed) => println!("elapsed_ms={}", elapsed.as_millis()),
+        Err(e) => {
+            eprintln!("erdma-labprobe: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,120 @@
+# Host-side helpers shared by lab/run.sh and lab/demo.sh (sourced, bash).
+# Env: ERDMA_LAB_CACHE   downloads, unpacked kernels, base initramfs (default ~/.cache/erdma-lab)
+#      ERDMA_LAB_WORK    work dir of this run: share, logs, initrd (default: a new /tmp/erdma-lab.*)
+#      ERDMA_LAB_SUITE   kernel suite (default trixie-backports; see lab/kernels.conf)
+#      ERDMA_LAB_NO_APT=1  never run apt-get install (fail if a tool is missing)
+#      CARGO_TARGET_DIR  honoured when locating the built binaries
+LAB=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+REPO=$(cd "$LAB/.." && pwd)
+CACHE=${ERDMA_LAB_CACHE:-$HOME/.cache/erdma-lab}
+SUITE=${ERDMA_LAB_SUITE:-trixie-backports}
+T0=$(date +%s.%N)
+TIMINGS=()
+
+elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}'; }
+say() { printf '[%6ss] %s\n' "$(elapsed "$T0")" "$*" >&2; }
+die() { say "ERROR: $*"; exit 2; }
+# timed NAME CMD...: run CMD, record "NAME SECONDS" in TIMINGS
+timed() {
+  local name=$1 t rc=0; shift; t=$(date +%s.%N)
+  "$@" || rc=$?
+  TIMINGS+=("$name $(elapsed "$t")")
+  return $rc
+}
+
+# Debian packages the lab needs on the host, with a command each provides
+HOST_PACKAGES="qemu-system-x86:qemu-system-x86_64 busybox-static:busybox kmod:depmod cpio:cpio
+  ibverbs-utils:ibv_devinfo rdmacm-utils:rping perftest:ib_write_bw ibverbs-providers:-
+  iproute2:rdma jq:jq xz-utils:xz zstd:zstd strace:strace"
+
+lab_packages() {
+  local missing=() pkg cmd
+  for pc in $HOST_PACKAGES; do
+    pkg=${pc%%:*}; cmd=${pc#*:}
+    if [ "$cmd" = - ]; then
+      [ -e /etc/libibverbs.d/rxe.driver ] || missing+=("$pkg")
+    else
+      command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || [ -x "/sbin/$cmd" ] || missing+=("$pkg")
+    fi
+  done
+  [ "${#missing[@]}" = 0 ] && return 0
+  [ "${ERDMA_LAB_NO_APT:-0}" = 1 ] && die "missing host packages: ${missing[*]} (ERDMA_LAB_NO_APT=1 forbids installing them)"
+  [ "$(id -u)" = 0 ] || die "missing host packages: ${missing[*]}; run as root or apt-get install them"
+  say "installing host packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
+    apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null \
+      || die "apt-get install ${missing[*]} failed"
+  fi
+}
+
+# Builds the lab's binaries with cargo; sets BINS to the paths of those that exist.
+# A binary the workspace does not have yet is reported and left out (scenarios that need it SKIP).
+LAB_BINARIES="erdma-agent erdmactl erdma-fake-kubelet erdma-labpod erdma-labprobe"
+lab_build() {
+  local have args=() b dir
+  command -v cargo >/dev/null || die "cargo not found; install the Rust toolchain (rustup) first"
+  have=$(cd "$REPO" && cargo metadata --no-deps --format-version 1 2>/dev/null \
+    | jq -r '.packages[].targets[] | select(.kind | index("bin")) | .name')
+  for b in $LAB_BINARIES; do
+    if grep -qx "$b" <<<"$have"; then args+=(--bin "$b"); else say "note: the workspace has no binary $b yet"; fi
+  done
+  say "cargo build ${args[*]}"
+  (cd "$REPO" && cargo build -q "${args[@]}") || die "cargo build failed"
+  dir=${CARGO_TARGET_DIR:-$REPO/target}/debug
+  BINS=()
+  for b in $LAB_BINARIES; do [ -x "$dir/$b" ] && grep -qx "$b" <<<"$have" && BINS+=("$dir/$b"); done
+  return 0
+}
+
+# Sets KROOT (unpacked pinned kernel of $SUITE).
+lab_kernel() {
+  KROOT=$("$LAB/lib/kernel.sh" "$SUITE" | tail -1) || die "kernel download failed for suite $SUITE"
+  KVER=$(basename "$(ls -d "$KROOT"/lib/modules/* "$KROOT"/usr/lib/modules/* 2>/dev/null | head -1)")
+}
+
+# Sets INITRD: the cached base image (rebuilt when the kernel, the builder, /init or the host
+# tools change) followed by an overlay with the freshly built erdma binaries.
+lab_initramfs() {
+  local key base stage
+  key=$( { echo "$KROOT"; cat "$LAB/lib/initramfs.sh" "$LAB/guest/init";
+           dpkg-query -W -f='${Package} ${Version}\n' busybox-static ibverbs-utils rdmacm-utils perftest \
+             ibverbs-providers iproute2 jq 2>/dev/null; } | sha256sum | cut -c1-16)
+  base="$CACHE/initramfs/base-$key.cpio.gz"
+  if [ ! -f "$base" ]; then
+    mkdir -p "$CACHE/initramfs"
+    "$LAB/lib/initramfs.sh" base "$KROOT" "$base.tmp" && mv "$base.tmp" "$base" || die "initramfs build failed"
+  fi
+  stage="$WORK/bin"; rm -rf "$stage"; mkdir -p "$stage"
+  for b in "${BINS[@]}"; do strip -o "$stage/$(basename "$b")" "$b" 2>/dev/null || cp "$b" "$stage/"; done
+  if [ "${#BINS[@]}" -gt 0 ]; then
+    "$LAB/lib/initramfs.sh" overlay "$stage"/* "$WORK/overlay.cpio.gz" || die "overlay build failed"
+    cat "$base" "$WORK/overlay.cpio.gz" > "$WORK/initrd.cpio.gz"
+  else
+    cp "$base" "$WORK/initrd.cpio.gz"
+  fi
+  INITRD="$WORK/initrd.cpio.gz"
+}
+
+# Prepares WORK and the 9p share (guest scripts, out/).
+lab_workdir() {
+  WORK=${ERDMA_LAB_WORK:-$(mktemp -d /tmp/erdma-lab.XXXXXX)}
+  mkdir -p "$WORK/share/out"; rm -rf "$WORK/share/guest" "$WORK/share/out"/*
+  cp -r "$LAB/guest" "$WORK/share/guest"
+}
+
+# Boots the VM running guest/main.sh with ARGS; console to $WORK/console.log; PASS/FAIL/SKIP/
+# TIME lines are echoed as they appear.
+lab_boot() {
+  local script=$1; shift
+  LAB_TIMEOUT=${LAB_TIMEOUT:-780} "$LAB/lib/vm.sh" "$KROOT" "$INITRD" "$WORK/share" "guest/$script" "$@" \
+    < /dev/null 2>&1 | tee "$WORK/console.log" | grep --line-buffered -E '^(PASS|FAIL|SKIP|REPORT)' >&2 || true
+}
+
+lab_timings_report() {
+  local t
+  echo "timings (s):"
+  for t in "${TIMINGS[@]}"; do echo "  $t"; done
+  [ -f "$WORK/share/out/timings.txt" ] && sed 's/^/  guest /' "$WORK/share/out/timings.txt"
+  echo "  total $(elapsed "$T0")"
+}
