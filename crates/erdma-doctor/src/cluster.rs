@@ -1,0 +1,194 @@
+//! Fetching what the checks need from the Kubernetes API (user's kubeconfig), then running them.
+
+use crate::check::Check;
+use crate::libs::{self, PROBE_PATHS};
+use crate::node;
+use crate::pod::{self, LibsProbe};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{Api, ListParams};
+
+/// Why the objects could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// The named object does not exist.
+    #[error("{kind} {name} not found{hint}")]
+    NotFound {
+        /// `node` or `pod`.
+        kind: &'static str,
+        /// Name (`ns/name` for pods).
+        name: String,
+        /// Extra guidance.
+        hint: String,
+    },
+    /// The API server refused or could not be reached.
+    #[error(
+        "reading {what} from the Kubernetes API failed: {source} (check your kubeconfig, --context and RBAC: doctor needs get/list on nodes, pods and events)"
+    )]
+    Api {
+        /// What was being read.
+        what: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> FetchError {
+    let what = what.into();
+    move |source| FetchError::Api { what, source }
+}
+
+/// Runs a listing command inside a container (`doctor pod --exec`); the real one is `kubectl exec`.
+pub trait Exec {
+    /// Runs `ls -1 <paths>` in `namespace/pod` container `container`; returns stdout (missing
+    /// paths are not an error) or why it could not run.
+    fn list(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        paths: &[&str],
+    ) -> Result<String, String>;
+}
+
+/// Agent pods on `node_name`: by label selector when given, else recognised by DaemonSet/image.
+pub async fn agent_pods(
+    client: &kube::Client,
+    node_name: &str,
+    selector: Option<&str>,
+) -> Result<Vec<Pod>, FetchError> {
+    let mut lp = ListParams::default().fields(&format!("spec.nodeName={node_name}"));
+    if let Some(s) = selector {
+        lp = lp.labels(s);
+    }
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&lp)
+        .await
+        .map_err(api_err(format!("pods on node {node_name}")))?;
+    Ok(pods
+        .items
+        .into_iter()
+        .filter(|p| selector.is_some() || node::is_agent_pod(p))
+        .collect())
+}
+
+/// The node checks for `node_name`.
+pub async fn node_checks(
+    client: &kube::Client,
+    node_name: &str,
+    agent_selector: Option<&str>,
+) -> Result<Vec<Check>, FetchError> {
+    let n = Api::<Node>::all(client.clone())
+        .get_opt(node_name)
+        .await
+        .map_err(api_err(format!("node {node_name}")))?
+        .ok_or_else(|| FetchError::NotFound {
+            kind: "node",
+            name: node_name.into(),
+            hint: ": list nodes with kubectl get nodes".into(),
+        })?;
+    let agents = agent_pods(client, node_name, agent_selector).await?;
+    Ok(node::checks(&n, &agents))
+}
+
+/// What `doctor --pod` needs besides the pod name.
+pub struct PodTarget<'a> {
+    /// Namespace.
+    pub namespace: &'a str,
+    /// Pod name.
+    pub name: &'a str,
+    /// The other end for the SMC-R check (`ns/name` or `name` in the same namespace).
+    pub peer: Option<&'a str>,
+    /// Label selector of agent pods (else recognised by DaemonSet/image).
+    pub agent_selector: Option<&'a str>,
+}
+
+/// The pod checks, followed by the node checks of the pod's node when it is scheduled.
+pub async fn pod_checks(
+    client: &kube::Client,
+    target: &PodTarget<'_>,
+    exec: Option<&dyn Exec>,
+) -> Result<Vec<Check>, FetchError> {
+    let (ns, name) = (target.namespace, target.name);
+    let p = Api::<Pod>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(api_err(format!("pod {ns}/{name}")))?
+        .ok_or_else(|| FetchError::NotFound {
+            kind: "pod",
+            name: format!("{ns}/{name}"),
+            hint: format!(": kubectl get pods -n {ns} (a PyTorchJob's pods are <job>-master-0, <job>-worker-N)"),
+        })?;
+    let lp = ListParams::default().fields(&format!(
+        "involvedObject.kind=Pod,involvedObject.name={name}"
+    ));
+    let events: Vec<Event> = Api::<Event>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await
+        .map_err(api_err(format!("events of pod {ns}/{name}")))?
+        .items;
+    let node_name = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty());
+    let node_obj = match &node_name {
+        Some(n) => Api::<Node>::all(client.clone())
+            .get_opt(n)
+            .await
+            .map_err(api_err(format!("node {n}")))?,
+        None => None,
+    };
+    let peer = match target.peer {
+        Some(peer) => {
+            let (pns, pname) = peer.split_once('/').unwrap_or((ns, peer));
+            Some(
+                Api::<Pod>::namespaced(client.clone(), pns)
+                    .get_opt(pname)
+                    .await
+                    .map_err(api_err(format!("peer pod {pns}/{pname}")))?
+                    .ok_or_else(|| FetchError::NotFound {
+                        kind: "pod",
+                        name: format!("{pns}/{pname}"),
+                        hint: " (the --peer pod)".into(),
+                    })?,
+            )
+        }
+        None => None,
+    };
+    let probe = match exec {
+        None => LibsProbe::NotRequested,
+        Some(exec) => probe_libs(&p, exec),
+    };
+    let mut checks = pod::checks(&p, &events, node_obj.as_ref(), peer.as_ref(), &probe);
+    if let Some(n) = &node_obj {
+        let agents = agent_pods(
+            client,
+            n.metadata.name.as_deref().unwrap_or_default(),
+            target.agent_selector,
+        )
+        .await?;
+        checks.extend(node::checks(n, &agents));
+    }
+    Ok(checks)
+}
+
+/// Lists the RDMA libraries in the pod's eRDMA container through `exec`.
+pub fn probe_libs(p: &Pod, exec: &dyn Exec) -> LibsProbe {
+    let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    let Some(container) = pod::erdma_container(p) else {
+        return LibsProbe::Failed("the pod has no containers".into());
+    };
+    if !running {
+        return LibsProbe::Failed(format!(
+            "pod is not Running, cannot exec into container {}",
+            container.name
+        ));
+    }
+    let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+    let name = p.metadata.name.as_deref().unwrap_or_default();
+    match exec.list(ns, name, &container.name, PROBE_PATHS) {
+        Ok(out) => LibsProbe::Listed(libs::parse_ls(&out)),
+        Err(e) => LibsProbe::Failed(e),
+    }
+}
