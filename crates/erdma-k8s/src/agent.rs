@@ -1,0 +1,156 @@
+//! The node agent's side of the `ERdmaDevice` contract: wait for the node's object (selected by
+//! the `alibabacloud.com/nodename` label, as the original), match its ERIs to local netdevs by
+//! MAC, and report per-device problems back into the status.
+//!
+//! Status ownership: the controller writes `Pending`/`Ready`/`Failed` from the cloud's point of
+//! view; the agent only writes `Failed` entries whose message starts with [`AGENT_PREFIX`] (a
+//! device the cloud calls ready but the node cannot use) and clears them again. The controller
+//! keeps such entries while the cloud side is ready, so the two never fight.
+
+use crate::Error;
+use crate::crd::{DeviceInfo, DeviceState, DeviceStatus, ERdmaDevice, ERdmaDeviceStatus};
+use crate::labels::LABEL_NODE_NAME;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Messages of agent-written status entries start with this.
+pub const AGENT_PREFIX: &str = "agent: ";
+
+/// The ERIs assigned to a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeEris {
+    /// The `ERdmaDevice` name (the node name when written by a controller).
+    pub object_name: String,
+    /// The ERIs.
+    pub devices: Vec<DeviceInfo>,
+    /// Set the ERI MTU to the jumbo-frame MTU.
+    pub jumbo_frame: bool,
+    /// The status entries at the time of reading.
+    pub status: Vec<DeviceStatus>,
+}
+
+impl NodeEris {
+    /// The ERI with `mac` (case-insensitive; `-` or `:` separators).
+    pub fn by_mac(&self, mac: &str) -> Option<&DeviceInfo> {
+        let norm = |m: &str| m.to_ascii_lowercase().replace('-', ":");
+        let want = norm(mac);
+        self.devices.iter().find(|d| norm(&d.mac) == want)
+    }
+
+    /// Whether every ERI has a `Ready` status entry.
+    pub fn all_ready(&self) -> bool {
+        self.devices.iter().all(|d| {
+            self.status
+                .iter()
+                .any(|s| s.id == d.id && s.state() == Some(DeviceState::Ready))
+        })
+    }
+}
+
+/// Reads the `ERdmaDevice` of `node` once. `None` when there is none yet (or it lists no device).
+/// More than one object for a node is an error naming them.
+pub async fn find_node_eris(client: &Client, node: &str) -> Result<Option<NodeEris>, Error> {
+    let api: Api<ERdmaDevice> = Api::all(client.clone());
+    let lp = ListParams::default().labels(&format!("{LABEL_NODE_NAME}={node}"));
+    let list = api.list(&lp).await.map_err(|source| Error::Kube {
+        what: format!("list ERdmaDevices labelled {LABEL_NODE_NAME}={node}"),
+        source,
+    })?;
+    let mut items: Vec<ERdmaDevice> = list
+        .items
+        .into_iter()
+        .filter(|o| o.metadata.deletion_timestamp.is_none())
+        .collect();
+    if items.len() > 1 {
+        let names: Vec<String> = items
+            .iter()
+            .filter_map(|o| o.metadata.name.clone())
+            .collect();
+        return Err(Error::Invalid(format!(
+            "node {node} has {} ERdmaDevices ({}); fix: delete all but the one named after the node",
+            names.len(),
+            names.join(", ")
+        )));
+    }
+    Ok(items
+        .pop()
+        .filter(|o| !o.spec.devices.is_empty())
+        .map(|o| NodeEris {
+            object_name: o.metadata.name.clone().unwrap_or_default(),
+            devices: o.spec.devices.clone(),
+            jumbo_frame: o.spec.jumbo_frame,
+            status: o.status.map(|s| s.devices).unwrap_or_default(),
+        }))
+}
+
+/// Waits (polling every `poll`) until `node` has an `ERdmaDevice` with devices, and, when
+/// `require_ready`, until every device is `Ready`. Ends with [`Error::Cancelled`] when `cancel`
+/// fires. API errors are logged and retried, never fatal.
+pub async fn wait_for_node_eris(
+    client: &Client,
+    node: &str,
+    poll: Duration,
+    require_ready: bool,
+    cancel: &CancellationToken,
+) -> Result<NodeEris, Error> {
+    loop {
+        match find_node_eris(client, node).await {
+            Ok(Some(eris)) if !require_ready || eris.all_ready() => return Ok(eris),
+            Ok(Some(eris)) => {
+                tracing::info!(node, object = %eris.object_name, "waiting for the ERIs to become Ready")
+            }
+            Ok(None) => tracing::info!(
+                node,
+                "waiting for the controller to create this node's ERdmaDevice"
+            ),
+            Err(e @ Error::Invalid(_)) => {
+                tracing::warn!(node, error = %e, "cannot use the ERdmaDevices")
+            }
+            Err(e) => tracing::warn!(node, error = %e, "reading the ERdmaDevice failed; retrying"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return Err(Error::Cancelled),
+            _ = tokio::time::sleep(poll) => {}
+        }
+    }
+}
+
+/// Records the agent's view of devices in the status of `object`: `problems` are
+/// `(eni id, message)` pairs written as `Failed` with [`AGENT_PREFIX`]; agent entries for other
+/// devices are removed (problem fixed). Controller-written entries are left alone. Uses the
+/// object's resourceVersion, so a concurrent controller write makes this fail with a conflict
+/// (retry).
+pub async fn report_device_problems(
+    client: &Client,
+    object: &str,
+    problems: &[(String, String)],
+) -> Result<(), Error> {
+    let api: Api<ERdmaDevice> = Api::all(client.clone());
+    let current = api.get_status(object).await.map_err(|source| Error::Kube {
+        what: format!("get ERdmaDevice {object}"),
+        source,
+    })?;
+    let mut devices: Vec<DeviceStatus> = current.status.map(|s| s.devices).unwrap_or_default();
+    devices.retain(|s| !s.message.starts_with(AGENT_PREFIX));
+    for (id, msg) in problems {
+        devices.retain(|s| &s.id != id);
+        devices.push(DeviceStatus::new(
+            id.clone(),
+            DeviceState::Failed,
+            format!("{AGENT_PREFIX}{msg}"),
+        ));
+    }
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": current.metadata.resource_version},
+        "status": ERdmaDeviceStatus { devices },
+    });
+    api.patch_status(object, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| Error::Kube {
+            what: format!("patch status of ERdmaDevice {object}"),
+            source,
+        })?;
+    Ok(())
+}

@@ -1,0 +1,670 @@
+//! An in-memory Kubernetes API server, served as a tower service to `kube::Client::new`: the
+//! client, its serialisation, URL building, errors and watch streaming all run for real; only the
+//! API server behind the HTTP boundary is replaced.
+//!
+//! Modelled: GET (object, list with `labelSelector` equality terms and `fieldSelector`
+//! `metadata.name=`), watch streams (`watch=true`, from a resourceVersion), POST (409 when it
+//! exists), PUT (409 on a stale resourceVersion), PATCH (merge, strategic-merge treated as merge,
+//! server-side apply treated as create-or-merge), the `/status` subresource (only status changes;
+//! main-resource writes keep status), DELETE with finalizers (sets `deletionTimestamp`; removal
+//! when the last finalizer goes), resourceVersion/uid/creationTimestamp, injected failures, and a
+//! request log. Not modelled: admission, validation against schemas, garbage collection by
+//! ownerReferences, field managers.
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
+use hyper::body::Frame;
+use hyper::{Request, Response};
+use kube::Resource;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::broadcast;
+
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+#[derive(Debug, Clone)]
+struct WatchEvent {
+    rv: u64,
+    collection: String,
+    kind: &'static str,
+    object: Value,
+}
+
+/// An injected failure.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    /// HTTP method (`GET`, `PATCH`, …).
+    pub method: String,
+    /// Substring of the path.
+    pub path_contains: String,
+    /// HTTP status to answer.
+    pub status: u16,
+}
+
+/// The server's state.
+#[derive(Debug, Default)]
+pub struct FakeState {
+    /// Objects by collection path (e.g. `/api/v1/nodes`) and name.
+    pub objects: BTreeMap<String, BTreeMap<String, Value>>,
+    /// Every request as `METHOD path?query`.
+    pub requests: Vec<String>,
+    /// Failures answered once each, first match first.
+    pub failures: Vec<Failure>,
+    rv: u64,
+    history: Vec<WatchEvent>,
+}
+
+/// The fake API server. Cheap to clone (shared state).
+#[derive(Debug, Clone)]
+pub struct FakeApiServer {
+    state: Arc<Mutex<FakeState>>,
+    events: broadcast::Sender<WatchEvent>,
+}
+
+impl Default for FakeApiServer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn collection_of<K: Resource<DynamicType = ()>>(namespace: Option<&str>) -> String {
+    K::url_path(&(), namespace)
+}
+
+impl FakeApiServer {
+    /// An empty server.
+    pub fn new() -> Self {
+        let (events, _) = broadcast::channel(1024);
+        Self {
+            state: Arc::new(Mutex::new(FakeState::default())),
+            events,
+        }
+    }
+
+    /// Locks the state.
+    pub fn state(&self) -> MutexGuard<'_, FakeState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A kube client talking to this server (default namespace `default`).
+    pub fn client(&self) -> kube::Client {
+        let me = self.clone();
+        let svc = tower::service_fn(move |req: Request<kube::client::Body>| {
+            let me = me.clone();
+            async move { Ok::<_, Infallible>(me.handle(req).await) }
+        });
+        kube::Client::new(svc, "default")
+    }
+
+    /// Stores `obj` (create or replace), as if another client had written it.
+    pub fn put<K: Resource<DynamicType = ()> + Serialize>(&self, obj: &K) {
+        let ns = obj.meta().namespace.clone();
+        let coll = collection_of::<K>(ns.as_deref());
+        let mut v = serde_json::to_value(obj).unwrap_or(Value::Null);
+        v["apiVersion"] = json!(K::api_version(&()));
+        v["kind"] = json!(K::kind(&()));
+        let name = obj.meta().name.clone().unwrap_or_default();
+        let mut st = self.state();
+        let existed = st.objects.get(&coll).is_some_and(|m| m.contains_key(&name));
+        self.store(
+            &mut st,
+            &coll,
+            &name,
+            v,
+            if existed { "MODIFIED" } else { "ADDED" },
+        );
+    }
+
+    /// Reads an object back, typed. `None` when absent or not decodable.
+    pub fn get<K: Resource<DynamicType = ()> + DeserializeOwned>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<K> {
+        let coll = collection_of::<K>(namespace);
+        let v = self.state().objects.get(&coll)?.get(name)?.clone();
+        serde_json::from_value(v).ok()
+    }
+
+    /// All objects of a kind, typed.
+    pub fn list<K: Resource<DynamicType = ()> + DeserializeOwned>(
+        &self,
+        namespace: Option<&str>,
+    ) -> Vec<K> {
+        let coll = collection_of::<K>(namespace);
+        self.state()
+            .objects
+            .get(&coll)
+            .map(|m| {
+                m.values()
+                    .filter_map(|v| serde_json::from_value(v.clone()).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Removes an object outright (as garbage collection would), emitting a DELETED event.
+    pub fn remove<K: Resource<DynamicType = ()>>(&self, namespace: Option<&str>, name: &str) {
+        let coll = collection_of::<K>(namespace);
+        let mut st = self.state();
+        if let Some(v) = st.objects.get_mut(&coll).and_then(|m| m.remove(name)) {
+            st.rv += 1;
+            let ev = WatchEvent {
+                rv: st.rv,
+                collection: coll,
+                kind: "DELETED",
+                object: v,
+            };
+            st.history.push(ev.clone());
+            let _ = self.events.send(ev);
+        }
+    }
+
+    /// Answers the next request matching `method` and `path_contains` with `status`.
+    pub fn fail_once(&self, method: &str, path_contains: &str, status: u16) {
+        self.state().failures.push(Failure {
+            method: method.into(),
+            path_contains: path_contains.into(),
+            status,
+        });
+    }
+
+    /// The request log entries that start with `method` and contain `path`.
+    pub fn requests_matching(&self, method: &str, path: &str) -> Vec<String> {
+        self.state()
+            .requests
+            .iter()
+            .filter(|r| r.starts_with(method) && r.contains(path))
+            .cloned()
+            .collect()
+    }
+
+    fn store(&self, st: &mut FakeState, coll: &str, name: &str, mut v: Value, kind: &'static str) {
+        st.rv += 1;
+        let rv = st.rv;
+        let meta = &mut v["metadata"];
+        if !meta.is_object() {
+            *meta = json!({});
+        }
+        meta["resourceVersion"] = json!(rv.to_string());
+        if meta.get("uid").is_none_or(Value::is_null) {
+            meta["uid"] = json!(format!("uid-{rv}"));
+        }
+        if meta.get("creationTimestamp").is_none_or(Value::is_null) {
+            meta["creationTimestamp"] = json!("2026-11-29T00:00:00Z");
+        }
+        st.objects
+            .entry(coll.to_string())
+            .or_default()
+            .insert(name.to_string(), v.clone());
+        let ev = WatchEvent {
+            rv,
+            collection: coll.to_string(),
+            kind,
+            object: v,
+        };
+        st.history.push(ev.clone());
+        let _ = self.events.send(ev);
+    }
+
+    async fn handle(&self, req: Request<kube::client::Body>) -> Response<Body> {
+        let method = req.method().as_str().to_string();
+        let path = req.uri().path().to_string();
+        let query: BTreeMap<String, String> = req
+            .uri()
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .filter(|s| !s.is_empty())
+            .map(|kv| {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                (k.to_string(), decode(v))
+            })
+            .collect();
+        let content_type = req
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let body = match req.into_body().collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(_) => return status(400, "BadRequest", "unreadable body"),
+        };
+        {
+            let mut st = self.state();
+            st.requests.push(format!(
+                "{method} {path}{}",
+                if query.is_empty() {
+                    String::new()
+                } else {
+                    format!("?{}", query.keys().cloned().collect::<Vec<_>>().join("&"))
+                }
+            ));
+            if let Some(i) = st
+                .failures
+                .iter()
+                .position(|f| f.method == method && path.contains(&f.path_contains))
+            {
+                let f = st.failures.remove(i);
+                return status(f.status, "InternalError", "injected by the fake API server");
+            }
+        }
+        let Some(route) = Route::parse(&path) else {
+            return status(404, "NotFound", &format!("no route for {path}"));
+        };
+        match (method.as_str(), &route.name) {
+            ("GET", None) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+                self.watch(&route, &query)
+            }
+            ("GET", None) => self.list_answer(&route, &query),
+            ("GET", Some(name)) => match self
+                .state()
+                .objects
+                .get(&route.collection)
+                .and_then(|m| m.get(name))
+            {
+                Some(v) => ok(200, v),
+                None => not_found(&route, name),
+            },
+            ("POST", None) => self.create(&route, &body),
+            ("PUT", Some(name)) => self.replace(&route, name, &body),
+            ("PATCH", Some(name)) => self.patch(&route, name, &body, &content_type),
+            ("DELETE", Some(name)) => self.delete(&route, name),
+            _ => status(405, "MethodNotAllowed", &format!("{method} {path}")),
+        }
+    }
+
+    fn list_answer(&self, route: &Route, query: &BTreeMap<String, String>) -> Response<Body> {
+        let st = self.state();
+        let items: Vec<Value> = st
+            .objects
+            .get(&route.collection)
+            .map(|m| m.values().filter(|v| selected(v, query)).cloned().collect())
+            .unwrap_or_default();
+        ok(
+            200,
+            &json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": st.rv.to_string()}, "items": items}),
+        )
+    }
+
+    fn watch(&self, route: &Route, query: &BTreeMap<String, String>) -> Response<Body> {
+        let from: u64 = query
+            .get("resourceVersion")
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
+        let mut rx = self.events.subscribe();
+        let backlog: Vec<WatchEvent> = self
+            .state()
+            .history
+            .iter()
+            .filter(|e| e.rv > from && e.collection == route.collection)
+            .cloned()
+            .collect();
+        let last = backlog.last().map(|e| e.rv).unwrap_or(from);
+        let (tx, out) = tokio::sync::mpsc::channel::<Bytes>(64);
+        let coll = route.collection.clone();
+        let query = query.clone();
+        tokio::spawn(async move {
+            let line = |e: &WatchEvent| {
+                let mut s = json!({"type": e.kind, "object": e.object}).to_string();
+                s.push('\n');
+                Bytes::from(s)
+            };
+            for e in &backlog {
+                if selected(&e.object, &query) && tx.send(line(e)).await.is_err() {
+                    return;
+                }
+            }
+            while let Ok(e) = rx.recv().await {
+                if e.rv > last
+                    && e.collection == coll
+                    && selected(&e.object, &query)
+                    && tx.send(line(&e)).await.is_err()
+                {
+                    return;
+                }
+            }
+        });
+        let stream = futures::stream::unfold(out, |mut rx| async move {
+            rx.recv()
+                .await
+                .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+        });
+        Response::builder()
+            .status(200)
+            .header("content-type", "application/json")
+            .body(BodyExt::boxed_unsync(StreamBody::new(stream.boxed())))
+            .unwrap_or_else(|_| status(500, "InternalError", "response"))
+    }
+
+    fn create(&self, route: &Route, body: &[u8]) -> Response<Body> {
+        let Ok(mut v) = serde_json::from_slice::<Value>(body) else {
+            return status(400, "BadRequest", "body is not JSON");
+        };
+        let Some(name) = v
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+        else {
+            return status(422, "Invalid", "metadata.name is required");
+        };
+        let mut st = self.state();
+        if st
+            .objects
+            .get(&route.collection)
+            .is_some_and(|m| m.contains_key(&name))
+        {
+            return status(
+                409,
+                "AlreadyExists",
+                &format!("{} \"{name}\" already exists", route.resource),
+            );
+        }
+        if let Some(ns) = &route.namespace {
+            v["metadata"]["namespace"] = json!(ns);
+        }
+        self.store(&mut st, &route.collection, &name, v, "ADDED");
+        ok(201, &st.objects[&route.collection][&name])
+    }
+
+    fn replace(&self, route: &Route, name: &str, body: &[u8]) -> Response<Body> {
+        let Ok(mut v) = serde_json::from_slice::<Value>(body) else {
+            return status(400, "BadRequest", "body is not JSON");
+        };
+        let mut st = self.state();
+        let Some(old) = st
+            .objects
+            .get(&route.collection)
+            .and_then(|m| m.get(name))
+            .cloned()
+        else {
+            return not_found(route, name);
+        };
+        let sent_rv = v
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str);
+        if sent_rv.is_some_and(|rv| {
+            Some(rv)
+                != old
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+        }) {
+            return status(
+                409,
+                "Conflict",
+                "the object has been modified; please apply your changes to the latest version and try again",
+            );
+        }
+        let merged = if route.subresource.as_deref() == Some("status") {
+            let mut o = old.clone();
+            o["status"] = v.get("status").cloned().unwrap_or(Value::Null);
+            o
+        } else {
+            if let Some(s) = old.get("status") {
+                v["status"] = s.clone();
+            }
+            v["metadata"]["uid"] = old["metadata"]["uid"].clone();
+            v["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
+            v
+        };
+        self.finish_write(&mut st, route, name, merged)
+    }
+
+    fn patch(&self, route: &Route, name: &str, body: &[u8], content_type: &str) -> Response<Body> {
+        let Ok(p) = serde_json::from_slice::<Value>(body) else {
+            return status(400, "BadRequest", "patch is not JSON");
+        };
+        if content_type.starts_with("application/json-patch+json") {
+            return status(
+                415,
+                "UnsupportedMediaType",
+                "JSON patch is not modelled by the fake API server",
+            );
+        }
+        let apply = content_type.starts_with("application/apply-patch");
+        let mut st = self.state();
+        let old = st
+            .objects
+            .get(&route.collection)
+            .and_then(|m| m.get(name))
+            .cloned();
+        let mut v = match (old, apply) {
+            (Some(o), _) => o,
+            (None, true) => {
+                let mut v = json!({"metadata": {"name": name}});
+                if let Some(ns) = &route.namespace {
+                    v["metadata"]["namespace"] = json!(ns);
+                }
+                v
+            }
+            (None, false) => return not_found(route, name),
+        };
+        let sent_rv = p
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str);
+        if sent_rv.is_some_and(|rv| {
+            Some(rv)
+                != v.pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+        }) {
+            return status(
+                409,
+                "Conflict",
+                "the object has been modified; please apply your changes to the latest version and try again",
+            );
+        }
+        if route.subresource.as_deref() == Some("status") {
+            if let Some(s) = p.get("status") {
+                merge(&mut v["status"], s);
+            }
+        } else {
+            let mut p = p.clone();
+            if let Some(o) = p.as_object_mut() {
+                o.remove("status");
+            }
+            merge(&mut v, &p);
+        }
+        self.finish_write(&mut st, route, name, v)
+    }
+
+    fn finish_write(
+        &self,
+        st: &mut FakeState,
+        route: &Route,
+        name: &str,
+        v: Value,
+    ) -> Response<Body> {
+        let deleting = v
+            .pointer("/metadata/deletionTimestamp")
+            .is_some_and(|d| !d.is_null());
+        let no_finalizers = v
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty);
+        if deleting && no_finalizers {
+            drop(
+                st.objects
+                    .get_mut(&route.collection)
+                    .and_then(|m| m.remove(name)),
+            );
+            st.rv += 1;
+            let ev = WatchEvent {
+                rv: st.rv,
+                collection: route.collection.clone(),
+                kind: "DELETED",
+                object: v.clone(),
+            };
+            st.history.push(ev.clone());
+            let _ = self.events.send(ev);
+            return ok(200, &v);
+        }
+        let existed = st
+            .objects
+            .get(&route.collection)
+            .is_some_and(|m| m.contains_key(name));
+        self.store(
+            st,
+            &route.collection,
+            name,
+            v,
+            if existed { "MODIFIED" } else { "ADDED" },
+        );
+        ok(200, &st.objects[&route.collection][name])
+    }
+
+    fn delete(&self, route: &Route, name: &str) -> Response<Body> {
+        let mut st = self.state();
+        let Some(mut v) = st
+            .objects
+            .get(&route.collection)
+            .and_then(|m| m.get(name))
+            .cloned()
+        else {
+            return not_found(route, name);
+        };
+        v["metadata"]["deletionTimestamp"] = json!("2026-11-29T00:00:01Z");
+        self.finish_write(&mut st, route, name, v)
+    }
+}
+
+/// A parsed resource URL.
+#[derive(Debug)]
+struct Route {
+    collection: String,
+    resource: String,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+impl Route {
+    fn parse(path: &str) -> Option<Self> {
+        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let (prefix, rest) = match *segs.first()? {
+            "api" => (format!("/api/{}", segs.get(1)?), &segs[2..]),
+            "apis" => (
+                format!("/apis/{}/{}", segs.get(1)?, segs.get(2)?),
+                &segs[3..],
+            ),
+            _ => return None,
+        };
+        let (namespace, rest) = if rest.first() == Some(&"namespaces") && rest.len() >= 3 {
+            (Some(rest[1].to_string()), &rest[2..])
+        } else {
+            (None, rest)
+        };
+        let resource = rest.first()?.to_string();
+        let collection = match &namespace {
+            Some(ns) => format!("{prefix}/namespaces/{ns}/{resource}"),
+            None => format!("{prefix}/{resource}"),
+        };
+        Some(Self {
+            collection,
+            resource,
+            namespace,
+            name: rest.get(1).map(|s| s.to_string()),
+            subresource: rest.get(2).map(|s| s.to_string()),
+        })
+    }
+}
+
+fn decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let Ok(x) = u8::from_str_radix(&s[i + 1..i + 3], 16)
+        {
+            out.push(x);
+            i += 3;
+            continue;
+        }
+        out.push(if b[i] == b'+' { b' ' } else { b[i] });
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn selected(v: &Value, query: &BTreeMap<String, String>) -> bool {
+    if let Some(sel) = query.get("labelSelector") {
+        for term in sel.split(',').filter(|t| !t.is_empty()) {
+            let (k, want) = term
+                .split_once('=')
+                .map(|(k, v)| (k, Some(v.trim_start_matches('='))))
+                .unwrap_or((term, None));
+            let have = v
+                .pointer("/metadata/labels")
+                .and_then(|l| l.get(k))
+                .and_then(Value::as_str);
+            match want {
+                Some(w) if have != Some(w) => return false,
+                None if have.is_none() => return false,
+                _ => {}
+            }
+        }
+    }
+    if let Some(sel) = query.get("fieldSelector") {
+        for term in sel.split(',').filter(|t| !t.is_empty()) {
+            if let Some(name) = term.strip_prefix("metadata.name=")
+                && v.pointer("/metadata/name").and_then(Value::as_str)
+                    != Some(name.trim_start_matches('='))
+            {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = json!({});
+            }
+            if let Value::Object(t) = target {
+                for (k, v) in p {
+                    if v.is_null() {
+                        t.remove(k);
+                    } else {
+                        merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                    }
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+fn ok(code: u16, v: &Value) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .body(BodyExt::boxed_unsync(Full::new(Bytes::from(v.to_string()))))
+        .unwrap_or_else(|_| Response::new(BodyExt::boxed_unsync(Full::new(Bytes::new()))))
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Response<Body> {
+    ok(
+        code,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code}),
+    )
+}
+
+fn not_found(route: &Route, name: &str) -> Response<Body> {
+    status(
+        404,
+        "NotFound",
+        &format!("{} \"{name}\" not found", route.resource),
+    )
+}

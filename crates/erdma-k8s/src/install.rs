@@ -1,0 +1,1 @@
+//! Install manifests (filled below).

@@ -1,0 +1,159 @@
+//! The agent API against the fake API server (real kube client over HTTP; only the API server is
+//! in memory).
+
+use erdma_k8s::agent::{AGENT_PREFIX, find_node_eris, report_device_problems, wait_for_node_eris};
+use erdma_k8s::fake::FakeApiServer;
+use erdma_k8s::labels::erdma_device_labels;
+use erdma_k8s::{
+    DeviceInfo, DeviceState, DeviceStatus, ERdmaDevice, ERdmaDeviceSpec, ERdmaDeviceStatus, Error,
+};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+fn device(id: &str, mac: &str) -> DeviceInfo {
+    DeviceInfo {
+        instance_id: "i-1".into(),
+        mac: mac.into(),
+        id: id.into(),
+        queue_pair: 8,
+        ..Default::default()
+    }
+}
+
+fn cr(node: &str, devices: Vec<DeviceInfo>, ready: &[&str]) -> ERdmaDevice {
+    let mut o = ERdmaDevice::new(
+        node,
+        ERdmaDeviceSpec {
+            devices,
+            jumbo_frame: true,
+        },
+    );
+    o.metadata.labels = Some(erdma_device_labels(node, "i-1"));
+    o.status = Some(ERdmaDeviceStatus {
+        devices: ready
+            .iter()
+            .map(|id| DeviceStatus::new(*id, DeviceState::Ready, ""))
+            .collect(),
+    });
+    o
+}
+
+#[tokio::test]
+async fn waits_until_the_controller_creates_the_object_then_matches_by_mac() {
+    let api = FakeApiServer::new();
+    let client = api.client();
+    let cancel = CancellationToken::new();
+    let writer = api.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        writer.put(&cr(
+            "node-a",
+            vec![device("eni-1", "00:16:3e:aa:bb:01")],
+            &[],
+        ));
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        writer.put(&cr(
+            "node-a",
+            vec![device("eni-1", "00:16:3e:aa:bb:01")],
+            &["eni-1"],
+        ));
+    });
+    let eris = wait_for_node_eris(&client, "node-a", Duration::from_millis(20), true, &cancel)
+        .await
+        .expect("found");
+    assert!(eris.all_ready());
+    assert!(eris.jumbo_frame);
+    assert_eq!(
+        eris.by_mac("00-16-3E-AA-BB-01").map(|d| d.id.as_str()),
+        Some("eni-1")
+    );
+    assert_eq!(eris.by_mac("00:16:3e:aa:bb:02"), None);
+    let lists = api.requests_matching("GET", "/apis/network.alibabacloud.com/v1/erdmadevices");
+    assert!(lists.len() >= 3, "polled: {lists:?}");
+    assert!(lists.iter().all(|r| r.contains("labelSelector")));
+}
+
+#[tokio::test]
+async fn another_nodes_object_is_ignored_and_cancel_ends_the_wait() {
+    let api = FakeApiServer::new();
+    api.put(&cr(
+        "node-b",
+        vec![device("eni-9", "00:16:3e:00:00:09")],
+        &["eni-9"],
+    ));
+    let client = api.client();
+    assert_eq!(find_node_eris(&client, "node-a").await.unwrap(), None);
+    let cancel = CancellationToken::new();
+    let c2 = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        c2.cancel();
+    });
+    let err = wait_for_node_eris(&client, "node-a", Duration::from_millis(10), false, &cancel)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Cancelled));
+}
+
+#[tokio::test]
+async fn api_errors_are_retried_not_fatal() {
+    let api = FakeApiServer::new();
+    api.put(&cr(
+        "node-a",
+        vec![device("eni-1", "00:16:3e:00:00:01")],
+        &[],
+    ));
+    api.fail_once("GET", "erdmadevices", 500);
+    let cancel = CancellationToken::new();
+    let eris = wait_for_node_eris(
+        &api.client(),
+        "node-a",
+        Duration::from_millis(5),
+        false,
+        &cancel,
+    )
+    .await
+    .unwrap();
+    assert_eq!(eris.devices.len(), 1);
+}
+
+#[tokio::test]
+async fn agent_problems_are_written_and_cleared_without_touching_controller_entries() {
+    let api = FakeApiServer::new();
+    api.put(&cr(
+        "node-a",
+        vec![device("eni-1", "m1"), device("eni-2", "m2")],
+        &["eni-1", "eni-2"],
+    ));
+    let client = api.client();
+    report_device_problems(
+        &client,
+        "node-a",
+        &[("eni-2".into(), "no netdev with MAC m2".into())],
+    )
+    .await
+    .unwrap();
+    let o: ERdmaDevice = api.get(None, "node-a").unwrap();
+    let st = o.status.unwrap().devices;
+    assert_eq!(st.len(), 2);
+    assert_eq!(st[0], DeviceStatus::new("eni-1", DeviceState::Ready, ""));
+    assert_eq!(st[1].state(), Some(DeviceState::Failed));
+    assert_eq!(
+        st[1].message,
+        format!("{AGENT_PREFIX}no netdev with MAC m2")
+    );
+    assert!(
+        api.requests_matching("PATCH", "/erdmadevices/node-a/status")
+            .len()
+            == 1
+    );
+
+    report_device_problems(&client, "node-a", &[])
+        .await
+        .unwrap();
+    let o: ERdmaDevice = api.get(None, "node-a").unwrap();
+    assert_eq!(
+        o.status.unwrap().devices,
+        vec![DeviceStatus::new("eni-1", DeviceState::Ready, "")]
+    );
+}
