@@ -1,7 +1,7 @@
 //! NCCL log analysis for erdma (`erdmactl nccl analyze|compare`).
 //!
 //! - [`reader`]: bounded, allocation-free line reading (constant memory, non-UTF-8 tolerated);
-//! - [`line`]: the `host:pid:tid [dev] NCCL INFO` prefix;
+//! - [`line`](mod@line): the `host:pid:tid [dev] NCCL INFO` prefix;
 //! - [`event`]: what a message says (versions, devices, networks, channels, GDR, GID, errors);
 //! - [`diagnose`]: known failures with meaning and fix;
 //! - [`model`]: the streaming analyser and job grouping;
