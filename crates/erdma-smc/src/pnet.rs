@@ -2,7 +2,9 @@
 //! uses), without the `smc_pnet` binary.
 //!
 //! The table is per network namespace: a [`PnetClient`] acts on the namespace of the thread that
-//! opened it. Message layouts follow `include/uapi/linux/smc.h` and `linux/genetlink.h`:
+//! opened it. ib device ports can be mapped only in the initial namespace (the kernel ignores them
+//! elsewhere); netdev entries work in any namespace, also for netdevs that do not exist yet.
+//! Message layouts follow `include/uapi/linux/smc.h` and `linux/genetlink.h`:
 //! `nlmsghdr` (16 bytes) + `genlmsghdr` (4 bytes) + attributes (`nlattr`, 4-byte aligned).
 
 use erdma_model::PnetId;
@@ -518,7 +520,17 @@ impl PnetClient {
                 other.pnetid, other.pnetid
             )));
         }
-        self.add(pnetid, target)
+        let added = self.add(pnetid, target)?;
+        if !added && matches!(target, PnetTarget::IbPort { .. }) {
+            // EEXIST without an entry: outside the initial network namespace the kernel ignores ib
+            // ports (smc_pnet_enter stops after the netdev part there).
+            if !self.list()?.iter().any(|e| matches_target(e, target)) {
+                return Err(PnetError::Invalid(format!(
+                    "{target:?}: the kernel ignored the entry; ib device ports can only be mapped in the initial network namespace (run the host pnet setup with hostNetwork)"
+                )));
+            }
+        }
+        Ok(added)
     }
 }
 
@@ -832,10 +844,24 @@ mod tests {
                 conflict.contains("already has PNET ID ERDMATEST1"),
                 "{conflict}"
             );
-            let missing = c
-                .add(&other, &PnetTarget::Netdev("nosuchdev0".into()))
-                .unwrap_err();
-            assert!(matches!(missing, PnetError::Kernel { .. }), "{missing}");
+            // The kernel keeps entries for netdevs that do not exist (yet): they attach when the
+            // netdev appears.
+            let pending = PnetTarget::Netdev("nosuchdev0".into());
+            assert!(c.add(&other, &pending).map_err(|e| e.to_string())?);
+            let with_pending = c.list().map_err(|e| e.to_string())?;
+            assert!(
+                with_pending.iter().any(|e| e.pnetid == "ERDMATEST2"
+                    && e.ethname.as_deref() == Some("nosuchdev0")),
+                "{with_pending:?}"
+            );
+            c.delete(&other).map_err(|e| e.to_string())?;
+            // ib ports cannot be mapped outside the initial namespace: the kernel ignores them.
+            let ib = PnetTarget::IbPort {
+                ibdev: "rxe0".into(),
+                port: 1,
+            };
+            let ignored = c.ensure(&other, &ib).unwrap_err().to_string();
+            assert!(ignored.contains("initial network namespace"), "{ignored}");
             c.delete(&id).map_err(|e| e.to_string())?;
             assert!(c.list().map_err(|e| e.to_string())?.is_empty());
             c.add(&id, &lo).map_err(|e| e.to_string())?;
@@ -858,6 +884,49 @@ mod tests {
             ),
             Err(e) => panic!("{e}"),
         }
+    }
+
+    /// Real kernel with SMC and an RDMA device named by `ERDMA_LAB_IBDEV` (the lab VM sets it to a
+    /// Soft-RoCE device): the host setup maps a PNET ID to the ib port, idempotently, in the initial
+    /// network namespace. Skipped when the variable is unset (never touch a developer's host table).
+    #[test]
+    fn real_kernel_ib_port_entry() {
+        let Ok(ibdev) = std::env::var("ERDMA_LAB_IBDEV") else {
+            eprintln!("SKIP: ERDMA_LAB_IBDEV not set");
+            return;
+        };
+        // ib ports are mapped in the initial network namespace only (the lab VM is disposable).
+        let report = std::thread::spawn(move || {
+            let id = PnetId::parse("ERDMALAB1").unwrap();
+            let first = ensure_ib_ports(&[(id.clone(), ibdev.clone(), 1)]);
+            let second = ensure_ib_ports(&[(id.clone(), ibdev.clone(), 1)]);
+            let c = PnetClient::open().expect("SMC present");
+            let listed = c.list().expect("dump");
+            c.delete(&id).expect("delete");
+            let after = c.list().expect("dump");
+            (ibdev, first, second, listed, after)
+        })
+        .join()
+        .expect("no panic");
+        let (ibdev, first, second, listed, after) = report;
+        assert_eq!(first.added, [format!("ERDMALAB1 {ibdev}/1")], "{first:?}");
+        assert!(first.warnings.is_empty(), "{first:?}");
+        assert_eq!(
+            second.unchanged,
+            [format!("ERDMALAB1 {ibdev}/1")],
+            "{second:?}"
+        );
+        assert!(second.added.is_empty());
+        assert!(
+            listed.contains(&PnetEntry {
+                pnetid: "ERDMALAB1".into(),
+                ethname: None,
+                ibname: Some(ibdev),
+                ibport: Some(1)
+            }),
+            "{listed:?}"
+        );
+        assert!(after.is_empty(), "{after:?}");
     }
 
     /// Real kernel: on a machine without SMC the family cannot be resolved and the client says so;
