@@ -343,4 +343,23 @@ impl RouteNetlink {
             changes,
         })
     }
+
+    /// Sets up every ERI in turn; one ERI's failure does not stop the others. Returns one result
+    /// per ERI, in order (the agent reports failures as not-ready devices and retries).
+    pub async fn ensure_eris<M: Metadata>(
+        &self,
+        metadata: &M,
+        eris: &[EriNetdev],
+        jumbo_frame_mtu: i64,
+    ) -> Vec<(String, Result<EriSetup, NetdevError>)> {
+        let mut out = Vec::with_capacity(eris.len());
+        for eri in eris {
+            let r = self.ensure_eri(metadata, eri, jumbo_frame_mtu).await;
+            if let Err(e) = &r {
+                tracing::warn!(ifname = %eri.ifname, error = %e, "netdev: ERI setup failed; will retry");
+            }
+            out.push((eri.ifname.clone(), r));
+        }
+        out
+    }
 }

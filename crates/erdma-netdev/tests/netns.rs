@@ -357,3 +357,33 @@ async fn missing_namespace_is_a_clear_error() {
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn one_failing_eri_does_not_stop_the_others() {
+    let ns = Netns::node();
+    let (_emu, md) = metadata().await;
+    let rtnl = RouteNetlink::connect_in_netns(&ns.path()).expect("netlink in netns");
+    let missing = EriNetdev {
+        ifname: "eth9".into(),
+        mac: "00:16:3e:00:00:02".parse().unwrap(),
+        primary: false,
+        jumbo_frame: false,
+    };
+    let results = rtnl.ensure_eris(&md, &[missing, eri()], 8500).await;
+    assert_eq!(results.len(), 2);
+    let e = results[0].1.as_ref().unwrap_err().to_string();
+    assert!(e.contains("eth9") && e.contains("no such interface"), "{e}");
+    assert_eq!(
+        results[1]
+            .1
+            .as_ref()
+            .expect("eth1 configured")
+            .changes
+            .len(),
+        5
+    );
+    assert_eq!(
+        ns.link("eth1"),
+        (true, 8500, vec!["10.0.0.9/24".to_string()])
+    );
+}
