@@ -156,6 +156,12 @@ fn classify_n(msg: &str) -> Event<'_> {
         return Event::Version(v.split_whitespace().next().unwrap_or(""));
     }
     if let Some(rest) = msg.strip_prefix("NET/IB") {
+        // Also `NET/IBext` / `NET/IBext_v8` (nccl-rdma-sharp-plugins), which logs the same lines.
+        let rest = if rest.starts_with("ext") {
+            rest.trim_start_matches(|c: char| c != ' ' && c != ':')
+        } else {
+            rest
+        };
         return classify_net_ib(rest.trim_start_matches([' ', ':']).trim_start(), msg);
     }
     if let Some(rest) = msg.strip_prefix("NET/Socket") {

@@ -495,12 +495,18 @@ fn job(
     report
 }
 
+/// `NET/IB`, or the IB plugin of nccl-rdma-sharp-plugins (`NET/IBext`, `NET/IBext_v8`), which
+/// drives the same verbs devices.
+fn is_ib_transport(label: &str) -> bool {
+    label == "NET/IB" || label.starts_with("NET/IBext")
+}
+
 fn is_erdma(device: &str) -> bool {
     device.starts_with("erdma")
 }
 
 fn net_device_name(p: &Process, label: &str, dev: u32) -> String {
-    if label == "NET/IB" {
+    if is_ib_transport(label) {
         if let Some((_, name, port, ll)) = p.ib_devices.iter().find(|(i, ..)| *i == dev) {
             return format!("{name}:{port}/{ll}");
         }
@@ -523,14 +529,19 @@ pub fn verdict(job: &JobReport, nccl_lines: u64) -> Verdict {
             .map(|x| x.connections)
             .sum::<u64>()
     };
-    let ib = count("NET/IB");
+    let ib: u64 = job
+        .transports
+        .iter()
+        .filter(|t| is_ib_transport(&t.transport))
+        .map(|t| t.connections)
+        .sum();
     let socket = count("NET/Socket");
     let other_net: u64 = job
         .transports
         .iter()
         .filter(|t| {
             t.transport.starts_with("NET/")
-                && t.transport != "NET/IB"
+                && !is_ib_transport(&t.transport)
                 && t.transport != "NET/Socket"
         })
         .map(|t| t.connections)
@@ -544,7 +555,7 @@ pub fn verdict(job: &JobReport, nccl_lines: u64) -> Verdict {
     let ib_devices_used: Vec<&String> = job
         .transports
         .iter()
-        .filter(|t| t.transport == "NET/IB")
+        .filter(|t| is_ib_transport(&t.transport))
         .flat_map(|t| t.devices.iter())
         .collect();
     let fatal: Vec<&ProblemReport> = job
@@ -679,7 +690,7 @@ pub fn verdict(job: &JobReport, nccl_lines: u64) -> Verdict {
         let names: Vec<&str> = job
             .transports
             .iter()
-            .filter(|t| t.transport.starts_with("NET/") && t.transport != "NET/IB")
+            .filter(|t| t.transport.starts_with("NET/") && !is_ib_transport(&t.transport))
             .map(|t| t.transport.as_str())
             .collect();
         return v(

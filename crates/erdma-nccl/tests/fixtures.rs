@@ -284,7 +284,9 @@ fn real_two_ranks_on_one_gpu() {
 #[test]
 fn plugin_network_and_non_utf8_lines() {
     let mut text = Vec::new();
-    text.extend_from_slice(b"a:1:1 [0] NCCL INFO NET/Plugin: Loaded net plugin AWS Libfabric (v8)\n");
+    text.extend_from_slice(
+        b"a:1:1 [0] NCCL INFO NET/Plugin: Loaded net plugin AWS Libfabric (v8)\n",
+    );
     text.extend_from_slice(b"a:1:1 [0] NCCL INFO Using network AWS Libfabric\n");
     text.extend_from_slice(b"a:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 10 commId 0xab - Init COMPLETE\n");
     // A corrupted byte in the middle of a channel line must not hide it.
@@ -298,4 +300,18 @@ fn plugin_network_and_non_utf8_lines() {
     assert_eq!(j.gdr.state, "on");
     assert_eq!(j.verdict.erdma_used, Answer::No);
     assert_eq!(j.verdict.reason, "plugin_network");
+}
+
+#[test]
+fn ibext_plugin_on_erdma_counts_as_ib() {
+    let text = "a:1:1 [0] NCCL INFO NET/IBext_v8 : Using [0]erdma_0:1/RoCE [RO]; OOB eth0:10.0.0.1<0>\n\
+                a:1:1 [0] NCCL INFO Using network IBext_v8\n\
+                a:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IBext_v8/0/GDRDMA\n";
+    let mut an = Analyzer::new(Options::default());
+    an.add_input("ibext.log", text.as_bytes()).expect("read");
+    let r = an.finish();
+    let j = only_job(&r);
+    assert_eq!(j.ib.devices, vec!["erdma_0:1/RoCE"]);
+    assert_eq!(j.transports[0].devices, vec!["erdma_0:1/RoCE"]);
+    assert_eq!(j.verdict.erdma_used, Answer::Yes);
 }
