@@ -1,9 +1,11 @@
 //! SMC-R host plumbing.
-pub mod decline;
-pub mod diag;
-pub mod pnet;
 pub mod annotation;
 pub mod configure;
+pub mod decline;
+pub mod diag;
 pub mod netns;
+pub mod pnet;
 pub mod probe;
 pub mod sysctl;
+#[cfg(feature = "bpf")]
+pub mod policy;
