@@ -154,27 +154,75 @@ impl std::fmt::Display for Condition {
     }
 }
 
-/// Polls `path` every `poll` until `cond` holds; returns the time elapsed since `start`.
+/// Waits until `cond` holds in the state file at `path`; returns the time elapsed since `start`.
+///
+/// The fake kubelet replaces the file by a rename, so the directory is watched with inotify and
+/// the file is read only when it changes (no busy polling that would steal CPU from the agent
+/// under measurement). It is also re-read every `fallback` in case inotify is unavailable.
 pub fn wait_for(
     path: &Path,
     cond: &Condition,
     start: Instant,
     timeout: Duration,
-    poll: Duration,
+    fallback: Duration,
 ) -> Result<Duration, ProbeError> {
+    let watch = DirWatch::new(path);
     loop {
         let state = KubeletState::read(path)?;
         if state.as_ref().is_some_and(|s| cond.holds(s)) {
             return Ok(start.elapsed());
         }
-        if start.elapsed() >= timeout {
+        let left = timeout.saturating_sub(start.elapsed());
+        if left.is_zero() {
             return Err(ProbeError::Timeout {
                 condition: cond.to_string(),
                 timeout_ms: timeout.as_millis(),
                 last: cond.describe(state.as_ref()),
             });
         }
-        std::thread::sleep(poll);
+        match &watch {
+            Some(w) => w.wait(left.min(fallback)),
+            None => std::thread::sleep(left.min(fallback)),
+        }
+    }
+}
+
+/// An inotify watch on the directory of the state file.
+struct DirWatch {
+    inotify: nix::sys::inotify::Inotify,
+}
+
+impl DirWatch {
+    fn new(file: &Path) -> Option<Self> {
+        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        let dir = match file.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok()?;
+        inotify
+            .add_watch(
+                dir,
+                AddWatchFlags::IN_MOVED_TO
+                    | AddWatchFlags::IN_CLOSE_WRITE
+                    | AddWatchFlags::IN_CREATE,
+            )
+            .ok()?;
+        Some(Self { inotify })
+    }
+
+    /// Returns when something in the directory changed or after `max`.
+    fn wait(&self, max: Duration) {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        let timeout = PollTimeout::try_from(max).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(self.inotify.as_fd(), PollFlags::POLLIN)];
+        if let Ok(n) = poll(&mut fds, timeout)
+            && n > 0
+        {
+            // drain the queue; the events themselves do not matter, the file is re-read
+            while matches!(self.inotify.read_events(), Ok(ev) if !ev.is_empty()) {}
+        }
     }
 }
 
@@ -228,6 +276,34 @@ mod tests {
     fn a_disconnected_stream_never_satisfies() {
         let s = state(&TWO.replace("\"connected\": true", "\"connected\": false"));
         assert!(!cond("rxe1", "Healthy", 0).holds(&s));
+    }
+
+    #[test]
+    fn waiting_wakes_up_when_the_file_is_replaced() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("fake-kubelet-state.json");
+        std::fs::write(&path, TWO).expect("write");
+        let writer_path = path.clone();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            let tmp = writer_path.with_extension("json.tmp");
+            std::fs::write(&tmp, TWO.replace("Unhealthy", "Healthy")).expect("write tmp");
+            std::fs::rename(&tmp, &writer_path).expect("rename");
+        });
+        // a fallback far beyond the test's patience: only the inotify wake-up can make it pass
+        let took = wait_for(
+            &path,
+            &cond("rxe0", "Healthy", 0),
+            Instant::now(),
+            Duration::from_secs(5),
+            Duration::from_secs(60),
+        )
+        .expect("holds after the rename");
+        writer.join().expect("writer");
+        assert!(
+            took >= Duration::from_millis(50) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
     }
 
     #[test]
