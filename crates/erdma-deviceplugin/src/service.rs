@@ -224,7 +224,9 @@ impl api::device_plugin_server::DevicePlugin for DevicePluginService {
             |(mut rx, last, stop, metrics)| async move {
                 loop {
                     let current = rx.borrow_and_update().message.clone();
-                    let changed = last.as_ref().is_none_or(|l| **l != *current);
+                    // The feeder publishes only real changes (it compares lists), so a new Arc
+                    // means a new list.
+                    let changed = last.as_ref().is_none_or(|l| !Arc::ptr_eq(l, &current));
                     if changed {
                         metrics.list_and_watch_updates.inc();
                         let msg = (*current).clone();

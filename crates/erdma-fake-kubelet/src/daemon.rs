@@ -207,7 +207,7 @@ impl FakeKubelet {
                     }
                     return Err(FakeKubeletError::Refused(format!(
                         "condition not met within {timeout:?}; state: {}",
-                        serde_json::to_string(&s).unwrap_or_default()
+                        summary(&s)
                     )));
                 }
             }
@@ -255,6 +255,31 @@ impl FakeKubelet {
             let _ = std::fs::remove_file(p);
         }
     }
+}
+
+/// A one-line summary of a state (device lists can be thousands of entries long).
+fn summary(s: &StateFile) -> String {
+    let resources: Vec<String> = s
+        .resources
+        .iter()
+        .map(|(name, r)| {
+            format!(
+                "{name}: endpoint {}, connected {}, {} devices ({} healthy), {} updates",
+                r.endpoint,
+                r.connected,
+                r.devices.len(),
+                r.healthy_ids().count(),
+                r.updates
+            )
+        })
+        .collect();
+    format!(
+        "registrations {}, kubelet restarts {}, allocations {}, resources [{}]",
+        s.registrations,
+        s.kubelet_restarts,
+        s.allocations.len(),
+        resources.join("; ")
+    )
 }
 
 /// Removes every socket in `dir` (and `extra`, when given).
