@@ -276,6 +276,13 @@ impl NodeHost {
         }
     }
 
+    /// Overrides how long module commands and installers may run.
+    pub fn with_timeouts(mut self, module: Duration, installer: Duration) -> Self {
+        self.module_timeout = module;
+        self.installer_timeout = installer;
+        self
+    }
+
     fn read_error(what: &Path, e: std::io::Error) -> HostError {
         HostError::Read {
             what: what.display().to_string(),
@@ -642,5 +649,70 @@ mod tests {
         std::fs::remove_file(d.path().join("root/usr/bin/nvidia-smi")).unwrap();
         std::fs::create_dir_all(d.path().join("proc/driver/nvidia")).unwrap();
         assert!(h.has_gpu().unwrap());
+    }
+
+    /// Real kmod through PID 1's namespaces, in the lab VM (`ERDMA_LAB_KMOD` names a module that is
+    /// built for the VM's kernel and not loaded, e.g. `siw`). Skipped when unset: it loads and
+    /// unloads kernel modules.
+    #[test]
+    fn real_kmod_in_the_lab() {
+        let Ok(module) = std::env::var("ERDMA_LAB_KMOD") else {
+            eprintln!("SKIP: ERDMA_LAB_KMOD not set");
+            return;
+        };
+        let h = NodeHost::new();
+        assert!(
+            !h.module_loaded(&module).unwrap(),
+            "{module} must start unloaded"
+        );
+        assert!(
+            h.module_info(&module).unwrap().is_some(),
+            "modinfo {module}"
+        );
+        assert_eq!(h.module_info("erdma_no_such_module").unwrap(), None);
+        h.load_module(&module, &[]).expect("modprobe");
+        assert!(h.module_loaded(&module).unwrap());
+        h.unload_module(&module).expect("rmmod");
+        assert!(!h.module_loaded(&module).unwrap());
+        let e = h
+            .load_module("erdma_no_such_module", &[ModuleParam::compat_mode(true)])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("modprobe erdma_no_such_module compat_mode=Y") && e.contains("Fix:"),
+            "{e}"
+        );
+        let e = h.unload_module(&module).unwrap_err().to_string();
+        assert!(e.contains(&format!("rmmod {module}")), "{e}");
+    }
+
+    /// The whole reconciler against the lab VM's real kernel, which has no erdma module: the plan
+    /// installs, the installer fails (no network in the VM), and the status says so without a panic.
+    #[tokio::test]
+    async fn real_reconcile_in_the_lab_reports_installer_failure() {
+        if std::env::var("ERDMA_LAB_KMOD").is_err() {
+            eprintln!("SKIP: ERDMA_LAB_KMOD not set");
+            return;
+        }
+        let host = NodeHost::new().with_timeouts(Duration::from_secs(30), Duration::from_secs(60));
+        let observed = crate::observe(&host).expect("observe the VM");
+        assert_eq!(observed.erdma, crate::ErdmaState::Missing, "{observed:?}");
+        let cfg = crate::DriverConfig {
+            mode: erdma_model::DriverMode::Default,
+            ..crate::DriverConfig::default()
+        };
+        let r = crate::DriverReconciler::new(host, crate::fake::FakeUsage::idle(), cfg);
+        let pass = r.reconcile_once().await;
+        assert!(pass.failed && !pass.status.ready);
+        assert!(
+            pass.status.reason.contains("install erdma_installer-1.5.9")
+                && pass.status.reason.contains("Fix:"),
+            "{}",
+            pass.status.reason
+        );
+        eprintln!(
+            "status: {}",
+            serde_json::to_string(&pass.status).unwrap_or_default()
+        );
     }
 }
