@@ -5,8 +5,10 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod devices;
+mod doctor;
 mod output;
 mod smc;
+mod submit;
 
 /// erdma command-line tool: inspect RDMA devices, analyse NCCL logs, diagnose nodes and pods.
 #[derive(Debug, Parser)]
@@ -25,6 +27,10 @@ enum Command {
     Nccl(erdma_nccl::NcclArgs),
     /// SMC-R: sockets through smc_diag (`status`, like smcss) and the pnet table (`pnet`).
     Smc(smc::Args),
+    /// Submit training jobs, Arena-compatible (`submit pytorch`, with `--erdma` and `--smcr`).
+    Submit(submit::Args),
+    /// Diagnose eRDMA on a node (`--node`), a pod (`--pod`) or this machine: PASS/WARN/FAIL + fix.
+    Doctor(doctor::Args),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +39,8 @@ fn main() -> ExitCode {
         Command::Devices(args) => devices::run(&args),
         Command::Nccl(args) => erdma_nccl::run(&args),
         Command::Smc(args) => smc::run(&args),
+        Command::Submit(args) => submit::run(&args),
+        Command::Doctor(args) => doctor::run(&args),
     };
     match result {
         Ok(code) => code,

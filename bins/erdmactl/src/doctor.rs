@@ -1,0 +1,153 @@
+//! `erdmactl doctor`: run the eRDMA troubleshooting checks for a node, a pod, or this machine.
+
+use crate::devices;
+use crate::output::{self, Format};
+use crate::submit::{KubeArgs, kube_client, runtime};
+use erdma_doctor::cluster::{self, Exec, PodTarget};
+use erdma_doctor::{Check, Report};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+/// Arguments of `erdmactl doctor`. Without `--node`/`--pod` it checks this machine (`--local`).
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Check this node: aliyun/erdma allocatable, agent pod, driver mode and readiness.
+    #[arg(long, value_name = "NODE")]
+    pub node: Option<String>,
+    /// Check this pod: scheduling, admission, resources, IPC_LOCK, RDMA libraries, SMC-R; and its node.
+    #[arg(long, value_name = "POD")]
+    pub pod: Option<String>,
+    /// Namespace of --pod (default: the kubeconfig context's namespace).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// The other end of an SMC-R connection (`pod` or `namespace/pod`), checked for the annotation.
+    #[arg(long, value_name = "POD")]
+    pub peer: Option<String>,
+    /// Run `kubectl exec … ls` in the pod to look for libibverbs and the eRDMA provider.
+    #[arg(long)]
+    pub exec: bool,
+    /// Also check this machine's devices and char devices (the default without --node/--pod).
+    #[arg(long)]
+    pub local: bool,
+    /// sysfs root for --local.
+    #[arg(long, default_value = "/sys", value_name = "DIR")]
+    pub sysfs_root: PathBuf,
+    /// Device directory for --local (see `erdmactl devices --dev-root`).
+    #[arg(long, value_name = "DIR")]
+    pub dev_root: Option<PathBuf>,
+    /// Label selector of the agent pods (default: recognised by the erdma-agent DaemonSet or image).
+    #[arg(long, value_name = "SELECTOR")]
+    pub agent_selector: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
+    pub output: Format,
+    /// Kubernetes API access.
+    #[command(flatten)]
+    pub kube: KubeArgs,
+}
+
+/// `kubectl exec` with the same kubeconfig/context.
+struct KubectlExec<'a> {
+    kube: &'a KubeArgs,
+}
+
+impl Exec for KubectlExec<'_> {
+    fn list(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        paths: &[&str],
+    ) -> Result<String, String> {
+        let mut cmd = Command::new("kubectl");
+        if let Some(k) = &self.kube.kubeconfig {
+            cmd.arg("--kubeconfig").arg(k);
+        }
+        if let Some(c) = &self.kube.context {
+            cmd.args(["--context", c]);
+        }
+        cmd.args([
+            "exec", "-n", namespace, pod, "-c", container, "--", "ls", "-1",
+        ])
+        .args(paths);
+        let out = cmd
+            .output()
+            .map_err(|e| format!("cannot run kubectl: {e} (install kubectl or drop --exec)"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        // `ls` exits 2 when some paths are missing; that is an answer, not a failure.
+        if out.status.success() || !stdout.trim().is_empty() {
+            return Ok(stdout);
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("no output");
+        if last.contains("No such file or directory") {
+            // Every path was missing: the image has no RDMA libraries at all.
+            return Ok(String::new());
+        }
+        Err(last.to_string())
+    }
+}
+
+fn local_checks(args: &Args) -> Vec<Check> {
+    let report = devices::scan(&devices::Args {
+        sysfs_root: args.sysfs_root.clone(),
+        dev_root: args.dev_root.clone(),
+        driver: vec![],
+        output: Format::Table,
+    });
+    erdma_doctor::local::checks(&report.node)
+}
+
+/// Runs the command: exit 0 when nothing failed, 1 when a check failed.
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let local = args.local || (args.node.is_none() && args.pod.is_none());
+    let mut targets = Vec::new();
+    let mut checks = Vec::new();
+    if args.node.is_some() || args.pod.is_some() {
+        let rt = runtime()?;
+        rt.block_on(async {
+            let client = kube_client(&args.kube).await?;
+            if let Some(node) = &args.node {
+                targets.push(format!("node/{node}"));
+                checks.extend(
+                    cluster::node_checks(&client, node, args.agent_selector.as_deref()).await?,
+                );
+            }
+            if let Some(pod) = &args.pod {
+                let ns = args
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| client.default_namespace().to_string());
+                targets.push(format!("pod/{ns}/{pod}"));
+                let exec = KubectlExec { kube: &args.kube };
+                let target = PodTarget {
+                    namespace: &ns,
+                    name: pod,
+                    peer: args.peer.as_deref(),
+                    agent_selector: args.agent_selector.as_deref(),
+                };
+                let exec: Option<&dyn Exec> = if args.exec { Some(&exec) } else { None };
+                checks.extend(cluster::pod_checks(&client, &target, exec).await?);
+            }
+            anyhow::Ok(())
+        })?;
+    }
+    if local {
+        targets.push("local".into());
+        checks.extend(local_checks(args));
+    }
+    let report = Report::new(targets.join(" "), checks);
+    match args.output {
+        Format::Table => print!("{}", report.to_text()),
+        f => print!("{}", output::render(&report, f)?),
+    }
+    Ok(if report.failed() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
