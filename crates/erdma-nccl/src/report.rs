@@ -702,13 +702,15 @@ pub fn verdict(job: &JobReport, nccl_lines: u64) -> Verdict {
             ),
         );
     }
-    if job.ranks == Some(1) && job.transports.is_empty() && fatal.is_empty() {
+    if job.ranks == Some(1) && job.transports.is_empty() && (fatal.is_empty() || job.init_complete)
+    {
         return v(
             Answer::No,
             "single_rank",
-            "the job has a single rank: NCCL opens no connection at all (start at least two ranks on two nodes to \
-             use the network)"
-                .into(),
+            format!(
+                "the job has a single rank: NCCL opens no connection at all (start at least two ranks on two \
+                 nodes to use the network){fatal_note}"
+            ),
         );
     }
     if let Some(p) = fatal.first()

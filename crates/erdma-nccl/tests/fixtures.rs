@@ -315,3 +315,26 @@ fn ibext_plugin_on_erdma_counts_as_ib() {
     assert_eq!(j.transports[0].devices, vec!["erdma_0:1/RoCE"]);
     assert_eq!(j.verdict.erdma_used, Answer::Yes);
 }
+
+#[test]
+fn real_watchdog_timeout() {
+    let r = analyze(&["real/h200x1-nccl2.28.9/watchdog-timeout.log"]);
+    let j = only_job(&r);
+    let t = j
+        .problems
+        .iter()
+        .find(|p| p.kind == ErrorKind::CollectiveTimeout)
+        .expect("timeout found");
+    assert!(
+        t.first_seen.ends_with("watchdog-timeout.log:96"),
+        "{}",
+        t.first_seen
+    );
+    assert!(t.message.contains("OpType=ALLREDUCE") && t.message.contains("Timeout(ms)=5000"));
+    assert_eq!(j.verdict.reason, "single_rank");
+    assert!(
+        j.verdict.because.contains("collective_timeout"),
+        "{}",
+        j.verdict.because
+    );
+}
