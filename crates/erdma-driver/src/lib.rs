@@ -42,7 +42,7 @@ pub use plan::{
     DEFAULT_INSTALLER_VERSION, Installer, InstallerVersion, InvalidInstallerVersion, ModuleParam,
     Plan, Step, plan, resolve,
 };
-pub use reconcile::{ConfigError, DriverConfig, DriverReconciler, Pass};
+pub use reconcile::{Assessment, ConfigError, DriverConfig, DriverReconciler, Pass};
 pub use status::{
     CONDITION_TYPE, DriverStatus, LABEL_DRIVER_MODE, LABEL_DRIVER_PENDING, LABEL_DRIVER_READY,
     PendingChange, StatusCode,

@@ -73,6 +73,17 @@ impl DriverConfig {
     }
 }
 
+/// The result of [`DriverReconciler::assess`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Assessment {
+    /// The node's driver state.
+    pub observed: Observed,
+    /// What the agent would do.
+    pub plan: Plan,
+    /// The status as it stands.
+    pub status: DriverStatus,
+}
+
 /// What one reconcile pass did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pass {
@@ -117,6 +128,28 @@ impl<H: Host, U: PodResourceUsage> DriverReconciler<H, U> {
         let observed = self.observe().await?;
         let p = plan(self.config.mode, &observed, &self.config.installer_version);
         Ok((observed, p))
+    }
+
+    /// Dry run for `erdmactl doctor`: what the node runs, what the agent would do, and the status
+    /// as it stands (not ready, with the pending actions as the reason, when not converged).
+    /// Changes nothing and asks nobody.
+    pub async fn assess(&self) -> Result<Assessment, HostError> {
+        let (observed, p) = self.plan().await?;
+        let mut status = self.status(&observed, p.target, None, p.hardware_decided, Vec::new());
+        if status.code == StatusCode::Failed {
+            let steps: Vec<String> = p.steps.iter().map(|s| s.to_string()).collect();
+            status.reason = format!(
+                "erdma is {}; to reach mode {} the agent would run: {}",
+                status.running.name(),
+                p.target.map(|t| t.name()).unwrap_or("none"),
+                steps.join("; ")
+            );
+        }
+        Ok(Assessment {
+            observed,
+            plan: p,
+            status,
+        })
     }
 
     async fn observe(&self) -> Result<Observed, HostError> {
@@ -381,6 +414,33 @@ impl<H: Host, U: PodResourceUsage> DriverReconciler<H, U> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn assess_changes_nothing_and_explains() {
+        use crate::fake::{FakeHost, FakeState, FakeUsage};
+        let mut st = FakeState::default();
+        st.loaded.insert("erdma".into());
+        st.compat = true;
+        let host = std::sync::Arc::new(FakeHost::new(st));
+        let usage = std::sync::Arc::new(FakeUsage::idle());
+        let r = DriverReconciler::new(
+            std::sync::Arc::clone(&host),
+            std::sync::Arc::clone(&usage),
+            DriverConfig {
+                mode: DriverMode::Default,
+                ..DriverConfig::default()
+            },
+        );
+        let a = r.assess().await.unwrap();
+        assert!(host.actions().is_empty());
+        assert_eq!(usage.calls(), 0);
+        assert!(!a.status.ready);
+        assert_eq!(
+            a.status.reason,
+            "erdma is compat; to reach mode default the agent would run: rmmod erdma; modprobe erdma compat_mode=N; modprobe smc"
+        );
+        assert_eq!(a.plan.steps.len(), 3);
+    }
 
     #[test]
     fn flags_are_validated() {
