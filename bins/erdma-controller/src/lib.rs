@@ -1,0 +1,10 @@
+//! The erdma cluster controller as a library (the binary only wires it): configuration, ERI
+//! selection, the Node and ERdmaDevice reconcilers, leader election, webhook certificates and the
+//! SMC-R mutating webhook.
+
+pub mod cert;
+pub mod config;
+pub mod eri;
+pub mod leader;
+pub mod reconcile;
+pub mod webhook;

@@ -1,0 +1,584 @@
+//! The reconcilers, following the original's flow:
+//!
+//! - **Node** ([`reconcile_node`]): wait for Ready (up to `waitNodeReadyTimeoutSeconds`, then
+//!   proceed), map the node to its ECS instance (`spec.providerID` `<region>.<i-…>`, else its
+//!   InternalIP), and when the node has no `ERdmaDevice` yet select ERIs per network card
+//!   ([`crate::eri::plan`]): reuse, convert the primary ENI, or create (with `ClientToken`), tag
+//!   them so terway ignores them, read the jumbo-frame attribute and create the `ERdmaDevice`
+//!   (owner reference to the Node, the two labels). When the object exists, back-fill the terway
+//!   tags once per ENI per process.
+//! - **ERdmaDevice** ([`reconcile_device`]): nothing to do when every device is `Ready`;
+//!   otherwise describe the ENIs and per device: `InUse`+`HighPerformance` → Ready; an `Available`
+//!   secondary → attach (with `NetworkCardIndex` ≠ 0) → Pending; the primary still `Standard` →
+//!   convert → Ready; other states → Pending with the state named (the original wrote no entry).
+//!   Requeue every 10 s while anything is not Ready. When the node is gone, strip the original's
+//!   finalizer and delete the object.
+
+use crate::config::Config;
+use crate::eri::{self, CardPlan, SelectError};
+use erdma_cloud::ecs::{CreateEni, Instance};
+use erdma_cloud::{EcsClient, EcsError};
+use erdma_k8s::agent::AGENT_PREFIX;
+use erdma_k8s::crd::{
+    DeviceInfo, DeviceState, DeviceStatus, ERdmaDevice, ERdmaDeviceSpec, ERdmaDeviceStatus,
+};
+use erdma_k8s::labels::{FINALIZER, LABEL_NODE_NAME, MANAGER, erdma_device_labels};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How often a not-Ready node is looked at again.
+pub const NOT_READY_REQUEUE: Duration = Duration::from_secs(30);
+/// How often an `ERdmaDevice` with non-Ready devices is looked at again.
+pub const PENDING_REQUEUE: Duration = Duration::from_secs(10);
+
+/// Shared state of the reconcilers.
+pub struct Ctx {
+    /// Kubernetes client.
+    pub client: Client,
+    /// ECS client.
+    pub ecs: EcsClient,
+    /// Configuration.
+    pub cfg: Config,
+    /// ENIs whose terway tags were back-filled by this process.
+    pub tagged: Mutex<HashSet<String>>,
+    /// Event recorder.
+    pub recorder: Recorder,
+}
+
+impl Ctx {
+    /// A context.
+    pub fn new(client: Client, ecs: EcsClient, cfg: Config) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: MANAGER.into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        Self {
+            client,
+            ecs,
+            cfg,
+            tagged: Mutex::new(HashSet::new()),
+            recorder,
+        }
+    }
+
+    async fn event<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: "Provision".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
+            tracing::debug!(error = %e, reason, "could not publish an Event");
+        }
+    }
+}
+
+/// Errors of a reconcile pass (logged, Evented, retried by the error policy).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// A Kubernetes call failed.
+    #[error("{0}: {1}")]
+    Kube(String, #[source] kube::Error),
+    /// An ECS call failed.
+    #[error(transparent)]
+    Ecs(#[from] EcsError),
+    /// ERI selection impossible.
+    #[error(transparent)]
+    Select(#[from] SelectError),
+    /// The node cannot be mapped to an instance.
+    #[error("{0}")]
+    Instance(String),
+}
+
+fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ReconcileError {
+    let what = what.into();
+    move |e| ReconcileError::Kube(what, e)
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The instance ID in `spec.providerID` (`<region>.<i-…>`), if it has one.
+pub fn instance_from_provider_id(provider_id: &str) -> Option<String> {
+    provider_id
+        .rsplit('.')
+        .next()
+        .filter(|s| s.starts_with("i-") && s.len() > 2)
+        .map(str::to_string)
+}
+
+async fn resolve_instance(node: &Node, ecs: &EcsClient) -> Result<Instance, ReconcileError> {
+    let name = node.name_any();
+    if let Some(id) = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .and_then(instance_from_provider_id)
+    {
+        let found = ecs.describe_instances_by_id(&[&id]).await?;
+        if let Some(i) = found.into_iter().find(|i| i.instance_id == id) {
+            return Ok(i);
+        }
+        tracing::warn!(node = %name, instance = %id, "providerID names an instance ECS does not know; trying the InternalIP");
+    }
+    let ip = node
+        .status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .and_then(|a| a.iter().find(|a| a.type_ == "InternalIP"))
+        .map(|a| a.address.clone())
+        .ok_or_else(|| ReconcileError::Instance(format!("node {name} has neither an ECS providerID nor an InternalIP; fix: set spec.providerID to <region>.<instance-id>")))?;
+    let found = ecs.describe_instances_by_ip(&[&ip]).await?;
+    match found.len() {
+        1 => Ok(found.into_iter().next().expect("one")),
+        n => Err(ReconcileError::Instance(format!(
+            "node {name}: {n} ECS instances have private IP {ip} (need exactly 1); fix: set spec.providerID to <region>.<instance-id>"
+        ))),
+    }
+}
+
+/// The Node reconciler.
+pub async fn reconcile_node(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, ReconcileError> {
+    let name = node.name_any();
+    let devices: Api<ERdmaDevice> = Api::all(ctx.client.clone());
+    if node.metadata.deletion_timestamp.is_some() {
+        delete_device_object(&devices, &name).await?;
+        return Ok(Action::await_change());
+    }
+    if !node_ready(&node) {
+        let age = node
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| {
+                k8s_openapi::jiff::Timestamp::now()
+                    .duration_since(t.0)
+                    .as_secs()
+            })
+            .unwrap_or(0);
+        if age < ctx.cfg.wait_node_ready_timeout_seconds as i64 {
+            tracing::info!(node = %name, age_s = age, "node not Ready yet; waiting");
+            return Ok(Action::requeue(NOT_READY_REQUEUE));
+        }
+        tracing::warn!(node = %name, age_s = age, "node still not Ready after the timeout; provisioning anyway");
+    }
+    match devices
+        .get_opt(&name)
+        .await
+        .map_err(kube_err(format!("get ERdmaDevice {name}")))?
+    {
+        Some(existing) => {
+            backfill_tags(&ctx, &existing).await;
+            Ok(Action::await_change())
+        }
+        None => {
+            let instance = resolve_instance(&node, &ctx.ecs).await?;
+            match select_eris(&node, &instance, &ctx).await {
+                Ok(spec) => {
+                    create_device_object(&node, &instance, spec, &devices, &ctx).await?;
+                    Ok(Action::await_change())
+                }
+                Err(ReconcileError::Select(e @ SelectError::NotSupported(_))) => {
+                    tracing::info!(node = %name, "{e}");
+                    ctx.event(node.as_ref(), false, "ERdmaUnsupported", e.to_string())
+                        .await;
+                    Ok(Action::await_change())
+                }
+                Err(e) => Err(e),
+            }
+        }
+    }
+}
+
+async fn select_eris(
+    node: &Node,
+    instance: &Instance,
+    ctx: &Ctx,
+) -> Result<ERdmaDeviceSpec, ReconcileError> {
+    let id = &instance.instance_id;
+    let t = ctx
+        .ecs
+        .describe_instance_type(&instance.instance_type)
+        .await?
+        .ok_or_else(|| SelectError::NotSupported(instance.instance_type.clone()))?;
+    let enis = ctx.ecs.describe_network_interfaces_of(id).await?;
+    let plan = eri::plan(id, &t, &enis, ctx.cfg.manage_non_owned_enis)?;
+    let mut devices = Vec::new();
+    for (card, step) in plan {
+        let d = match step {
+            CardPlan::Reuse(e) => DeviceInfo {
+                instance_id: id.clone(),
+                mac: e.mac.clone(),
+                is_primary_eni: e.is_primary(),
+                id: e.id.clone(),
+                network_card_index: card,
+                queue_pair: e.queue_pair_number.unwrap_or(0),
+            },
+            CardPlan::ConvertPrimary(e, qp) => DeviceInfo {
+                instance_id: id.clone(),
+                mac: e.mac.clone(),
+                is_primary_eni: true,
+                id: e.id.clone(),
+                network_card_index: card,
+                queue_pair: qp,
+            },
+            CardPlan::Create(qp) => {
+                let (eni, mac) = ctx
+                    .ecs
+                    .create_network_interface(&CreateEni {
+                        vswitch_id: instance.vswitch_id.clone(),
+                        security_group_ids: instance.security_group_ids.clone(),
+                        name: eri::eri_name(id, card),
+                        queue_pair_number: qp,
+                        tags: eri::creation_tags(id),
+                        client_token: eri::client_token(id, card),
+                    })
+                    .await?;
+                tracing::info!(node = %node.name_any(), instance = %id, card, eni = %eni, "created ERI");
+                DeviceInfo {
+                    instance_id: id.clone(),
+                    mac,
+                    is_primary_eni: false,
+                    id: eni,
+                    network_card_index: card,
+                    queue_pair: qp,
+                }
+            }
+        };
+        devices.push(d);
+    }
+    let ids: Vec<&str> = devices.iter().map(|d| d.id.as_str()).collect();
+    if let Err(e) = ctx.ecs.tag_enis(&ids, &eri::terway_tags(id)).await {
+        tracing::warn!(instance = %id, error = %e, "tagging ERIs for terway failed (best-effort)");
+    } else {
+        ctx.tagged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(ids.iter().map(|s| s.to_string()));
+    }
+    let jumbo_frame = match ctx.ecs.jumbo_frame_enabled(id).await {
+        Ok(j) => j,
+        Err(e) => {
+            tracing::warn!(instance = %id, error = %e, "DescribeInstanceAttribute failed; assuming no jumbo frames");
+            false
+        }
+    };
+    Ok(ERdmaDeviceSpec {
+        devices,
+        jumbo_frame,
+    })
+}
+
+async fn create_device_object(
+    node: &Node,
+    instance: &Instance,
+    spec: ERdmaDeviceSpec,
+    api: &Api<ERdmaDevice>,
+    ctx: &Ctx,
+) -> Result<(), ReconcileError> {
+    let name = node.name_any();
+    let mut obj = ERdmaDevice::new(&name, spec);
+    obj.metadata.labels = Some(erdma_device_labels(&name, &instance.instance_id));
+    obj.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: name.clone(),
+        uid: node.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    }]);
+    let n = obj.spec.devices.len();
+    match api
+        .create(
+            &PostParams {
+                field_manager: Some(MANAGER.into()),
+                ..Default::default()
+            },
+            &obj,
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => return Ok(()),
+        Err(e) => return Err(kube_err(format!("create ERdmaDevice {name}"))(e)),
+    }
+    tracing::info!(node = %name, instance = %instance.instance_id, devices = n, "created ERdmaDevice");
+    ctx.event(
+        node,
+        false,
+        "ERIsSelected",
+        format!(
+            "{n} ERI(s) of instance {} recorded in ERdmaDevice {name}",
+            instance.instance_id
+        ),
+    )
+    .await;
+    Ok(())
+}
+
+async fn backfill_tags(ctx: &Ctx, obj: &ERdmaDevice) {
+    let todo: Vec<(String, String)> = {
+        let tagged = ctx.tagged.lock().unwrap_or_else(|p| p.into_inner());
+        obj.spec
+            .devices
+            .iter()
+            .filter(|d| d.id.starts_with("eni-") && !tagged.contains(&d.id))
+            .map(|d| (d.id.clone(), d.instance_id.clone()))
+            .collect()
+    };
+    for (eni, instance) in todo {
+        match ctx
+            .ecs
+            .tag_enis(&[&eni], &eri::terway_tags(&instance))
+            .await
+        {
+            Ok(()) => {
+                ctx.tagged
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(eni);
+            }
+            Err(e) => {
+                tracing::warn!(eni = %eni, error = %e, "back-filling terway tags failed (best-effort)")
+            }
+        }
+    }
+}
+
+async fn delete_device_object(api: &Api<ERdmaDevice>, name: &str) -> Result<(), ReconcileError> {
+    let Some(obj) = api
+        .get_opt(name)
+        .await
+        .map_err(kube_err(format!("get ERdmaDevice {name}")))?
+    else {
+        return Ok(());
+    };
+    strip_finalizer(api, &obj).await?;
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(kube_err(format!("delete ERdmaDevice {name}"))(e)),
+    }
+}
+
+async fn strip_finalizer(api: &Api<ERdmaDevice>, obj: &ERdmaDevice) -> Result<(), ReconcileError> {
+    let name = obj.name_any();
+    let finalizers = obj.finalizers();
+    if !finalizers.iter().any(|f| f == FINALIZER) {
+        return Ok(());
+    }
+    let rest: Vec<&String> = finalizers.iter().filter(|f| *f != FINALIZER).collect();
+    let patch = serde_json::json!({"metadata": {"finalizers": rest, "resourceVersion": obj.resource_version()}});
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(kube_err(format!("remove finalizer of ERdmaDevice {name}"))(
+            e,
+        )),
+    }
+}
+
+/// The ERdmaDevice reconciler.
+pub async fn reconcile_device(
+    obj: Arc<ERdmaDevice>,
+    ctx: Arc<Ctx>,
+) -> Result<Action, ReconcileError> {
+    let name = obj.name_any();
+    let api: Api<ERdmaDevice> = Api::all(ctx.client.clone());
+    if obj.metadata.deletion_timestamp.is_some() {
+        strip_finalizer(&api, &obj).await?;
+        return Ok(Action::await_change());
+    }
+    let node_name = obj
+        .labels()
+        .get(LABEL_NODE_NAME)
+        .cloned()
+        .unwrap_or_else(|| name.clone());
+    let nodes: Api<Node> = Api::all(ctx.client.clone());
+    if nodes
+        .get_opt(&node_name)
+        .await
+        .map_err(kube_err(format!("get Node {node_name}")))?
+        .is_none()
+    {
+        tracing::info!(object = %name, node = %node_name, "node is gone; deleting its ERdmaDevice");
+        delete_device_object(&api, &name).await?;
+        return Ok(Action::await_change());
+    }
+    if obj.all_ready() {
+        return Ok(Action::await_change());
+    }
+    let ids: Vec<&str> = obj.spec.devices.iter().map(|d| d.id.as_str()).collect();
+    let enis = ctx.ecs.describe_network_interfaces_by_id(&ids).await?;
+    let old: Vec<DeviceStatus> = obj
+        .status
+        .as_ref()
+        .map(|s| s.devices.clone())
+        .unwrap_or_default();
+    let mut new = Vec::new();
+    for d in &obj.spec.devices {
+        let entry = match enis.iter().find(|e| e.id == d.id) {
+            None => DeviceStatus::new(
+                &d.id,
+                DeviceState::Failed,
+                format!("ENI {} not found in ECS", d.id),
+            ),
+            Some(e) if e.status == "InUse" && e.is_high_performance() => {
+                DeviceStatus::new(&d.id, DeviceState::Ready, "")
+            }
+            Some(e) if e.status == "Available" && !d.is_primary_eni => {
+                match ctx
+                    .ecs
+                    .attach_network_interface(&d.id, &d.instance_id, d.network_card_index)
+                    .await
+                {
+                    Ok(()) => DeviceStatus::new(&d.id, DeviceState::Pending, "attaching"),
+                    Err(err) => {
+                        ctx.event(obj.as_ref(), true, "AttachFailed", err.to_string())
+                            .await;
+                        DeviceStatus::new(&d.id, DeviceState::Failed, err.to_string())
+                    }
+                }
+            }
+            Some(e) if e.is_primary() && e.status == "InUse" => {
+                match ctx
+                    .ecs
+                    .make_high_performance(&d.id, d.queue_pair.max(1))
+                    .await
+                {
+                    Ok(()) => DeviceStatus::new(&d.id, DeviceState::Ready, ""),
+                    Err(err) => {
+                        ctx.event(obj.as_ref(), true, "ConvertFailed", err.to_string())
+                            .await;
+                        DeviceStatus::new(&d.id, DeviceState::Failed, err.to_string())
+                    }
+                }
+            }
+            Some(e) => {
+                DeviceStatus::new(&d.id, DeviceState::Pending, format!("ENI is {}", e.status))
+            }
+        };
+        // Keep the agent's report while the cloud side is fine (see erdma_k8s::agent).
+        let agent = old
+            .iter()
+            .find(|s| s.id == d.id && s.message.starts_with(AGENT_PREFIX));
+        new.push(match agent {
+            Some(a) if entry.state() == Some(DeviceState::Ready) => a.clone(),
+            _ => entry,
+        });
+    }
+    if new != old {
+        let patch = serde_json::json!({"status": ERdmaDeviceStatus { devices: new.clone() }});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(kube_err(format!("patch status of ERdmaDevice {name}")))?;
+    }
+    let pending = new
+        .iter()
+        .any(|s| s.state() != Some(DeviceState::Ready) && !s.message.starts_with(AGENT_PREFIX));
+    Ok(if pending {
+        Action::requeue(PENDING_REQUEUE)
+    } else {
+        Action::await_change()
+    })
+}
+
+/// Retry policy for failed reconciles: throttling/5xx sooner, other errors later.
+pub fn error_backoff(err: &ReconcileError) -> Duration {
+    match err {
+        ReconcileError::Ecs(e) if e.is_retryable() => Duration::from_secs(15),
+        ReconcileError::Kube(..) => Duration::from_secs(5),
+        _ => Duration::from_secs(60),
+    }
+}
+
+/// Runs both controllers until `cancel` fires.
+pub async fn run_controllers(ctx: Arc<Ctx>, cancel: CancellationToken) {
+    let sel = ctx.cfg.node_label_selector();
+    let wc = if sel.is_empty() {
+        watcher::Config::default()
+    } else {
+        watcher::Config::default().labels(&sel)
+    };
+    let nodes = Controller::new(Api::<Node>::all(ctx.client.clone()), wc)
+        .graceful_shutdown_on(cancel.clone().cancelled_owned())
+        .run(
+            reconcile_node,
+            |node, err, _ctx| {
+                tracing::warn!(node = %node.name_any(), error = %err, "node reconcile failed");
+                Action::requeue(error_backoff(err))
+            },
+            ctx.clone(),
+        )
+        .for_each(|_| async {});
+    let devices = Controller::new(
+        Api::<ERdmaDevice>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .graceful_shutdown_on(cancel.clone().cancelled_owned())
+    .run(
+        reconcile_device,
+        |obj, err, _ctx| {
+            tracing::warn!(object = %obj.name_any(), error = %err, "ERdmaDevice reconcile failed");
+            Action::requeue(error_backoff(err))
+        },
+        ctx,
+    )
+    .for_each(|_| async {});
+    futures::join!(nodes, devices);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_ids() {
+        assert_eq!(
+            instance_from_provider_id("cn-hangzhou.i-bp1abc").as_deref(),
+            Some("i-bp1abc")
+        );
+        assert_eq!(
+            instance_from_provider_id("i-bp1abc").as_deref(),
+            Some("i-bp1abc")
+        );
+        assert_eq!(instance_from_provider_id("aws:///us-east-1a/i-0abc"), None);
+        assert_eq!(instance_from_provider_id("cn-hangzhou."), None);
+    }
+}

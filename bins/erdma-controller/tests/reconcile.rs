@@ -1,0 +1,633 @@
+//! Reconciler tests. Real: the reconcilers, the kube client (HTTP, JSON, errors), the ECS client
+//! (signing, retries, JSON) and the credential providers. Mocked at the HTTP boundary: the
+//! Kubernetes API server (`erdma_k8s::fake::FakeApiServer`, in memory) and the ECS/STS/metadata
+//! services (`erdma_cloud::emulator::EcsEmulator`, `erdma_netdev::emulator::MetadataEmulator`).
+
+use erdma_cloud::credentials::{OidcRole, aes_cbc_encrypt};
+use erdma_cloud::emulator::{EcsEmulator, EmuInstance, EmuInstanceType};
+use erdma_cloud::{
+    CredentialProvider, CredentialSource, Credentials, EcsClient, EcsConfig, RetryPolicy,
+    SignatureVersion,
+};
+use erdma_controller::config::{Config, KubeSecretSource};
+use erdma_controller::reconcile::{
+    Ctx, ReconcileError, error_backoff, reconcile_device, reconcile_node, run_controllers,
+};
+use erdma_k8s::fake::FakeApiServer;
+use erdma_k8s::labels::FINALIZER;
+use erdma_k8s::{DeviceState, ERdmaDevice};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::runtime::controller::Action;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+const FAST: RetryPolicy = RetryPolicy {
+    max_attempts: 4,
+    base: Duration::from_millis(1),
+    max: Duration::from_millis(4),
+};
+
+fn node(name: &str, provider: Option<&str>, ip: &str, ready: bool, age_s: i64) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            creation_timestamp: Some(Time(Timestamp::now() - SignedDuration::from_secs(age_s))),
+            labels: Some(BTreeMap::from([(
+                "kubernetes.io/hostname".to_string(),
+                name.to_string(),
+            )])),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            provider_id: provider.map(str::to_string),
+            ..Default::default()
+        }),
+        status: Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: if ready { "True" } else { "False" }.into(),
+                ..Default::default()
+            }]),
+            addresses: Some(vec![NodeAddress {
+                type_: "InternalIP".into(),
+                address: ip.into(),
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+struct World {
+    api: FakeApiServer,
+    emu: EcsEmulator,
+}
+
+async fn world() -> World {
+    let emu = EcsEmulator::start().await.unwrap();
+    {
+        let mut st = emu.state();
+        st.add_key("AKID", "secret");
+        st.add_type(EmuInstanceType {
+            id: "ecs.g8ae.4xlarge".into(),
+            eri_quantity: Some(1),
+            network_cards: 1,
+            queue_pairs: 8,
+            gpus: 0,
+        });
+        st.add_type(EmuInstanceType {
+            id: "ecs.ebmgn8v.48xlarge".into(),
+            eri_quantity: Some(2),
+            network_cards: 2,
+            queue_pairs: 16,
+            gpus: 8,
+        });
+        st.add_type(EmuInstanceType {
+            id: "ecs.g7.large".into(),
+            eri_quantity: None,
+            network_cards: 1,
+            queue_pairs: 0,
+            gpus: 0,
+        });
+    }
+    World {
+        api: FakeApiServer::new(),
+        emu,
+    }
+}
+
+fn instance(w: &World, id: &str, ty: &str, ip: &str, jumbo: Option<bool>) -> String {
+    w.emu.state().add_instance(EmuInstance {
+        id: id.into(),
+        instance_type: ty.into(),
+        private_ip: ip.into(),
+        vswitch_id: "vsw-a".into(),
+        security_groups: vec!["sg-a".into()],
+        jumbo_frame: jumbo,
+    })
+}
+
+fn ctx_with(w: &World, source: CredentialSource) -> Arc<Ctx> {
+    let ecs = EcsClient::new(
+        EcsConfig {
+            endpoint: w.emu.endpoint(),
+            region: "emu-region".into(),
+            signature: SignatureVersion::V3,
+            retry: FAST,
+        },
+        Arc::new(CredentialProvider::new(source)),
+    )
+    .unwrap();
+    Arc::new(Ctx::new(w.api.client(), ecs, Config::default()))
+}
+
+fn ctx(w: &World) -> Arc<Ctx> {
+    ctx_with(
+        w,
+        CredentialSource::AccessKey(Credentials::access_key("AKID", "secret")),
+    )
+}
+
+fn cr(w: &World, name: &str) -> Option<ERdmaDevice> {
+    w.api.get::<ERdmaDevice>(None, name)
+}
+
+fn states(o: &ERdmaDevice) -> Vec<(String, String)> {
+    o.status
+        .as_ref()
+        .map(|s| {
+            s.devices
+                .iter()
+                .map(|d| (d.id.clone(), d.status.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn new_single_card_node_without_eris_gets_its_primary_converted() {
+    let w = world().await;
+    let primary = instance(&w, "i-a", "ecs.g8ae.4xlarge", "10.0.0.1", Some(true));
+    let n = node("node-a", Some("emu-region.i-a"), "10.0.0.1", true, 10);
+    w.api.put(&n);
+    let c = ctx(&w);
+    assert_eq!(
+        reconcile_node(Arc::new(n.clone()), c.clone())
+            .await
+            .unwrap(),
+        Action::await_change()
+    );
+
+    let o = cr(&w, "node-a").expect("ERdmaDevice created");
+    assert_eq!(o.spec.devices.len(), 1);
+    let d = &o.spec.devices[0];
+    assert_eq!(
+        (
+            d.id.as_str(),
+            d.is_primary_eni,
+            d.network_card_index,
+            d.queue_pair
+        ),
+        (primary.as_str(), true, 0, 8)
+    );
+    assert_eq!(d.instance_id, "i-a");
+    assert!(d.mac.starts_with("00:16:3e:"));
+    assert!(o.spec.jumbo_frame);
+    let labels = o.metadata.labels.clone().unwrap();
+    assert_eq!(labels["alibabacloud.com/instance-id"], "i-a");
+    assert_eq!(labels["alibabacloud.com/nodename"], "node-a");
+    let owner = &o.metadata.owner_references.clone().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+        ("Node", "node-a", "uid-node-a")
+    );
+    {
+        let st = w.emu.state();
+        assert!(st.calls_of("CreateNetworkInterface").is_empty());
+        let tag = &st.calls_of("TagResources")[0].params;
+        assert_eq!(tag["ResourceId.1"], primary);
+        let tags: BTreeMap<&str, &str> = (1..=2)
+            .map(|i| {
+                (
+                    tag[&format!("Tag.{i}.Key")].as_str(),
+                    tag[&format!("Tag.{i}.Value")].as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            tags,
+            BTreeMap::from([
+                ("instance-id", "i-a"),
+                ("terway.alibabacloud.com/excluded", "true")
+            ]),
+            "never creator"
+        );
+        assert_eq!(
+            st.calls_of("DescribeInstances")[0].params["InstanceIds"],
+            "[\"i-a\"]",
+            "providerID used"
+        );
+    }
+
+    // The ERdmaDevice reconciler converts the primary ENI and marks it Ready.
+    assert_eq!(
+        reconcile_device(Arc::new(o), c.clone()).await.unwrap(),
+        Action::await_change()
+    );
+    let o = cr(&w, "node-a").unwrap();
+    assert_eq!(states(&o), vec![(primary.clone(), "Ready".to_string())]);
+    {
+        let st = w.emu.state();
+        let m = &st.calls_of("ModifyNetworkInterfaceAttribute")[0].params;
+        assert_eq!(
+            (
+                m["NetworkInterfaceTrafficMode"].as_str(),
+                m["QueuePairNumber"].as_str()
+            ),
+            ("HighPerformance", "8")
+        );
+        assert_eq!(st.enis[&primary].traffic_mode, "HighPerformance");
+    }
+    // All Ready: nothing more is asked of ECS.
+    let calls = w.emu.state().calls.len();
+    reconcile_device(Arc::new(o), c.clone()).await.unwrap();
+    assert_eq!(w.emu.state().calls.len(), calls);
+    // The node reconciler now only back-fills (already tagged: no call).
+    reconcile_node(Arc::new(n), c).await.unwrap();
+    assert_eq!(w.emu.state().calls.len(), calls);
+}
+
+#[tokio::test]
+async fn new_node_with_existing_eris_reuses_them_by_internal_ip() {
+    let w = world().await;
+    instance(&w, "i-b", "ecs.g8ae.4xlarge", "10.0.0.2", Some(false));
+    let eri = w.emu.state().add_secondary_eni(
+        "i-b",
+        0,
+        "HighPerformance",
+        "InUse",
+        &[("creator", "alibabacloud-erdma-controller")],
+    );
+    let n = node("node-b", None, "10.0.0.2", true, 10);
+    w.api.put(&n);
+    let c = ctx(&w);
+    reconcile_node(Arc::new(n), c.clone()).await.unwrap();
+    let o = cr(&w, "node-b").unwrap();
+    assert_eq!(o.spec.devices.len(), 1);
+    assert_eq!(
+        (
+            o.spec.devices[0].id.as_str(),
+            o.spec.devices[0].is_primary_eni
+        ),
+        (eri.as_str(), false)
+    );
+    assert!(!o.spec.jumbo_frame);
+    reconcile_device(Arc::new(o), c).await.unwrap();
+    assert_eq!(
+        states(&cr(&w, "node-b").unwrap()),
+        vec![(eri, "Ready".to_string())]
+    );
+    let st = w.emu.state();
+    assert_eq!(
+        st.calls_of("DescribeInstances")[0].params["PrivateIpAddresses"],
+        "[\"10.0.0.2\"]"
+    );
+    assert!(st.calls_of("CreateNetworkInterface").is_empty());
+    assert!(st.calls_of("ModifyNetworkInterfaceAttribute").is_empty());
+    assert!(st.calls_of("AttachNetworkInterface").is_empty());
+}
+
+#[tokio::test]
+async fn multiple_network_cards_create_attach_and_wait_for_attaching() {
+    let w = world().await;
+    w.emu.state().attach_latency = Duration::from_millis(150);
+    let primary = instance(&w, "i-g", "ecs.ebmgn8v.48xlarge", "10.0.0.3", Some(true));
+    let n = node("gpu-1", Some("emu-region.i-g"), "10.0.0.3", true, 10);
+    w.api.put(&n);
+    let c = ctx(&w);
+    reconcile_node(Arc::new(n.clone()), c.clone())
+        .await
+        .unwrap();
+    let o = cr(&w, "gpu-1").unwrap();
+    assert_eq!(o.spec.devices.len(), 2);
+    assert_eq!(o.spec.devices[0].id, primary);
+    assert_eq!(o.spec.devices[0].queue_pair, 16);
+    let created = o.spec.devices[1].clone();
+    assert_eq!(
+        (
+            created.network_card_index,
+            created.queue_pair,
+            created.is_primary_eni
+        ),
+        (1, 16, false)
+    );
+    {
+        let st = w.emu.state();
+        let create = &st.calls_of("CreateNetworkInterface")[0].params;
+        assert_eq!(create["NetworkInterfaceName"], "eri-i-g-1");
+        assert_eq!(create["NetworkInterfaceTrafficMode"], "HighPerformance");
+        assert_eq!(create["VSwitchId"], "vsw-a");
+        assert_eq!(create["SecurityGroupIds.1"], "sg-a");
+        assert_eq!(create["ClientToken"], "erdma-i-g-1");
+        let eni = &st.enis[&created.id];
+        assert_eq!(eni.tags["creator"], "alibabacloud-erdma-controller");
+        assert_eq!(eni.tags["terway.alibabacloud.com/excluded"], "true");
+        assert_eq!(eni.tags["instance-id"], "i-g");
+    }
+    // First pass: primary converted (Ready), card 1 attached (Pending), requeue in 10 s.
+    let a = reconcile_device(Arc::new(o), c.clone()).await.unwrap();
+    assert_eq!(a, Action::requeue(Duration::from_secs(10)));
+    let o = cr(&w, "gpu-1").unwrap();
+    assert_eq!(
+        states(&o),
+        vec![
+            (primary.clone(), "Ready".into()),
+            (created.id.clone(), "Pending".into())
+        ]
+    );
+    assert_eq!(
+        w.emu.state().calls_of("AttachNetworkInterface")[0].params["NetworkCardIndex"],
+        "1"
+    );
+    // While Attaching: Pending with the state named.
+    reconcile_device(Arc::new(o), c.clone()).await.unwrap();
+    let o = cr(&w, "gpu-1").unwrap();
+    assert_eq!(
+        o.status.as_ref().unwrap().devices[1].message,
+        "ENI is Attaching"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        reconcile_device(Arc::new(o), c.clone()).await.unwrap(),
+        Action::await_change()
+    );
+    assert!(cr(&w, "gpu-1").unwrap().all_ready());
+    assert_eq!(
+        w.emu.state().calls_of("AttachNetworkInterface").len(),
+        1,
+        "attached once"
+    );
+
+    // Losing the object and reconciling again creates no second ENI (ClientToken, reuse).
+    w.api.remove::<ERdmaDevice>(None, "gpu-1");
+    reconcile_node(Arc::new(n), c).await.unwrap();
+    let st = w.emu.state();
+    assert_eq!(
+        st.enis.values().filter(|e| e.name == "eri-i-g-1").count(),
+        1
+    );
+    assert_eq!(cr(&w, "gpu-1").unwrap().spec.devices[1].id, created.id);
+}
+
+#[tokio::test]
+async fn node_not_ready_waits_then_proceeds_after_the_timeout() {
+    let w = world().await;
+    instance(&w, "i-n", "ecs.g8ae.4xlarge", "10.0.0.4", Some(false));
+    let young = node("node-n", Some("r.i-n"), "10.0.0.4", false, 5);
+    w.api.put(&young);
+    let c = ctx(&w);
+    assert_eq!(
+        reconcile_node(Arc::new(young), c.clone()).await.unwrap(),
+        Action::requeue(Duration::from_secs(30))
+    );
+    assert!(cr(&w, "node-n").is_none());
+    assert!(
+        w.emu.state().calls.is_empty(),
+        "no cloud calls for a node that is not Ready"
+    );
+    let old = node("node-n", Some("r.i-n"), "10.0.0.4", false, 301);
+    reconcile_node(Arc::new(old), c).await.unwrap();
+    assert!(
+        cr(&w, "node-n").is_some(),
+        "provisioned after waitNodeReadyTimeoutSeconds"
+    );
+}
+
+#[tokio::test]
+async fn node_deleted_removes_its_object_and_the_original_finalizer() {
+    let w = world().await;
+    instance(&w, "i-d", "ecs.g8ae.4xlarge", "10.0.0.5", Some(false));
+    let n = node("node-d", Some("r.i-d"), "10.0.0.5", true, 10);
+    w.api.put(&n);
+    let c = ctx(&w);
+    reconcile_node(Arc::new(n.clone()), c.clone())
+        .await
+        .unwrap();
+    // An object written by the Go controller may carry its finalizer.
+    let mut o = cr(&w, "node-d").unwrap();
+    o.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
+    w.api.put(&o);
+
+    // (a) The Node is being deleted.
+    let mut deleting = n.clone();
+    deleting.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    reconcile_node(Arc::new(deleting), c.clone()).await.unwrap();
+    assert!(
+        cr(&w, "node-d").is_none(),
+        "finalizer stripped and object deleted"
+    );
+
+    // (b) The Node vanished while the controller was down: the ERdmaDevice reconciler cleans up.
+    reconcile_node(Arc::new(n), c.clone()).await.unwrap();
+    let o = cr(&w, "node-d").unwrap();
+    w.api.remove::<Node>(None, "node-d");
+    reconcile_device(Arc::new(o), c).await.unwrap();
+    assert!(cr(&w, "node-d").is_none());
+}
+
+#[tokio::test]
+async fn ecs_throttling_is_retried_and_failures_surface_without_partial_objects() {
+    let w = world().await;
+    instance(&w, "i-t", "ecs.g8ae.4xlarge", "10.0.0.6", None);
+    let n = node("node-t", Some("r.i-t"), "10.0.0.6", true, 10);
+    w.api.put(&n);
+    let c = ctx(&w);
+    // Throttled twice, then fine; DescribeInstanceAttribute fails for good (jumbo → false).
+    w.emu
+        .state()
+        .inject_error(Some("DescribeNetworkInterfaces"), 400, "Throttling.User", 2);
+    reconcile_node(Arc::new(n.clone()), c.clone())
+        .await
+        .expect("retried through throttling");
+    let o = cr(&w, "node-t").unwrap();
+    assert!(
+        !o.spec.jumbo_frame,
+        "jumbo-frame lookup failure means false"
+    );
+    assert_eq!(w.emu.state().calls_of("DescribeNetworkInterfaces").len(), 3);
+
+    // Persistent 5xx: a retryable error, no object written.
+    w.api.remove::<ERdmaDevice>(None, "node-t");
+    w.emu
+        .state()
+        .inject_error(Some("DescribeInstanceTypes"), 503, "ServiceUnavailable", 10);
+    let err = reconcile_node(Arc::new(n.clone()), c.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ReconcileError::Ecs(e) if e.is_retryable()),
+        "{err}"
+    );
+    assert_eq!(error_backoff(&err), Duration::from_secs(15));
+    assert!(cr(&w, "node-t").is_none());
+    w.emu.state().inject.clear();
+
+    // A failing attach is reported as Failed with the cloud's message, and retried later.
+    reconcile_node(Arc::new(n), c.clone()).await.unwrap();
+    let mut o = cr(&w, "node-t").unwrap();
+    let eri = w
+        .emu
+        .state()
+        .add_secondary_eni("i-t", 0, "HighPerformance", "Available", &[]);
+    o.spec.devices[0].id = eri.clone();
+    o.spec.devices[0].is_primary_eni = false;
+    w.api.put(&o);
+    w.emu.state().inject_error(
+        Some("AttachNetworkInterface"),
+        403,
+        "InvalidOperation.Conflict",
+        1,
+    );
+    let a = reconcile_device(Arc::new(cr(&w, "node-t").unwrap()), c.clone())
+        .await
+        .unwrap();
+    assert_eq!(a, Action::requeue(Duration::from_secs(10)));
+    let o = cr(&w, "node-t").unwrap();
+    let s = &o.status.as_ref().unwrap().devices[0];
+    assert_eq!(s.state(), Some(DeviceState::Failed));
+    assert!(
+        s.message.contains("InvalidOperation.Conflict"),
+        "{}",
+        s.message
+    );
+    reconcile_device(Arc::new(o), c).await.unwrap();
+    assert_eq!(
+        states(&cr(&w, "node-t").unwrap()),
+        vec![(eri, "Pending".into())]
+    );
+}
+
+#[tokio::test]
+async fn unsupported_instance_types_get_no_object() {
+    let w = world().await;
+    instance(&w, "i-u", "ecs.g7.large", "10.0.0.7", Some(false));
+    let n = node("node-u", Some("r.i-u"), "10.0.0.7", true, 10);
+    w.api.put(&n);
+    assert_eq!(
+        reconcile_node(Arc::new(n), ctx(&w)).await.unwrap(),
+        Action::await_change()
+    );
+    assert!(cr(&w, "node-u").is_none());
+    assert!(
+        !w.api.requests_matching("POST", "/events").is_empty(),
+        "an Event explains why"
+    );
+}
+
+#[tokio::test]
+async fn every_credential_type_provisions_a_node() {
+    let w = world().await;
+    // oidc_role_arn
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "jwt").unwrap();
+    w.emu
+        .state()
+        .oidc_tokens
+        .insert("jwt".into(), "acs:ram::1:role/erdma".into());
+    let oidc = CredentialSource::OidcRole(OidcRole {
+        role_arn: "acs:ram::1:role/erdma".into(),
+        provider_arn: "acs:ram::1:oidc-provider/ack".into(),
+        token_file: token,
+        session_name: "erdma-controller".into(),
+        sts_endpoint: w.emu.endpoint(),
+    });
+    // ecs_ram_role
+    w.emu.state().keys.insert(
+        "STS.role".into(),
+        ("role-secret".into(), Some("role-token".into())),
+    );
+    let md = erdma_netdev::emulator::MetadataEmulator::start()
+        .await
+        .unwrap();
+    md.set("/latest/meta-data/ram/security-credentials/", "node-role");
+    md.set("/latest/meta-data/ram/security-credentials/node-role",
+        r#"{"Code":"Success","AccessKeyId":"STS.role","AccessKeySecret":"role-secret","SecurityToken":"role-token","Expiration":"2099-01-01T00:00:00Z"}"#);
+    let ram = CredentialSource::EcsRamRole {
+        metadata_endpoint: md.endpoint(),
+        role_name: None,
+    };
+    // ram_role_sts: the Secret kube-system/addon.network.token read through the API server.
+    w.emu.state().keys.insert(
+        "STS.addon".into(),
+        ("addon-secret".into(), Some("addon-token".into())),
+    );
+    let key = b"0123456789abcdef";
+    let enc = |s: &str, iv: u8| aes_cbc_encrypt(s.as_bytes(), key, [iv; 16]).unwrap();
+    let token_cfg = serde_json::json!({"access.key.id": enc("STS.addon", 1), "access.key.secret": enc("addon-secret", 2),
+        "security.token": enc("addon-token", 3), "expiration": "2099-01-01T00:00:00Z", "keyring": "0123456789abcdef"});
+    w.api.put(&Secret {
+        metadata: ObjectMeta {
+            name: Some("addon.network.token".into()),
+            namespace: Some("kube-system".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            "addon.token.config".to_string(),
+            k8s_openapi::ByteString(token_cfg.to_string().into_bytes()),
+        )])),
+        ..Default::default()
+    });
+    let sts = CredentialSource::StsSecret(Arc::new(KubeSecretSource::new(
+        w.api.client(),
+        "kube-system",
+        "addon.network.token",
+    )));
+    let ak = CredentialSource::AccessKey(Credentials::access_key("AKID", "secret"));
+
+    for (i, (kind, source, key_id)) in [
+        ("access_key", ak, "AKID"),
+        ("oidc_role_arn", oidc, "STS.emu"),
+        ("ecs_ram_role", ram, "STS.role"),
+        ("ram_role_sts", sts, "STS.addon"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = format!("i-c{i}");
+        let ip = format!("10.1.0.{i}");
+        instance(&w, &id, "ecs.g8ae.4xlarge", &ip, Some(false));
+        let n = node(
+            &format!("cred-{i}"),
+            Some(&format!("r.{id}")),
+            &ip,
+            true,
+            10,
+        );
+        w.api.put(&n);
+        reconcile_node(Arc::new(n), ctx_with(&w, source))
+            .await
+            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        assert!(cr(&w, &format!("cred-{i}")).is_some(), "{kind}");
+        let st = w.emu.state();
+        let last = st
+            .calls_of("DescribeInstances")
+            .last()
+            .map(|c| c.access_key_id.clone())
+            .unwrap();
+        assert!(last.starts_with(key_id), "{kind} signed with {last}");
+    }
+}
+
+#[tokio::test]
+async fn the_running_controllers_provision_a_new_node_end_to_end() {
+    let w = world().await;
+    let primary = instance(&w, "i-e", "ecs.g8ae.4xlarge", "10.0.0.9", Some(false));
+    let c = ctx(&w);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(run_controllers(c, cancel.clone()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    w.api
+        .put(&node("node-e", Some("r.i-e"), "10.0.0.9", true, 10));
+    let mut ready = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if cr(&w, "node-e").is_some_and(|o| o.all_ready()) {
+            ready = true;
+            break;
+        }
+    }
+    assert!(
+        ready,
+        "the watch-driven controllers created and readied the ERdmaDevice"
+    );
+    assert_eq!(cr(&w, "node-e").unwrap().spec.devices[0].id, primary);
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("graceful shutdown")
+        .unwrap();
+}
