@@ -810,6 +810,38 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            if let Ok(msgs) = decode_messages(&bytes) {
+                for m in msgs {
+                    if let Message::Genl { attrs, .. } = m {
+                        let _ = decode_entry(&attrs);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn encoded_adds_decode_to_the_same_entry(
+            id in "[A-Z0-9]{1,16}",
+            ib in "[a-z][a-z0-9_]{0,20}",
+            port in 1u8..=2,
+            seq in proptest::prelude::any::<u32>(),
+        ) {
+            let pnetid = PnetId::parse(&id).unwrap();
+            let req = encode_add(0x1a, seq, &pnetid, &PnetTarget::IbPort { ibdev: ib.clone(), port }).unwrap();
+            let msgs = decode_messages(&req).unwrap();
+            proptest::prop_assert_eq!(msgs.len(), 1);
+            let Message::Genl { seq: got_seq, cmd, attrs } = &msgs[0] else { panic!("not genl") };
+            proptest::prop_assert_eq!((*got_seq, *cmd), (seq, CMD_ADD));
+            proptest::prop_assert_eq!(
+                decode_entry(attrs),
+                Some(PnetEntry { pnetid: id, ethname: None, ibname: Some(ib), ibport: Some(port) })
+            );
+        }
+    }
+
     /// Real kernel with SMC (skipped without it): add, duplicate add, dump, ensure, delete and flush
     /// in a private network namespace, so the host's table is never touched.
     #[test]
