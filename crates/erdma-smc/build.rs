@@ -1,6 +1,8 @@
 //! With the `bpf` feature: compiles the BPF socket policy (`src/policy/*.bpf.c`) with clang into
 //! `OUT_DIR`. Needs `clang` and `libbpf-dev` (Debian: `apt-get install clang libbpf-dev
-//! libelf-dev`); `ERDMA_BPF_CLANG` names another clang.
+//! libelf-dev`); `ERDMA_BPF_CLANG` names another clang. Without clang the build goes on with
+//! empty objects (a cargo warning says so) and loading the policy reports that it was not built,
+//! so a machine without clang still builds and tests everything else.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -29,9 +31,12 @@ fn main() {
             Ok(s) => panic!(
                 "{clang} failed ({s}) compiling {src}. Fix: install the BPF headers (`apt-get install libbpf-dev linux-libc-dev`) or build without the `bpf` feature"
             ),
-            Err(e) => panic!(
-                "cannot run {clang}: {e}. Fix: `apt-get install clang libbpf-dev libelf-dev` (or set ERDMA_BPF_CLANG), or build without the `bpf` feature"
-            ),
+            Err(e) => {
+                println!(
+                    "cargo:warning=cannot run {clang} ({e}): the SMC BPF policy is not built; `apt-get install clang libbpf-dev libelf-dev` (or set ERDMA_BPF_CLANG)"
+                );
+                std::fs::write(&obj, b"").expect("write an empty object into OUT_DIR");
+            }
         }
     }
 }

@@ -1,0 +1,267 @@
+//! `smcr-init`: turns SMC-R on for a pod network namespace.
+//!
+//! - `smcr-init` (the init container the webhook injects): configures its own namespace with the
+//!   PNET ID from `SMCR_PNET` (set by the device plugin's Allocate).
+//! - `smcr-init --netns PATH --pnet ID`: the same for another namespace (manual / lab).
+//! - `smcr-init policy load|unload|list|release`: the BPF socket policy pinned in bpffs, which
+//!   the agent owns on upstream kernels (6.11+); `smcr-init` adds its namespace to it.
+//!
+//! An unsupported kernel prints "SMC unsupported: <reason>" and exits 0 (the pod starts with
+//! plain TCP) unless `--strict`. Exit status 1: an error (or unsupported with `--strict`).
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use erdma_model::PnetId;
+use erdma_smc::configure::{PodOptions, PodReport, SmcConfigurator, SocketPolicy};
+use erdma_smc::probe::MechanismChoice;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Default bpffs directory of the pinned policy.
+const PIN_DIR: &str = "/sys/fs/bpf/erdma-smc";
+
+#[derive(Debug, Parser)]
+#[command(name = "smcr-init", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    pod: PodArgs,
+}
+
+#[derive(Debug, clap::Args)]
+struct PodArgs {
+    /// PNET ID of the pod's RDMA device (the device plugin sets SMCR_PNET).
+    #[arg(long, env = "SMCR_PNET", value_name = "ID")]
+    pnet: Option<String>,
+    /// Network namespace to configure (`/proc/PID/ns/net`, `/var/run/netns/NAME`). Default: ours.
+    #[arg(long, value_name = "PATH")]
+    netns: Option<PathBuf>,
+    /// The pod interface that carries the SMC handshake.
+    #[arg(long, default_value = "eth0", value_name = "NAME")]
+    ifname: String,
+    /// Keep IPv6 on (default: `disable_ipv6=1`, as eRDMA SMC falls back on IPv6).
+    #[arg(long)]
+    keep_ipv6: bool,
+    /// Mechanism: `auto` (tcp2smc if present, else the BPF policy), `tcp2smc` or `bpf`.
+    #[arg(long, default_value = "auto", value_name = "MECH")]
+    mechanism: MechanismChoice,
+    /// Fail (exit 1) when the kernel cannot do SMC-R, instead of starting the pod on TCP.
+    #[arg(long)]
+    strict: bool,
+    /// The host's network namespace, to refuse host-network pods. Default with `--netns`:
+    /// `/proc/1/ns/net`; without `--netns` no check (inside a pod, /proc/1 is the pod's).
+    #[arg(long, value_name = "PATH")]
+    host_netns: Option<PathBuf>,
+    /// Lab only: allow configuring the host's namespace.
+    #[arg(long)]
+    allow_host_netns: bool,
+    /// `/proc/sys` to write.
+    #[arg(long, default_value = "/proc/sys", value_name = "DIR")]
+    sysctl_root: PathBuf,
+    /// bpffs directory of the agent's pinned BPF policy.
+    #[arg(long, default_value = PIN_DIR, value_name = "DIR")]
+    pin_dir: PathBuf,
+    /// Output: `text` or `json` (the full report).
+    #[arg(short = 'o', long = "output", default_value = "text", value_parser = ["text", "json"])]
+    output: String,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Manage the BPF socket policy (upstream kernels 6.11+).
+    Policy {
+        #[command(subcommand)]
+        action: PolicyAction,
+        /// bpffs directory of the pins.
+        #[arg(long, default_value = PIN_DIR, value_name = "DIR", global = true)]
+        pin_dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PolicyAction {
+    /// Load, attach and pin the policy (idempotent).
+    Load,
+    /// Remove the pins (the program detaches when nothing holds it).
+    Unload,
+    /// List the namespace cookies in the policy.
+    List,
+    /// Remove a namespace from the policy (pod deleted).
+    Release {
+        /// The namespace.
+        #[arg(long, value_name = "PATH", required_unless_present = "cookie")]
+        netns: Option<PathBuf>,
+        /// Or its cookie.
+        #[arg(long)]
+        cookie: Option<u64>,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        None => configure(&cli.pod),
+        Some(Command::Policy { action, pin_dir }) => policy(action, pin_dir),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("smcr-init: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The pinned policy, when the agent loaded one (and this build has BPF support).
+fn pinned_policy(pin_dir: &Path) -> Option<Arc<dyn SocketPolicy>> {
+    #[cfg(feature = "bpf")]
+    match erdma_smc::policy::BpfSocketPolicy::open_pinned(pin_dir) {
+        Ok(p) => return Some(Arc::new(p)),
+        Err(e) => tracing::info!(error = %e, "smcr-init: no BPF socket policy"),
+    }
+    #[cfg(not(feature = "bpf"))]
+    let _ = pin_dir;
+    None
+}
+
+fn configure(a: &PodArgs) -> anyhow::Result<ExitCode> {
+    let Some(raw) = a.pnet.as_deref().filter(|p| !p.trim().is_empty()) else {
+        bail!(
+            "no PNET ID: SMCR_PNET is empty. Fix: request an aliyun/erdma device in this container (the device plugin sets SMCR_PNET) or pass --pnet"
+        );
+    };
+    let pnet = PnetId::parse(raw.trim())
+        .map_err(|e| anyhow::anyhow!("SMCR_PNET {raw:?} is not a valid PNET ID: {e}"))?;
+    let options = PodOptions {
+        ifname: a.ifname.clone(),
+        disable_ipv6: !a.keep_ipv6,
+        mechanism: a.mechanism,
+        strict: a.strict,
+        allow_host_netns: a.allow_host_netns,
+        host_netns: a
+            .host_netns
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/proc/1/ns/net")),
+        sysctl_root: a.sysctl_root.clone(),
+    };
+    let configurator = SmcConfigurator::new(options, pinned_policy(&a.pin_dir));
+    let report = match &a.netns {
+        Some(path) => configurator.configure_pod(path, &pnet)?,
+        None => {
+            if let Some(host) = &a.host_netns
+                && !a.allow_host_netns
+                && erdma_smc::netns::is_same(Path::new("/proc/thread-self/ns/net"), host)?
+            {
+                bail!(
+                    "this is the host network namespace ({}): host-network pods are never configured",
+                    host.display()
+                );
+            }
+            configurator.configure_current(&pnet, SmcConfigurator::report_for("self"))?
+        }
+    };
+    print_report(&report, &a.output)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_report(r: &PodReport, output: &str) -> anyhow::Result<()> {
+    if output == "json" {
+        println!("{}", serde_json::to_string_pretty(r)?);
+        if let Some(u) = &r.unsupported {
+            eprintln!("{u}");
+        }
+        return Ok(());
+    }
+    if let Some(s) = &r.skipped {
+        println!("skipped: {s}");
+    } else if let Some(u) = &r.unsupported {
+        eprintln!("{u}");
+        println!("SMC-R not enabled for {}; the pod runs on TCP", r.netns);
+    } else {
+        let steps: Vec<String> = r
+            .steps
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {}",
+                    serde_json::to_string(&s.step).unwrap_or_default(),
+                    s.outcome
+                )
+            })
+            .collect();
+        println!(
+            "SMC-R enabled for {} ({}): {}",
+            r.netns,
+            r.mechanism
+                .map(|m| serde_json::to_string(&m).unwrap_or_default())
+                .unwrap_or_default()
+                .trim_matches('"'),
+            steps.join("; ")
+        );
+    }
+    Ok(())
+}
+
+#[cfg(feature = "bpf")]
+fn policy(action: &PolicyAction, pin_dir: &Path) -> anyhow::Result<ExitCode> {
+    use erdma_smc::policy::BpfSocketPolicy;
+    match action {
+        PolicyAction::Load => {
+            if BpfSocketPolicy::open_pinned(pin_dir).is_ok() {
+                println!(
+                    "SMC BPF policy already loaded (pinned at {})",
+                    pin_dir.display()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            let mut p = BpfSocketPolicy::load()?;
+            p.pin(pin_dir)?;
+            println!("SMC BPF policy loaded and pinned at {}", pin_dir.display());
+        }
+        PolicyAction::Unload => {
+            BpfSocketPolicy::unpin(pin_dir)?;
+            println!("SMC BPF policy pins removed from {}", pin_dir.display());
+        }
+        PolicyAction::List => {
+            let p = BpfSocketPolicy::open_pinned(pin_dir)?;
+            for c in p.enabled().map_err(anyhow::Error::msg)? {
+                println!("{c}");
+            }
+        }
+        PolicyAction::Release { netns, cookie } => {
+            let cookie = match (cookie, netns) {
+                (Some(c), _) => *c,
+                (None, Some(path)) => {
+                    erdma_smc::netns::run_in(path, erdma_smc::netns::current_cookie)?
+                        .context("reading the namespace cookie")?
+                }
+                (None, None) => bail!("give --netns or --cookie"),
+            };
+            let p = BpfSocketPolicy::open_pinned(pin_dir)?;
+            let removed = p.disable(cookie).map_err(anyhow::Error::msg)?;
+            println!(
+                "netns cookie {cookie}: {}",
+                if removed {
+                    "removed"
+                } else {
+                    "was not in the policy"
+                }
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(not(feature = "bpf"))]
+fn policy(_: &PolicyAction, _: &Path) -> anyhow::Result<ExitCode> {
+    bail!("this smcr-init was built without the `bpf` feature")
+}

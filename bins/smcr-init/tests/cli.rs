@@ -1,0 +1,121 @@
+//! `smcr-init` as the init container and the manual/lab tool, against this machine's real kernel.
+//! Every run targets a fresh network namespace (`unshare --net`) or a namespace the test names,
+//! never the host's own.
+
+use assert_cmd::Command;
+use std::path::Path;
+
+fn smc_loaded() -> bool {
+    Path::new("/sys/module/smc").exists()
+}
+
+/// `smcr-init ARGS` in a fresh network namespace, with a clean environment.
+fn in_fresh_netns(args: &[&str], env_pnet: Option<&str>) -> std::process::Output {
+    let bin = assert_cmd::cargo::cargo_bin("smcr-init");
+    let mut c = Command::new("unshare");
+    c.arg("--net").arg(bin).args(args).env_remove("SMCR_PNET");
+    if let Some(p) = env_pnet {
+        c.env("SMCR_PNET", p);
+    }
+    c.output().unwrap()
+}
+
+#[test]
+fn missing_or_bad_pnet_is_a_clear_error() {
+    let out = in_fresh_netns(&[], None);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("SMCR_PNET is empty") && err.contains("Fix"),
+        "{err}"
+    );
+    let out = in_fresh_netns(&[], Some("not a pnet id!"));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("\"not a pnet id!\""), "{err}");
+}
+
+#[test]
+fn unsupported_kernel_starts_the_pod_on_tcp_unless_strict() {
+    if smc_loaded() {
+        eprintln!("SKIP: this kernel has SMC (the lab covers it)");
+        return;
+    }
+    let out = in_fresh_netns(&[], Some("00163E0A1B2C"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.lines().any(|l| l.starts_with("SMC unsupported: ")) && err.contains("modprobe smc"),
+        "{err}"
+    );
+    assert!(stdout.contains("the pod runs on TCP"), "{stdout}");
+    let out = in_fresh_netns(&["--strict"], Some("00163E0A1B2C"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SMC unsupported: "));
+    let out = in_fresh_netns(&["-o", "json", "--pnet", "ABC"], None);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["netns"], "self");
+    assert_eq!(v["capabilities"]["smc"], false);
+    assert!(
+        v["unsupported"]
+            .as_str()
+            .unwrap()
+            .starts_with("SMC unsupported: ")
+    );
+    assert_eq!(v["steps"].as_array().unwrap().len(), 0);
+}
+
+#[test]
+fn host_network_namespace_is_skipped_and_gone_namespace_fails() {
+    let out = Command::cargo_bin("smcr-init")
+        .unwrap()
+        .args(["--pnet", "ABC", "--netns", "/proc/self/ns/net"])
+        .args(["--host-netns", "/proc/self/ns/net"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        stdout.contains("host-network pods are never configured"),
+        "{stdout}"
+    );
+    let out = Command::cargo_bin("smcr-init")
+        .unwrap()
+        .args([
+            "--pnet",
+            "ABC",
+            "--netns",
+            "/var/run/netns/erdma-no-such-pod",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("erdma-no-such-pod") && err.contains("is gone"),
+        "{err}"
+    );
+}
+
+#[test]
+fn policy_commands_without_a_loaded_policy() {
+    let d = tempfile::tempdir().unwrap();
+    let out = Command::cargo_bin("smcr-init")
+        .unwrap()
+        .args(["policy", "list", "--pin-dir"])
+        .arg(d.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has not loaded the policy"), "{err}");
+    let out = Command::cargo_bin("smcr-init")
+        .unwrap()
+        .args(["policy", "unload", "--pin-dir"])
+        .arg(d.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "unload is idempotent");
+}
