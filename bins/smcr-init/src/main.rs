@@ -9,7 +9,7 @@
 //! An unsupported kernel prints "SMC unsupported: <reason>" and exits 0 (the pod starts with
 //! plain TCP) unless `--strict`. Exit status 1: an error (or unsupported with `--strict`).
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::{Parser, Subcommand};
 use erdma_model::PnetId;
 use erdma_smc::configure::{PodOptions, PodReport, SmcConfigurator, SocketPolicy};
@@ -213,6 +213,7 @@ fn print_report(r: &PodReport, output: &str) -> anyhow::Result<()> {
 
 #[cfg(feature = "bpf")]
 fn policy(action: &PolicyAction, pin_dir: &Path) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
     use erdma_smc::policy::BpfSocketPolicy;
     match action {
         PolicyAction::Load => {
