@@ -394,6 +394,23 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_answers_never_panic(ip in ".{0,40}", cidr in ".{0,40}", gw in ".{0,40}") {
+            let _ = parse_addressing(mac(), &ip, &cidr, &gw);
+        }
+
+        #[test]
+        fn consistent_answers_parse(net in proptest::prelude::any::<u32>(), len in 8u8..=29, host in 1u32..3, gw_host in 3u32..5) {
+            let mask = u32::MAX << (32 - u32::from(len));
+            let network = Ipv4Addr::from(net & mask);
+            let ip = Ipv4Addr::from((net & mask) | host);
+            let gw = Ipv4Addr::from((net & mask) | gw_host);
+            let a = parse_addressing(mac(), &format!("{ip}\n"), &format!("{network}/{len}"), &gw.to_string()).unwrap();
+            proptest::prop_assert_eq!(a, EniAddressing { primary_ip: ip, network, prefix_len: len, gateway: gw });
+        }
+    }
+
     #[test]
     fn paths_match_the_seed() {
         assert_eq!(
