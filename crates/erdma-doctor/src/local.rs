@@ -53,8 +53,7 @@ pub fn checks(node: &NodeDevices) -> Vec<Check> {
             out.push(Check::fail(
                 &id,
                 format!("{}: {summary}: {}", d.name, reasons.join("; ")),
-                "port DOWN: bring the ERI netdev up (the agent does for non-primary ERIs); uverbs missing: modprobe ib_uverbs and \
-                 mount the host /dev; see erdmactl devices",
+                "each reason above names its fix; erdmactl devices shows the full inventory",
             ));
         } else if d.mode == Some(DeviceMode::Iwarp) {
             out.push(Check::warn(
