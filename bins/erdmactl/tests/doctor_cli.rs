@@ -261,3 +261,70 @@ fn local_mode_on_fixture_trees() {
     let (code, v) = run("broken-no-uverbs");
     insta::assert_json_snapshot!("doctor_local_broken_no_uverbs", (code, v));
 }
+
+/// `--exec` runs `kubectl exec … ls -1 <paths>` with the same kubeconfig; a stand-in `kubectl` on
+/// PATH records its arguments and prints a recorded listing.
+#[test]
+fn exec_probe_lists_the_rdma_libraries_through_kubectl() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = FakeApiServer::start(routes(
+        "node-erdma-ready.json",
+        "pods-on-node-agent-running.json",
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let kc = server.kubeconfig(dir.path());
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let args_file = dir.path().join("kubectl-args");
+    let listing = workspace().join("testdata/k8s/exec-ls-stock-jammy.txt");
+    let script = format!(
+        "#!/bin/sh\necho \"$@\" > '{}'\ncat '{}'\necho 'ls: cannot access /usr/lib64/libibverbs: No such file or directory' >&2\nexit 2\n",
+        args_file.display(),
+        listing.display()
+    );
+    let kubectl = bin.join("kubectl");
+    std::fs::write(&kubectl, script).unwrap();
+    std::fs::set_permissions(&kubectl, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let a = erdmactl()
+        .env("PATH", path)
+        .args([
+            "doctor",
+            "--pod",
+            "smc-server-6d5f7c9b8-x2kq4",
+            "--exec",
+            "-o",
+            "json",
+            "--kubeconfig",
+        ])
+        .arg(&kc)
+        .assert()
+        .code(1);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    let libs = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "pod.rdma_libs")
+        .unwrap()
+        .clone();
+    assert_eq!(libs["status"], "FAIL");
+    assert!(
+        libs["message"]
+            .as_str()
+            .unwrap()
+            .contains("eRDMA provider (liberdma-rdmav*.so) is missing")
+    );
+    let args = std::fs::read_to_string(&args_file).unwrap();
+    assert!(
+        args.starts_with(&format!(
+            "--kubeconfig {} exec -n default smc-server-6d5f7c9b8-x2kq4 -c server -- ls -1 /usr/lib/x86_64-linux-gnu/libibverbs.so.1",
+            kc.display()
+        )),
+        "{args}"
+    );
+}

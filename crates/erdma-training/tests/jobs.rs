@@ -237,3 +237,44 @@ fn tolerations_parse_like_arena() {
     assert!(parse_toleration("k=v,Exists").is_err());
     assert!(parse_toleration("=v").is_err());
 }
+
+mod no_panic {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Arbitrary flag values never panic: they build a job or give a FlagError.
+        #[test]
+        fn build_never_panics(
+            name in "\\PC{0,60}",
+            image in "\\PC{0,20}",
+            device in "\\PC{0,30}",
+            env in "\\PC{0,20}",
+            toleration in "\\PC{0,30}",
+            data in "\\PC{0,20}",
+            qty in "\\PC{0,10}",
+            duration in "\\PC{0,8}",
+            workers in 0u32..5,
+            gpus in 0u32..9,
+        ) {
+            let r = JobRequest {
+                name: Some(name),
+                image: Some(image),
+                devices: vec![device],
+                envs: vec![env],
+                tolerations: vec![toleration],
+                data: vec![data],
+                memory: Some(qty),
+                running_timeout: duration,
+                workers,
+                gpus,
+                erdma: gpus % 2 == 0,
+                command: vec!["x".into()],
+                ..JobRequest::default()
+            };
+            if let Ok(job) = r.build() {
+                prop_assert_eq!(job.pod_count(), i32::try_from(workers).unwrap());
+            }
+        }
+    }
+}
