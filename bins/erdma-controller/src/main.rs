@@ -1,1 +1,232 @@
-fn main() {}
+//! `erdma-controller`: wires the configuration, the Kubernetes and ECS clients, leader election,
+//! the reconcilers and the webhook together. All logic lives in the library.
+
+use anyhow::Context;
+use clap::Parser;
+use erdma_cloud::{CredentialProvider, EcsClient, EcsConfig, RetryPolicy, SignatureVersion};
+use erdma_controller::cert::{CertManager, dns_names};
+use erdma_controller::config::{
+    CONFIG_PATH, CREDENTIAL_PATH, Config, CredentialConfig, KubeSecretSource,
+};
+use erdma_controller::leader::LeaderElector;
+use erdma_controller::reconcile::{Ctx, run_controllers};
+use erdma_controller::webhook::{CertSlot, InjectOptions, serve};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// erdma cluster controller.
+#[derive(Debug, Parser)]
+#[command(name = "erdma-controller", version, about)]
+struct Args {
+    /// Controller configuration (config.json).
+    #[arg(long, default_value = CONFIG_PATH)]
+    config: PathBuf,
+    /// Cloud credentials (credential.json).
+    #[arg(long, default_value = CREDENTIAL_PATH)]
+    credentials: PathBuf,
+    /// Webhook HTTPS address.
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    webhook_listen: String,
+    /// Health/metrics HTTP address.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    health_listen: String,
+    /// Use the public ECS/STS endpoints instead of the VPC ones.
+    #[arg(long, env = "PUBLIC_NETWORK", default_value_t = false)]
+    public_network: bool,
+    /// ECS endpoint override (e.g. an emulator).
+    #[arg(long, env = "ERDMA_ECS_ENDPOINT")]
+    ecs_endpoint: Option<String>,
+    /// Metadata service.
+    #[arg(long, default_value = "http://100.100.100.200")]
+    metadata_endpoint: String,
+    /// Request signature: v3 (ACS3-HMAC-SHA256) or v2 (HMAC-SHA1).
+    #[arg(long, default_value = "v3", value_parser = ["v2", "v3"])]
+    signature: String,
+    /// This replica's identity for leader election.
+    #[arg(long, env = "POD_NAME", default_value = "erdma-controller")]
+    identity: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let args = Args::parse();
+    let cfg = Config::load(&args.config)?;
+    let client = kube::Client::try_default()
+        .await
+        .context("Kubernetes client")?;
+    let cancel = CancellationToken::new();
+    {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = async { if let Some(t) = term.as_mut() { t.recv().await; } else { std::future::pending::<()>().await } } => {}
+            }
+            tracing::info!("shutting down");
+            cancel.cancel();
+        });
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(health(args.health_listen.clone(), cancel.clone()));
+
+    if cfg.enable_webhook {
+        let mgr = CertManager {
+            client: client.clone(),
+            namespace: cfg.controller_namespace.clone(),
+            secret_name: format!("{}-webhook-cert", cfg.controller_name),
+            webhook_name: cfg.controller_name.clone(),
+            names: dns_names(
+                &cfg.controller_name,
+                &cfg.controller_namespace,
+                &cfg.cluster_domain,
+            ),
+        };
+        let bundle = loop {
+            match mgr.ensure(false).await {
+                Ok(b) => break b,
+                Err(e) => {
+                    tracing::warn!(error = %e, "webhook certificate not available yet");
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                }
+            }
+        };
+        let slot = CertSlot::new(&bundle.cert_pem, &bundle.key_pem)?;
+        let listener = tokio::net::TcpListener::bind(&args.webhook_listen)
+            .await
+            .with_context(|| format!("bind {}", args.webhook_listen))?;
+        let opts = InjectOptions {
+            device_plugin: cfg.enable_device_plugin,
+            inject: cfg.enable_init_container_inject,
+            image: cfg.smc_init_image().to_string(),
+        };
+        tasks.spawn(serve(listener, slot.clone(), opts, cancel.clone()));
+        tasks.spawn(cert_loop(mgr, slot, bundle.cert_pem, cancel.clone()));
+    }
+
+    if cfg.local_eri_discovery {
+        tracing::info!("localERIDiscovery: agents discover ERIs themselves; no provisioning");
+    } else {
+        let region = if cfg.region.is_empty() {
+            erdma_netdev::metadata::ImdsClient::new(&args.metadata_endpoint)?
+                .get("/latest/meta-data/region-id")
+                .await
+                .context("config.region is empty and the metadata service did not answer; set config.region")?
+                .trim()
+                .to_string()
+        } else {
+            cfg.region.clone()
+        };
+        let creds = CredentialConfig::load(&args.credentials)?;
+        tracing::info!(kind = %if creds.kind.is_empty() { "access_key" } else { &creds.kind }, region = %region, "cloud credentials");
+        let (sns, sname) = creds.sts_secret();
+        let source = creds.source(
+            Arc::new(KubeSecretSource::new(client.clone(), &sns, &sname)),
+            &args.metadata_endpoint,
+            erdma_cloud::ecs::sts_endpoint(&region, args.public_network),
+        )?;
+        let ecs = EcsClient::new(
+            EcsConfig {
+                endpoint: args.ecs_endpoint.clone().unwrap_or_else(|| {
+                    erdma_cloud::ecs::ecs_endpoint(&region, args.public_network)
+                }),
+                region,
+                signature: if args.signature == "v2" {
+                    SignatureVersion::V2
+                } else {
+                    SignatureVersion::V3
+                },
+                retry: RetryPolicy::default(),
+            },
+            Arc::new(CredentialProvider::new(source)),
+        )?;
+        let ctx = Arc::new(Ctx::new(client.clone(), ecs, cfg.clone()));
+        let (tx, mut rx) = tokio::sync::watch::channel(false);
+        tasks.spawn(
+            LeaderElector::new(client.clone(), &cfg.controller_namespace, &args.identity)
+                .run(tx, cancel.clone()),
+        );
+        let cancel2 = cancel.clone();
+        tasks.spawn(async move {
+            loop {
+                if rx.wait_for(|l| *l).await.is_err() || cancel2.is_cancelled() {
+                    return;
+                }
+                let term = cancel2.child_token();
+                let run = tokio::spawn(run_controllers(ctx.clone(), term.clone()));
+                let _ = rx.wait_for(|l| !*l).await;
+                term.cancel();
+                let _ = run.await;
+                if cancel2.is_cancelled() {
+                    return;
+                }
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Rotates (any replica creates if missing; rotation is harmless when two race: a 409 re-reads),
+/// reloads the served certificate, and keeps the caBundle patched.
+async fn cert_loop(
+    mgr: CertManager,
+    slot: Arc<CertSlot>,
+    mut served: String,
+    cancel: CancellationToken,
+) {
+    loop {
+        match mgr.ensure(true).await {
+            Ok(b) => {
+                if b.cert_pem != served {
+                    match slot.replace(&b.cert_pem, &b.key_pem) {
+                        Ok(()) => served = b.cert_pem.clone(),
+                        Err(e) => tracing::warn!(error = %e, "cannot load the rotated certificate"),
+                    }
+                }
+                if let Err(e) = mgr.patch_ca_bundle(&b.ca_pem).await {
+                    tracing::warn!(error = %e, "patching caBundle failed");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "webhook certificate check failed"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(600)) => {}
+        }
+    }
+}
+
+async fn health(addr: String, cancel: CancellationToken) {
+    let listener = match tokio::net::TcpListener::bind(&addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, %addr, "health endpoint not served");
+            return;
+        }
+    };
+    loop {
+        let stream = tokio::select! {
+            _ = cancel.cancelled() => return,
+            a = listener.accept() => match a { Ok((s, _)) => s, Err(_) => continue },
+        };
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(|_req| async {
+                Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
+                    bytes::Bytes::from_static(b"ok"),
+                )))
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}

@@ -1,0 +1,420 @@
+//! The webhook as a real HTTPS server (rustls, a certificate from `cert::generate`) answering
+//! real AdmissionReview JSON; certificate management and leader election against the fake API
+//! server. Mocked: only the API server (in memory).
+
+use base64::Engine;
+use bytes::Bytes;
+use erdma_controller::cert::{ANNOTATION_NOT_AFTER, CertManager, dns_names, generate};
+use erdma_controller::leader::LeaderElector;
+use erdma_controller::webhook::{CertSlot, InjectOptions, serve};
+use erdma_k8s::fake::FakeApiServer;
+use http_body_util::{BodyExt, Full};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhook, MutatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+struct Server {
+    addr: std::net::SocketAddr,
+    slot: Arc<CertSlot>,
+    ca: String,
+    _cancel: tokio_util::sync::DropGuard,
+}
+
+async fn server(opts: InjectOptions) -> Server {
+    let names = dns_names(
+        "alibabacloud-erdma-controller",
+        "kube-system",
+        "cluster.local",
+    );
+    let b = generate(&names, Duration::from_secs(3600)).unwrap();
+    let slot = CertSlot::new(&b.cert_pem, &b.key_pem).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cancel = CancellationToken::new();
+    tokio::spawn(serve(listener, slot.clone(), opts, cancel.clone()));
+    Server {
+        addr,
+        slot,
+        ca: b.ca_pem,
+        _cancel: cancel.drop_guard(),
+    }
+}
+
+fn opts() -> InjectOptions {
+    InjectOptions {
+        device_plugin: true,
+        inject: true,
+        image: "registry.example/smcr_init:v1".into(),
+    }
+}
+
+/// POSTs `body` over HTTPS, trusting only `ca`, with SNI = the Service's DNS name.
+async fn post(
+    addr: std::net::SocketAddr,
+    ca: &str,
+    path: &str,
+    body: &str,
+) -> Result<Value, String> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    // As the API server does: connect to the Service endpoint, verify the Service's DNS name.
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name =
+        rustls::pki_types::ServerName::try_from("alibabacloud-erdma-controller.kube-system.svc")
+            .unwrap();
+    let stream = connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut send, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let req = hyper::Request::post(path)
+        .header("host", "alibabacloud-erdma-controller.kube-system.svc")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+}
+
+fn pod(annotation: Option<&str>, erdma: bool, init: Vec<Value>) -> Value {
+    let mut p = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "trainer", "namespace": "ml"},
+        "spec": {"containers": [{"name": "main", "image": "pytorch",
+            "resources": if erdma { json!({"limits": {"aliyun/erdma": "1"}, "requests": {"aliyun/erdma": "1"}}) } else { json!({}) }}]}
+    });
+    if let Some(a) = annotation {
+        p["metadata"]["annotations"] = json!({"network.alibabacloud.com/erdma-smcr": a});
+    }
+    if !init.is_empty() {
+        p["spec"]["initContainers"] = Value::Array(init);
+    }
+    p
+}
+
+fn review(api: &str, pod: &Value) -> String {
+    json!({"apiVersion": api, "kind": "AdmissionReview", "request": {
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": "ml", "operation": "CREATE", "userInfo": {"username": "admin"},
+        "object": pod, "dryRun": false}})
+    .to_string()
+}
+
+fn patch_of(answer: &Value) -> Option<Value> {
+    let p = answer["response"]["patch"].as_str()?;
+    assert_eq!(answer["response"]["patchType"], "JSONPatch");
+    Some(
+        serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(p).unwrap())
+            .unwrap(),
+    )
+}
+
+/// Applies our two patch forms (`add /spec/initContainers` and `.../-`) to a pod.
+fn apply(pod: &mut Value, patch: &Value) {
+    for op in patch.as_array().unwrap() {
+        assert_eq!(op["op"], "add");
+        match op["path"].as_str().unwrap() {
+            "/spec/initContainers" => pod["spec"]["initContainers"] = op["value"].clone(),
+            "/spec/initContainers/-" => pod["spec"]["initContainers"]
+                .as_array_mut()
+                .unwrap()
+                .push(op["value"].clone()),
+            p => panic!("unexpected path {p}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn injects_smcr_init_exactly_once() {
+    let s = server(opts()).await;
+    let mut p = pod(Some("true"), true, vec![]);
+    let a = post(
+        s.addr,
+        &s.ca,
+        "/mutate-pod",
+        &review("admission.k8s.io/v1", &p),
+    )
+    .await
+    .unwrap();
+    assert_eq!(a["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(a["kind"], "AdmissionReview");
+    assert_eq!(a["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+    assert_eq!(a["response"]["allowed"], true);
+    let patch = patch_of(&a).expect("patched");
+    assert_eq!(patch[0]["path"], "/spec/initContainers");
+    apply(&mut p, &patch);
+    assert_eq!(
+        p["spec"]["initContainers"],
+        json!([{
+            "name": "smcr-init", "image": "registry.example/smcr_init:v1", "imagePullPolicy": "Always",
+            "command": ["/usr/local/bin/smcr_init"],
+            "resources": {"limits": {"aliyun/erdma": "1"}, "requests": {"aliyun/erdma": "1"}},
+            "securityContext": {"privileged": true}
+        }])
+    );
+    // The mutated pod comes back (reinvocation, or a controller re-creating it): no second copy.
+    let again = post(
+        s.addr,
+        &s.ca,
+        "/mutate-pod",
+        &review("admission.k8s.io/v1", &p),
+    )
+    .await
+    .unwrap();
+    assert_eq!(again["response"]["allowed"], true);
+    assert!(patch_of(&again).is_none(), "no double injection");
+}
+
+#[tokio::test]
+async fn appends_after_existing_init_containers_and_serves_the_original_path() {
+    let s = server(opts()).await;
+    let mut p = pod(
+        Some("True"),
+        true,
+        vec![json!({"name": "fetch", "image": "busybox"})],
+    );
+    let a = post(
+        s.addr,
+        &s.ca,
+        "/mutating",
+        &review("admission.k8s.io/v1beta1", &p),
+    )
+    .await
+    .unwrap();
+    assert_eq!(a["apiVersion"], "admission.k8s.io/v1beta1");
+    let patch = patch_of(&a).unwrap();
+    assert_eq!(patch[0]["path"], "/spec/initContainers/-");
+    apply(&mut p, &patch);
+    let names: Vec<&str> = p["spec"]["initContainers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["fetch", "smcr-init"]);
+}
+
+#[tokio::test]
+async fn pods_without_the_annotation_or_the_resource_are_untouched() {
+    let s = server(opts()).await;
+    let mut init_only = pod(
+        Some("true"),
+        false,
+        vec![json!({"name": "i", "resources": {"limits": {"aliyun/erdma": "1"}}})],
+    );
+    init_only["metadata"]["name"] = json!("init-only");
+    let cases = [
+        ("no annotation", pod(None, true, vec![]), false),
+        ("no resource", pod(Some("true"), false, vec![]), false),
+        ("annotation false", pod(Some("false"), true, vec![]), false),
+        ("init container requests it", init_only, true),
+    ];
+    for (what, p, injected) in cases {
+        let a = post(
+            s.addr,
+            &s.ca,
+            "/mutate-pod",
+            &review("admission.k8s.io/v1", &p),
+        )
+        .await
+        .unwrap();
+        assert_eq!(a["response"]["allowed"], true, "{what}");
+        assert_eq!(patch_of(&a).is_some(), injected, "{what}");
+    }
+    // Disabled by configuration.
+    for o in [
+        InjectOptions {
+            device_plugin: false,
+            ..opts()
+        },
+        InjectOptions {
+            inject: false,
+            ..opts()
+        },
+    ] {
+        let s = server(o).await;
+        let a = post(
+            s.addr,
+            &s.ca,
+            "/mutate-pod",
+            &review("admission.k8s.io/v1", &pod(Some("true"), true, vec![])),
+        )
+        .await
+        .unwrap();
+        assert!(patch_of(&a).is_none());
+    }
+}
+
+#[tokio::test]
+async fn bad_input_never_blocks_pod_creation() {
+    let s = server(opts()).await;
+    let a = post(
+        s.addr,
+        &s.ca,
+        "/mutate-pod",
+        &review(
+            "admission.k8s.io/v1",
+            &pod(Some("yes please"), true, vec![]),
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(a["response"]["allowed"], true);
+    assert!(patch_of(&a).is_none());
+    assert!(
+        a["response"]["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("not a boolean")
+    );
+    for body in [
+        "{not json",
+        "{}",
+        r#"{"request": {"uid": "u1", "object": {"spec": 5}}}"#,
+    ] {
+        let a = post(s.addr, &s.ca, "/mutate-pod", body).await.unwrap();
+        assert_eq!(a["response"]["allowed"], true, "{body}");
+        assert!(a["response"].get("patch").is_none());
+    }
+}
+
+#[tokio::test]
+async fn rotated_certificates_are_served_without_restart() {
+    let s = server(opts()).await;
+    let body = review("admission.k8s.io/v1", &pod(None, true, vec![]));
+    post(s.addr, &s.ca, "/mutate-pod", &body)
+        .await
+        .expect("old CA trusted");
+    let names = dns_names(
+        "alibabacloud-erdma-controller",
+        "kube-system",
+        "cluster.local",
+    );
+    let fresh = generate(&names, Duration::from_secs(3600)).unwrap();
+    s.slot.replace(&fresh.cert_pem, &fresh.key_pem).unwrap();
+    post(s.addr, &fresh.ca_pem, "/mutate-pod", &body)
+        .await
+        .expect("new CA trusted");
+    assert!(
+        post(s.addr, &s.ca, "/mutate-pod", &body).await.is_err(),
+        "old CA no longer matches"
+    );
+}
+
+#[tokio::test]
+async fn cert_manager_creates_rotates_and_patches_the_ca_bundle() {
+    let api = FakeApiServer::new();
+    api.put(&MutatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some("alibabacloud-erdma-controller".into()),
+            ..Default::default()
+        },
+        webhooks: Some(vec![MutatingWebhook {
+            name: "erdma.network.alibabacloud.com".into(),
+            client_config: WebhookClientConfig::default(),
+            admission_review_versions: vec!["v1".into()],
+            side_effects: "None".into(),
+            ..Default::default()
+        }]),
+    });
+    let mgr = CertManager {
+        client: api.client(),
+        namespace: "kube-system".into(),
+        secret_name: "alibabacloud-erdma-controller-webhook-cert".into(),
+        webhook_name: "alibabacloud-erdma-controller".into(),
+        names: dns_names(
+            "alibabacloud-erdma-controller",
+            "kube-system",
+            "cluster.local",
+        ),
+    };
+    let first = mgr.ensure(false).await.unwrap();
+    assert_eq!(mgr.ensure(true).await.unwrap(), first, "valid: kept");
+    let secret: Secret = api
+        .get(
+            Some("kube-system"),
+            "alibabacloud-erdma-controller-webhook-cert",
+        )
+        .unwrap();
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+    assert!(mgr.patch_ca_bundle(&first.ca_pem).await.unwrap());
+    assert!(
+        !mgr.patch_ca_bundle(&first.ca_pem).await.unwrap(),
+        "already patched"
+    );
+    let mwc: MutatingWebhookConfiguration = api.get(None, "alibabacloud-erdma-controller").unwrap();
+    assert_eq!(
+        mwc.webhooks.unwrap()[0]
+            .client_config
+            .ca_bundle
+            .as_ref()
+            .unwrap()
+            .0,
+        first.ca_pem.as_bytes()
+    );
+
+    // Near expiry: a non-leader keeps it, the rotating replica replaces it.
+    let mut s = secret.clone();
+    s.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(ANNOTATION_NOT_AFTER.into(), "1000".into());
+    api.put(&s);
+    assert_eq!(mgr.ensure(false).await.unwrap().cert_pem, first.cert_pem);
+    let rotated = mgr.ensure(true).await.unwrap();
+    assert_ne!(rotated.cert_pem, first.cert_pem);
+    assert!(mgr.patch_ca_bundle(&rotated.ca_pem).await.unwrap());
+}
+
+#[tokio::test]
+async fn leader_election_hands_over_after_the_lease_expires() {
+    let api = FakeApiServer::new();
+    let mk = |id: &str| {
+        let mut e = LeaderElector::new(api.client(), "kube-system", id);
+        e.lease_duration = Duration::from_secs(1);
+        e
+    };
+    let (a, b) = (mk("pod-a"), mk("pod-b"));
+    assert!(a.try_acquire_or_renew().await.unwrap());
+    assert!(!b.try_acquire_or_renew().await.unwrap(), "held by a");
+    assert!(a.try_acquire_or_renew().await.unwrap(), "a renews");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert!(
+        b.try_acquire_or_renew().await.unwrap(),
+        "expired: b takes over"
+    );
+    assert!(!a.try_acquire_or_renew().await.unwrap());
+    let lease: k8s_openapi::api::coordination::v1::Lease = api
+        .get(Some("kube-system"), "26dc1c71.alibabacloud.com")
+        .unwrap();
+    let spec = lease.spec.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("pod-b"));
+    assert_eq!(spec.lease_transitions, Some(1));
+}
