@@ -1,0 +1,344 @@
+//! PreStartContainer pod discovery over real gRPC on Unix sockets: a kubelet pod-resources server
+//! and a container runtime (CRI) server stand in for the kubelet and containerd, the two
+//! boundaries that cannot exist on a build machine.
+
+use erdma_cri::runtime::v1 as cri;
+use erdma_cri::runtime::v1::runtime_service_server::{RuntimeService, RuntimeServiceServer};
+use erdma_cri::{CriClient, CriError, prestart};
+use erdma_kubelet::podresources::v1 as pr;
+use erdma_kubelet::podresources::v1::pod_resources_lister_server::{
+    PodResourcesLister, PodResourcesListerServer,
+};
+use erdma_kubelet::uds;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+struct Kubelet(Vec<pr::PodResources>);
+
+#[tonic::async_trait]
+impl PodResourcesLister for Kubelet {
+    async fn list(
+        &self,
+        _: Request<pr::ListPodResourcesRequest>,
+    ) -> Result<Response<pr::ListPodResourcesResponse>, Status> {
+        Ok(Response::new(pr::ListPodResourcesResponse {
+            pod_resources: self.0.clone(),
+        }))
+    }
+    async fn get_allocatable_resources(
+        &self,
+        _: Request<pr::AllocatableResourcesRequest>,
+    ) -> Result<Response<pr::AllocatableResourcesResponse>, Status> {
+        Err(Status::unimplemented("not used"))
+    }
+    async fn get(
+        &self,
+        _: Request<pr::GetPodResourcesRequest>,
+    ) -> Result<Response<pr::GetPodResourcesResponse>, Status> {
+        Err(Status::unimplemented("not used"))
+    }
+}
+
+/// Sandboxes with their verbose info, answering like containerd (it ignores nothing, but the
+/// client must not rely on the filter: this one returns everything).
+struct Runtime(Vec<(cri::PodSandboxStatus, String)>);
+
+#[tonic::async_trait]
+impl RuntimeService for Runtime {
+    async fn version(
+        &self,
+        _: Request<cri::VersionRequest>,
+    ) -> Result<Response<cri::VersionResponse>, Status> {
+        Ok(Response::new(cri::VersionResponse {
+            version: "0.1.0".into(),
+            runtime_name: "containerd".into(),
+            runtime_version: "v2.1.0".into(),
+            runtime_api_version: "v1".into(),
+        }))
+    }
+    async fn pod_sandbox_status(
+        &self,
+        r: Request<cri::PodSandboxStatusRequest>,
+    ) -> Result<Response<cri::PodSandboxStatusResponse>, Status> {
+        let r = r.into_inner();
+        let (status, info) = self
+            .0
+            .iter()
+            .find(|(s, _)| s.id == r.pod_sandbox_id)
+            .ok_or_else(|| Status::not_found(format!("sandbox {}", r.pod_sandbox_id)))?;
+        let mut m = BTreeMap::new();
+        if r.verbose {
+            m.insert("info".to_string(), info.clone());
+        }
+        Ok(Response::new(cri::PodSandboxStatusResponse {
+            status: Some(status.clone()),
+            info: m,
+            timestamp: 1,
+        }))
+    }
+    async fn list_pod_sandbox(
+        &self,
+        _: Request<cri::ListPodSandboxRequest>,
+    ) -> Result<Response<cri::ListPodSandboxResponse>, Status> {
+        Ok(Response::new(cri::ListPodSandboxResponse {
+            items: self
+                .0
+                .iter()
+                .map(|(s, _)| cri::PodSandbox {
+                    id: s.id.clone(),
+                    metadata: s.metadata.clone(),
+                    state: s.state,
+                    created_at: s.created_at,
+                    labels: s.labels.clone(),
+                    annotations: s.annotations.clone(),
+                    runtime_handler: String::new(),
+                })
+                .collect(),
+        }))
+    }
+}
+
+fn sandbox(
+    id: &str,
+    ns: &str,
+    name: &str,
+    ready: bool,
+    created: i64,
+    host: bool,
+    ann: &[(&str, &str)],
+) -> cri::PodSandboxStatus {
+    cri::PodSandboxStatus {
+        id: id.into(),
+        metadata: Some(cri::PodSandboxMetadata {
+            name: name.into(),
+            uid: format!("uid-{id}"),
+            namespace: ns.into(),
+            attempt: 0,
+        }),
+        state: if ready {
+            cri::PodSandboxState::SandboxReady as i32
+        } else {
+            cri::PodSandboxState::SandboxNotready as i32
+        },
+        created_at: created,
+        network: None,
+        linux: Some(cri::LinuxPodSandboxStatus {
+            namespaces: Some(cri::Namespace {
+                options: Some(cri::NamespaceOption {
+                    network: if host {
+                        cri::NamespaceMode::Node as i32
+                    } else {
+                        cri::NamespaceMode::Pod as i32
+                    },
+                    ..Default::default()
+                }),
+            }),
+        }),
+        labels: BTreeMap::new(),
+        annotations: ann
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        runtime_handler: String::new(),
+    }
+}
+
+fn pod(ns: &str, name: &str, container: &str, ids: &[&str]) -> pr::PodResources {
+    pr::PodResources {
+        name: name.into(),
+        namespace: ns.into(),
+        containers: vec![pr::ContainerResources {
+            name: container.into(),
+            devices: vec![pr::ContainerDevices {
+                resource_name: "aliyun/erdma".into(),
+                device_ids: ids.iter().map(|s| s.to_string()).collect(),
+                topology: None,
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+struct Servers {
+    _dir: tempfile::TempDir,
+    podres: PathBuf,
+    cri: PathBuf,
+    stop: CancellationToken,
+}
+
+async fn start(kubelet: Kubelet, runtime: Runtime) -> Servers {
+    let dir = tempfile::tempdir().unwrap();
+    let podres = dir.path().join("pod-resources.sock");
+    let cri = dir.path().join("containerd.sock");
+    let stop = CancellationToken::new();
+    let l = uds::bind(&podres).unwrap();
+    let s = stop.clone();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(PodResourcesListerServer::new(kubelet))
+            .serve_with_incoming_shutdown(uds::incoming(l), s.cancelled_owned()),
+    );
+    let l = uds::bind(&cri).unwrap();
+    let s = stop.clone();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RuntimeServiceServer::new(runtime))
+            .serve_with_incoming_shutdown(uds::incoming(l), s.cancelled_owned()),
+    );
+    Servers {
+        _dir: dir,
+        podres,
+        cri,
+        stop,
+    }
+}
+
+const SMCR: &str = "network.alibabacloud.com/erdma-smcr";
+
+fn containerd_info(netns: &str, pid: u32) -> String {
+    format!(
+        r#"{{"pid": {pid}, "runtimeSpec": {{"linux": {{"namespaces": [{{"type": "pid"}}, {{"type": "network", "path": "{netns}"}}]}}}}}}"#
+    )
+}
+
+#[tokio::test]
+async fn prestart_device_ids_lead_to_the_pods_netns_and_annotation() {
+    let s = start(
+        Kubelet(vec![
+            pod("kube-system", "agent", "agent", &[]),
+            pod("default", "web-0", "app", &["erdma_0/7", "erdma_0/8"]),
+        ]),
+        Runtime(vec![
+            // An old, stopped sandbox of the same pod, and another pod.
+            (
+                sandbox(
+                    "old",
+                    "default",
+                    "web-0",
+                    false,
+                    10,
+                    false,
+                    &[(SMCR, "true")],
+                ),
+                containerd_info("/var/run/netns/cni-old", 1),
+            ),
+            (
+                sandbox(
+                    "new",
+                    "default",
+                    "web-0",
+                    true,
+                    20,
+                    false,
+                    &[(SMCR, "true")],
+                ),
+                containerd_info("/var/run/netns/cni-new", 4242),
+            ),
+            (
+                sandbox("x", "default", "other", true, 30, false, &[]),
+                containerd_info("/var/run/netns/cni-x", 2),
+            ),
+        ]),
+    )
+    .await;
+    let mut cri = CriClient::connect(&s.cri, Path::new("/proc"))
+        .await
+        .unwrap();
+    assert_eq!(
+        cri.version().await.unwrap(),
+        ("containerd".to_string(), "v2.1.0".to_string())
+    );
+    let (owner, info) =
+        prestart::resolve(&s.podres, &mut cri, "aliyun/erdma", &["erdma_0/8".into()])
+            .await
+            .unwrap();
+    assert_eq!(
+        (
+            owner.namespace.as_str(),
+            owner.name.as_str(),
+            owner.container.as_str()
+        ),
+        ("default", "web-0", "app")
+    );
+    assert_eq!(info.id, "new");
+    assert_eq!(info.uid, "uid-new");
+    assert!(!info.host_network);
+    assert_eq!(info.netns, Some(PathBuf::from("/var/run/netns/cni-new")));
+    assert_eq!(info.annotations.get(SMCR).map(String::as_str), Some("true"));
+    s.stop.cancel();
+}
+
+#[tokio::test]
+async fn host_network_pods_have_no_netns_and_unknown_devices_are_named() {
+    let s = start(
+        Kubelet(vec![pod("default", "hostnet", "c", &["erdma_1/0"])]),
+        Runtime(vec![(
+            sandbox("h", "default", "hostnet", true, 1, true, &[(SMCR, "true")]),
+            "{}".to_string(),
+        )]),
+    )
+    .await;
+    let mut cri = CriClient::connect(&s.cri, Path::new("/proc"))
+        .await
+        .unwrap();
+    let (_, info) = prestart::resolve(&s.podres, &mut cri, "aliyun/erdma", &["erdma_1/0".into()])
+        .await
+        .unwrap();
+    assert!(info.host_network);
+    assert_eq!(info.netns, None);
+    let e = prestart::resolve(&s.podres, &mut cri, "aliyun/erdma", &["erdma_9/9".into()])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CriError::NotFound(_)), "{e}");
+    assert!(e.to_string().contains("erdma_9/9"), "{e}");
+    s.stop.cancel();
+}
+
+#[tokio::test]
+async fn missing_sandbox_netns_and_sockets_are_clear_errors() {
+    let s = start(
+        Kubelet(vec![
+            pod("default", "gone", "c", &["erdma_0/1"]),
+            pod("default", "nons", "c", &["erdma_0/2"]),
+        ]),
+        Runtime(vec![(
+            sandbox("n", "default", "nons", true, 1, false, &[]),
+            r#"{"pid": 0}"#.to_string(),
+        )]),
+    )
+    .await;
+    let mut cri = CriClient::connect(&s.cri, Path::new("/proc"))
+        .await
+        .unwrap();
+    let e = prestart::resolve(&s.podres, &mut cri, "aliyun/erdma", &["erdma_0/1".into()])
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("pod default/gone has no ready sandbox"),
+        "{e}"
+    );
+    let e = prestart::resolve(&s.podres, &mut cri, "aliyun/erdma", &["erdma_0/2".into()])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, CriError::NoNetns { .. }), "{e}");
+    // CRI socket missing.
+    let e = CriClient::connect(
+        Path::new("/nonexistent/containerd.sock"),
+        Path::new("/proc"),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("/nonexistent/containerd.sock"),
+        "{e}"
+    );
+    // Pod-resources socket missing.
+    let e = prestart::owner_of(Path::new("/nonexistent/kubelet.sock"), "aliyun/erdma", &[])
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("kubelet pod-resources"), "{e}");
+    s.stop.cancel();
+}
