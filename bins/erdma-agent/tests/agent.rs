@@ -171,11 +171,15 @@ async fn agent_serves_fixture_devices_follows_health_survives_restarts_and_stops
         m.contains("erdma_deviceplugin_devices{health=\"healthy\",mode=\"iwarp\"} 2"),
         "{m}"
     );
-    assert!(
-        http_get(port, "/healthz")
-            .await
-            .contains("\"registered\":true")
-    );
+    let mut healthz = String::new();
+    for _ in 0..100 {
+        healthz = http_get(port, "/healthz").await;
+        if healthz.contains("\"registered\":true") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(healthz.contains("\"registered\":true"), "{healthz}");
 
     // SIGTERM: exit 0, socket removed.
     let sock = dir.path().join("erdma-aliyun_erdma-erdma.sock");

@@ -6,7 +6,6 @@ use erdma_model::device::NumaNode;
 use erdma_model::slot::MAX_DEVICE_ID_LEN;
 use erdma_model::{CharDevice, NodeDevices, RdmaDevice, SlotId};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 /// One device as served: everything Allocate needs, taken from a [`RdmaDevice`].
 #[derive(Debug, Clone, PartialEq)]
@@ -34,7 +33,19 @@ impl ServedDevice {
     }
 }
 
-/// The devices served for one snapshot, with the ListAndWatch message precomputed.
+/// What the kubelet sees of one device: the ListAndWatch message is a function of this list
+/// and the slot count, so streams compare these instead of whole messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advertised {
+    /// Device name.
+    pub name: String,
+    /// Healthy.
+    pub healthy: bool,
+    /// NUMA node.
+    pub numa: NumaNode,
+}
+
+/// The devices served for one snapshot.
 #[derive(Debug, Clone)]
 pub struct ServedSet {
     /// Devices by name.
@@ -43,8 +54,8 @@ pub struct ServedSet {
     pub rdma_cm: Option<CharDevice>,
     /// Slots per device.
     pub slots_per_device: u32,
-    /// The ListAndWatch message for this set.
-    pub message: Arc<api::ListAndWatchResponse>,
+    /// What the kubelet is told, in message order.
+    pub advertised: Vec<Advertised>,
 }
 
 impl ServedSet {
@@ -63,13 +74,26 @@ impl ServedSet {
             }
             devices.insert(d.name.clone(), ServedDevice { device: d.clone() });
         }
-        let message = Arc::new(list_and_watch_message(devices.values(), slots_per_device));
+        let advertised = devices
+            .values()
+            .map(|d| Advertised {
+                name: d.name().to_string(),
+                healthy: d.healthy(),
+                numa: d.numa(),
+            })
+            .collect();
         ServedSet {
             devices,
             rdma_cm: node.rdma_cm.clone(),
             slots_per_device,
-            message,
+            advertised,
         }
+    }
+
+    /// The ListAndWatch message for this set, built on demand: 64 devices × 200 slots is 12800
+    /// entries, not worth keeping in memory between changes.
+    pub fn message(&self) -> api::ListAndWatchResponse {
+        list_and_watch_message(self.devices.values(), self.slots_per_device)
     }
 
     /// The served device a slot belongs to, when the slot exists.
@@ -136,7 +160,8 @@ mod tests {
     #[test]
     fn slots_health_and_topology() {
         let set = ServedSet::from_snapshot(&node(), 3);
-        let ids: Vec<&str> = set.message.devices.iter().map(|d| d.id.as_str()).collect();
+        let message = set.message();
+        let ids: Vec<&str> = message.devices.iter().map(|d| d.id.as_str()).collect();
         assert_eq!(
             ids,
             [
@@ -148,16 +173,13 @@ mod tests {
                 "erdma_1/2"
             ]
         );
-        assert_eq!(
-            set.message.devices[0].topology.as_ref().unwrap().nodes[0].id,
-            1
-        );
-        assert_eq!(set.message.devices[0].health, "Healthy");
+        assert_eq!(message.devices[0].topology.as_ref().unwrap().nodes[0].id, 1);
+        assert_eq!(message.devices[0].health, "Healthy");
         assert!(
-            set.message.devices[3].topology.is_none(),
+            message.devices[3].topology.is_none(),
             "unknown NUMA is omitted, not 0"
         );
-        assert_eq!(set.message.devices[3].health, "Unhealthy");
+        assert_eq!(message.devices[3].health, "Unhealthy");
         assert!(set.slot_device(&SlotId::new("erdma_0", 2)).is_some());
         assert!(set.slot_device(&SlotId::new("erdma_0", 3)).is_none());
     }

@@ -129,9 +129,9 @@ async fn feed_served(
             tracing::error!("{e}");
         }
         tx.send_if_modified(|cur| {
-            if cur.message == set.message
-                && cur.rdma_cm == set.rdma_cm
+            if cur.rdma_cm == set.rdma_cm
                 && cur.devices == set.devices
+                && cur.slots_per_device == set.slots_per_device
             {
                 false
             } else {

@@ -218,19 +218,20 @@ impl api::device_plugin_server::DevicePlugin for DevicePluginService {
         let stop = self.stop.clone();
         let metrics = self.state.metrics.clone();
         tracing::info!("kubelet opened ListAndWatch");
-        // State: the receiver, the last message sent (None before the first), the stop token.
+        // State: the receiver, what was last advertised (None before the first message), the
+        // stop token. Only a change of what the kubelet sees produces a message.
         let stream = futures::stream::unfold(
-            (rx, None::<Arc<api::ListAndWatchResponse>>, stop, metrics),
+            (rx, None::<Vec<crate::devices::Advertised>>, stop, metrics),
             |(mut rx, last, stop, metrics)| async move {
                 loop {
-                    let current = rx.borrow_and_update().message.clone();
-                    // The feeder publishes only real changes (it compares lists), so a new Arc
-                    // means a new list.
-                    let changed = last.as_ref().is_none_or(|l| !Arc::ptr_eq(l, &current));
-                    if changed {
+                    let current = rx.borrow_and_update().clone();
+                    if last.as_ref() != Some(&current.advertised) {
                         metrics.list_and_watch_updates.inc();
-                        let msg = (*current).clone();
-                        return Some((Ok(msg), (rx, Some(current), stop, metrics)));
+                        let msg = current.message();
+                        return Some((
+                            Ok(msg),
+                            (rx, Some(current.advertised.clone()), stop, metrics),
+                        ));
                     }
                     tokio::select! {
                         _ = stop.cancelled() => return None,

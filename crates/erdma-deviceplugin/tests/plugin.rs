@@ -65,6 +65,14 @@ async fn registers_and_lists_slots_with_topology() {
         r.devices[4..].iter().all(|d| d.numa.is_empty()),
         "unknown NUMA must be omitted, never 0"
     );
+    // The plugin learns of its registration when Register returns, just after the kubelet
+    // has already opened ListAndWatch.
+    for _ in 0..100 {
+        if h.metrics.is_registered() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert!(h.metrics.is_registered());
     h.stop().await;
 }
@@ -571,6 +579,12 @@ async fn rejected_registration_is_retried_and_the_plugin_keeps_serving() {
         })
         .await
         .unwrap();
+    for _ in 0..100 {
+        if metrics.is_registered() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert!(metrics.is_registered());
     cancel.cancel();
     task.await.unwrap().unwrap();
