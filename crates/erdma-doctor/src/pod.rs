@@ -473,6 +473,102 @@ pub fn smcr(pod: &Pod, node: Option<&Node>, peer: Option<&Pod>) -> Vec<Check> {
     out
 }
 
+/// `pod.nccl_env`: NCCL settings in the eRDMA container that keep NCCL off eRDMA or have no effect
+/// on it (`nccl-and-arena.md` A1). Only literal `value`s are read.
+pub fn nccl_env(pod: &Pod) -> Check {
+    let pr = pod_ref(pod);
+    let Some(c) = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .find(|c| request(c, RESOURCE).is_some())
+    else {
+        return Check::skip("pod.nccl_env", format!("pod {pr} uses no {RESOURCE}"));
+    };
+    let env: Vec<(&str, &str)> = c
+        .env
+        .iter()
+        .flatten()
+        .filter_map(|e| Some((e.name.as_str(), e.value.as_deref()?)))
+        .collect();
+    let get = |k: &str| env.iter().rev().find(|(n, _)| *n == k).map(|(_, v)| *v);
+    let mut fails = Vec::new();
+    let mut warns = Vec::new();
+    if get("NCCL_IB_DISABLE").is_some_and(|v| v.trim() == "1") {
+        fails.push("NCCL_IB_DISABLE=1 forces the socket transport".to_string());
+    }
+    if let Some(net) = get("NCCL_NET").filter(|v| !v.eq_ignore_ascii_case("IB")) {
+        fails.push(format!("NCCL_NET={net} selects a transport other than IB"));
+    }
+    if let Some(hca) = get("NCCL_IB_HCA") {
+        // `^` excludes the listed prefixes, `=` makes them exact; `:port` is optional.
+        let (exclude, list) = match hca.strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, hca),
+        };
+        let exact = list.starts_with('=');
+        let matches_erdma = list.trim_start_matches('=').split(',').any(|h| {
+            let h = h.split(':').next().unwrap_or(h).trim();
+            !h.is_empty()
+                && if exact {
+                    h.starts_with("erdma_")
+                } else {
+                    h.starts_with("erdma") || "erdma_".starts_with(h)
+                }
+        });
+        if matches_erdma == exclude {
+            fails.push(format!(
+                "NCCL_IB_HCA={hca} does not select the erdma devices"
+            ));
+        }
+    }
+    if get("NCCL_IB_GID_INDEX").is_some_and(|v| v.trim() == "0") {
+        fails.push(
+            "NCCL_IB_GID_INDEX=0 is eRDMA's link-local fe80:: GID; use -1 (auto, NCCL >= 2.21.5)"
+                .to_string(),
+        );
+    }
+    if let Some(v) = get("NCCL_IB_RETRY_CNT") {
+        let out_of_range = v.trim().parse::<u32>().map_or(true, |n| n > 7);
+        warns.push(format!(
+            "NCCL_IB_RETRY_CNT={v} has no effect on eRDMA{}",
+            if out_of_range {
+                " and is outside the 3-bit range 0-7"
+            } else {
+                ""
+            }
+        ));
+    }
+    if let Some(v) = get("NCCL_IB_TIMEOUT") {
+        warns.push(format!(
+            "NCCL_IB_TIMEOUT={v} has no effect on eRDMA (hardware retransmits)"
+        ));
+    }
+    let hint = "see docs/training.md (the --erdma recipe): drop the settings named above or fix their values";
+    if !fails.is_empty() {
+        fails.extend(warns);
+        Check::fail(
+            "pod.nccl_env",
+            format!("container {} of pod {pr}: {}", c.name, fails.join("; ")),
+            hint,
+        )
+    } else if !warns.is_empty() {
+        Check::warn(
+            "pod.nccl_env",
+            format!("container {} of pod {pr}: {}", c.name, warns.join("; ")),
+            hint,
+        )
+    } else {
+        Check::pass(
+            "pod.nccl_env",
+            format!(
+                "container {} of pod {pr}: no NCCL setting keeps it off eRDMA",
+                c.name
+            ),
+        )
+    }
+}
+
 /// Every pod check, in troubleshooting order.
 pub fn checks(
     pod: &Pod,
@@ -485,6 +581,7 @@ pub fn checks(
     v.extend(runtime(pod, events));
     v.push(resources(pod));
     v.push(ipc_lock(pod));
+    v.push(nccl_env(pod));
     v.push(rdma_libs(pod, probe));
     v.extend(smcr(pod, node, peer));
     v

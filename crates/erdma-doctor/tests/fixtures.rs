@@ -397,3 +397,76 @@ fn text_rendering() {
     );
     assert!(r.failed());
 }
+
+#[test]
+fn nccl_env_that_keeps_nccl_off_erdma() {
+    use k8s_openapi::api::core::v1::EnvVar;
+    let mut p: Pod = read("pod-pending-insufficient-erdma.json");
+    // The fixture's env follows the --erdma recipe minus the debug settings.
+    assert_eq!(pod::nccl_env(&p).status, Status::Pass);
+    let set = |p: &mut Pod, vars: &[(&str, &str)]| {
+        let c = &mut p.spec.as_mut().unwrap().containers[0];
+        let env = c.env.get_or_insert_with(Vec::new);
+        for (k, v) in vars {
+            env.push(EnvVar {
+                name: k.to_string(),
+                value: Some(v.to_string()),
+                value_from: None,
+            });
+        }
+    };
+    set(
+        &mut p,
+        &[("NCCL_IB_TIMEOUT", "22"), ("NCCL_IB_RETRY_CNT", "10")],
+    );
+    let c = pod::nccl_env(&p);
+    assert_eq!(c.status, Status::Warn);
+    assert!(
+        c.message.contains(
+            "NCCL_IB_RETRY_CNT=10 has no effect on eRDMA and is outside the 3-bit range 0-7"
+        ),
+        "{}",
+        c.message
+    );
+    assert!(c.message.contains("NCCL_IB_TIMEOUT=22 has no effect"));
+    set(
+        &mut p,
+        &[("NCCL_IB_GID_INDEX", "0"), ("NCCL_IB_HCA", "mlx5_0")],
+    );
+    let c = pod::nccl_env(&p);
+    assert_eq!(c.status, Status::Fail);
+    assert!(
+        c.message
+            .contains("NCCL_IB_HCA=mlx5_0 does not select the erdma devices")
+    );
+    assert!(c.message.contains("NCCL_IB_GID_INDEX=0"));
+    set(
+        &mut p,
+        &[
+            ("NCCL_IB_HCA", "=erdma_0:1,erdma_1:1"),
+            ("NCCL_IB_GID_INDEX", "-1"),
+            ("NCCL_IB_DISABLE", "1"),
+        ],
+    );
+    let c = pod::nccl_env(&p);
+    assert!(
+        !c.message.contains("NCCL_IB_HCA"),
+        "the last value wins: {}",
+        c.message
+    );
+    assert!(
+        c.message
+            .contains("NCCL_IB_DISABLE=1 forces the socket transport")
+    );
+    let mut q: Pod = read("pod-pending-insufficient-erdma.json");
+    set(&mut q, &[("NCCL_IB_HCA", "^mlx5")]);
+    assert_eq!(
+        pod::nccl_env(&q).status,
+        Status::Pass,
+        "excluding mlx5 keeps erdma"
+    );
+    set(&mut q, &[("NCCL_IB_HCA", "^erdma")]);
+    assert_eq!(pod::nccl_env(&q).status, Status::Fail);
+    let plain: Pod = read("pod-running-no-erdma.json");
+    assert_eq!(pod::nccl_env(&plain).status, Status::Skip);
+}
