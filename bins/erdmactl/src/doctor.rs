@@ -35,6 +35,9 @@ pub struct Args {
     /// Device directory for --local (see `erdmactl devices --dev-root`).
     #[arg(long, value_name = "DIR")]
     pub dev_root: Option<PathBuf>,
+    /// Where the local agent serves /healthz for --local (`off` to skip).
+    #[arg(long, default_value = erdma_doctor::agent_health::DEFAULT_ADDR, value_name = "HOST:PORT")]
+    pub agent_addr: String,
     /// Label selector of the agent pods (default: recognised by the erdma-agent DaemonSet or image).
     #[arg(long, value_name = "SELECTOR")]
     pub agent_selector: Option<String>,
@@ -99,7 +102,18 @@ fn local_checks(args: &Args) -> Vec<Check> {
         driver: vec![],
         output: Format::Table,
     });
-    erdma_doctor::local::checks(&report.node)
+    let mut checks = erdma_doctor::local::checks(&report.node);
+    if args.agent_addr != "off" {
+        let answer = args
+            .agent_addr
+            .parse::<std::net::SocketAddr>()
+            .map_err(|e| format!("--agent-addr {:?} is not HOST:PORT ({e})", args.agent_addr))
+            .and_then(|addr| {
+                erdma_doctor::agent_health::fetch(addr, std::time::Duration::from_secs(2))
+            });
+        checks.push(erdma_doctor::agent_health::check(&args.agent_addr, answer));
+    }
+    checks
 }
 
 /// Runs the command: exit 0 when nothing failed, 1 when a check failed.

@@ -233,6 +233,8 @@ fn local_mode_on_fixture_trees() {
             .args([
                 "doctor",
                 "--local",
+                "--agent-addr",
+                "off",
                 "-o",
                 "json",
                 "--sysfs-root",
@@ -327,4 +329,46 @@ fn exec_probe_lists_the_rdma_libraries_through_kubectl() {
         )),
         "{args}"
     );
+}
+
+#[test]
+fn local_mode_asks_the_agent_healthz() {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = l.accept() {
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{\"ok\":true,\"registered\":false}\n");
+        }
+    });
+    let a = erdmactl()
+        .args([
+            "doctor",
+            "--agent-addr",
+            &addr,
+            "--sysfs-root",
+            "testdata/sysfs/erdma-compat/sys",
+        ])
+        .assert()
+        .code(1);
+    let out = stdout(&a);
+    assert!(
+        out.contains(&format!(
+            "FAIL  local.agent    agent on {addr} is up but its device plugin is not registered"
+        )),
+        "{out}"
+    );
+    let a = erdmactl()
+        .args([
+            "doctor",
+            "--agent-addr",
+            "nowhere",
+            "--sysfs-root",
+            "testdata/sysfs/erdma-compat/sys",
+        ])
+        .assert()
+        .code(0);
+    assert!(stdout(&a).contains("WARN  local.agent    no erdma agent answered on nowhere: --agent-addr \"nowhere\" is not HOST:PORT"));
 }

@@ -4,6 +4,7 @@
 //! The checks are pure functions of Kubernetes objects ([`node`], [`pod`]) and of the local device
 //! inventory ([`local`]); [`cluster`] fetches the objects with the user's kubeconfig.
 
+pub mod agent_health;
 pub mod check;
 pub mod cluster;
 pub mod libs;
