@@ -127,8 +127,13 @@ pub struct PytorchArgs {
     /// Kubernetes API access.
     #[command(flatten)]
     pub kube: KubeArgs,
-    /// The training command, after `--`.
-    #[arg(last = true, value_name = "COMMAND")]
+    /// The training command: after `--`, or as Arena takes it, the first positional argument and
+    /// everything after it (e.g. `"torchrun train.py"`).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<String>,
 }
 

@@ -156,6 +156,28 @@ fn invalid_flags_give_arena_like_errors() {
         assert_eq!(stdout, "");
         assert_eq!(&stderr, expected);
     }
+    // Arena style: the command as positional arguments, without `--`, flags after it included.
+    let a = erdmactl()
+        .args([
+            "submit",
+            "pytorch",
+            "--name",
+            "pt",
+            "--image",
+            "i",
+            "--dry-run",
+            "-o",
+            "json",
+        ])
+        .args(["python train.py", "--epochs", "2"])
+        .assert()
+        .success();
+    let v: serde_json::Value = serde_json::from_str(&out(&a).0).unwrap();
+    assert_eq!(
+        v["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
+            [2],
+        "python train.py --epochs 2"
+    );
     // No command after `--`.
     let a = erdmactl()
         .args([
