@@ -121,12 +121,20 @@ fn main() -> ExitCode {
     }
 }
 
+thread_local! {
+    /// Why the pinned policy could not be opened, for the "unsupported" message.
+    static NO_POLICY: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
 /// The pinned policy, when the agent loaded one (and this build has BPF support).
 fn pinned_policy(pin_dir: &Path) -> Option<Arc<dyn SocketPolicy>> {
     #[cfg(feature = "bpf")]
     match erdma_smc::policy::BpfSocketPolicy::open_pinned(pin_dir) {
         Ok(p) => return Some(Arc::new(p)),
-        Err(e) => tracing::info!(error = %e, "smcr-init: no BPF socket policy"),
+        Err(e) => {
+            tracing::info!(error = %e, "smcr-init: no BPF socket policy");
+            NO_POLICY.with(|n| *n.borrow_mut() = Some(e.to_string()));
+        }
     }
     #[cfg(not(feature = "bpf"))]
     let _ = pin_dir;
@@ -185,6 +193,9 @@ fn print_report(r: &PodReport, output: &str) -> anyhow::Result<()> {
         println!("skipped: {s}");
     } else if let Some(u) = &r.unsupported {
         eprintln!("{u}");
+        if let Some(why) = NO_POLICY.with(|n| n.borrow().clone()) {
+            eprintln!("note: BPF socket policy: {why}");
+        }
         println!("SMC-R not enabled for {}; the pod runs on TCP", r.netns);
     } else {
         let steps: Vec<String> = r

@@ -89,7 +89,9 @@ fn load_fix(denied: bool) -> &'static str {
 
 fn load_error(e: libbpf_rs::Error) -> PolicyError {
     PolicyError::Load {
-        denied: e.kind() == libbpf_rs::ErrorKind::PermissionDenied,
+        // EPERM: refused before verification. EACCES (same kind) is the verifier saying no.
+        denied: e.kind() == libbpf_rs::ErrorKind::PermissionDenied
+            && e.to_string().contains("(os error 1)"),
         error: e.to_string(),
         log: log_tail(),
     }

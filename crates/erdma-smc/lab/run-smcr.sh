@@ -1,0 +1,29 @@
+#!/bin/bash
+# Runs the SMC-R scenario (crates/erdma-smc/lab/smcr-guest.sh) in the lab VM on a kernel with SMC
+# and IPPROTO_SMC (suite bookworm-backports, Debian 6.12). Reuses lab/lib (see lab/README.md).
+#   crates/erdma-smc/lab/run-smcr.sh      (root; needs what lab/run.sh needs, plus clang,
+#                                          libbpf-dev and libelf-dev for the BPF policy)
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+export ERDMA_LAB_SUITE=${ERDMA_LAB_SUITE:-bookworm-backports}
+. "$HERE/../../../lab/lib/common.sh"
+timed host-packages lab_packages
+cd "$REPO" || exit 2
+bin=$(cargo test -q -p erdma-smc --features bpf --no-run --message-format=json 2>/dev/null \
+  | jq -r 'select(.reason == "compiler-artifact" and .target.kind == ["lib"] and .profile.test == true) | .executable' | tail -1)
+[ -x "$bin" ] || die "could not build the erdma-smc test binary"
+cargo build -q -p smcr-init -p erdmactl || die "cargo build failed"
+dir=${CARGO_TARGET_DIR:-$REPO/target}/debug
+timed kernel lab_kernel
+lab_workdir
+stage=$(mktemp -d /tmp/erdma-smcr-lab.XXXXXX); cp "$bin" "$stage/erdma-smc-tests"
+BINS=("$stage/erdma-smc-tests" "$dir/smcr-init" "$dir/erdmactl")
+timed initramfs lab_initramfs
+cp "$HERE/smcr-guest.sh" "$WORK/share/guest/scenarios/smcr.sh"
+say "kernel $KVER ($SUITE), work dir $WORK"
+timed vm lab_boot main.sh smcr
+rm -rf "$stage"
+grep -vE "^\s*$" "$WORK/share/out/smcr-tests.txt" 2>/dev/null | grep -E "^test |SKIP|test result|panicked" | tail -60 >&2
+lab_timings_report >&2
+grep -E "^(PASS|FAIL|SKIP): smcr" "$WORK/share/out/results.txt" || { echo "FAIL: smcr (no result; see $WORK/console.log)"; exit 1; }
+grep -q "^PASS: smcr" "$WORK/share/out/results.txt"

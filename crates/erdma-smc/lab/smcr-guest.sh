@@ -1,0 +1,70 @@
+#!/bin/sh
+# Lab guest scenario "smcr" (kernel with SMC and IPPROTO_SMC: bookworm-backports 6.12):
+#  1. the erdma-smc tests on the real kernel, BPF policy required (ERDMA_REQUIRE_BPF=1);
+#  2. scoping: pod A (annotated: smcr-init in its netns adds it to the pinned BPF policy) gets SMC
+#     sockets for an unmodified TCP client/server (TCP fallback for lack of a device, reason shown
+#     by `erdmactl smc status`), pod B stays plain TCP, releasing pod A removes the policy.
+. /mnt/host/guest/lib.sh
+SCEN=smcr
+if ! modprobe smc 2>/dev/null || ! modprobe smc_diag 2>/dev/null; then
+  skip smcr "kernel $(uname -r) has no smc/smc_diag module"; exit 0
+fi
+log "kernel $(uname -r): smc and smc_diag loaded"
+export RUST_BACKTRACE=1 ERDMA_REQUIRE_BPF=1
+ck "erdma-smc tests (diag, probe, configure, netns, sysctl, BPF policy) on $(uname -r)" \
+  /usr/local/bin/erdma-smc-tests --test-threads=1 --nocapture diag:: probe:: configure:: netns:: sysctl:: policy::
+cp /tmp/ck.out "$OUT/smcr-tests.txt"
+grep -E "^test |SKIP|test result" "$OUT/smcr-tests.txt" | sed "s/^/    /" || true
+
+# `ip netns exec` remounts /sys, so here the pins live outside /sys (a pod mounts the host dir).
+mkdir -p /run/erdma-bpffs; mountpoint -q /run/erdma-bpffs || mount -t bpf bpf /run/erdma-bpffs
+PIN=/run/erdma-bpffs/erdma-smc
+ck "smcr-init policy load (pinned)" smcr-init policy load --pin-dir $PIN
+ck "smcr-init policy load again (idempotent)" smcr-init policy load --pin-dir $PIN
+for p in a b; do
+  ip netns add pod$p; ip -n pod$p link set lo up
+  ip -n pod$p link add eth0 type dummy; ip -n pod$p addr add 10.99.0.1/24 dev eth0; ip -n pod$p link set eth0 up
+done
+ck "pod A: smcr-init (init-container path, own netns)" ip netns exec poda env SMCR_PNET=00163E0A1B2C smcr-init --pin-dir $PIN -o json
+cp /tmp/ck.out "$OUT/smcr-init-poda.json"
+grep -q '"mechanism": "bpf_policy"' "$OUT/smcr-init-poda.json" && good "pod A uses the BPF policy" || bad "pod A mechanism (see smcr-init-poda.json)"
+ck "pod A: smcr-init again (idempotent)" ip netns exec poda env SMCR_PNET=00163E0A1B2C smcr-init --pin-dir $PIN
+grep -q '"outcome": "changed"' /tmp/ck.out && bad "second smcr-init changed something" || good "second run changed nothing"
+ck "pod A pnet table" sh -c 'erdmactl smc pnet --netns /run/netns/poda -o json > /tmp/pnet.json'
+[ -s /tmp/pnet.json ] && jq -e '.entries[] | select(.pnetid == "00163E0A1B2C" and .ethname == "eth0")' /tmp/pnet.json >/dev/null \
+  && good "pod A: pnet 00163E0A1B2C -> eth0" || bad "pod A pnet entry missing: $(cat /tmp/pnet.json)"
+ck "pod A disable_ipv6" sh -c '[ "$(ip netns exec poda cat /proc/sys/net/ipv6/conf/all/disable_ipv6)" = 1 ]'
+
+# An unmodified TCP server and client in each pod (busybox nc); both ends keep their stdin open
+# (a pipe from sleep) so the connection is held while we look.
+for p in a b; do
+  (sleep 8 | ip netns exec pod$p busybox nc -l -p 5000 > "$OUT/nc-server-$p.txt" 2>&1) &
+  sleep 0.5
+  (sleep 8 | ip netns exec pod$p busybox nc 10.99.0.1 5000 > "$OUT/nc-client-$p.txt" 2>&1) &
+done
+sleep 3
+erdmactl smc status --netns /run/netns/poda -o json > "$OUT/smc-status-poda.json"; rca=$?
+erdmactl smc status --netns /run/netns/podb -o json > "$OUT/smc-status-podb.json"; rcb=$?
+erdmactl smc status --netns /run/netns/poda | sed 's/^/    /'
+ip netns exec poda ss -tan | sed 's/^/    pod A ss: /'
+ip netns exec podb ss -tan | grep -q 'ESTAB.*:5000 ' && good "pod B: the TCP workload is connected" || bad "pod B: the TCP workload did not connect"
+[ $rca = 0 ] && [ $rcb = 0 ] && good "erdmactl smc status works in both pods" || bad "erdmactl smc status exit $rca/$rcb"
+n=$(jq '[.sockets[] | select(.state != "LISTEN")] | length' "$OUT/smc-status-poda.json")
+[ "${n:-0}" -ge 2 ] && good "pod A: $n connected SMC sockets" || bad "pod A: expected SMC sockets, got ${n:-none}"
+[ -s "$OUT/smc-status-poda.json" ] && jq -e '.sockets[] | select(.mode == "TCP" and (.fallback.reason.code // 0) != 0)' "$OUT/smc-status-poda.json" >/dev/null \
+  && good "pod A: fallback reason $(jq -r '[.sockets[] | select(.fallback) | .fallback.reason.name] | unique | join(",")' "$OUT/smc-status-poda.json")" \
+  || bad "pod A: no decoded fallback reason"
+[ -s "$OUT/smc-status-podb.json" ] && jq -e '.summary.total == 0' "$OUT/smc-status-podb.json" >/dev/null && good "pod B: no SMC sockets (plain TCP)" || bad "pod B has SMC sockets"
+wait
+ck "release pod A from the policy" smcr-init policy release --pin-dir $PIN --netns /run/netns/poda
+(sleep 4 | ip netns exec poda busybox nc -l -p 5001 > /dev/null 2>&1) &
+sleep 0.5
+(sleep 4 | ip netns exec poda busybox nc 10.99.0.1 5001 > /dev/null 2>&1) &
+sleep 2
+ip netns exec poda ss -tan | sed 's/^/    pod A ss (released): /'
+ip netns exec poda ss -tan | grep -q 'ESTAB.*:5001 ' && good "pod A released: the TCP workload is connected" || bad "pod A released: the TCP workload did not connect"
+erdmactl smc status --netns /run/netns/poda -o json > "$OUT/smc-status-poda-released.json"
+[ -s "$OUT/smc-status-poda-released.json" ] && jq -e '.summary.total == 0' "$OUT/smc-status-poda-released.json" >/dev/null && good "pod A released: plain TCP again" || bad "pod A still gets SMC sockets after release"
+wait
+ck "smcr-init policy unload" smcr-init policy unload --pin-dir $PIN
+finish
