@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 mod devices;
 mod doctor;
+mod install;
 mod output;
 mod smc;
 mod submit;
@@ -31,6 +32,9 @@ enum Command {
     Submit(submit::Args),
     /// Diagnose eRDMA on a node (`--node`), a pod (`--pod`) or this machine: PASS/WARN/FAIL + fix.
     Doctor(doctor::Args),
+    /// Render (`--dry-run -o yaml|json`) or apply the manifests: CRD, RBAC, controller, agent,
+    /// webhook; options mirror the original chart's values.
+    Install(install::Args),
 }
 
 fn main() -> ExitCode {
@@ -41,6 +45,7 @@ fn main() -> ExitCode {
         Command::Smc(args) => smc::run(&args),
         Command::Submit(args) => submit::run(&args),
         Command::Doctor(args) => doctor::run(&args),
+        Command::Install(args) => install::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -1,1 +1,1054 @@
-//! Install manifests (filled below).
+//! Install manifests, rendered from typed k8s-openapi structs. [`Values`] mirrors the original
+//! Helm chart's values (same names, so a chart `values.yaml` loads as is); [`render`] returns every
+//! object in apply order; [`apply`] server-side-applies them.
+//!
+//! Differences from the chart, on purpose: separate ServiceAccounts and least-privilege RBAC for
+//! the controller and the agent; the webhook Service selects only controller pods (the chart's
+//! selector also matched agents); with `localERIDiscovery` the controller still runs when the
+//! webhook is enabled (serving only the webhook); `exposedLocalERIs` defaults to empty (the
+//! chart's placeholder exposed nothing); no `/var/run` mount for the agent.
+
+use crate::Error;
+use crate::crd::ERdmaDevice;
+use crate::labels::ANNOTATION_RRSA_ROLE;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+    WebhookClientConfig,
+};
+use k8s_openapi::api::apps::v1::{
+    DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, Deployment, DeploymentSpec,
+    RollingUpdateDaemonSet,
+};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    HTTPGetAction, HostPathVolumeSource, Namespace, ObjectFieldSelector, PodSpec, PodTemplateSpec,
+    Probe, ResourceRequirements, SeccompProfile, Secret, SecretVolumeSource, SecurityContext,
+    Service, ServiceAccount, ServicePort, ServiceSpec, Toleration, Volume, VolumeMount,
+};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResourceExt;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// An image reference.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ImageValues {
+    /// Repository.
+    pub repository: String,
+    /// Tag.
+    pub tag: String,
+    /// `Always`, `IfNotPresent`, `Never`.
+    pub pull_policy: String,
+}
+
+impl ImageValues {
+    fn of(repo: &str) -> Self {
+        Self {
+            repository: repo.into(),
+            tag: "latest".into(),
+            pull_policy: "Always".into(),
+        }
+    }
+    /// `repository:tag`.
+    pub fn reference(&self) -> String {
+        format!("{}:{}", self.repository, self.tag)
+    }
+}
+
+impl Default for ImageValues {
+    fn default() -> Self {
+        Self::of("")
+    }
+}
+
+/// `controller.*`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ControllerValues {
+    /// Replicas (leader election picks one active).
+    pub replica_count: i32,
+    /// Image.
+    pub image: ImageValues,
+}
+
+impl Default for ControllerValues {
+    fn default() -> Self {
+        Self {
+            replica_count: 2,
+            image: ImageValues::of("registry.aliyuncs.com/erdma/controller"),
+        }
+    }
+}
+
+/// `agent.*`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AgentValues {
+    /// Image.
+    pub image: ImageValues,
+    /// `--prefer-driver`: `default`, `compat`, `ofed`; empty = auto.
+    pub prefer_driver: String,
+    /// `--allocate-all-devices`.
+    pub allocate_all_devices: bool,
+    /// `--jumbo-frame-mtu`.
+    #[serde(rename = "jumboFrameMTU")]
+    pub jumbo_frame_mtu: u32,
+    /// `--exposed-local-eris` entries (`<instance-id|i-*> <ibdev>[/<ibdev>…]`).
+    #[serde(rename = "exposedLocalERIs")]
+    pub exposed_local_eris: Vec<String>,
+}
+
+impl Default for AgentValues {
+    fn default() -> Self {
+        Self {
+            image: ImageValues::of("registry.aliyuncs.com/erdma/agent"),
+            prefer_driver: String::new(),
+            allocate_all_devices: false,
+            jumbo_frame_mtu: 8500,
+            exposed_local_eris: Vec::new(),
+        }
+    }
+}
+
+/// `serviceAccount.*`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ServiceAccountValues {
+    /// Create the ServiceAccounts.
+    pub create: bool,
+    /// Annotations of the controller's ServiceAccount (RRSA: `pod-identity.alibabacloud.com/role-name`).
+    pub annotations: BTreeMap<String, String>,
+    /// Controller ServiceAccount name (default: the release name).
+    pub name: String,
+}
+
+impl Default for ServiceAccountValues {
+    fn default() -> Self {
+        Self {
+            create: true,
+            annotations: BTreeMap::new(),
+            name: String::new(),
+        }
+    }
+}
+
+/// `config.*` (rendered into `config.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ConfigValues {
+    /// Region; empty: from the metadata service.
+    pub region: String,
+    /// Adopt HighPerformance ENIs the controller did not create.
+    #[serde(rename = "manageNonOwnedENIs")]
+    pub manage_non_owned_enis: bool,
+    /// Cluster DNS domain.
+    pub cluster_domain: String,
+    /// The webhook injects only with the device plugin.
+    pub enable_device_plugin: bool,
+    /// Mutating webhook (false: the agent does SMC-R in PreStartContainer).
+    pub enable_webhook: bool,
+    /// Inject `smcr-init`.
+    pub enable_init_container_inject: bool,
+    /// `smcr-init` image; empty: the default.
+    pub smc_init_image: String,
+    /// Local ERI discovery (no cloud credentials needed).
+    #[serde(rename = "localERIDiscovery")]
+    pub local_eri_discovery: bool,
+}
+
+impl Default for ConfigValues {
+    fn default() -> Self {
+        Self {
+            region: String::new(),
+            manage_non_owned_enis: true,
+            cluster_domain: "cluster.local".into(),
+            enable_device_plugin: true,
+            enable_webhook: false,
+            enable_init_container_inject: true,
+            smc_init_image: String::new(),
+            local_eri_discovery: false,
+        }
+    }
+}
+
+/// `credentials.*`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+pub struct CredentialValues {
+    /// `access_key` (or empty), `oidc_role_arn`, `ecs_ram_role`, `ram_role_sts`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Access key ID.
+    #[serde(rename = "accessKeyID")]
+    pub access_key_id: String,
+    /// Access key secret.
+    pub access_key_secret: String,
+}
+
+impl std::fmt::Debug for CredentialValues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CredentialValues")
+            .field("kind", &self.kind)
+            .field("access_key_secret", &"***")
+            .finish()
+    }
+}
+
+/// All install options (the chart's values, plus `namespace` and `name`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Values {
+    /// Namespace of the controller and agent.
+    pub namespace: String,
+    /// Release name (object names).
+    pub name: String,
+    /// Controller.
+    pub controller: ControllerValues,
+    /// Agent.
+    pub agent: AgentValues,
+    /// ServiceAccounts.
+    pub service_account: ServiceAccountValues,
+    /// Nodes that run the agent and get ERIs.
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations of the agent (and controller).
+    pub tolerations: Vec<Toleration>,
+    /// `Ignore` (default) or `Fail`.
+    pub webhook_failure_policy: String,
+    /// Webhook timeout.
+    pub webhook_timeout_seconds: i32,
+    /// `config.json`.
+    pub config: ConfigValues,
+    /// Cloud credentials.
+    pub credentials: CredentialValues,
+}
+
+impl Default for Values {
+    fn default() -> Self {
+        Self {
+            namespace: "kube-system".into(),
+            name: "alibabacloud-erdma-controller".into(),
+            controller: ControllerValues::default(),
+            agent: AgentValues::default(),
+            service_account: ServiceAccountValues::default(),
+            node_selector: BTreeMap::new(),
+            tolerations: vec![Toleration {
+                operator: Some("Exists".into()),
+                ..Default::default()
+            }],
+            webhook_failure_policy: "Ignore".into(),
+            webhook_timeout_seconds: 10,
+            config: ConfigValues::default(),
+            credentials: CredentialValues::default(),
+        }
+    }
+}
+
+const DRIVERS: [&str; 3] = ["default", "compat", "ofed"];
+const CREDENTIAL_TYPES: [&str; 5] = [
+    "",
+    "access_key",
+    "oidc_role_arn",
+    "ecs_ram_role",
+    "ram_role_sts",
+];
+
+impl Values {
+    /// Checks the values; the error names the value and the fix.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |m: String| Err(Error::Invalid(m));
+        if !self.agent.prefer_driver.is_empty()
+            && !DRIVERS.contains(&self.agent.prefer_driver.as_str())
+        {
+            return bad(format!(
+                "agent.preferDriver {:?} is not one of default, compat, ofed (or empty for auto)",
+                self.agent.prefer_driver
+            ));
+        }
+        if !CREDENTIAL_TYPES.contains(&self.credentials.kind.as_str()) {
+            return bad(format!(
+                "credentials.type {:?} is not one of access_key, oidc_role_arn, ecs_ram_role, ram_role_sts",
+                self.credentials.kind
+            ));
+        }
+        if !["Ignore", "Fail"].contains(&self.webhook_failure_policy.as_str()) {
+            return bad(format!(
+                "webhookFailurePolicy {:?} must be Ignore or Fail",
+                self.webhook_failure_policy
+            ));
+        }
+        if !(1..=30).contains(&self.webhook_timeout_seconds) {
+            return bad(format!(
+                "webhookTimeoutSeconds {} must be 1..30 (the API server's limit)",
+                self.webhook_timeout_seconds
+            ));
+        }
+        if self.agent.jumbo_frame_mtu < 1280 || self.agent.jumbo_frame_mtu > 9000 {
+            return bad(format!(
+                "agent.jumboFrameMTU {} must be within 1280..9000",
+                self.agent.jumbo_frame_mtu
+            ));
+        }
+        for e in &self.agent.exposed_local_eris {
+            let mut parts = e.split_whitespace();
+            let ok = matches!((parts.next(), parts.next(), parts.next()), (Some(i), Some(devs), None)
+                if i.starts_with("i-") && devs.split('/').all(|d| !d.is_empty()));
+            if !ok || e.contains(',') {
+                return bad(format!(
+                    "agent.exposedLocalERIs entry {e:?} is not `<instance-id|i-*> <ibdev>[/<ibdev>...]`"
+                ));
+            }
+        }
+        let uses_cloud = !self.config.local_eri_discovery;
+        if uses_cloud
+            && matches!(self.credentials.kind.as_str(), "" | "access_key")
+            && (self.credentials.access_key_id.is_empty()
+                || self.credentials.access_key_secret.is_empty())
+        {
+            return bad("credentials: access_key needs accessKeyID and accessKeySecret; or choose another credentials.type, or config.localERIDiscovery".into());
+        }
+        if uses_cloud
+            && self.credentials.kind == "oidc_role_arn"
+            && !self
+                .service_account
+                .annotations
+                .contains_key(ANNOTATION_RRSA_ROLE)
+        {
+            return bad(format!(
+                "credentials.type oidc_role_arn needs serviceAccount.annotations.{ANNOTATION_RRSA_ROLE} (the RAM role name)"
+            ));
+        }
+        if self.controller.replica_count < 1 {
+            return bad("controller.replicaCount must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    fn controller_sa(&self) -> String {
+        if self.service_account.name.is_empty() {
+            self.name.clone()
+        } else {
+            self.service_account.name.clone()
+        }
+    }
+    fn agent_sa(&self) -> String {
+        format!("{}-agent", self.name)
+    }
+    fn agent_name(&self) -> String {
+        self.name.replace("controller", "agent")
+    }
+    fn runs_controller(&self) -> bool {
+        !self.config.local_eri_discovery || self.config.enable_webhook
+    }
+}
+
+fn labels(v: &Values, component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "app.kubernetes.io/name".to_string(),
+            "alibabacloud-erdma-controller".to_string(),
+        ),
+        ("app.kubernetes.io/instance".to_string(), v.name.clone()),
+        (
+            "app.kubernetes.io/component".to_string(),
+            component.to_string(),
+        ),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "erdmactl".to_string(),
+        ),
+    ])
+}
+
+fn selector(v: &Values, component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/instance".to_string(), v.name.clone()),
+        (
+            "app.kubernetes.io/component".to_string(),
+            component.to_string(),
+        ),
+    ])
+}
+
+fn meta(name: &str, namespace: Option<&str>, labels: BTreeMap<String, String>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: namespace.map(str::to_string),
+        labels: Some(labels),
+        ..Default::default()
+    }
+}
+
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str], names: &[&str]) -> PolicyRule {
+    let s = |x: &[&str]| x.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    PolicyRule {
+        api_groups: Some(s(groups)),
+        resources: Some(s(resources)),
+        verbs: s(verbs),
+        resource_names: if names.is_empty() {
+            None
+        } else {
+            Some(s(names))
+        },
+        ..Default::default()
+    }
+}
+
+/// The controller's cluster-wide rules (each justified in `docs/operations.md`).
+pub fn controller_cluster_rules(v: &Values) -> Vec<PolicyRule> {
+    vec![
+        rule(&[""], &["nodes"], &["get", "list", "watch"], &[]),
+        rule(
+            &["network.alibabacloud.com"],
+            &["erdmadevices"],
+            &[
+                "get", "list", "watch", "create", "update", "patch", "delete",
+            ],
+            &[],
+        ),
+        rule(
+            &["network.alibabacloud.com"],
+            &["erdmadevices/status"],
+            &["get", "update", "patch"],
+            &[],
+        ),
+        rule(&["events.k8s.io"], &["events"], &["create", "patch"], &[]),
+        rule(
+            &["admissionregistration.k8s.io"],
+            &["mutatingwebhookconfigurations"],
+            &["get", "update"],
+            &[v.name.as_str()],
+        ),
+    ]
+}
+
+/// The controller's rules in its namespace.
+pub fn controller_namespace_rules(v: &Values) -> Vec<PolicyRule> {
+    let cert = format!("{}-webhook-cert", v.name);
+    vec![
+        rule(&["coordination.k8s.io"], &["leases"], &["create"], &[]),
+        rule(
+            &["coordination.k8s.io"],
+            &["leases"],
+            &["get", "update"],
+            &["26dc1c71.alibabacloud.com"],
+        ),
+        rule(&[""], &["secrets"], &["create"], &[]),
+        rule(&[""], &["secrets"], &["get", "update"], &[cert.as_str()]),
+    ]
+}
+
+/// The agent's cluster-wide rules.
+pub fn agent_cluster_rules() -> Vec<PolicyRule> {
+    vec![
+        rule(
+            &["network.alibabacloud.com"],
+            &["erdmadevices"],
+            &["get", "list", "watch"],
+            &[],
+        ),
+        rule(
+            &["network.alibabacloud.com"],
+            &["erdmadevices/status"],
+            &["get", "patch"],
+            &[],
+        ),
+        rule(&[""], &["nodes"], &["get"], &[]),
+        rule(&["events.k8s.io"], &["events"], &["create", "patch"], &[]),
+    ]
+}
+
+fn to_value<T: Serialize>(t: &T) -> Result<Value, Error> {
+    serde_json::to_value(t).map_err(|e| Error::Serialize(e.to_string()))
+}
+
+fn host_path(name: &str, path: &str, kind: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        host_path: Some(HostPathVolumeSource {
+            path: path.into(),
+            type_: Some(kind.into()),
+        }),
+        ..Default::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The controller's `config.json`.
+pub fn config_json(v: &Values) -> Result<String, Error> {
+    let c = &v.config;
+    let j = serde_json::json!({
+        "region": c.region, "manageNonOwnedENIs": c.manage_non_owned_enis,
+        "controllerNamespace": v.namespace, "controllerName": v.name, "clusterDomain": c.cluster_domain,
+        "certDir": "/var/lib/certDir", "enableDevicePlugin": c.enable_device_plugin, "enableWebhook": c.enable_webhook,
+        "smcInitImage": c.smc_init_image, "enableInitContainerInject": c.enable_init_container_inject,
+        "localERIDiscovery": c.local_eri_discovery, "nodeSelector": v.node_selector,
+    });
+    serde_json::to_string_pretty(&j).map_err(|e| Error::Serialize(e.to_string()))
+}
+
+/// The agent's arguments (original flag names).
+pub fn agent_args(v: &Values) -> Vec<String> {
+    let a = &v.agent;
+    let mut args = Vec::new();
+    if !a.prefer_driver.is_empty() {
+        args.push(format!("--prefer-driver={}", a.prefer_driver));
+    }
+    if a.allocate_all_devices {
+        args.push("--allocate-all-devices".into());
+    }
+    args.push(format!("--jumbo-frame-mtu={}", a.jumbo_frame_mtu));
+    if !a.exposed_local_eris.is_empty() {
+        args.push(format!(
+            "--exposed-local-eris={}",
+            a.exposed_local_eris.join(",")
+        ));
+    }
+    if v.config.local_eri_discovery {
+        args.push("--local-eri-discovery".into());
+    }
+    if !v.config.enable_webhook {
+        args.push("--deviceplugin-prestart-container".into());
+    }
+    args.push("--dev-root=/host/dev".into());
+    args
+}
+
+/// Every manifest, in apply order, as JSON values of typed objects.
+pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
+    v.validate()?;
+    let ns = v.namespace.as_str();
+    let mut out: Vec<Value> = Vec::new();
+    if !matches!(ns, "kube-system" | "default") {
+        out.push(to_value(&Namespace {
+            metadata: meta(ns, None, labels(v, "namespace")),
+            ..Default::default()
+        })?);
+    }
+    out.push(to_value(&ERdmaDevice::crd())?);
+    if v.service_account.create {
+        let mut sa = ServiceAccount {
+            metadata: meta(&v.controller_sa(), Some(ns), labels(v, "controller")),
+            ..Default::default()
+        };
+        if !v.service_account.annotations.is_empty() {
+            sa.metadata.annotations = Some(v.service_account.annotations.clone());
+        }
+        if v.runs_controller() {
+            out.push(to_value(&sa)?);
+        }
+        out.push(to_value(&ServiceAccount {
+            metadata: meta(&v.agent_sa(), Some(ns), labels(v, "agent")),
+            ..Default::default()
+        })?);
+    }
+    let bind = |sa: &str| Subject {
+        kind: "ServiceAccount".into(),
+        name: sa.into(),
+        namespace: Some(ns.into()),
+        ..Default::default()
+    };
+    if v.runs_controller() {
+        out.push(to_value(&ConfigMap {
+            metadata: meta(&v.name, Some(ns), labels(v, "controller")),
+            data: Some(BTreeMap::from([(
+                "config.json".to_string(),
+                config_json(v)?,
+            )])),
+            ..Default::default()
+        })?);
+        if !v.config.local_eri_discovery {
+            let cred = serde_json::json!({"type": v.credentials.kind, "accessKeyID": v.credentials.access_key_id,
+                "accessKeySecret": v.credentials.access_key_secret});
+            out.push(to_value(&Secret {
+                metadata: meta(&v.name, Some(ns), labels(v, "controller")),
+                type_: Some("Opaque".into()),
+                string_data: Some(BTreeMap::from([(
+                    "credential.json".to_string(),
+                    cred.to_string(),
+                )])),
+                ..Default::default()
+            })?);
+        }
+        out.push(to_value(&ClusterRole {
+            metadata: meta(&v.name, None, labels(v, "controller")),
+            rules: Some(controller_cluster_rules(v)),
+            ..Default::default()
+        })?);
+        out.push(to_value(&ClusterRoleBinding {
+            metadata: meta(&v.name, None, labels(v, "controller")),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+                name: v.name.clone(),
+            },
+            subjects: Some(vec![bind(&v.controller_sa())]),
+        })?);
+        out.push(to_value(&Role {
+            metadata: meta(&v.name, Some(ns), labels(v, "controller")),
+            rules: Some(controller_namespace_rules(v)),
+        })?);
+        out.push(to_value(&RoleBinding {
+            metadata: meta(&v.name, Some(ns), labels(v, "controller")),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "Role".into(),
+                name: v.name.clone(),
+            },
+            subjects: Some(vec![bind(&v.controller_sa())]),
+        })?);
+        if v.credentials.kind == "ram_role_sts" {
+            let name = format!("{}-sts-token", v.name);
+            out.push(to_value(&Role {
+                metadata: meta(&name, Some("kube-system"), labels(v, "controller")),
+                rules: Some(vec![rule(
+                    &[""],
+                    &["secrets"],
+                    &["get"],
+                    &["addon.network.token"],
+                )]),
+            })?);
+            out.push(to_value(&RoleBinding {
+                metadata: meta(&name, Some("kube-system"), labels(v, "controller")),
+                role_ref: RoleRef {
+                    api_group: "rbac.authorization.k8s.io".into(),
+                    kind: "Role".into(),
+                    name,
+                },
+                subjects: Some(vec![bind(&v.controller_sa())]),
+            })?);
+        }
+    }
+    let agent = v.agent_name();
+    out.push(to_value(&ClusterRole {
+        metadata: meta(&agent, None, labels(v, "agent")),
+        rules: Some(agent_cluster_rules()),
+        ..Default::default()
+    })?);
+    out.push(to_value(&ClusterRoleBinding {
+        metadata: meta(&agent, None, labels(v, "agent")),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: agent.clone(),
+        },
+        subjects: Some(vec![bind(&v.agent_sa())]),
+    })?);
+    if v.runs_controller() {
+        out.push(to_value(&controller_deployment(v))?);
+        out.push(to_value(&Service {
+            metadata: meta(&v.name, Some(ns), labels(v, "controller")),
+            spec: Some(ServiceSpec {
+                selector: Some(selector(v, "controller")),
+                ports: Some(vec![ServicePort {
+                    name: Some("webhook".into()),
+                    port: 443,
+                    target_port: Some(IntOrString::Int(9443)),
+                    protocol: Some("TCP".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })?);
+        out.push(to_value(&Service {
+            metadata: meta(
+                &format!("{}-metrics", v.name),
+                Some(ns),
+                labels(v, "controller"),
+            ),
+            spec: Some(ServiceSpec {
+                selector: Some(selector(v, "controller")),
+                ports: Some(vec![ServicePort {
+                    name: Some("http".into()),
+                    port: 8080,
+                    target_port: Some(IntOrString::Int(8080)),
+                    protocol: Some("TCP".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })?);
+    }
+    out.push(to_value(&agent_daemonset(v))?);
+    out.push(to_value(&Service {
+        metadata: meta(&format!("{agent}-metrics"), Some(ns), labels(v, "agent")),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            selector: Some(selector(v, "agent")),
+            ports: Some(vec![ServicePort {
+                name: Some("metrics".into()),
+                port: 9101,
+                target_port: Some(IntOrString::Int(9101)),
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })?);
+    if v.config.enable_webhook {
+        out.push(to_value(&MutatingWebhookConfiguration {
+            metadata: meta(&v.name, None, labels(v, "controller")),
+            webhooks: Some(vec![MutatingWebhook {
+                name: "erdma-smcr.network.alibabacloud.com".into(),
+                admission_review_versions: vec!["v1".into(), "v1beta1".into()],
+                client_config: WebhookClientConfig {
+                    service: Some(ServiceReference {
+                        name: v.name.clone(),
+                        namespace: ns.into(),
+                        path: Some("/mutate-pod".into()),
+                        port: Some(443),
+                    }),
+                    ..Default::default()
+                },
+                failure_policy: Some(v.webhook_failure_policy.clone()),
+                side_effects: "None".into(),
+                timeout_seconds: Some(v.webhook_timeout_seconds),
+                reinvocation_policy: Some("Never".into()),
+                rules: Some(vec![RuleWithOperations {
+                    api_groups: Some(vec!["".into()]),
+                    api_versions: Some(vec!["v1".into()]),
+                    operations: Some(vec!["CREATE".into()]),
+                    resources: Some(vec!["pods".into()]),
+                    scope: Some("Namespaced".into()),
+                }]),
+                ..Default::default()
+            }]),
+        })?);
+    }
+    Ok(out)
+}
+
+fn controller_deployment(v: &Values) -> Deployment {
+    let ns = v.namespace.as_str();
+    let mut volumes = vec![Volume {
+        name: "config".into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: v.name.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }];
+    let mut mounts = vec![mount("config", "/etc/erdma-controller", true)];
+    if !v.config.local_eri_discovery {
+        volumes.push(Volume {
+            name: "credential".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(v.name.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        mounts.push(mount(
+            "credential",
+            "/etc/erdma-controller-credential",
+            true,
+        ));
+    }
+    let probe = |path: &str| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::Int(8080),
+            ..Default::default()
+        }),
+        period_seconds: Some(10),
+        ..Default::default()
+    };
+    let container = Container {
+        name: "controller".into(),
+        image: Some(v.controller.image.reference()),
+        image_pull_policy: Some(v.controller.image.pull_policy.clone()),
+        args: Some(vec![
+            "--config=/etc/erdma-controller/config.json".into(),
+            "--credentials=/etc/erdma-controller-credential/credential.json".into(),
+        ]),
+        env: Some(vec![field_env("POD_NAME", "metadata.name")]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some("webhook".into()),
+                container_port: 9443,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+            ContainerPort {
+                name: Some("http".into()),
+                container_port: 8080,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            },
+        ]),
+        liveness_probe: Some(probe("/healthz")),
+        readiness_probe: Some(probe("/healthz")),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_string(), Quantity("50m".into())),
+                ("memory".to_string(), Quantity("64Mi".into())),
+            ])),
+            limits: Some(BTreeMap::from([(
+                "memory".to_string(),
+                Quantity("256Mi".into()),
+            )])),
+            ..Default::default()
+        }),
+        security_context: Some(SecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(65532),
+            read_only_root_filesystem: Some(true),
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Default::default()
+            }),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        volume_mounts: Some(mounts),
+        ..Default::default()
+    };
+    Deployment {
+        metadata: meta(&v.name, Some(ns), labels(v, "controller")),
+        spec: Some(DeploymentSpec {
+            replicas: Some(v.controller.replica_count),
+            selector: LabelSelector {
+                match_labels: Some(selector(v, "controller")),
+                ..Default::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(v, "controller")),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(v.controller_sa()),
+                    priority_class_name: Some("system-cluster-critical".into()),
+                    tolerations: Some(v.tolerations.clone()),
+                    containers: vec![container],
+                    volumes: Some(volumes),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The agent's host paths: (volume, host path, type, mount path, read-only). Each is justified in
+/// `docs/operations.md`.
+pub fn agent_host_paths(
+    v: &Values,
+) -> Vec<(&'static str, &'static str, &'static str, &'static str, bool)> {
+    let mut p = vec![
+        (
+            "lib-modules",
+            "/lib/modules",
+            "Directory",
+            "/lib/modules",
+            true,
+        ),
+        (
+            "device-plugins",
+            "/var/lib/kubelet/device-plugins",
+            "DirectoryOrCreate",
+            "/var/lib/kubelet/device-plugins",
+            false,
+        ),
+        (
+            "pod-resources",
+            "/var/lib/kubelet/pod-resources",
+            "DirectoryOrCreate",
+            "/var/lib/kubelet/pod-resources",
+            false,
+        ),
+        ("host-dev", "/dev", "Directory", "/host/dev", true),
+    ];
+    if !v.config.enable_webhook {
+        p.push((
+            "containerd",
+            "/run/containerd",
+            "DirectoryOrCreate",
+            "/run/containerd",
+            false,
+        ));
+    }
+    p
+}
+
+/// The agent's added Linux capabilities (the original's set; not privileged).
+pub const AGENT_CAPABILITIES: [&str; 4] = ["SYS_MODULE", "SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"];
+
+fn agent_daemonset(v: &Values) -> DaemonSet {
+    let paths = agent_host_paths(v);
+    let container = Container {
+        name: "agent".into(),
+        image: Some(v.agent.image.reference()),
+        image_pull_policy: Some(v.agent.image.pull_policy.clone()),
+        args: Some(agent_args(v)),
+        env: Some(vec![field_env("NODE_NAME", "spec.nodeName")]),
+        ports: Some(vec![ContainerPort {
+            name: Some("metrics".into()),
+            container_port: 9101,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+        security_context: Some(SecurityContext {
+            privileged: Some(false),
+            capabilities: Some(Capabilities {
+                add: Some(AGENT_CAPABILITIES.iter().map(|c| c.to_string()).collect()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_string(), Quantity("50m".into())),
+                ("memory".to_string(), Quantity("64Mi".into())),
+            ])),
+            ..Default::default()
+        }),
+        volume_mounts: Some(
+            paths
+                .iter()
+                .map(|(n, _, _, m, ro)| mount(n, m, *ro))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    DaemonSet {
+        metadata: meta(&v.agent_name(), Some(&v.namespace), labels(v, "agent")),
+        spec: Some(DaemonSetSpec {
+            selector: LabelSelector {
+                match_labels: Some(selector(v, "agent")),
+                ..Default::default()
+            },
+            update_strategy: Some(DaemonSetUpdateStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDaemonSet {
+                    max_unavailable: Some(IntOrString::String("10%".into())),
+                    ..Default::default()
+                }),
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(v, "agent")),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(v.agent_sa()),
+                    host_network: Some(true),
+                    host_pid: Some(true),
+                    dns_policy: Some("ClusterFirstWithHostNet".into()),
+                    priority_class_name: Some("system-node-critical".into()),
+                    node_selector: if v.node_selector.is_empty() {
+                        None
+                    } else {
+                        Some(v.node_selector.clone())
+                    },
+                    tolerations: Some(v.tolerations.clone()),
+                    containers: vec![container],
+                    volumes: Some(
+                        paths
+                            .iter()
+                            .map(|(n, h, t, _, _)| host_path(n, h, t))
+                            .collect(),
+                    ),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Renders as a `---`-joined YAML stream.
+pub fn render_yaml(v: &Values) -> Result<String, Error> {
+    crate::yaml::to_yaml_stream(&render(v)?)
+}
+
+/// Renders as a JSON `List`.
+pub fn render_json(v: &Values) -> Result<String, Error> {
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": render(v)?});
+    serde_json::to_string_pretty(&list).map_err(|e| Error::Serialize(e.to_string()))
+}
+
+/// Server-side-applies every manifest (field manager `erdmactl`, forced) in order; returns
+/// `kind/name` of each applied object.
+pub async fn apply(client: &kube::Client, v: &Values) -> Result<Vec<String>, Error> {
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    use kube::discovery::{self, Scope};
+    let mut done = Vec::new();
+    for obj in render(v)? {
+        let api_version = obj["apiVersion"].as_str().unwrap_or_default().to_string();
+        let kind = obj["kind"].as_str().unwrap_or_default().to_string();
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let (group, version) = api_version
+            .split_once('/')
+            .unwrap_or(("", api_version.as_str()));
+        let gvk = kube::api::GroupVersionKind::gvk(group, version, &kind);
+        let (ar, caps) = discovery::pinned_kind(client, &gvk)
+            .await
+            .map_err(|source| Error::Kube {
+                what: format!("discover {api_version} {kind}"),
+                source,
+            })?;
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => Api::namespaced_with(
+                client.clone(),
+                obj["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or(&v.namespace),
+                &ar,
+            ),
+            Scope::Cluster => Api::all_with(client.clone(), &ar),
+        };
+        api.patch(
+            &name,
+            &PatchParams::apply("erdmactl").force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .map_err(|source| Error::Kube {
+            what: format!("apply {kind}/{name}"),
+            source,
+        })?;
+        done.push(format!("{kind}/{name}"));
+    }
+    Ok(done)
+}

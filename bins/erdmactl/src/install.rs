@@ -1,0 +1,242 @@
+//! `erdmactl install`: renders (`--dry-run -o yaml|json`) or server-side-applies the erdma
+//! manifests. The renderer is `erdma_k8s::install`; this module only maps flags and a values file
+//! (the original chart's `values.yaml` format) onto `Values`.
+
+use anyhow::Context;
+use erdma_k8s::install::{Values, apply, render_json, render_yaml};
+use k8s_openapi::api::core::v1::Toleration;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Flags of `erdmactl install` (each overrides the values file).
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Values file, YAML or JSON, in the chart's `values.yaml` format.
+    #[arg(short = 'f', long, value_name = "FILE")]
+    pub values: Option<PathBuf>,
+    /// Print the manifests instead of applying them.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Output format of `--dry-run`.
+    #[arg(short = 'o', long, default_value = "yaml", value_parser = ["yaml", "json"])]
+    pub output: String,
+    /// Namespace of the controller and the agent [default: kube-system].
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// agent.preferDriver: default, compat or ofed (empty: auto).
+    #[arg(long, value_name = "MODE")]
+    pub prefer_driver: Option<String>,
+    /// agent.allocateAllDevices.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub allocate_all_devices: Option<bool>,
+    /// agent.jumboFrameMTU.
+    #[arg(long, value_name = "MTU")]
+    pub jumbo_frame_mtu: Option<u32>,
+    /// agent.exposedLocalERIs, comma-separated `<instance-id|i-*> <ibdev>[/<ibdev>...]` entries.
+    #[arg(long, value_name = "LIST")]
+    pub exposed_local_eris: Option<String>,
+    /// config.localERIDiscovery (no cloud credentials needed).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub local_eri_discovery: Option<bool>,
+    /// config.enableWebhook.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub enable_webhook: Option<bool>,
+    /// config.enableInitContainerInject.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub enable_init_container_inject: Option<bool>,
+    /// config.smcInitImage.
+    #[arg(long, value_name = "IMAGE")]
+    pub smc_init_image: Option<String>,
+    /// config.region (empty: from the metadata service).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// credentials.type: access_key, oidc_role_arn, ecs_ram_role, ram_role_sts.
+    #[arg(long, value_name = "TYPE")]
+    pub credentials_type: Option<String>,
+    /// credentials.accessKeyID.
+    #[arg(long, env = "ERDMA_ACCESS_KEY_ID", value_name = "ID")]
+    pub access_key_id: Option<String>,
+    /// credentials.accessKeySecret (prefer the environment variable over the command line).
+    #[arg(
+        long,
+        env = "ERDMA_ACCESS_KEY_SECRET",
+        value_name = "SECRET",
+        hide_env_values = true
+    )]
+    pub access_key_secret: Option<String>,
+    /// RRSA: the RAM role name (annotates the controller ServiceAccount).
+    #[arg(long, value_name = "ROLE")]
+    pub rrsa_role_name: Option<String>,
+    /// nodeSelector entry `key=value` (repeatable).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub node_selector: Vec<String>,
+    /// Toleration `key[=value]:effect` or `exists` (repeatable; replaces the default "tolerate all").
+    #[arg(long, value_name = "TOLERATION")]
+    pub toleration: Vec<String>,
+    /// controller.image as `repository:tag`.
+    #[arg(long, value_name = "IMAGE")]
+    pub controller_image: Option<String>,
+    /// agent.image as `repository:tag`.
+    #[arg(long, value_name = "IMAGE")]
+    pub agent_image: Option<String>,
+    /// controller.replicaCount.
+    #[arg(long)]
+    pub replicas: Option<i32>,
+}
+
+fn split_image(s: &str) -> anyhow::Result<(String, String)> {
+    match s.rsplit_once(':') {
+        Some((repo, tag)) if !repo.is_empty() && !tag.is_empty() && !tag.contains('/') => {
+            Ok((repo.into(), tag.into()))
+        }
+        _ => anyhow::bail!("image {s:?} is not repository:tag"),
+    }
+}
+
+fn toleration(s: &str) -> anyhow::Result<Toleration> {
+    if s == "exists" {
+        return Ok(Toleration {
+            operator: Some("Exists".into()),
+            ..Default::default()
+        });
+    }
+    let (kv, effect) = s
+        .rsplit_once(':')
+        .map(|(a, b)| (a, Some(b)))
+        .unwrap_or((s, None));
+    if let Some(e) = effect
+        && !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&e)
+    {
+        anyhow::bail!(
+            "toleration {s:?}: effect {e:?} is not NoSchedule, PreferNoSchedule or NoExecute"
+        );
+    }
+    let (key, value) = kv
+        .split_once('=')
+        .map(|(k, v)| (k, Some(v)))
+        .unwrap_or((kv, None));
+    if key.is_empty() {
+        anyhow::bail!("toleration {s:?} has no key; use key[=value]:effect or exists");
+    }
+    Ok(Toleration {
+        key: Some(key.into()),
+        operator: Some(if value.is_some() { "Equal" } else { "Exists" }.into()),
+        value: value.map(str::to_string),
+        effect: effect.map(str::to_string),
+        ..Default::default()
+    })
+}
+
+/// The values from the file and the flags.
+pub fn values(a: &Args) -> anyhow::Result<Values> {
+    let mut v: Values = match &a.values {
+        Some(p) => {
+            let raw =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            serde_saphyr::from_str(&raw)
+                .map_err(|e| anyhow::anyhow!("{}: not a valid values file: {e}", p.display()))?
+        }
+        None => Values::default(),
+    };
+    if let Some(x) = &a.namespace {
+        v.namespace = x.clone();
+    }
+    if let Some(x) = &a.prefer_driver {
+        v.agent.prefer_driver = x.clone();
+    }
+    if let Some(x) = a.allocate_all_devices {
+        v.agent.allocate_all_devices = x;
+    }
+    if let Some(x) = a.jumbo_frame_mtu {
+        v.agent.jumbo_frame_mtu = x;
+    }
+    if let Some(x) = &a.exposed_local_eris {
+        v.agent.exposed_local_eris = x
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+    }
+    if let Some(x) = a.local_eri_discovery {
+        v.config.local_eri_discovery = x;
+    }
+    if let Some(x) = a.enable_webhook {
+        v.config.enable_webhook = x;
+    }
+    if let Some(x) = a.enable_init_container_inject {
+        v.config.enable_init_container_inject = x;
+    }
+    if let Some(x) = &a.smc_init_image {
+        v.config.smc_init_image = x.clone();
+    }
+    if let Some(x) = &a.region {
+        v.config.region = x.clone();
+    }
+    if let Some(x) = &a.credentials_type {
+        v.credentials.kind = x.clone();
+    }
+    if let Some(x) = &a.access_key_id {
+        v.credentials.access_key_id = x.clone();
+    }
+    if let Some(x) = &a.access_key_secret {
+        v.credentials.access_key_secret = x.clone();
+    }
+    if let Some(x) = &a.rrsa_role_name {
+        v.service_account
+            .annotations
+            .insert(erdma_k8s::labels::ANNOTATION_RRSA_ROLE.into(), x.clone());
+    }
+    for kv in &a.node_selector {
+        let (k, val) = kv
+            .split_once('=')
+            .with_context(|| format!("--node-selector {kv:?} is not key=value"))?;
+        v.node_selector.insert(k.into(), val.into());
+    }
+    if !a.toleration.is_empty() {
+        v.tolerations = a
+            .toleration
+            .iter()
+            .map(|t| toleration(t))
+            .collect::<anyhow::Result<_>>()?;
+    }
+    if let Some(x) = &a.controller_image {
+        (v.controller.image.repository, v.controller.image.tag) = split_image(x)?;
+    }
+    if let Some(x) = &a.agent_image {
+        (v.agent.image.repository, v.agent.image.tag) = split_image(x)?;
+    }
+    if let Some(x) = a.replicas {
+        v.controller.replica_count = x;
+    }
+    Ok(v)
+}
+
+/// Runs `erdmactl install`.
+pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
+    let v = values(a)?;
+    if a.dry_run {
+        let out = if a.output == "json" {
+            render_json(&v)?
+        } else {
+            render_yaml(&v)?
+        };
+        print!("{out}");
+        if !out.ends_with('\n') {
+            println!();
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    v.validate()?;
+    let rt = crate::submit::runtime()?;
+    rt.block_on(async {
+        let client = kube::Client::try_default()
+            .await
+            .context("no Kubernetes cluster configured (KUBECONFIG)")?;
+        for applied in apply(&client, &v).await? {
+            println!("applied {applied}");
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,316 @@
+//! `erdmactl install --dry-run`: snapshot of the rendered manifests for the main option sets,
+//! every document deserialised into its k8s-openapi type, and the security-relevant fields
+//! (agent capabilities, host paths, RBAC) asserted explicitly.
+
+use assert_cmd::Command;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::Value;
+
+fn render(args: &[&str]) -> String {
+    let out = Command::cargo_bin("erdmactl")
+        .unwrap()
+        .env_remove("ERDMA_ACCESS_KEY_ID")
+        .env_remove("ERDMA_ACCESS_KEY_SECRET")
+        .args(["install", "--dry-run"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Splits the stream and deserialises every document into its typed k8s-openapi struct.
+fn typed(yaml: &str) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    for doc in yaml.split("---\n").filter(|d| !d.trim().is_empty()) {
+        let v: Value = serde_saphyr::from_str(doc).expect("YAML document");
+        let kind = v["kind"].as_str().unwrap().to_string();
+        let ok = match kind.as_str() {
+            "Namespace" => serde_json::from_value::<Namespace>(v.clone()).map(|_| ()),
+            "CustomResourceDefinition" => {
+                serde_json::from_value::<CustomResourceDefinition>(v.clone()).map(|_| ())
+            }
+            "ServiceAccount" => serde_json::from_value::<ServiceAccount>(v.clone()).map(|_| ()),
+            "ConfigMap" => serde_json::from_value::<ConfigMap>(v.clone()).map(|_| ()),
+            "Secret" => serde_json::from_value::<Secret>(v.clone()).map(|_| ()),
+            "ClusterRole" => serde_json::from_value::<ClusterRole>(v.clone()).map(|_| ()),
+            "ClusterRoleBinding" => {
+                serde_json::from_value::<ClusterRoleBinding>(v.clone()).map(|_| ())
+            }
+            "Role" => serde_json::from_value::<Role>(v.clone()).map(|_| ()),
+            "RoleBinding" => serde_json::from_value::<RoleBinding>(v.clone()).map(|_| ()),
+            "Deployment" => serde_json::from_value::<Deployment>(v.clone()).map(|_| ()),
+            "DaemonSet" => serde_json::from_value::<DaemonSet>(v.clone()).map(|_| ()),
+            "Service" => serde_json::from_value::<Service>(v.clone()).map(|_| ()),
+            "MutatingWebhookConfiguration" => {
+                serde_json::from_value::<MutatingWebhookConfiguration>(v.clone()).map(|_| ())
+            }
+            other => panic!("unexpected kind {other}"),
+        };
+        ok.unwrap_or_else(|e| panic!("{kind} does not deserialise: {e}"));
+        out.push((kind, v));
+    }
+    out
+}
+
+fn kinds(docs: &[(String, Value)]) -> Vec<String> {
+    docs.iter()
+        .map(|(k, v)| format!("{k}/{}", v["metadata"]["name"].as_str().unwrap()))
+        .collect()
+}
+
+fn find<'a>(docs: &'a [(String, Value)], kind: &str) -> &'a Value {
+    &docs
+        .iter()
+        .find(|(k, _)| k == kind)
+        .unwrap_or_else(|| panic!("no {kind}"))
+        .1
+}
+
+#[test]
+fn default_install_with_access_key() {
+    let yaml = render(&["--access-key-id", "AKID", "--access-key-secret", "SK"]);
+    insta::assert_snapshot!("install_default", yaml);
+    let docs = typed(&yaml);
+    assert_eq!(
+        kinds(&docs),
+        [
+            "CustomResourceDefinition/erdmadevices.network.alibabacloud.com",
+            "ServiceAccount/alibabacloud-erdma-controller",
+            "ServiceAccount/alibabacloud-erdma-controller-agent",
+            "ConfigMap/alibabacloud-erdma-controller",
+            "Secret/alibabacloud-erdma-controller",
+            "ClusterRole/alibabacloud-erdma-controller",
+            "ClusterRoleBinding/alibabacloud-erdma-controller",
+            "Role/alibabacloud-erdma-controller",
+            "RoleBinding/alibabacloud-erdma-controller",
+            "ClusterRole/alibabacloud-erdma-agent",
+            "ClusterRoleBinding/alibabacloud-erdma-agent",
+            "Deployment/alibabacloud-erdma-controller",
+            "Service/alibabacloud-erdma-controller",
+            "Service/alibabacloud-erdma-controller-metrics",
+            "DaemonSet/alibabacloud-erdma-agent",
+            "Service/alibabacloud-erdma-agent-metrics",
+        ]
+    );
+    let ds = find(&docs, "DaemonSet");
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["hostPID"], true);
+    assert_eq!(pod["priorityClassName"], "system-node-critical");
+    let c = &pod["containers"][0];
+    assert_eq!(c["securityContext"]["privileged"], false);
+    assert_eq!(
+        c["securityContext"]["capabilities"]["add"],
+        serde_json::json!(["SYS_MODULE", "SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"])
+    );
+    let paths: Vec<&str> = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["hostPath"]["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "/lib/modules",
+            "/var/lib/kubelet/device-plugins",
+            "/var/lib/kubelet/pod-resources",
+            "/dev",
+            "/run/containerd"
+        ]
+    );
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(args.contains(&"--jumbo-frame-mtu=8500"));
+    assert!(
+        args.contains(&"--deviceplugin-prestart-container"),
+        "no webhook: PreStart mode"
+    );
+    assert_eq!(
+        c["env"][0]["valueFrom"]["fieldRef"]["fieldPath"],
+        "spec.nodeName"
+    );
+    // The webhook Service selects only controller pods.
+    let svc = find(&docs, "Service");
+    assert_eq!(
+        svc["spec"]["selector"]["app.kubernetes.io/component"],
+        "controller"
+    );
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], 9443);
+    // Controller hardening.
+    let dep = find(&docs, "Deployment");
+    let sc = &dep["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+    assert_eq!(
+        (
+            sc["runAsNonRoot"].clone(),
+            sc["readOnlyRootFilesystem"].clone()
+        ),
+        (Value::Bool(true), Value::Bool(true))
+    );
+    assert_eq!(dep["spec"]["replicas"], 2);
+    let cfg: Value = serde_json::from_str(
+        find(&docs, "ConfigMap")["data"]["config.json"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(cfg["enableWebhook"], false);
+    assert_eq!(cfg["controllerNamespace"], "kube-system");
+}
+
+#[test]
+fn webhook_rrsa_and_node_selection() {
+    let yaml = render(&[
+        "--enable-webhook",
+        "--credentials-type",
+        "oidc_role_arn",
+        "--rrsa-role-name",
+        "erdma-role",
+        "--node-selector",
+        "aliyun.accelerator/erdma=true",
+        "--toleration",
+        "gpu=true:NoSchedule",
+        "--prefer-driver",
+        "compat",
+        "--allocate-all-devices",
+        "--jumbo-frame-mtu",
+        "9000",
+        "--smc-init-image",
+        "registry.example/smcr_init:v2",
+        "-n",
+        "erdma-system",
+    ]);
+    insta::assert_snapshot!("install_webhook_rrsa", yaml);
+    let docs = typed(&yaml);
+    assert_eq!(docs[0].0, "Namespace");
+    let mwc = find(&docs, "MutatingWebhookConfiguration");
+    let w = &mwc["webhooks"][0];
+    assert_eq!(w["failurePolicy"], "Ignore");
+    assert_eq!(w["timeoutSeconds"], 10);
+    assert_eq!(w["sideEffects"], "None");
+    assert_eq!(w["clientConfig"]["service"]["path"], "/mutate-pod");
+    assert_eq!(w["clientConfig"]["service"]["namespace"], "erdma-system");
+    assert_eq!(w["rules"][0]["operations"], serde_json::json!(["CREATE"]));
+    let sa = &docs
+        .iter()
+        .find(|(k, v)| {
+            k == "ServiceAccount" && v["metadata"]["name"] == "alibabacloud-erdma-controller"
+        })
+        .unwrap()
+        .1;
+    assert_eq!(
+        sa["metadata"]["annotations"]["pod-identity.alibabacloud.com/role-name"],
+        "erdma-role"
+    );
+    let ds = find(&docs, "DaemonSet");
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["nodeSelector"]["aliyun.accelerator/erdma"], "true");
+    assert_eq!(pod["tolerations"][0]["effect"], "NoSchedule");
+    let args: Vec<&str> = pod["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "--prefer-driver=compat",
+            "--allocate-all-devices",
+            "--jumbo-frame-mtu=9000",
+            "--dev-root=/host/dev"
+        ]
+    );
+    let cfg: Value = serde_json::from_str(
+        find(&docs, "ConfigMap")["data"]["config.json"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(cfg["smcInitImage"], "registry.example/smcr_init:v2");
+    assert_eq!(cfg["nodeSelector"]["aliyun.accelerator/erdma"], "true");
+}
+
+#[test]
+fn local_discovery_needs_no_cloud_and_no_controller() {
+    let yaml = render(&[
+        "--local-eri-discovery",
+        "--exposed-local-eris",
+        "i-* erdma_0,i-bp1 erdma_0/erdma_1",
+    ]);
+    insta::assert_snapshot!("install_local", yaml);
+    let docs = typed(&yaml);
+    assert!(
+        !docs.iter().any(|(k, _)| k == "Deployment"
+            || k == "Secret"
+            || k == "MutatingWebhookConfiguration")
+    );
+    let ds = find(&docs, "DaemonSet");
+    let args: Vec<&str> = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(args.contains(&"--local-eri-discovery"));
+    assert!(args.contains(&"--exposed-local-eris=i-* erdma_0,i-bp1 erdma_0/erdma_1"));
+}
+
+#[test]
+fn json_output_is_a_list_of_the_same_objects() {
+    let json = render(&["-o", "json", "--credentials-type", "ecs_ram_role"]);
+    let v: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["kind"], "List");
+    assert_eq!(v["items"].as_array().unwrap().len(), 16);
+}
+
+#[test]
+fn values_file_in_chart_format_and_bad_values_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("values.yaml");
+    std::fs::write(&f, "agent:\n  preferDriver: ofed\n  jumboFrameMTU: 8000\nconfig:\n  enableWebhook: true\ncredentials:\n  type: ram_role_sts\n").unwrap();
+    let docs = typed(&render(&["-f", f.to_str().unwrap()]));
+    assert!(
+        docs.iter().any(|(k, v)| k == "Role"
+            && v["metadata"]["name"] == "alibabacloud-erdma-controller-sts-token")
+    );
+    assert!(
+        docs.iter()
+            .any(|(k, _)| k == "MutatingWebhookConfiguration")
+    );
+
+    for (args, needle) in [
+        (vec!["--prefer-driver", "fast"], "agent.preferDriver"),
+        (vec!["--credentials-type", "access_key"], "accessKeyID"),
+        (
+            vec!["--local-eri-discovery", "--exposed-local-eris", "erdma_0"],
+            "exposedLocalERIs",
+        ),
+        (vec!["--credentials-type", "oidc_role_arn"], "role-name"),
+    ] {
+        let out = Command::cargo_bin("erdmactl")
+            .unwrap()
+            .env_remove("ERDMA_ACCESS_KEY_ID")
+            .env_remove("ERDMA_ACCESS_KEY_SECRET")
+            .args(["install", "--dry-run"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
