@@ -1,8 +1,8 @@
+# syntax=docker/dockerfile:1
 # erdma-agent image: driver management, ERI netdevs, device plugin, SMC-R (also ships smcr_init
 # and erdmactl, as the original agent image shipped smc-tools).
 # Build from the repository root:
 #   docker build -f deploy/docker/agent.Dockerfile -t registry.example/erdma/agent:dev .
-# syntax=docker/dockerfile:1
 FROM rust:1.95-bookworm AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends clang libbpf-dev libelf-dev \

@@ -1,7 +1,7 @@
+# syntax=docker/dockerfile:1
 # erdma-controller image: ERI provisioning, ERdmaDevice objects, SMC-R webhook.
 # Build from the repository root:
 #   docker build -f deploy/docker/controller.Dockerfile -t registry.example/erdma/controller:dev .
-# syntax=docker/dockerfile:1
 FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .

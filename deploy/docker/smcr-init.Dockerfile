@@ -1,8 +1,8 @@
+# syntax=docker/dockerfile:1
 # smcr_init image: the init container the webhook injects (`/usr/local/bin/smcr_init`, reads
 # SMCR_PNET, configures SMC-R in the pod's network namespace).
 # Build from the repository root:
 #   docker build -f deploy/docker/smcr-init.Dockerfile -t registry.example/erdma/smcr_init:dev .
-# syntax=docker/dockerfile:1
 FROM rust:1.95-bookworm AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends clang libbpf-dev libelf-dev \
