@@ -113,12 +113,16 @@ async fn run(s: Settings) -> anyhow::Result<()> {
         "initial inventory"
     );
     let (tx, rx) = tokio::sync::watch::channel(served);
+    let wake = Arc::new(tokio::sync::Notify::new());
+    devices::watch_links(wake.clone(), cancel.clone());
+    let _dev_watcher = devices::watch_dev(&s.dev_root, wake.clone());
     let owner = tokio::spawn(devices::run(
         inventory,
         filter,
         raw,
         tx,
         s.poll_interval,
+        wake,
         cancel.clone(),
     ));
 
