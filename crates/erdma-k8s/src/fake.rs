@@ -255,6 +255,11 @@ impl FakeApiServer {
                 return status(f.status, "InternalError", "injected by the fake API server");
             }
         }
+        if method == "GET"
+            && let Some(list) = discovery(&path)
+        {
+            return ok(200, &list);
+        }
         let Some(route) = Route::parse(&path) else {
             return status(404, "NotFound", &format!("no route for {path}"));
         };
@@ -531,6 +536,82 @@ impl FakeApiServer {
         v["metadata"]["deletionTimestamp"] = json!("2026-11-29T00:00:01Z");
         self.finish_write(&mut st, route, name, v)
     }
+}
+
+/// Resources the fake serves in discovery: (group/version, plural, kind, namespaced).
+const DISCOVERY: &[(&str, &str, &str, bool)] = &[
+    ("v1", "namespaces", "Namespace", false),
+    ("v1", "nodes", "Node", false),
+    ("v1", "pods", "Pod", true),
+    ("v1", "services", "Service", true),
+    ("v1", "serviceaccounts", "ServiceAccount", true),
+    ("v1", "configmaps", "ConfigMap", true),
+    ("v1", "secrets", "Secret", true),
+    ("apps/v1", "deployments", "Deployment", true),
+    ("apps/v1", "daemonsets", "DaemonSet", true),
+    (
+        "rbac.authorization.k8s.io/v1",
+        "clusterroles",
+        "ClusterRole",
+        false,
+    ),
+    (
+        "rbac.authorization.k8s.io/v1",
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        false,
+    ),
+    ("rbac.authorization.k8s.io/v1", "roles", "Role", true),
+    (
+        "rbac.authorization.k8s.io/v1",
+        "rolebindings",
+        "RoleBinding",
+        true,
+    ),
+    (
+        "admissionregistration.k8s.io/v1",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        false,
+    ),
+    (
+        "apiextensions.k8s.io/v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        false,
+    ),
+    ("coordination.k8s.io/v1", "leases", "Lease", true),
+    ("events.k8s.io/v1", "events", "Event", true),
+    (
+        "network.alibabacloud.com/v1",
+        "erdmadevices",
+        "ERdmaDevice",
+        false,
+    ),
+];
+
+/// The `APIResourceList` of `/api/v1` or `/apis/<group>/<version>`.
+fn discovery(path: &str) -> Option<Value> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let gv = match segs.as_slice() {
+        ["api", v] => (*v).to_string(),
+        ["apis", g, v] => format!("{g}/{v}"),
+        _ => return None,
+    };
+    let resources: Vec<Value> = DISCOVERY
+        .iter()
+        .filter(|(g, ..)| *g == gv)
+        .map(|(_, plural, kind, namespaced)| {
+            json!({"name": plural, "singularName": "", "namespaced": namespaced, "kind": kind,
+                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]})
+        })
+        .collect();
+    if resources.is_empty() {
+        return None;
+    }
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    )
 }
 
 /// A parsed resource URL.
