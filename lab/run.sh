@@ -33,17 +33,19 @@ say "kernel $KVER ($SUITE), work dir $WORK; booting for: ${SCENARIOS[*]}"
 timed vm lab_boot main.sh "${SCENARIOS[@]}"
 
 RESULTS="$WORK/share/out/results.txt"; touch "$RESULTS"
-pass=0; fail=0
+pass=0; fail=0; lines=()
 for s in "${SCENARIOS[@]}"; do
   line=$(grep -E "^(PASS|FAIL|SKIP): $s( |$)" "$RESULTS" | tail -1)
   case "$line" in
     PASS:*) pass=$((pass + 1)) ;;
-    SKIP:*) [ "$STRICT" = 1 ] && { fail=$((fail + 1)); echo "FAIL: $s (skipped in strict mode)" >&2; } ;;
+    SKIP:*) if [ "$STRICT" = 1 ]; then fail=$((fail + 1)); line="FAIL: $s (skipped in strict mode: ${line#SKIP: $s })"; fi ;;
     FAIL:*) fail=$((fail + 1)) ;;
-    *) fail=$((fail + 1)); echo "FAIL: $s (no result: the VM crashed or timed out; see $WORK/console.log)" >&2 ;;
+    *) fail=$((fail + 1)); line="FAIL: $s (no result: the VM crashed or timed out; see $WORK/console.log)" ;;
   esac
+  lines+=("$line")
 done
 lab_timings_report >&2
 say "logs: $WORK/share/out/ and $WORK/console.log"
+printf '%s\n' "${lines[@]}"
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
