@@ -6,5 +6,6 @@ pub mod cert;
 pub mod config;
 pub mod eri;
 pub mod leader;
+pub mod metrics;
 pub mod reconcile;
 pub mod webhook;

@@ -9,6 +9,7 @@ use erdma_controller::config::{
     CONFIG_PATH, CREDENTIAL_PATH, Config, CredentialConfig, KubeSecretSource,
 };
 use erdma_controller::leader::LeaderElector;
+use erdma_controller::metrics::Metrics;
 use erdma_controller::reconcile::{Ctx, run_controllers};
 use erdma_controller::webhook::{CertSlot, InjectOptions, serve};
 use std::path::PathBuf;
@@ -76,7 +77,15 @@ async fn main() -> anyhow::Result<()> {
         });
     }
     let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(health(args.health_listen.clone(), cancel.clone()));
+    let metrics = Arc::new(Metrics::default());
+    let health = tokio::net::TcpListener::bind(&args.health_listen)
+        .await
+        .with_context(|| format!("bind {}", args.health_listen))?;
+    tasks.spawn(erdma_controller::metrics::serve(
+        health,
+        metrics.clone(),
+        cancel.clone(),
+    ));
 
     if cfg.enable_webhook {
         let mgr = CertManager {
@@ -107,6 +116,7 @@ async fn main() -> anyhow::Result<()> {
             device_plugin: cfg.enable_device_plugin,
             inject: cfg.enable_init_container_inject,
             image: cfg.smc_init_image().to_string(),
+            metrics: metrics.clone(),
         };
         tasks.spawn(serve(listener, slot.clone(), opts, cancel.clone()));
         tasks.spawn(cert_loop(mgr, slot, bundle.cert_pem, cancel.clone()));
@@ -148,7 +158,9 @@ async fn main() -> anyhow::Result<()> {
             },
             Arc::new(CredentialProvider::new(source)),
         )?;
-        let ctx = Arc::new(Ctx::new(client.clone(), ecs, cfg.clone()));
+        let mut ctx = Ctx::new(client.clone(), ecs, cfg.clone());
+        ctx.metrics = metrics.clone();
+        let ctx = Arc::new(ctx);
         let (tx, mut rx) = tokio::sync::watch::channel(false);
         tasks.spawn(
             LeaderElector::new(client.clone(), &cfg.controller_namespace, &args.identity)
@@ -160,11 +172,17 @@ async fn main() -> anyhow::Result<()> {
                 if rx.wait_for(|l| *l).await.is_err() || cancel2.is_cancelled() {
                     return;
                 }
+                ctx.metrics
+                    .leader
+                    .store(1, std::sync::atomic::Ordering::Relaxed);
                 let term = cancel2.child_token();
                 let run = tokio::spawn(run_controllers(ctx.clone(), term.clone()));
                 let _ = rx.wait_for(|l| !*l).await;
                 term.cancel();
                 let _ = run.await;
+                ctx.metrics
+                    .leader
+                    .store(0, std::sync::atomic::Ordering::Relaxed);
                 if cancel2.is_cancelled() {
                     return;
                 }
@@ -202,31 +220,5 @@ async fn cert_loop(
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(600)) => {}
         }
-    }
-}
-
-async fn health(addr: String, cancel: CancellationToken) {
-    let listener = match tokio::net::TcpListener::bind(&addr).await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(error = %e, %addr, "health endpoint not served");
-            return;
-        }
-    };
-    loop {
-        let stream = tokio::select! {
-            _ = cancel.cancelled() => return,
-            a = listener.accept() => match a { Ok((s, _)) => s, Err(_) => continue },
-        };
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(|_req| async {
-                Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::Full::new(
-                    bytes::Bytes::from_static(b"ok"),
-                )))
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                .await;
-        });
     }
 }

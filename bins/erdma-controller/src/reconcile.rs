@@ -53,6 +53,8 @@ pub struct Ctx {
     pub tagged: Mutex<HashSet<String>>,
     /// Event recorder.
     pub recorder: Recorder,
+    /// Counters.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl Ctx {
@@ -71,6 +73,7 @@ impl Ctx {
             cfg,
             tagged: Mutex::new(HashSet::new()),
             recorder,
+            metrics: Arc::default(),
         }
     }
 
@@ -530,6 +533,8 @@ pub fn error_backoff(err: &ReconcileError) -> Duration {
 
 /// Runs both controllers until `cancel` fires.
 pub async fn run_controllers(ctx: Arc<Ctx>, cancel: CancellationToken) {
+    let (node_ok, device_ok) = (ctx.metrics.clone(), ctx.metrics.clone());
+    let (node_ok, device_ok) = (&node_ok.node_ok, &device_ok.device_ok);
     let sel = ctx.cfg.node_label_selector();
     let wc = if sel.is_empty() {
         watcher::Config::default()
@@ -540,13 +545,21 @@ pub async fn run_controllers(ctx: Arc<Ctx>, cancel: CancellationToken) {
         .graceful_shutdown_on(cancel.clone().cancelled_owned())
         .run(
             reconcile_node,
-            |node, err, _ctx| {
+            |node, err, ctx| {
+                ctx.metrics
+                    .node_err
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(node = %node.name_any(), error = %err, "node reconcile failed");
                 Action::requeue(error_backoff(err))
             },
             ctx.clone(),
         )
-        .for_each(|_| async {});
+        .for_each(|r| {
+            if r.is_ok() {
+                node_ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            async {}
+        });
     let devices = Controller::new(
         Api::<ERdmaDevice>::all(ctx.client.clone()),
         watcher::Config::default(),
@@ -554,13 +567,21 @@ pub async fn run_controllers(ctx: Arc<Ctx>, cancel: CancellationToken) {
     .graceful_shutdown_on(cancel.clone().cancelled_owned())
     .run(
         reconcile_device,
-        |obj, err, _ctx| {
+        |obj, err, ctx| {
+            ctx.metrics
+                .device_err
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::warn!(object = %obj.name_any(), error = %err, "ERdmaDevice reconcile failed");
             Action::requeue(error_backoff(err))
         },
-        ctx,
+        ctx.clone(),
     )
-    .for_each(|_| async {});
+    .for_each(|r| {
+        if r.is_ok() {
+            device_ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        async {}
+    });
     futures::join!(nodes, devices);
 }
 

@@ -38,6 +38,8 @@ pub struct InjectOptions {
     pub inject: bool,
     /// The `smcr-init` image.
     pub image: String,
+    /// Counters (reviews, injections).
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Go's `strconv.ParseBool`.
@@ -224,6 +226,14 @@ async fn route(
                 }
             };
             let answer = review(&body, &opts);
+            opts.metrics
+                .reviews
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if answer["response"].get("patch").is_some() {
+                opts.metrics
+                    .injected
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
             Response::builder()
                 .header("content-type", "application/json")
                 .body(Full::new(Bytes::from(answer.to_string())))

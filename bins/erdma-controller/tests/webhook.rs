@@ -51,6 +51,7 @@ fn opts() -> InjectOptions {
         device_plugin: true,
         inject: true,
         image: "registry.example/smcr_init:v1".into(),
+        metrics: Default::default(),
     }
 }
 
@@ -417,4 +418,66 @@ async fn leader_election_hands_over_after_the_lease_expires() {
     let spec = lease.spec.unwrap();
     assert_eq!(spec.holder_identity.as_deref(), Some("pod-b"));
     assert_eq!(spec.lease_transitions, Some(1));
+}
+
+#[tokio::test]
+async fn reviews_and_injections_are_counted_and_served_on_metrics() {
+    let metrics = Arc::new(erdma_controller::metrics::Metrics::default());
+    let s = server(InjectOptions {
+        metrics: metrics.clone(),
+        ..opts()
+    })
+    .await;
+    post(
+        s.addr,
+        &s.ca,
+        "/mutate-pod",
+        &review("admission.k8s.io/v1", &pod(Some("true"), true, vec![])),
+    )
+    .await
+    .unwrap();
+    post(
+        s.addr,
+        &s.ca,
+        "/mutate-pod",
+        &review("admission.k8s.io/v1", &pod(None, true, vec![])),
+    )
+    .await
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cancel = CancellationToken::new();
+    tokio::spawn(erdma_controller::metrics::serve(
+        listener,
+        metrics,
+        cancel.clone(),
+    ));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let resp = send
+        .send_request(
+            hyper::Request::get("/metrics")
+                .header("host", "x")
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = String::from_utf8(
+        resp.into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+    .unwrap();
+    assert!(text.contains("erdma_webhook_reviews_total 2"), "{text}");
+    assert!(text.contains("erdma_webhook_injections_total 1"), "{text}");
+    assert!(text.contains("erdma_controller_leader 0"), "{text}");
+    cancel.cancel();
 }
