@@ -651,3 +651,112 @@ async fn metrics_and_healthz_over_http() {
     srv.await.unwrap().unwrap();
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preferred_allocation_counts_use_from_pod_resources() {
+    let pr_dir = short_tempdir();
+    let pr_sock = pr_dir.path().join("pr.sock");
+    let pr2 = pr_sock.clone();
+    let h = start(two_numa_node(), move |c, k| {
+        c.pod_resources_socket = Some(pr2.clone());
+        k.pod_resources_socket = Some(pr2);
+    })
+    .await;
+    let first = h.kubelet.allocate(&alloc("default/a", 1)).await.unwrap();
+    assert_eq!(first.device_ids, vec!["erdma_1/0"]);
+    let second = h.kubelet.allocate(&alloc("default/b", 1)).await.unwrap();
+    assert_eq!(
+        second.device_ids,
+        vec!["erdma_2/0"],
+        "spread to the other NUMA-1 device"
+    );
+    let third = h.kubelet.allocate(&alloc("default/c", 1)).await.unwrap();
+    assert_eq!(
+        third.device_ids,
+        vec!["erdma_1/1"],
+        "tie on NUMA 1: erdma_1 by name"
+    );
+    // Pod resources now say erdma_1 holds 2 slots and erdma_2 holds 1. Offer every slot of both
+    // (so the offer itself says nothing about use): only pod resources can tell them apart, and
+    // without them the tie would go to erdma_1 by name.
+    let mut c = plugin_client(&h, ClientAuthority::Localhost).await;
+    let all: Vec<String> = ["erdma_1", "erdma_2"]
+        .iter()
+        .flat_map(|d| (0..4).map(move |i| format!("{d}/{i}")))
+        .collect();
+    let r = c
+        .get_preferred_allocation(api::PreferredAllocationRequest {
+            container_requests: vec![api::ContainerPreferredAllocationRequest {
+                available_device_i_ds: all,
+                must_include_device_i_ds: vec![],
+                allocation_size: 1,
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        r.container_responses[0].device_i_ds[0].split('/').next(),
+        Some("erdma_2")
+    );
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_requests_are_rejected_and_the_plugin_keeps_serving() {
+    let h = start(two_numa_node(), |_, _| {}).await;
+    let mut c = plugin_client(&h, ClientAuthority::Localhost).await;
+    let many: Vec<String> = (0..100_001).map(|i| format!("erdma_0/{i}")).collect();
+    let e = c
+        .allocate(api::AllocateRequest {
+            container_requests: vec![api::ContainerAllocateRequest { devices_ids: many }],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("at most 100000"), "{}", e.message());
+    let mut c = plugin_client(&h, ClientAuthority::Localhost).await;
+    c.allocate(api::AllocateRequest {
+        container_requests: vec![api::ContainerAllocateRequest {
+            devices_ids: vec!["erdma_0/0".into()],
+        }],
+    })
+    .await
+    .unwrap();
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_for_a_missing_plugin_directory() {
+    let base = short_tempdir();
+    let dir = base.path().join("dp");
+    let (_tx, rx) = tokio::sync::watch::channel(two_numa_node());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let mut cfg = erdma_deviceplugin::PluginConfig::new(&dir);
+    cfg.slots_per_device = 1;
+    let task = tokio::spawn(
+        erdma_deviceplugin::Plugin::new(
+            cfg,
+            rx,
+            std::sync::Arc::new(erdma_deviceplugin::Metrics::new()),
+        )
+        .run(cancel.clone()),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!task.is_finished());
+    let kubelet =
+        erdma_fake_kubelet::FakeKubelet::start(erdma_fake_kubelet::FakeKubeletConfig::new(&dir))
+            .await
+            .unwrap();
+    kubelet
+        .wait_for(Duration::from_secs(6), |s| {
+            s.resources
+                .get(RESOURCE)
+                .is_some_and(|r| r.devices.len() == 3)
+        })
+        .await
+        .unwrap();
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+    kubelet.shutdown().await;
+}

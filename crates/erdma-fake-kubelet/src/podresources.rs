@@ -19,15 +19,15 @@ pub(crate) struct Lister {
 }
 
 impl Lister {
+    /// The ledger as last written. No lock: the file is replaced atomically, and an admission in
+    /// progress holds the lock while it calls the plugin, which may ask us (as a real kubelet
+    /// answers pod-resources during admission).
     async fn ledger(&self) -> Result<Vec<AllocationRecord>, Status> {
         let dir = self.shared.dir().to_path_buf();
-        tokio::task::spawn_blocking(move || {
-            let _l = state::lock(&dir)?;
-            state::read_ledger(&dir)
-        })
-        .await
-        .map_err(|e| Status::internal(e.to_string()))?
-        .map_err(|e| Status::internal(e.to_string()))
+        tokio::task::spawn_blocking(move || state::read_ledger(&dir))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| Status::internal(e.to_string()))
     }
 
     fn topology(&self, resource: &str, ids: &[String]) -> Option<pr::TopologyInfo> {
