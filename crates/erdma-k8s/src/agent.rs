@@ -39,6 +39,27 @@ impl NodeEris {
         self.devices.iter().find(|d| norm(&d.mac) == want)
     }
 
+    /// Matches the ERIs to local devices given as `(mac, name)` pairs (e.g. netdev MAC and ibdev
+    /// name from the inventory): the matched pairs, and for each ERI without a local device an
+    /// `(eni id, message)` problem ready for [`report_device_problems`].
+    pub fn match_local<'a>(&'a self, local: &[(String, String)]) -> EriMatch<'a> {
+        let norm = |m: &str| m.to_ascii_lowercase().replace('-', ":");
+        let mut out = EriMatch::default();
+        for d in &self.devices {
+            match local.iter().find(|(mac, _)| norm(mac) == norm(&d.mac)) {
+                Some((_, name)) => out.matched.push((d, name.clone())),
+                None => out.missing.push((
+                    d.id.clone(),
+                    format!(
+                        "no local RDMA device with MAC {} (ERI {}): check that the ENI is attached and the erdma driver is loaded",
+                        d.mac, d.id
+                    ),
+                )),
+            }
+        }
+        out
+    }
+
     /// Whether every ERI has a `Ready` status entry.
     pub fn all_ready(&self) -> bool {
         self.devices.iter().all(|d| {
@@ -47,6 +68,15 @@ impl NodeEris {
                 .any(|s| s.id == d.id && s.state() == Some(DeviceState::Ready))
         })
     }
+}
+
+/// The result of [`NodeEris::match_local`].
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct EriMatch<'a> {
+    /// ERIs found locally, with the local device name.
+    pub matched: Vec<(&'a DeviceInfo, String)>,
+    /// ERIs not found: `(eni id, message)`.
+    pub missing: Vec<(String, String)>,
 }
 
 /// Reads the `ERdmaDevice` of `node` once. `None` when there is none yet (or it lists no device).

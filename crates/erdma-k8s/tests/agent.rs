@@ -157,3 +157,29 @@ async fn agent_problems_are_written_and_cleared_without_touching_controller_entr
         vec![DeviceStatus::new("eni-1", DeviceState::Ready, "")]
     );
 }
+
+#[test]
+fn local_devices_are_matched_by_mac_and_missing_ones_reported() {
+    let eris = erdma_k8s::agent::NodeEris {
+        object_name: "node-a".into(),
+        devices: vec![
+            device("eni-1", "00:16:3e:00:00:01"),
+            device("eni-2", "00:16:3e:00:00:02"),
+        ],
+        jumbo_frame: false,
+        status: vec![],
+    };
+    let local = vec![
+        ("00:16:3E:00:00:01".to_string(), "erdma_0".to_string()),
+        ("00:16:3e:00:00:09".to_string(), "erdma_1".to_string()),
+    ];
+    let m = eris.match_local(&local);
+    assert_eq!(m.matched.len(), 1);
+    assert_eq!(
+        (m.matched[0].0.id.as_str(), m.matched[0].1.as_str()),
+        ("eni-1", "erdma_0")
+    );
+    assert_eq!(m.missing.len(), 1);
+    assert_eq!(m.missing[0].0, "eni-2");
+    assert!(m.missing[0].1.contains("00:16:3e:00:00:02"));
+}
