@@ -6,7 +6,7 @@
 #      CARGO_TARGET_DIR  honoured when locating the built binaries
 LAB=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REPO=$(cd "$LAB/.." && pwd)
-CACHE=${ERDMA_LAB_CACHE:-$HOME/.cache/erdma-lab}
+CACHE=${ERDMA_LAB_CACHE:-${HOME:-/root}/.cache/erdma-lab}
 SUITE=${ERDMA_LAB_SUITE:-trixie-backports}
 T0=$(date +%s.%N)
 TIMINGS=()

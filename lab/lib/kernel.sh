@@ -9,7 +9,7 @@
 set -euo pipefail
 SUITE=${1:?usage: kernel.sh SUITE}
 LAB=$(cd "$(dirname "$0")/.." && pwd)
-CACHE=${ERDMA_LAB_CACHE:-$HOME/.cache/erdma-lab}
+CACHE=${ERDMA_LAB_CACHE:-${HOME:-/root}/.cache/erdma-lab}
 PINS="$LAB/kernels.conf"
 
 mapfile -t LINES < <(awk -v s="$SUITE" '$1 == s && NF == 4 {print $2, $3, $4}' "$PINS")
