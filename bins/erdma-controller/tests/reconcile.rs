@@ -631,3 +631,37 @@ async fn the_running_controllers_provision_a_new_node_end_to_end() {
         .expect("graceful shutdown")
         .unwrap();
 }
+
+#[tokio::test]
+async fn agent_reported_problems_are_kept_while_the_cloud_side_is_ready() {
+    let w = world().await;
+    let primary = instance(&w, "i-p", "ecs.g8ae.4xlarge", "10.0.0.8", Some(false));
+    let n = node("node-p", Some("r.i-p"), "10.0.0.8", true, 10);
+    w.api.put(&n);
+    let c = ctx(&w);
+    reconcile_node(Arc::new(n), c.clone()).await.unwrap();
+    reconcile_device(Arc::new(cr(&w, "node-p").unwrap()), c.clone())
+        .await
+        .unwrap();
+    assert!(cr(&w, "node-p").unwrap().all_ready());
+    // The agent cannot find the device locally and says so.
+    erdma_k8s::agent::report_device_problems(
+        &w.api.client(),
+        "node-p",
+        &[(primary.clone(), "no netdev".into())],
+    )
+    .await
+    .unwrap();
+    let a = reconcile_device(Arc::new(cr(&w, "node-p").unwrap()), c.clone())
+        .await
+        .unwrap();
+    assert_eq!(
+        a,
+        Action::await_change(),
+        "no 10 s requeue for a node-side problem"
+    );
+    let o = cr(&w, "node-p").unwrap();
+    let s = &o.status.unwrap().devices[0];
+    assert_eq!(s.state(), Some(DeviceState::Failed));
+    assert_eq!(s.message, "agent: no netdev");
+}
