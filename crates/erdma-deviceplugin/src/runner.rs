@@ -117,11 +117,10 @@ async fn feed_served(
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) {
+    let mut memory = crate::devices::DeviceMemory::default();
     loop {
-        let set = Arc::new(ServedSet::from_snapshot(
-            &devices.borrow_and_update(),
-            cfg.slots_per_device,
-        ));
+        let merged = memory.merge(&devices.borrow_and_update());
+        let set = Arc::new(ServedSet::from_snapshot(&merged, cfg.slots_per_device));
         metrics.observe_devices(&set);
         if let Some(cdi) = &cfg.cdi
             && let Err(e) = crate::cdi::write_spec(cdi, &set)

@@ -309,13 +309,38 @@ async fn health_changes_reach_the_kubelet_within_250ms() {
     h.devices.send(two_numa_node()).unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(h.kubelet.state().resources[RESOURCE].updates, before);
-    // A device that disappears is no longer advertised.
+    // A device that disappears (driver unloaded) stays advertised, unhealthy, and comes back.
     h.devices
         .send(node(vec![common::device("erdma_0", 0, Some(0), 1)]))
         .unwrap();
     h.kubelet
         .wait_for(Duration::from_millis(250), |s| {
-            s.resources[RESOURCE].devices.len() == 4
+            let d = &s.resources[RESOURCE].devices;
+            d.len() == 12 && d.iter().filter(|d| d.health == "Unhealthy").count() == 8
+        })
+        .await
+        .unwrap();
+    let mut c = plugin_client(&h, ClientAuthority::Localhost).await;
+    let e = c
+        .allocate(api::AllocateRequest {
+            container_requests: vec![api::ContainerAllocateRequest {
+                devices_ids: vec!["erdma_2/0".into()],
+            }],
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        e.message().contains("erdma_2 is gone from the node"),
+        "{}",
+        e.message()
+    );
+    h.devices.send(two_numa_node()).unwrap();
+    h.kubelet
+        .wait_for(Duration::from_millis(250), |s| {
+            s.resources[RESOURCE]
+                .devices
+                .iter()
+                .all(|d| d.health == "Healthy")
         })
         .await
         .unwrap();
