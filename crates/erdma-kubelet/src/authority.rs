@@ -476,4 +476,59 @@ mod tests {
         rw.feed(b"GET / HTTP/1.1\r\n\r\n", &mut out).unwrap();
         assert_eq!(out, b"GET / HTTP/1.1\r\n\r\n");
     }
+
+    proptest::proptest! {
+        #[test]
+        fn rewriting_preserves_every_other_header_for_any_split(
+            values in proptest::collection::vec(("[a-z][a-z0-9-]{0,12}", "[ -~]{0,40}"), 0..8),
+            authority in "(/[a-z0-9._-]{1,20}){1,4}|localhost|[a-z]{1,10}\\.example",
+            requests in 1usize..4,
+            split in 1usize..64,
+        ) {
+            let mut enc = loona_hpack::Encoder::new();
+            let mut input = PREFACE.to_vec();
+            let mut expected = Vec::new();
+            for r in 0..requests {
+                let mut hdrs: Vec<(String, String)> = vec![
+                    (":method".into(), "POST".into()),
+                    (":path".into(), format!("/svc/M{r}")),
+                    (":authority".into(), authority.clone()),
+                ];
+                hdrs.extend(values.iter().cloned());
+                let refs: Vec<(&str, &str)> = hdrs.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+                input.extend(block_bytes(&refs, 1 + 2 * r as u32, &mut enc));
+                expected.push(hdrs);
+            }
+            let mut rw = AuthorityRewriter::new(AuthorityPolicy::FixInvalid);
+            let mut out = Vec::new();
+            for chunk in input.chunks(split) {
+                rw.feed(chunk, &mut out).unwrap();
+            }
+            let blocks = decode_all(&out);
+            proptest::prop_assert_eq!(blocks.len(), requests);
+            let valid = Authority::try_from(authority.as_str()).is_ok();
+            for (got, want) in blocks.iter().zip(&expected) {
+                let got: Vec<(String, String)> = got
+                    .iter()
+                    .map(|(n, v)| (String::from_utf8_lossy(n).into_owned(), String::from_utf8_lossy(v).into_owned()))
+                    .collect();
+                let want: Vec<(String, String)> = want
+                    .iter()
+                    .map(|(n, v)| {
+                        let v = if n == ":authority" && !valid { "localhost".to_string() } else { v.clone() };
+                        (n.clone(), v)
+                    })
+                    .collect();
+                proptest::prop_assert_eq!(got, want);
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let mut rw = AuthorityRewriter::new(AuthorityPolicy::FixInvalid);
+            let mut input = PREFACE.to_vec();
+            input.extend(bytes);
+            let _ = rw.feed(&input, &mut Vec::new());
+        }
+    }
 }
