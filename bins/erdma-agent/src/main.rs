@@ -129,17 +129,11 @@ async fn run(s: Settings) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new());
     let metrics_task = match s.metrics_addr {
         MetricsAddr::Off => None,
-        MetricsAddr::On(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("bind --metrics-addr {addr}"))?;
-            tracing::info!(%addr, "serving /metrics and /healthz");
-            Some(tokio::spawn(erdma_deviceplugin::metrics::serve_on(
-                listener,
-                metrics.clone(),
-                cancel.clone(),
-            )))
-        }
+        MetricsAddr::On(addr) => Some(tokio::spawn(serve_metrics(
+            addr,
+            metrics.clone(),
+            cancel.clone(),
+        ))),
     };
 
     let mut cfg = PluginConfig::new(&s.kubelet_dir);
@@ -161,6 +155,38 @@ async fn run(s: Settings) -> anyhow::Result<()> {
     plugin.context("device plugin")?;
     tracing::info!("erdma-agent stopped");
     Ok(())
+}
+
+/// Serves /metrics and /healthz; a busy or forbidden address is logged and retried every 10 s,
+/// never a reason to stop serving devices.
+async fn serve_metrics(
+    addr: std::net::SocketAddr,
+    metrics: Arc<Metrics>,
+    cancel: CancellationToken,
+) {
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                tracing::info!(%addr, "serving /metrics and /healthz");
+                if let Err(e) =
+                    erdma_deviceplugin::metrics::serve_on(listener, metrics.clone(), cancel.clone())
+                        .await
+                {
+                    tracing::error!(%addr, "metrics server failed: {e}");
+                }
+                if cancel.is_cancelled() {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::error!(%addr, "cannot bind --metrics-addr ({e}); retrying in 10 s, devices are served meanwhile")
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(10)) => {}
+        }
+    }
 }
 
 fn spawn_signal_handler(cancel: CancellationToken) -> anyhow::Result<()> {

@@ -216,12 +216,15 @@ async fn driver_filter_and_allow_list_select_devices() {
     let kubelet = FakeKubelet::start(FakeKubeletConfig::new(dir.path()))
         .await
         .unwrap();
+    // The metrics port is taken: logged, retried, and the devices are served anyway.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_addr = busy.local_addr().unwrap().to_string();
     let _agent = spawn_agent(
         &tree,
         dir.path(),
         &[
             "--metrics-addr",
-            "off",
+            &busy_addr,
             "--instance-id",
             "i-test",
             "--exposed-local-eris",
