@@ -301,6 +301,39 @@ async fn register(state: &PluginState) -> Result<(), String> {
     Ok(())
 }
 
+/// Our socket is no longer the one we bound. Removed (the kubelet's restart cleanup): count a
+/// kubelet restart and let the caller re-serve at once. Replaced by another socket: another agent
+/// instance (a rolling update) took over; stand down without touching its socket, and serve again
+/// only when it is gone. Returns `false` when cancelled meanwhile.
+async fn lost_socket(state: &PluginState, server: Server, cancel: &CancellationToken) -> bool {
+    state.metrics.set_unregistered();
+    let path = server.path.clone();
+    if !uds::is_socket(&path) {
+        tracing::warn!(
+            "kubelet restart detected (plugin socket removed); re-serving and re-registering"
+        );
+        state.metrics.kubelet_restarts.inc();
+        server.stop().await;
+        return true;
+    }
+    tracing::error!(
+        socket = %path.display(),
+        "another process replaced our plugin socket (a second erdma-agent for {}?); standing down until it goes away",
+        state.cfg.resource_name
+    );
+    server.stop().await;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return false,
+            _ = tokio::time::sleep(POLL) => {}
+        }
+        if !uds::is_socket(&path) {
+            tracing::info!(socket = %path.display(), "the other plugin's socket is gone; serving again");
+            return true;
+        }
+    }
+}
+
 /// Serve → register → watch, again and again, until cancelled.
 async fn lifecycle(
     state: &Arc<PluginState>,
@@ -351,7 +384,9 @@ async fn lifecycle(
                     ev = events.recv() => match ev {
                         Some(DirEvent::KubeletSocketCreated) => break,
                         Some(DirEvent::OwnSocketRemoved) if !server.socket_intact() => {
-                            server.stop().await;
+                            if !lost_socket(state, server, cancel).await {
+                                return;
+                            }
                             continue 'outer;
                         }
                         _ => {}
@@ -359,7 +394,9 @@ async fn lifecycle(
                 }
             }
             if !server.socket_intact() {
-                server.stop().await;
+                if !lost_socket(state, server, cancel).await {
+                    return;
+                }
                 continue 'outer;
             }
             reg_backoff = (reg_backoff * 2).min(BACKOFF_MAX);
@@ -384,11 +421,17 @@ async fn lifecycle(
                 _ = poll.tick() => !server.socket_intact() || file_id(&cfg.kubelet_socket()).is_some_and(|id| Some(id) != kubelet_id),
             };
             if restarted {
+                state.metrics.set_unregistered();
+                if !server.socket_intact() {
+                    if !lost_socket(state, server, cancel).await {
+                        return;
+                    }
+                    continue 'outer;
+                }
                 tracing::warn!(
-                    "kubelet restart detected (plugin socket removed or kubelet.sock re-created); re-serving and re-registering"
+                    "kubelet restart detected (kubelet.sock re-created); re-serving and re-registering"
                 );
                 state.metrics.kubelet_restarts.inc();
-                state.metrics.set_unregistered();
                 server.stop().await;
                 continue 'outer;
             }

@@ -785,3 +785,45 @@ async fn waits_for_a_missing_plugin_directory() {
     task.await.unwrap().unwrap();
     kubelet.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_agent_takes_over_without_a_socket_fight() {
+    let h = start(two_numa_node(), |_, _| {}).await;
+    let sock = h.cfg.socket_path();
+    // A second instance (rolling update with surge) binds the same socket name and registers.
+    let (_tx, rx) = tokio::sync::watch::channel(two_numa_node());
+    let cancel_b = tokio_util::sync::CancellationToken::new();
+    let metrics_b = std::sync::Arc::new(erdma_deviceplugin::Metrics::new());
+    let b = tokio::spawn(
+        erdma_deviceplugin::Plugin::new(h.cfg.clone(), rx, metrics_b.clone()).run(cancel_b.clone()),
+    );
+    h.kubelet
+        .wait_for(Duration::from_secs(5), |s| s.registrations == 2)
+        .await
+        .unwrap();
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(&sock).unwrap().ino();
+    // The first one stands down: no re-binding, no re-registration, no counted kubelet restart.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        std::fs::metadata(&sock).unwrap().ino(),
+        ino,
+        "the socket must not flip between instances"
+    );
+    let s = h.kubelet.state();
+    assert_eq!(s.registrations, 2);
+    assert!(s.resources[RESOURCE].connected);
+    assert!(!h.plugin.is_finished());
+    assert!(h.metrics.encode().contains("kubelet_restarts_total 0"));
+    // The second one stops (and removes its socket): the first serves and registers again.
+    cancel_b.cancel();
+    b.await.unwrap().unwrap();
+    h.kubelet
+        .wait_for(Duration::from_secs(3), |s| {
+            s.registrations == 3 && s.resources[RESOURCE].connected
+        })
+        .await
+        .unwrap();
+    assert!(uds::is_socket(&sock));
+    h.stop().await;
+}
