@@ -16,7 +16,11 @@ flip() {  # flip ROUND: eth0 down -> Unhealthy within LIMIT_MS, up -> Healthy
   if probe link --netdev eth0 --set down --ibdev rxe0 --expect Unhealthy --timeout-ms 5000 > /tmp/probe.out 2>&1; then
     d=$(ms); echo "REPORT: health $1: eth0 down -> rxe0 Unhealthy on ListAndWatch in $d ms" >> "$OUT/report.txt"
     if [ "$d" -le $LIMIT_MS ]; then good "$1: eth0 down -> rxe0 Unhealthy in $d ms (limit $LIMIT_MS ms)"
-    else bad "$1: eth0 down -> rxe0 Unhealthy took $d ms (limit $LIMIT_MS ms)"; fi
+    else
+      bad "$1: eth0 down -> rxe0 Unhealthy took $d ms (limit $LIMIT_MS ms)"
+      echo "        link down at $(sed -n 's/^started_utc=//p' /tmp/probe.out) UTC; the agent logged:"
+      tr -d '\033' < "$OUT/$SCEN-agent.log" | sed 's/\[[0-9;]*m//g' | grep 'health changed' | tail -2 | cut -c1-160 | sed 's/^/        | /'
+    fi
   else bad "$1: rxe0 not Unhealthy after eth0 down: $(cat /tmp/probe.out)"; fi
   ck "$1: rxe1 stays Healthy while eth0 is down" probe wait --ibdev rxe1 --expect Healthy --timeout-ms 200
   if probe link --netdev eth0 --set up --ibdev rxe0 --expect Healthy --timeout-ms 10000 > /tmp/probe.out 2>&1; then

@@ -4,7 +4,9 @@
 //!   takes until the fake kubelet has seen every slot of an RDMA device change health;
 //! - `wait`: waits until every slot of a device has a health (optionally after N registrations).
 //!
-//! Both print `elapsed_ms=<ms>` and exit 0 when the condition held, or print why and exit 1.
+//! Both print `elapsed_ms=<ms>` and `started_utc=<hh:mm:ss.micros>` (the wall-clock moment
+//! timing started, to line up with the agent's log) and exit 0 when the condition held, or print
+//! why and exit 1.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -81,7 +83,22 @@ fn watch(w: &Watch, start: Instant) -> anyhow::Result<Duration> {
     )?)
 }
 
+/// Time of day (UTC) with microseconds, as the agent's log timestamps show it.
+fn utc_time_of_day(t: std::time::SystemTime) -> String {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs() % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}.{:06}",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60,
+        d.subsec_micros()
+    )
+}
+
 fn main() {
+    let wall = std::time::SystemTime::now();
+    println!("started_utc={}", utc_time_of_day(wall));
     let result = match Cli::parse().command {
         Command::Link {
             netdev,
