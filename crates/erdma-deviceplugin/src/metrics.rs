@@ -87,7 +87,7 @@ impl Metrics {
         );
         registry.register(
             "slots_allocated",
-            "Distinct slots handed out by Allocate, per device",
+            "Slots in use per device: from the kubelet's pod resources when configured (every 10 s), else distinct slots handed out by Allocate",
             slots_allocated.clone(),
         );
         registry.register(
@@ -150,6 +150,19 @@ impl Metrics {
                     })
                     .inc();
             }
+        }
+    }
+
+    /// Replaces the per-device slot gauge with what the kubelet's pod-resources API reports as in
+    /// use now (more accurate than the Allocate history: it drops when pods go away).
+    pub fn set_slots_in_use(&self, used: &std::collections::BTreeMap<String, u32>) {
+        self.slots_allocated.clear();
+        for (device, n) in used {
+            self.slots_allocated
+                .get_or_create(&DeviceName {
+                    device: device.clone(),
+                })
+                .set(i64::from(*n));
         }
     }
 
@@ -235,4 +248,31 @@ pub async fn serve_on(
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { cancel.cancelled().await })
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_gauge_follows_allocate_then_pod_resources() {
+        let m = Metrics::new();
+        m.observe_allocated(&[
+            erdma_model::SlotId::new("erdma_0", 1),
+            erdma_model::SlotId::new("erdma_0", 2),
+        ]);
+        m.observe_allocated(&[erdma_model::SlotId::new("erdma_0", 1)]);
+        assert!(
+            m.encode()
+                .contains("erdma_deviceplugin_slots_allocated{device=\"erdma_0\"} 2")
+        );
+        let used = [("erdma_1".to_string(), 5u32)].into_iter().collect();
+        m.set_slots_in_use(&used);
+        let text = m.encode();
+        assert!(
+            text.contains("erdma_deviceplugin_slots_allocated{device=\"erdma_1\"} 5"),
+            "{text}"
+        );
+        assert!(!text.contains("device=\"erdma_0\""), "{text}");
+    }
 }

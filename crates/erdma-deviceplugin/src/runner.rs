@@ -101,11 +101,42 @@ impl Plugin {
             metrics: self.metrics.clone(),
             pre_start: self.pre_start,
         });
+        let usage = cfg.pod_resources_socket.clone().map(|socket| {
+            tokio::spawn(track_usage(
+                socket,
+                cfg.resource_name.clone(),
+                self.metrics.clone(),
+                cancel.clone(),
+            ))
+        });
         let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
         let _watcher = watch_dir(&cfg, ev_tx, &cancel).await;
         lifecycle(&state, &mut ev_rx, &cancel).await;
         let _ = feeder.await;
+        if let Some(u) = usage {
+            let _ = u.await;
+        }
         Ok(())
+    }
+}
+
+/// Every 10 s, sets the slots-in-use gauge from the kubelet's pod-resources API.
+async fn track_usage(
+    socket: PathBuf,
+    resource: String,
+    metrics: Arc<Metrics>,
+    cancel: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(10));
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match crate::podresources::used_slots(&socket, &resource).await {
+            Ok(used) => metrics.set_slots_in_use(&used),
+            Err(e) => tracing::debug!("pod-resources unavailable for the slots metric: {e}"),
+        }
     }
 }
 
