@@ -10,10 +10,12 @@ rm -rf "$CDI"; mkdir -p "$CDI"
 start_kubelet || { fail "$SCEN" "fake kubelet did not start"; exit 0; }
 start_agent --slots-per-device 1 --cdi-spec-dir "$CDI" || { fail "$SCEN" "agent (CDI mode) did not register"; exit 0; }
 ck "the agent wrote a CDI spec into $CDI ($(ls $CDI | tr '\n' ' '))" sh -c "ls $CDI | grep -qE '\\.(json|yaml|yml)\$'"
+cp "$CDI"/* "$OUT/" 2>/dev/null   # kept with the logs (crates/erdma-lab/testdata has a capture)
 pod_net pod-a 10.88.0.11; pod_net pod-b 10.88.0.12
 A=$(alloc pod-a 1) || { fail "$SCEN" "CDI-mode Allocate for pod-a failed: $(tail -1 /tmp/pod-a.alloc.err)"; exit 0; }
 B=$(alloc pod-b 1) || { fail "$SCEN" "CDI-mode Allocate for pod-b failed: $(tail -1 /tmp/pod-b.alloc.err)"; exit 0; }
 echo " pod-a: $(jq -c '{device_ids, cdi_devices, devices}' "$A")"
+cp "$A" "$OUT/cdi-allocate-pod-a.json"
 ck "CDI-mode Allocate names CDI devices" jq -e '.cdi_devices | length > 0' "$A"
 DA=$(ibdevs "$A"); DB=$(ibdevs "$B"); UA=$(uverbs_of "$DA"); UB=$(uverbs_of "$DB")
 for p in a b; do

@@ -30,6 +30,7 @@ flip() {  # flip ROUND: eth0 down -> Unhealthy within LIMIT_MS, up -> Healthy
 }
 flip "before restart"
 
+ck "Allocate for pod-g before the restart" alloc pod-g 1
 regs=$(jq -r '.registrations' "$STATE")
 t=$(now)
 ck "erdma-fake-kubelet restart" erdma-fake-kubelet restart --dir "$KDIR"
@@ -39,6 +40,7 @@ if probe wait --ibdev rxe0 --expect Healthy --min-registrations $((regs + 1)) --
   echo "REPORT: health: kubelet restart -> re-registered in ${d} ms (including the restart command)" >> "$OUT/report.txt"
 else bad "agent did not re-register after the kubelet restart: $(cat /tmp/probe.out)"; fi
 ck "the agent process survived the restart" kill -0 "$AGENT_PID"
+ck "pod-g's allocation is still recorded after the restart" jq -e '[.allocations[].pod] | index("lab/pod-g") != null' "$STATE"
 ck "Allocate works after the restart" alloc pod-h 1
 flip "after restart"
 finish
