@@ -78,6 +78,38 @@ enum Command {
         #[arg(long, default_value = PIN_DIR, value_name = "DIR", global = true)]
         pin_dir: PathBuf,
     },
+    /// The node side of the pnet table: map a PNET ID to an RDMA device port (what the agent does
+    /// at startup for every ERI; for nodes without the agent and the lab).
+    IbPnet {
+        /// PNET ID.
+        pnet: String,
+        /// RDMA device (`erdma_0`).
+        ibdev: String,
+        /// Port.
+        #[arg(default_value_t = 1)]
+        port: u8,
+    },
+    /// SMC-Rv2 user EIDs of the node (SMC-Rv2 needs the same UEID on both peers).
+    Ueid {
+        #[command(subcommand)]
+        action: UeidAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum UeidAction {
+    /// Add a UEID (idempotent).
+    Add {
+        /// The EID (1-32 characters A-Z 0-9 . -; upper-cased).
+        eid: String,
+    },
+    /// Remove a UEID.
+    Remove {
+        /// The EID.
+        eid: String,
+    },
+    /// List the UEIDs.
+    List,
 }
 
 #[derive(Debug, Subcommand)]
@@ -111,6 +143,8 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         None => configure(&cli.pod),
         Some(Command::Policy { action, pin_dir }) => policy(action, pin_dir),
+        Some(Command::Ueid { action }) => ueid(action),
+        Some(Command::IbPnet { pnet, ibdev, port }) => ib_pnet(pnet, ibdev, *port),
     };
     match result {
         Ok(code) => code,
@@ -220,6 +254,42 @@ fn print_report(r: &PodReport, output: &str) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+fn ib_pnet(pnet: &str, ibdev: &str, port: u8) -> anyhow::Result<ExitCode> {
+    let id =
+        PnetId::parse(pnet).map_err(|e| anyhow::anyhow!("PNET ID {pnet:?} is not valid: {e}"))?;
+    let r = erdma_smc::pnet::ensure_ib_ports(&[(id, ibdev.to_string(), port)]);
+    println!("{}", serde_json::to_string(&r)?);
+    Ok(if r.warnings.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn ueid(action: &UeidAction) -> anyhow::Result<ExitCode> {
+    let c = erdma_smc::ueid::UeidClient::open()?;
+    match action {
+        UeidAction::Add { eid } => {
+            let added = c.add(eid)?;
+            println!(
+                "UEID {}: {}",
+                eid.to_ascii_uppercase(),
+                if added { "added" } else { "already present" }
+            );
+        }
+        UeidAction::Remove { eid } => {
+            c.remove(eid)?;
+            println!("UEID {} removed", eid.to_ascii_uppercase());
+        }
+        UeidAction::List => {
+            for e in c.list()? {
+                println!("{e}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(feature = "bpf")]

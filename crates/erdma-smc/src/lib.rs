@@ -5,7 +5,8 @@ pub mod decline;
 pub mod diag;
 pub mod netns;
 pub mod pnet;
-pub mod probe;
-pub mod sysctl;
 #[cfg(feature = "bpf")]
 pub mod policy;
+pub mod probe;
+pub mod sysctl;
+pub mod ueid;
