@@ -15,7 +15,7 @@ while [ $# -gt 0 ]; do
     --suite) SUITE=${2:?--suite needs a value}; shift 2 ;;
     --scenario) SCENARIOS+=("${2:?--scenario needs a name}"); shift 2 ;;
     --strict) STRICT=1; shift ;;
-    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
