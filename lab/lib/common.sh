@@ -83,7 +83,7 @@ lab_initramfs() {
   base="$CACHE/initramfs/base-$key.cpio.gz"
   if [ ! -f "$base" ]; then
     mkdir -p "$CACHE/initramfs"
-    "$LAB/lib/initramfs.sh" base "$KROOT" "$base.tmp" && mv "$base.tmp" "$base" || die "initramfs build failed"
+    "$LAB/lib/initramfs.sh" base "$KROOT" "$base.tmp.$$" && mv "$base.tmp.$$" "$base" || die "initramfs build failed"
   fi
   stage="$WORK/bin"; rm -rf "$stage"; mkdir -p "$stage"
   for b in "${BINS[@]}"; do strip -o "$stage/$(basename "$b")" "$b" 2>/dev/null || cp "$b" "$stage/"; done

@@ -80,7 +80,9 @@ shopt -s nullglob; MD=("$TMP"/lib/modules/* "$TMP"/usr/lib/modules/*); shopt -u 
 [ "${#MD[@]}" -gt 0 ] || { echo "kernel.sh: no lib/modules/<version> in the packages of $SUITE" >&2; exit 5; }
 KVER=$(basename "${MD[0]}")
 depmod -b "${MD[0]%/lib/modules/$KVER}" "$KVER"
-rm -rf "$KROOT"; mv "$TMP" "$KROOT"; trap - EXIT
-touch "$KROOT/.complete"
+touch "$TMP/.complete"
+# another run may have finished the same kernel meanwhile: keep the first complete one
+if [ -f "$KROOT/.complete" ]; then rm -rf "$TMP"; else rm -rf "$KROOT"; mv "$TMP" "$KROOT"; fi
+trap - EXIT
 echo "kernel.sh: $SUITE kernel $KVER unpacked in $KROOT ($(du -sh "$KROOT" | cut -f1))" >&2
 echo "$KROOT"
