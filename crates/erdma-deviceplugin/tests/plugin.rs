@@ -827,3 +827,97 @@ async fn a_second_agent_takes_over_without_a_socket_fight() {
     assert!(uds::is_socket(&sock));
     h.stop().await;
 }
+
+/// Sends raw bytes as the request body of a gRPC call (malformed protobuf).
+struct GarbageCodec;
+struct GarbageEncoder;
+struct DiscardDecoder;
+
+impl tonic::codec::Codec for GarbageCodec {
+    type Encode = Vec<u8>;
+    type Decode = ();
+    type Encoder = GarbageEncoder;
+    type Decoder = DiscardDecoder;
+    fn encoder(&mut self) -> GarbageEncoder {
+        GarbageEncoder
+    }
+    fn decoder(&mut self) -> DiscardDecoder {
+        DiscardDecoder
+    }
+}
+
+impl tonic::codec::Encoder for GarbageEncoder {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        use prost::bytes::BufMut;
+        dst.put_slice(&item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for DiscardDecoder {
+    type Item = ();
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<()>, tonic::Status> {
+        use prost::bytes::Buf;
+        let n = src.remaining();
+        src.advance(n);
+        Ok(Some(()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_bytes_and_protobuf_are_rejected_and_the_plugin_keeps_serving() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = start(two_numa_node(), |_, _| {}).await;
+    let sock = h.cfg.socket_path();
+    // Not HTTP/2 at all.
+    let mut s = tokio::net::UnixStream::connect(&sock).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n\x00\xff garbage")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut buf)).await;
+    // HTTP/2 preface followed by a broken frame.
+    let mut s = tokio::net::UnixStream::connect(&sock).await.unwrap();
+    s.write_all(
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x05\x01\x04\x00\x00\x00\x01\xff\xff\xff\xff\xff",
+    )
+    .await
+    .unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(2), s.read_to_end(&mut buf)).await;
+    // A well-formed call whose body is not a valid AllocateRequest.
+    let ch = uds::connect(&sock, ClientAuthority::Localhost, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(ch);
+    grpc.ready().await.unwrap();
+    let e = grpc
+        .unary(
+            tonic::Request::new(vec![0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x01]),
+            tonic::codegen::http::uri::PathAndQuery::from_static("/v1beta1.DevicePlugin/Allocate"),
+            GarbageCodec,
+        )
+        .await
+        .unwrap_err();
+    assert!(e.message().to_lowercase().contains("decode"), "{e:?}");
+    // Still serving.
+    let mut c = plugin_client(&h, ClientAuthority::Localhost).await;
+    c.allocate(api::AllocateRequest {
+        container_requests: vec![api::ContainerAllocateRequest {
+            devices_ids: vec!["erdma_0/0".into()],
+        }],
+    })
+    .await
+    .unwrap();
+    assert!(h.kubelet.state().resources[RESOURCE].connected);
+    h.stop().await;
+}
