@@ -21,6 +21,9 @@ for p in a b; do
   want=$(jq -r '.devices[].container_path | select(startswith("/dev/infiniband/")) | ltrimstr("/dev/infiniband/")' "$f" | sort | tr '\n' ' ')
   seen=$(pod "pod-$p" "$f" ls /dev/infiniband | sort | tr '\n' ' ')
   ck "pod-$p sees exactly its entries in /dev/infiniband: [$seen] = Allocate [$want]" test "$seen" = "$want"
+  want=$(jq -r '.envs | to_entries | map("\(.key)=\(.value)") | sort | join(" ")' "$f")
+  seen=$(pod "pod-$p" "$f" env | grep -F "$(jq -r '.envs | keys[]' "$f")" | sort | tr '\n' ' ' | sed 's/ $//')
+  ck "pod-$p's environment carries Allocate's envs [$want]" test "$seen" = "$want"
   seen=$(pod "pod-$p" "$f" ibv_devices | awk 'NR > 2 {print $1}' | tr '\n' ' ')
   ck "pod-$p's ibv_devices lists only $d: [$seen]" test "$seen" = "$d "
 done
