@@ -210,3 +210,31 @@ fn plan_prints_the_pod_as_json() {
     assert_eq!(plan["env"]["ERDMA_DEVICES"], "rxe0");
     assert_eq!(plan["command"][0], "ibv_devices");
 }
+
+#[test]
+fn sigterm_reaches_the_command_through_the_pods_init() {
+    if !privileged("sigterm_reaches_the_command_through_the_pods_init") {
+        return;
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_erdma-labpod"))
+        .args(["run", "--name", "pod-t", "--", "sleep", "30"])
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("signal erdma-labpod");
+    let status = child.wait().expect("wait");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "the pod ignored SIGTERM"
+    );
+    assert_eq!(
+        status.code(),
+        Some(128 + 15),
+        "sleep was killed by SIGTERM: {status:?}"
+    );
+}
