@@ -38,6 +38,7 @@ pub enum PluginError {
 /// What happened in the device-plugin directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum DirEvent {
+    /// Our socket path was removed or replaced.
     OwnSocketRemoved,
     KubeletSocketCreated,
 }
@@ -187,6 +188,7 @@ async fn watch_dir(
     tx: mpsc::UnboundedSender<DirEvent>,
     cancel: &CancellationToken,
 ) -> Option<notify::RecommendedWatcher> {
+    use notify::event::ModifyKind;
     use notify::{EventKind, RecursiveMode, Watcher};
     let own = cfg.socket_path();
     let kubelet = cfg.kubelet_socket();
@@ -203,8 +205,13 @@ async fn watch_dir(
         let Ok(ev) = res else { return };
         for p in &ev.paths {
             let e = match ev.kind {
-                EventKind::Remove(_) if *p == own => Some(DirEvent::OwnSocketRemoved),
-                EventKind::Create(_) if *p == kubelet => Some(DirEvent::KubeletSocketCreated),
+                // Removed, or replaced by a rename over it.
+                EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_)) if *p == own => {
+                    Some(DirEvent::OwnSocketRemoved)
+                }
+                EventKind::Create(_) | EventKind::Modify(ModifyKind::Name(_)) if *p == kubelet => {
+                    Some(DirEvent::KubeletSocketCreated)
+                }
                 _ => None,
             };
             if let Some(e) = e {

@@ -788,6 +788,7 @@ async fn waits_for_a_missing_plugin_directory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_agent_takes_over_without_a_socket_fight() {
+    let _ = tracing_subscriber::fmt().with_env_filter("info").try_init();
     let h = start(two_numa_node(), |_, _| {}).await;
     let sock = h.cfg.socket_path();
     // A second instance (rolling update with surge) binds the same socket name and registers.

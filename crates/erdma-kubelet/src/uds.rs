@@ -78,16 +78,22 @@ pub fn is_socket(path: &Path) -> bool {
 
 /// Binds a listening socket at `path` with mode 0600. A stale *socket* at the path is replaced;
 /// anything else there is an error.
+///
+/// The socket is bound under a hidden temporary name in the same directory and renamed over
+/// `path`, so the path never disappears in between: a watcher (another instance of the same
+/// plugin, say) sees the socket replaced, never removed.
 pub fn bind(path: &Path) -> Result<UnixListener, UdsError> {
     check_len(path)?;
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_socket() => {
-            std::fs::remove_file(path).map_err(|source| UdsError::Io {
-                what: "remove stale socket",
-                path: path.into(),
-                source,
-            })?;
+    let io = |what: &'static str, p: &Path| {
+        let p = p.to_path_buf();
+        move |source| UdsError::Io {
+            what,
+            path: p,
+            source,
         }
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {}
         Ok(_) => return Err(UdsError::NotASocket { path: path.into() }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(source) => {
@@ -98,18 +104,32 @@ pub fn bind(path: &Path) -> Result<UnixListener, UdsError> {
             });
         }
     }
-    let listener = UnixListener::bind(path).map_err(|source| UdsError::Io {
-        what: "bind",
-        path: path.into(),
-        source,
-    })?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|source| {
-        UdsError::Io {
-            what: "chmod 0600",
-            path: path.into(),
-            source,
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}", std::process::id()));
+    if tmp.as_os_str().len() > MAX_SOCKET_PATH {
+        // No room for a temporary name: replace in two steps.
+        if is_socket(path) {
+            std::fs::remove_file(path).map_err(io("remove stale socket", path))?;
         }
-    })?;
+        let listener = UnixListener::bind(path).map_err(io("bind", path))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(io("chmod 0600", path))?;
+        return Ok(listener);
+    }
+    if is_socket(&tmp) {
+        std::fs::remove_file(&tmp).map_err(io("remove stale socket", &tmp))?;
+    }
+    let listener = UnixListener::bind(&tmp).map_err(io("bind", &tmp))?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+        .map_err(io("chmod 0600", &tmp))
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(io("rename into place", path)));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     Ok(listener)
 }
 
