@@ -342,3 +342,88 @@ async fn missing_sandbox_netns_and_sockets_are_clear_errors() {
     assert!(e.to_string().contains("kubelet pod-resources"), "{e}");
     s.stop.cancel();
 }
+
+/// The whole pre-start path on this machine's real kernel: device IDs → pod (pod-resources) →
+/// sandbox (CRI, netns of a real private namespace) → annotation → SMC configuration. This build
+/// host has no SMC, so the annotated pod gets "SMC unsupported" and starts on TCP; the
+/// unannotated one is left alone.
+#[tokio::test]
+async fn prestart_end_to_end_with_the_smc_decision() {
+    use erdma_smc::configure::{PodOptions, SmcConfigurator};
+    use erdma_smc::prestart::{PodSandbox, PreStartOutcome};
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare");
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        tx.send(format!("/proc/self/task/{tid}/ns/net")).unwrap();
+        let _ = stop_rx.recv();
+    });
+    let netns = rx.recv().unwrap();
+    let s = start(
+        Kubelet(vec![
+            pod("default", "smc", "app", &["erdma_0/1"]),
+            pod("default", "plain", "app", &["erdma_0/2"]),
+        ]),
+        Runtime(vec![
+            (
+                sandbox("a", "default", "smc", true, 1, false, &[(SMCR, "true")]),
+                containerd_info(&netns, 0),
+            ),
+            (
+                sandbox("b", "default", "plain", true, 1, false, &[]),
+                containerd_info(&netns, 0),
+            ),
+        ]),
+    )
+    .await;
+    let configurator = SmcConfigurator::new(
+        PodOptions {
+            host_netns: PathBuf::from("/proc/self/ns/net"),
+            ..PodOptions::default()
+        },
+        None,
+    );
+    let pnet = erdma_model::PnetId::parse("00163E0A1B2C").unwrap();
+    let mut cri = CriClient::connect(&s.cri, Path::new("/proc"))
+        .await
+        .unwrap();
+    let mut outcomes = Vec::new();
+    for id in ["erdma_0/1", "erdma_0/2"] {
+        let (_, info) = prestart::resolve(&s.podres, &mut cri, "aliyun/erdma", &[id.into()])
+            .await
+            .unwrap();
+        let sandbox = PodSandbox {
+            pod: info.pod(),
+            host_network: info.host_network,
+            netns: info.netns.clone(),
+            annotations: info.annotations.clone(),
+        };
+        let c = configurator.clone();
+        let p = pnet.clone();
+        outcomes.push(
+            tokio::task::spawn_blocking(move || c.prestart(&sandbox, &p))
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(outcomes[1], PreStartOutcome::NotRequested);
+    if Path::new("/sys/module/smc").exists() {
+        assert!(matches!(
+            outcomes[0],
+            PreStartOutcome::Configured { .. } | PreStartOutcome::Failed { .. }
+        ));
+    } else {
+        assert!(
+            matches!(outcomes[0], PreStartOutcome::Unsupported { .. }),
+            "{:?}",
+            outcomes[0]
+        );
+        let m = outcomes[0].event_message().unwrap();
+        assert!(m.starts_with("SMC unsupported: "), "{m}");
+        assert!(!outcomes[0].fails_container(false));
+    }
+    drop(stop_tx);
+    s.stop.cancel();
+}

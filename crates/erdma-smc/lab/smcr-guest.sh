@@ -6,13 +6,23 @@
 #     by `erdmactl smc status`), pod B stays plain TCP, releasing pod A removes the policy.
 . /mnt/host/guest/lib.sh
 SCEN=smcr
+export RUST_BACKTRACE=1 ERDMA_REQUIRE_BPF=1
 if ! modprobe smc 2>/dev/null || ! modprobe smc_diag 2>/dev/null; then
-  skip smcr "kernel $(uname -r) has no smc/smc_diag module"; exit 0
+  # A kernel without SMC (e.g. trixie-backports 7.3): everything must say so clearly.
+  log "kernel $(uname -r) has no SMC: checking the unsupported path"
+  ck "erdma-smc tests without SMC (the BPF policy still loads; IPPROTO_SMC is refused)" \
+    /usr/local/bin/erdma-smc-tests --test-threads=1 --nocapture diag:: probe:: configure:: netns:: sysctl:: policy:: ueid::
+  cp /tmp/ck.out "$OUT/smcr-tests.txt"
+  erdmactl smc status > /tmp/st.out 2> /tmp/st.err; rc=$?
+  [ $rc = 3 ] && grep -q "^SMC unsupported: " /tmp/st.err && good "erdmactl smc status: $(cat /tmp/st.err)" || bad "erdmactl smc status rc=$rc: $(cat /tmp/st.err)"
+  ip netns add podu; ip netns exec podu env SMCR_PNET=00163E0A1B2C smcr-init > /tmp/si.out 2> /tmp/si.err; rc=$?
+  [ $rc = 0 ] && grep -q "^SMC unsupported: " /tmp/si.err && good "smcr-init: pod starts on TCP: $(head -1 /tmp/si.err)" || bad "smcr-init rc=$rc: $(cat /tmp/si.err)"
+  ip netns exec podu env SMCR_PNET=00163E0A1B2C smcr-init --strict > /dev/null 2>&1 && bad "--strict did not fail" || good "smcr-init --strict fails the pod"
+  SCEN=smcr finish; exit 0
 fi
 log "kernel $(uname -r): smc and smc_diag loaded"
-export RUST_BACKTRACE=1 ERDMA_REQUIRE_BPF=1
-ck "erdma-smc tests (diag, probe, configure, netns, sysctl, BPF policy) on $(uname -r)" \
-  /usr/local/bin/erdma-smc-tests --test-threads=1 --nocapture diag:: probe:: configure:: netns:: sysctl:: policy::
+ck "erdma-smc tests (diag, probe, configure, netns, sysctl, BPF policy, UEID) on $(uname -r)" \
+  /usr/local/bin/erdma-smc-tests --test-threads=1 --nocapture diag:: probe:: configure:: netns:: sysctl:: policy:: ueid::
 cp /tmp/ck.out "$OUT/smcr-tests.txt"
 grep -E "^test |SKIP|test result" "$OUT/smcr-tests.txt" | sed "s/^/    /" || true
 

@@ -10,3 +10,4 @@ pub mod policy;
 pub mod probe;
 pub mod sysctl;
 pub mod ueid;
+pub mod prestart;

@@ -71,12 +71,36 @@ fn capture(_level: PrintLevel, msg: String) {
 
 fn log_tail() -> String {
     let log = LOG.lock().map(|l| l.clone()).unwrap_or_default();
-    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    let lines: Vec<&str> = log
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
     if lines.is_empty() {
         return String::new();
     }
-    let tail = &lines[lines.len().saturating_sub(6)..];
-    format!("; log: {}", tail.join(" | "))
+    // The verifier's reason ("R0 invalid mem access …") can sit above its statistics and, on
+    // newer kernels, a "Suggestion:" paragraph: keep the reason lines, then the last few lines.
+    const REASONS: &[&str] = &[
+        "invalid",
+        "not allowed",
+        "unknown",
+        "cannot",
+        "unbounded",
+        "misaligned",
+    ];
+    let mut keep: Vec<&str> = lines
+        .iter()
+        .filter(|l| REASONS.iter().any(|r| l.contains(r)))
+        .take(2)
+        .copied()
+        .collect();
+    for l in &lines[lines.len().saturating_sub(4)..] {
+        if !keep.contains(l) {
+            keep.push(l);
+        }
+    }
+    format!("; log: {}", keep.join(" | "))
 }
 
 fn load_fix(denied: bool) -> &'static str {
@@ -211,7 +235,8 @@ impl BpfSocketPolicy {
         Ok(BpfSocketPolicy { link: None, map })
     }
 
-    /// Removes the pins under `dir`; the program detaches once no process holds the link.
+    /// Removes the pins under `dir`; the program detaches once no process holds the link (the
+    /// kernel frees the link from a work queue, so it takes effect within moments, not at once).
     pub fn unpin(dir: &Path) -> Result<(), PolicyError> {
         for name in [LINK_PIN, MAP_PIN] {
             let p = dir.join(name);
@@ -467,11 +492,14 @@ mod tests {
             );
             drop(other);
             BpfSocketPolicy::unpin(&dir).unwrap();
-            assert_eq!(
-                run_in(&ns, || tcp_socket(0, 0)).unwrap(),
-                Ok(libc::IPPROTO_TCP),
-                "unpinned: detached"
-            );
+            // The kernel frees an unpinned link from a work queue: allow it a moment.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            let mut got = run_in(&ns, || tcp_socket(0, 0)).unwrap();
+            while got != Ok(libc::IPPROTO_TCP) && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                got = run_in(&ns, || tcp_socket(0, 0)).unwrap();
+            }
+            assert_eq!(got, Ok(libc::IPPROTO_TCP), "unpinned: detached");
             drop(stop);
         });
         // SAFETY: umount2(2) of the bpffs mounted above.

@@ -1,0 +1,222 @@
+//! The device plugin's `PreStartContainer` decision for SMC-R: given the pod's sandbox (found by
+//! `erdma_cri::prestart::resolve`), configure its namespace when the annotation asks for it.
+//! The container fails only in strict mode; otherwise every problem is an outcome to report
+//! (Event + metric) and the pod starts on TCP.
+
+use crate::annotation::SmcRequest;
+use crate::configure::{PodReport, SmcConfigurator};
+use erdma_model::PnetId;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// What `PreStartContainer` knows about the pod (from the container runtime).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodSandbox {
+    /// `namespace/name`, for messages.
+    pub pod: String,
+    /// The pod uses the node's network namespace.
+    pub host_network: bool,
+    /// The pod's network namespace as seen from the agent.
+    pub netns: Option<PathBuf>,
+    /// The pod's annotations.
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum PreStartOutcome {
+    /// No annotation, or `"false"`.
+    NotRequested,
+    /// Annotation value other than true/false: treated as false.
+    InvalidAnnotation {
+        /// The problem, naming the pod and the value.
+        problem: String,
+    },
+    /// Host-network pod: never touched.
+    HostNetwork {
+        /// The pod.
+        pod: String,
+    },
+    /// SMC-R is on for the pod.
+    Configured {
+        /// The report.
+        report: PodReport,
+    },
+    /// The kernel cannot do SMC-R; the pod runs on TCP.
+    Unsupported {
+        /// The report (its `unsupported` says why).
+        report: PodReport,
+    },
+    /// Configuring failed (namespace gone, pnet conflict, policy error).
+    Failed {
+        /// The pod.
+        pod: String,
+        /// The error.
+        error: String,
+    },
+}
+
+impl PreStartOutcome {
+    /// Whether `PreStartContainer` must return an error (fail the container): only in strict
+    /// mode, when SMC-R was requested and is not on.
+    pub fn fails_container(&self, strict: bool) -> bool {
+        strict
+            && matches!(
+                self,
+                PreStartOutcome::Unsupported { .. } | PreStartOutcome::Failed { .. }
+            )
+    }
+
+    /// A one-line message for a Kubernetes Event / log, `None` when there is nothing to say.
+    pub fn event_message(&self) -> Option<String> {
+        match self {
+            PreStartOutcome::NotRequested | PreStartOutcome::HostNetwork { .. } => None,
+            PreStartOutcome::InvalidAnnotation { problem } => Some(problem.clone()),
+            PreStartOutcome::Configured { report } => Some(format!(
+                "SMC-R enabled ({})",
+                report
+                    .mechanism
+                    .map(|m| format!("{m:?}"))
+                    .unwrap_or_default()
+            )),
+            PreStartOutcome::Unsupported { report } => report.unsupported.clone(),
+            PreStartOutcome::Failed { pod, error } => {
+                Some(format!("pod {pod}: SMC-R not enabled: {error}"))
+            }
+        }
+    }
+}
+
+impl SmcConfigurator {
+    /// The `PreStartContainer` step for SMC-R (blocking; run it in `spawn_blocking`).
+    pub fn prestart(&self, pod: &PodSandbox, pnetid: &PnetId) -> PreStartOutcome {
+        let request = SmcRequest::from_annotations(&pod.annotations);
+        if let Some(problem) = request.problem(&pod.pod) {
+            tracing::warn!(pod = %pod.pod, %problem, "smc: invalid annotation");
+            return PreStartOutcome::InvalidAnnotation { problem };
+        }
+        if !request.enabled() {
+            return PreStartOutcome::NotRequested;
+        }
+        let netns = match (&pod.netns, pod.host_network) {
+            (Some(n), false) => n,
+            _ => {
+                return PreStartOutcome::HostNetwork {
+                    pod: pod.pod.clone(),
+                };
+            }
+        };
+        match self.configure_pod(netns, pnetid) {
+            Ok(report) if report.skipped.is_some() => PreStartOutcome::HostNetwork {
+                pod: pod.pod.clone(),
+            },
+            Ok(report) if report.unsupported.is_some() => PreStartOutcome::Unsupported { report },
+            Ok(report) => PreStartOutcome::Configured { report },
+            Err(e) => PreStartOutcome::Failed {
+                pod: pod.pod.clone(),
+                error: e.to_string(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::annotation::SMCR_ANNOTATION;
+    use crate::configure::PodOptions;
+    use std::path::Path;
+
+    fn sandbox(value: Option<&str>, host: bool, netns: Option<&str>) -> PodSandbox {
+        PodSandbox {
+            pod: "default/web-0".into(),
+            host_network: host,
+            netns: netns.map(PathBuf::from),
+            annotations: value
+                .map(|v| [(SMCR_ANNOTATION.to_string(), v.to_string())].into())
+                .unwrap_or_default(),
+        }
+    }
+
+    fn configurator() -> SmcConfigurator {
+        SmcConfigurator::new(
+            PodOptions {
+                host_netns: PathBuf::from("/proc/self/ns/net"),
+                ..PodOptions::default()
+            },
+            None,
+        )
+    }
+
+    #[test]
+    fn decisions_before_touching_anything() {
+        let c = configurator();
+        let id = PnetId::parse("ABC").unwrap();
+        assert_eq!(
+            c.prestart(&sandbox(None, false, Some("/x")), &id),
+            PreStartOutcome::NotRequested
+        );
+        assert_eq!(
+            c.prestart(&sandbox(Some("false"), false, Some("/x")), &id),
+            PreStartOutcome::NotRequested
+        );
+        let o = c.prestart(&sandbox(Some("yes"), false, Some("/x")), &id);
+        let msg = o.event_message().unwrap();
+        assert!(
+            msg.contains("default/web-0") && msg.contains("\"yes\""),
+            "{msg}"
+        );
+        assert!(
+            !o.fails_container(true),
+            "an invalid value is treated as false"
+        );
+        let o = c.prestart(&sandbox(Some("true"), true, None), &id);
+        assert!(matches!(o, PreStartOutcome::HostNetwork { .. }), "{o:?}");
+        assert_eq!(o.event_message(), None);
+        // A sandbox that claims its own netns but is the host's: skipped too.
+        let o = c.prestart(
+            &sandbox(Some("true"), false, Some("/proc/self/ns/net")),
+            &id,
+        );
+        assert!(matches!(o, PreStartOutcome::HostNetwork { .. }), "{o:?}");
+    }
+
+    #[test]
+    fn gone_namespace_fails_only_in_strict_mode() {
+        let c = configurator();
+        let id = PnetId::parse("ABC").unwrap();
+        let o = c.prestart(
+            &sandbox(
+                Some("true"),
+                false,
+                Some("/proc/self/task/999999999/ns/net"),
+            ),
+            &id,
+        );
+        assert!(matches!(o, PreStartOutcome::Failed { .. }), "{o:?}");
+        assert!(o.event_message().unwrap().contains("is gone"));
+        assert!(!o.fails_container(false));
+        assert!(o.fails_container(true));
+    }
+
+    /// This machine has no SMC: an annotated pod in a real namespace is "unsupported", the pod
+    /// starts on TCP unless strict.
+    #[test]
+    fn real_namespace_without_smc_is_unsupported() {
+        if Path::new("/sys/module/smc").exists() {
+            eprintln!("SKIP: this kernel has SMC; covered by the lab");
+            return;
+        }
+        let (ns, stop) = crate::netns::tests_support::private_netns();
+        let o = configurator().prestart(
+            &sandbox(Some("true"), false, Some(ns.to_str().unwrap())),
+            &PnetId::parse("ABC").unwrap(),
+        );
+        assert!(matches!(o, PreStartOutcome::Unsupported { .. }), "{o:?}");
+        assert!(o.event_message().unwrap().starts_with("SMC unsupported: "));
+        assert!(!o.fails_container(false) && o.fails_container(true));
+        drop(stop);
+    }
+}
