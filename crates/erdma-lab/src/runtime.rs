@@ -7,7 +7,8 @@
 //! 2. the network namespace is joined (`setns`) or created (`unshare`, then `lo` up);
 //! 3. new mount, UTS, IPC and PID namespaces; `/` becomes private so nothing leaks back;
 //! 4. a child (PID 1 of the pod) mounts its own `/proc`, a `/sys` of its network namespace, a
-//!    tmpfs `/dev` with only the planned nodes, devpts, `/dev/shm`, the bind mounts; it then
+//!    tmpfs `/dev` with only the planned nodes, devpts, `/dev/shm`, a private `/tmp`, the bind
+//!    mounts, and makes the node's root read-only in its mount namespace; it then
 //!    forks the command (PID 2), forwards SIGINT/SIGTERM/SIGHUP to it and reaps orphans, as a
 //!    container's init does;
 //! 5. the caller waits and exits with the command's status (128 + signal if it was killed).
@@ -245,9 +246,26 @@ fn pod_init(plan: &PodPlan, nodes: &[HostNode]) -> Result<i32, RuntimeError> {
         std::os::unix::fs::symlink(target, link)
             .map_err(|e| io_err(format!("symlink {link}"), e))?;
     }
+    // a private /tmp, then the bind mounts (their mount points may live in it), then the node's
+    // root becomes read-only in this mount namespace only (a per-mount flag, not the superblock)
+    remount(
+        "tmpfs",
+        "/tmp",
+        "tmpfs",
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=1777,size=64m"),
+    )?;
     for m in &mounts {
         bind(m)?;
     }
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY,
+        None::<&str>,
+    )
+    .map_err(sys("make the node's root file system read-only in the pod"))?;
     std::env::set_current_dir("/").map_err(|e| io_err("chdir /", e))?;
 
     let argv: Vec<CString> = plan

@@ -59,7 +59,9 @@ fn a_pod_sees_only_its_devices_mounts_and_env() {
          stat -c 'uverbs0 %t:%T' /dev/infiniband/uverbs0; \
          echo host: $(hostname); echo env: $ERDMA_DEVICES $EXTRA; echo pid: $$; \
          echo net: $(ls /sys/class/net); cat {ro}/hello; \
-         touch {ro}/x 2>/dev/null && echo ro: writable || echo ro: read-only"
+         touch {ro}/x 2>/dev/null && echo ro: writable || echo ro: read-only; \
+         touch /pod-root-write 2>/dev/null && echo root: writable || echo root: read-only; \
+         touch /tmp/pod-tmp-file && echo tmp: writable"
     );
     let out = labpod(&[
         "run",
@@ -101,6 +103,16 @@ fn a_pod_sees_only_its_devices_mounts_and_env() {
     );
     assert!(stdout.contains("from the node"), "{stdout}");
     assert!(stdout.contains("ro: read-only"), "{stdout}");
+    assert!(
+        stdout.contains("root: read-only"),
+        "the node's root is read-only in a pod: {stdout}"
+    );
+    assert!(stdout.contains("tmp: writable"), "{stdout}");
+    assert!(!Path::new("/pod-root-write").exists());
+    assert!(
+        !Path::new("/tmp/pod-tmp-file").exists(),
+        "the pod's /tmp is private"
+    );
     assert!(!dir.path().join("src/x").exists());
 }
 
