@@ -11,3 +11,4 @@ pub mod probe;
 pub mod sysctl;
 pub mod ueid;
 pub mod prestart;
+pub mod metrics;
