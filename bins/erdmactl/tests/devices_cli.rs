@@ -12,7 +12,11 @@ fn devices(fixture: &str, extra: &[&str]) -> assert_cmd::assert::Assert {
     Command::cargo_bin("erdmactl")
         .unwrap()
         .current_dir(workspace())
-        .args(["devices", "--sysfs-root", &format!("testdata/sysfs/{fixture}/sys")])
+        .args([
+            "devices",
+            "--sysfs-root",
+            &format!("testdata/sysfs/{fixture}/sys"),
+        ])
         .args(extra)
         .assert()
 }
@@ -46,13 +50,26 @@ fn table_for_the_real_rxe_capture() {
     let out = stdout(&a);
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[0].starts_with("DEVICE"));
-    for col in ["MODE", "STATE", "NUMA", "NETDEV", "MAC", "PNETID", "CHARDEVS", "HEALTH"] {
+    for col in [
+        "MODE", "STATE", "NUMA", "NETDEV", "MAC", "PNETID", "CHARDEVS", "HEALTH",
+    ] {
         assert!(lines[0].contains(col), "missing column {col}");
     }
     let row: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(
         row,
-        ["rxe0", "rxe", "roce", "ACTIVE", "unknown", "veth0", "12:59:d8:34:6b:1b", "1259D8346B1B", "uverbs0,umad0", "healthy"]
+        [
+            "rxe0",
+            "rxe",
+            "roce",
+            "ACTIVE",
+            "unknown",
+            "veth0",
+            "12:59:d8:34:6b:1b",
+            "1259D8346B1B",
+            "uverbs0,umad0",
+            "healthy"
+        ]
     );
 }
 
@@ -60,8 +77,18 @@ fn table_for_the_real_rxe_capture() {
 fn table_for_erdma_iwarp_shows_numa_and_uverbs_mapping() {
     let a = devices("erdma-iwarp", &[]).success();
     let out = stdout(&a);
-    assert!(out.contains("erdma_0  erdma   iwarp  ACTIVE  0     eth1    00:16:3e:0a:1b:2c  00163E0A1B2C  uverbs1"), "{out}");
-    assert!(out.contains("erdma_1  erdma   iwarp  ACTIVE  1     eth2    00:16:3e:0a:1b:2d  00163E0A1B2D  uverbs0"), "{out}");
+    assert!(
+        out.contains(
+            "erdma_0  erdma   iwarp  ACTIVE  0     eth1    00:16:3e:0a:1b:2c  00163E0A1B2C  uverbs1"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "erdma_1  erdma   iwarp  ACTIVE  1     eth2    00:16:3e:0a:1b:2d  00163E0A1B2D  uverbs0"
+        ),
+        "{out}"
+    );
     assert!(out.contains("rdma_cm: /dev/infiniband/rdma_cm"));
 }
 
@@ -92,11 +119,15 @@ fn no_usable_device_exits_non_zero_and_says_what_to_check() {
 
 #[test]
 fn driver_filter() {
-    devices("rxe-6.12", &["--driver", "erdma"]).code(1).stderr(predicate::str::contains("no usable erdma devices"));
+    devices("rxe-6.12", &["--driver", "erdma"])
+        .code(1)
+        .stderr(predicate::str::contains("no usable erdma devices"));
     devices("rxe-6.12", &["--driver", "rxe"]).success();
 }
 
 #[test]
 fn unknown_output_format_is_rejected_by_name() {
-    devices("rxe-6.12", &["-o", "xml"]).code(2).stderr(predicate::str::contains("xml"));
+    devices("rxe-6.12", &["-o", "xml"])
+        .code(2)
+        .stderr(predicate::str::contains("xml"));
 }
