@@ -16,6 +16,13 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 need_apt=()
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+# The SMC-R BPF socket policy (erdma-smc feature `bpf`) is compiled with clang against libbpf.
+command -v clang >/dev/null 2>&1 || need_apt+=(clang)
+[ -e /usr/include/bpf/bpf_helpers.h ] || need_apt+=(libbpf-dev)
+[ -e /usr/include/libelf.h ] || need_apt+=(libelf-dev)
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+[ -e /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]}"
   if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
@@ -35,6 +42,9 @@ cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
 log "cargo test"
 cargo test --workspace --all-features --locked
+
+log "example training script on CPU (2 processes, gloo)"
+bash examples/pytorch-mnist/ci-test.sh
 
 if [ "${ERDMA_SKIP_LAB:-0}" != 1 ] && [ -x lab/run.sh ]; then
   log "lab scenarios (real kernel under qemu)"
