@@ -101,7 +101,7 @@ start_kubelet() {
 }
 # start_agent [EXTRA FLAGS]: the agent serving rxe devices; waits for its registration
 start_agent() {
-  erdma-agent --kubelet-dir "$KDIR" --resource-name "$RES" --rdma-driver rxe --prefer-driver none \
+  erdma-agent --kubelet-dir "$KDIR" --resource-name "$RES" --rdma-driver rxe --prefer-driver none --local-eri-discovery \
     --instance-id i-lab --metrics-addr 127.0.0.1:9464 "$@" > "$OUT/$SCEN-agent.log" 2>&1 &
   AGENT_PID=$!
   wait_for 30 registered || { log "agent did not register; its log:"; tail -20 "$OUT/$SCEN-agent.log"; return 1; }

@@ -63,9 +63,33 @@ pub struct Flags {
     /// MTU applied when an ERI asks for jumbo frames [default: 8500].
     #[arg(long, value_name = "MTU")]
     pub jumbo_frame_mtu: Option<u32>,
-    /// Installer version of the original agent; accepted and ignored.
-    #[arg(long, value_name = "VERSION", hide = true)]
+    /// eRDMA driver installer version, run only when the driver is missing [default: 1.5.9].
+    #[arg(long, value_name = "VERSION")]
     pub erdma_installer_version: Option<String>,
+    /// Reload the erdma module for a mode change even while pods hold `aliyun/erdma` (breaks
+    /// their RDMA connections; logged loudly).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub force_driver_reload: Option<bool>,
+    /// Set up the ERI netdevs (link up, MTU, primary IPv4 from the metadata service, routes that
+    /// never override the primary interface) once the driver is ready. The primary interface
+    /// (`eth0` or the ERdmaDevice's isPrimaryENI) is never touched. [default: true when
+    /// --prefer-driver is not `none` and --local-eri-discovery is off; false otherwise]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub setup_eri_netdev: Option<bool>,
+    /// Map each served eRDMA device's PNET ID to it in the host's SMC-R pnet table (best effort,
+    /// devices in default/compat mode only). [default: true when --prefer-driver is not `none`]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub setup_smc_pnet: Option<bool>,
+    /// Kubeconfig for the Kubernetes API (node labels, Events, the ERdmaDevice) when not running
+    /// in-cluster.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// This node's name; the Kubernetes API is used only when it is set.
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    pub node_name: Option<String>,
+    /// ECS metadata service endpoint (tests and emulators).
+    #[arg(long, value_name = "URL", hide = true)]
+    pub metadata_endpoint: Option<String>,
     /// CDI mode: write a CDI spec into this directory and answer Allocate with CDI device names.
     #[arg(long, value_name = "DIR")]
     pub cdi_spec_dir: Option<PathBuf>,
@@ -107,6 +131,12 @@ pub struct FileConfig {
     cdi_spec_dir: Option<PathBuf>,
     poll_interval_ms: Option<u64>,
     log_format: Option<String>,
+    #[serde(alias = "erdmaInstallerVersion")]
+    erdma_installer_version: Option<String>,
+    force_driver_reload: Option<bool>,
+    setup_eri_netdev: Option<bool>,
+    setup_smc_pnet: Option<bool>,
+    kubeconfig: Option<PathBuf>,
 }
 
 /// A comma-separated string or a list.
@@ -162,8 +192,6 @@ pub struct Settings {
     pub metrics_addr: MetricsAddr,
     /// Instance ID from the flag or file.
     pub instance_id: Option<String>,
-    /// Driver mode.
-    pub prefer_driver: DriverMode,
     /// Pre-start mode.
     pub prestart_container: bool,
     /// Local ERI discovery.
@@ -178,6 +206,19 @@ pub struct Settings {
     pub poll_interval: Duration,
     /// JSON logs.
     pub json_logs: bool,
+    /// Driver manager settings (`--prefer-driver`, `--erdma-installer-version`,
+    /// `--force-driver-reload`).
+    pub driver: erdma_driver::DriverConfig,
+    /// ERI netdev setup enabled.
+    pub setup_eri_netdev: bool,
+    /// Host SMC-R pnet setup enabled.
+    pub setup_smc_pnet: bool,
+    /// Kubeconfig path.
+    pub kubeconfig: Option<PathBuf>,
+    /// Node name (`NODE_NAME`).
+    pub node_name: Option<String>,
+    /// Metadata service endpoint.
+    pub metadata_endpoint: String,
 }
 
 /// Reads a config file: JSON when it parses as JSON, YAML otherwise.
@@ -214,7 +255,29 @@ impl Settings {
             .prefer_driver
             .or(file.prefer_driver)
             .unwrap_or_default();
-        let prefer_driver: DriverMode = prefer.parse().with_context(|| "--prefer-driver")?;
+        let installer = flags
+            .erdma_installer_version
+            .or(file.erdma_installer_version)
+            .unwrap_or_else(|| erdma_driver::DEFAULT_INSTALLER_VERSION.to_string());
+        let force = flags
+            .force_driver_reload
+            .or(file.force_driver_reload)
+            .unwrap_or(false);
+        let driver = erdma_driver::DriverConfig::from_flags(&prefer, &installer, force)?;
+        let prefer_driver: DriverMode = driver.mode;
+        let local_eri_discovery = flags
+            .local_eri_discovery
+            .or(file.local_eri_discovery)
+            .unwrap_or(false);
+        let managed = prefer_driver != DriverMode::None;
+        let setup_eri_netdev = flags
+            .setup_eri_netdev
+            .or(file.setup_eri_netdev)
+            .unwrap_or(managed && !local_eri_discovery);
+        let setup_smc_pnet = flags
+            .setup_smc_pnet
+            .or(file.setup_smc_pnet)
+            .unwrap_or(managed);
         let exposed = flags
             .exposed_local_eris
             .map(|s| StringOrList::One(s).items())
@@ -309,20 +372,24 @@ impl Settings {
                 .instance_id
                 .or(file.instance_id)
                 .filter(|s| !s.trim().is_empty()),
-            prefer_driver,
             prestart_container: flags
                 .deviceplugin_prestart_container
                 .or(file.deviceplugin_prestart_container)
                 .unwrap_or(false),
-            local_eri_discovery: flags
-                .local_eri_discovery
-                .or(file.local_eri_discovery)
-                .unwrap_or(false),
+            local_eri_discovery,
             exposed_local_eris,
             jumbo_frame_mtu,
             cdi_spec_dir: flags.cdi_spec_dir.or(file.cdi_spec_dir),
             poll_interval: Duration::from_millis(poll_ms),
             json_logs,
+            driver,
+            setup_eri_netdev,
+            setup_smc_pnet,
+            kubeconfig: flags.kubeconfig.or(file.kubeconfig),
+            node_name: flags.node_name.filter(|n| !n.trim().is_empty()),
+            metadata_endpoint: flags
+                .metadata_endpoint
+                .unwrap_or_else(|| erdma_netdev::metadata::DEFAULT_ENDPOINT.into()),
         })
     }
 }
@@ -358,7 +425,7 @@ mod tests {
         assert_eq!(s.rdma_drivers, vec!["erdma"]);
         assert_eq!(s.slots_per_device, 200);
         assert!(!s.allocate_all_devices);
-        assert_eq!(s.prefer_driver, DriverMode::Auto);
+        assert_eq!(s.driver.mode, DriverMode::Auto);
         assert_eq!(s.jumbo_frame_mtu, 8500);
         assert_eq!(s.poll_interval, Duration::from_millis(100));
     }
@@ -387,7 +454,7 @@ mod tests {
         assert_eq!(s.kubelet_dir, PathBuf::from("/from/file"));
         assert_eq!(s.slots_per_device, 3);
         assert!(s.allocate_all_devices);
-        assert_eq!(s.prefer_driver, DriverMode::None);
+        assert_eq!(s.driver.mode, DriverMode::None);
         assert_eq!(s.rdma_drivers, vec!["rxe", "rxe", "siw"]);
         assert!(s.exposed_local_eris.selects("i-x", "erdma_0"));
         assert_eq!(s.jumbo_frame_mtu, 9000);

@@ -1,54 +1,26 @@
-//! The device state owner: scans the node, keeps the devices this agent serves, and publishes a
-//! new snapshot only when something changed.
+//! The device state owner: scans the node and publishes the raw inventory when it changed; and
+//! the publisher that turns it into the snapshot the device plugin advertises (readiness gate,
+//! ERI source, `erdma_model::DeviceSelection`).
 
+use crate::health::AgentState;
+use crate::source::EriSource;
+use erdma_driver::DriverStatus;
 use erdma_inventory::Inventory;
-use erdma_model::{EriSelector, NodeDevices};
+use erdma_model::{DeviceSelection, Excluded, NodeDevices};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-/// Which devices the agent serves.
-#[derive(Debug, Clone)]
-pub struct DeviceFilter {
-    /// Driver keys (`erdma`, `rxe`, `siw`, or a kernel driver name).
-    pub drivers: Vec<String>,
-    /// ERI allow-list.
-    pub selector: EriSelector,
-    /// Instance ID the allow-list is applied with (empty when unknown).
-    pub instance_id: String,
-}
-
-impl DeviceFilter {
-    /// Keeps the devices of the configured drivers that the allow-list exposes.
-    pub fn apply(&self, mut node: NodeDevices) -> NodeDevices {
-        node.devices.retain(|d| {
-            self.drivers.iter().any(|k| k == d.driver_key())
-                && self.selector.selects(&self.instance_id, &d.name)
-        });
-        node
-    }
-}
-
 /// Full rescans (new or removed devices, driver reloads) happen at least this often; in between,
 /// the cheap [`Inventory::refresh`] re-reads port state, operstate and char-device presence.
 const FULL_SCAN_EVERY: Duration = Duration::from_secs(5);
 
-/// Scans now and returns the filtered snapshot with a sender that publishes later changes.
-pub fn initial(inventory: &Inventory, filter: &DeviceFilter) -> (NodeDevices, NodeDevices) {
-    let raw = inventory.scan();
-    let served = filter.apply(raw.clone());
-    (raw, served)
-}
-
 /// Re-reads the inventory every `interval`, and at once when `wake` fires (netlink link events,
-/// `/dev/infiniband` changes), until `cancel` fires; publishes on `tx` only when the served
-/// snapshot changed.
+/// `/dev/infiniband` changes), until `cancel` fires; publishes on `tx` only when it changed.
 pub async fn run(
     inventory: Inventory,
-    filter: DeviceFilter,
-    mut raw: NodeDevices,
     tx: watch::Sender<NodeDevices>,
     interval: Duration,
     wake: Arc<Notify>,
@@ -57,6 +29,7 @@ pub async fn run(
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_full = tokio::time::Instant::now();
+    let mut raw = tx.borrow().clone();
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
@@ -78,8 +51,123 @@ pub async fn run(
             last_full = tokio::time::Instant::now();
         }
         raw = next;
-        let served = filter.apply(raw.clone());
         tx.send_if_modified(|cur| {
+            if *cur == raw {
+                return false;
+            }
+            *cur = raw.clone();
+            true
+        });
+    }
+}
+
+/// The inputs of the served snapshot.
+#[derive(Debug, Clone)]
+pub struct Inputs<'a> {
+    /// The raw inventory.
+    pub raw: &'a NodeDevices,
+    /// Driver keys and allow-list (`--rdma-driver`, `--exposed-local-eris`).
+    pub selection: &'a DeviceSelection,
+    /// The driver manager's status (readiness gate).
+    pub driver: &'a DriverStatus,
+    /// Where the ERIs come from.
+    pub source: &'a EriSource,
+}
+
+/// What the device plugin advertises: nothing until the driver is ready and the ERI source is
+/// known; then the devices the selection keeps (and, with an ERdmaDevice, only its matched
+/// ERIs). Every device left out comes with the reason.
+pub fn compose(i: &Inputs<'_>) -> (NodeDevices, Vec<Excluded>) {
+    let exclude_all = |reason: String| {
+        let mut served = i.raw.clone();
+        let excluded = served
+            .devices
+            .drain(..)
+            .map(|d| Excluded {
+                device: d.name,
+                reason: reason.clone(),
+            })
+            .collect();
+        (served, excluded)
+    };
+    if !i.driver.ready {
+        return exclude_all(format!("driver not ready: {}", i.driver.reason));
+    }
+    let (mut served, mut excluded) = i.selection.apply(i.raw);
+    match i.source {
+        EriSource::Local => {}
+        EriSource::Waiting(why) => {
+            excluded.extend(served.devices.drain(..).map(|d| Excluded {
+                device: d.name,
+                reason: why.clone(),
+            }));
+        }
+        EriSource::Cluster(c) => {
+            served.devices.retain(|d| {
+                let keep = c.matched.contains_key(&d.name);
+                if !keep {
+                    excluded.push(Excluded {
+                        device: d.name.clone(),
+                        reason: format!("not an ERI of ERdmaDevice {}", c.object),
+                    });
+                }
+                keep
+            });
+        }
+    }
+    excluded.sort_by(|a, b| a.device.cmp(&b.device));
+    (served, excluded)
+}
+
+/// The publisher's inputs as channels.
+pub struct PublisherInputs {
+    /// Raw inventory.
+    pub raw: watch::Receiver<NodeDevices>,
+    /// Driver status.
+    pub driver: watch::Receiver<DriverStatus>,
+    /// ERI source.
+    pub source: watch::Receiver<EriSource>,
+    /// Instance ID (for the allow-list), once known.
+    pub instance_id: watch::Receiver<Option<String>>,
+}
+
+/// Recomputes the served snapshot whenever an input changes, until `cancel` fires; publishes it
+/// on `out` only when it changed, and logs excluded devices (with reasons) once per change.
+pub async fn publish(
+    mut inputs: PublisherInputs,
+    mut selection: DeviceSelection,
+    out: watch::Sender<NodeDevices>,
+    state: Arc<AgentState>,
+    cancel: CancellationToken,
+) {
+    let mut last_excluded: Option<Vec<Excluded>> = None;
+    let mut open = [true; 4];
+    loop {
+        selection.instance_id = inputs.instance_id.borrow_and_update().clone();
+        let (served, excluded) = {
+            let raw = inputs.raw.borrow_and_update();
+            let driver = inputs.driver.borrow_and_update();
+            let source = inputs.source.borrow_and_update();
+            compose(&Inputs {
+                raw: &raw,
+                selection: &selection,
+                driver: &driver,
+                source: &source,
+            })
+        };
+        if last_excluded.as_ref() != Some(&excluded) {
+            for e in &excluded {
+                tracing::info!(device = %e.device, reason = %e.reason, "device not served");
+            }
+            let names: Vec<String> = served.devices.iter().map(|d| d.name.clone()).collect();
+            tracing::info!(served = ?names, excluded = excluded.len(), "served device set");
+            state.update(|v| {
+                v.served = names;
+                v.excluded = excluded.clone();
+            });
+            last_excluded = Some(excluded);
+        }
+        out.send_if_modified(|cur| {
             if *cur == served {
                 return false;
             }
@@ -87,6 +175,18 @@ pub async fn run(
             *cur = served;
             true
         });
+        // A closed input keeps its last value (e.g. the instance ID once fetched).
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = inputs.raw.changed(), if open[0] => open[0] = r.is_ok(),
+            r = inputs.driver.changed(), if open[1] => open[1] = r.is_ok(),
+            r = inputs.source.changed(), if open[2] => open[2] = r.is_ok(),
+            r = inputs.instance_id.changed(), if open[3] => open[3] = r.is_ok(),
+        }
+        if !open.iter().any(|o| *o) {
+            cancel.cancelled().await;
+            return;
+        }
     }
 }
 
@@ -219,46 +319,6 @@ fn log_changes(old: &NodeDevices, new: &NodeDevices) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use erdma_model::{DeviceKind, RdmaDevice};
-
-    #[test]
-    fn filter_by_driver_and_allow_list() {
-        let mut n = NodeDevices::empty();
-        n.devices = vec![
-            RdmaDevice::named("erdma_0", DeviceKind::Erdma),
-            RdmaDevice::named("erdma_1", DeviceKind::Erdma),
-            RdmaDevice::named("rxe0", DeviceKind::Rxe),
-        ];
-        let f = DeviceFilter {
-            drivers: vec!["erdma".into()],
-            selector: EriSelector::default(),
-            instance_id: String::new(),
-        };
-        let names: Vec<String> = f
-            .apply(n.clone())
-            .devices
-            .into_iter()
-            .map(|d| d.name)
-            .collect();
-        assert_eq!(names, ["erdma_0", "erdma_1"]);
-        let f = DeviceFilter {
-            drivers: vec!["erdma".into(), "rxe".into()],
-            selector: EriSelector::parse("i-abc erdma_1/rxe*").unwrap(),
-            instance_id: "i-abc".into(),
-        };
-        let names: Vec<String> = f
-            .apply(n.clone())
-            .devices
-            .into_iter()
-            .map(|d| d.name)
-            .collect();
-        assert_eq!(names, ["erdma_1", "rxe0"]);
-        let f = DeviceFilter {
-            instance_id: "i-other".into(),
-            ..f
-        };
-        assert!(f.apply(n).devices.is_empty());
-    }
 
     #[tokio::test]
     async fn dev_changes_wake_the_poller() {

@@ -1,24 +1,35 @@
 //! `erdma-agent`: the erdma node agent.
 //!
 //! Thin wiring: flags and config file → settings; the device state owner (inventory scans,
-//! filtered by driver and ERI allow-list, published on a watch channel when changed); the kubelet
-//! device plugin; `/metrics` and `/healthz`; SIGTERM/SIGINT → graceful shutdown.
+//! published when changed); the driver manager (readiness gate); the ERI source (local
+//! discovery or this node's ERdmaDevice) and the instance ID; the publisher that turns these
+//! into the served snapshot through `erdma_model::DeviceSelection`; ERI netdev and SMC-R pnet
+//! host setup; the kubelet device plugin; `/metrics` and `/healthz`; SIGTERM/SIGINT → graceful
+//! shutdown.
 
 mod cli;
+mod cluster;
 mod devices;
-mod metadata;
+mod driver;
+mod health;
+mod hostsetup;
+mod source;
 
 use anyhow::Context;
 use clap::Parser;
 use cli::{Flags, MetricsAddr, Settings};
-use devices::DeviceFilter;
 use erdma_deviceplugin::{CdiConfig, Metrics, Plugin, PluginConfig};
+use erdma_driver::{KubeletPodResources, NodeHost};
 use erdma_host::{LiveInterfaceAddrs, RootedDevFs, RootedSysfs};
 use erdma_inventory::{Inventory, Sources};
-use erdma_model::DriverMode;
-use metadata::{HttpMetadata, InstanceMetadata};
+use erdma_model::DeviceSelection;
+use erdma_netdev::ImdsClient;
+use health::AgentState;
+use source::EriSource;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 fn init_logs(json: bool) {
@@ -57,84 +68,177 @@ async fn main() -> ExitCode {
 async fn run(s: Settings) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     spawn_signal_handler(cancel.clone())?;
-    match s.prefer_driver {
-        DriverMode::None => tracing::info!(
-            "--prefer-driver none: serving devices as found, never touching the driver"
-        ),
-        other => {
-            tracing::info!(mode = %other, "driver mode is handled by the driver manager; this build serves devices as found")
-        }
-    }
-    if s.jumbo_frame_mtu != 8500 {
-        tracing::info!(
-            mtu = s.jumbo_frame_mtu,
-            "--jumbo-frame-mtu accepted (applied by the ERI netdev setup)"
-        );
-    }
-    let mut allocate_all = s.allocate_all_devices;
-    let instance_id = if s.exposed_local_eris.is_empty() {
-        s.instance_id.clone().unwrap_or_default()
-    } else {
-        if s.local_eri_discovery && !allocate_all {
-            // Kept from the original agent: a local allow-list implies all-devices mode.
-            tracing::info!(
-                "--exposed-local-eris with --local-eri-discovery: every container gets every exposed device"
-            );
-            allocate_all = true;
-        }
-        match &s.instance_id {
-            Some(id) => id.clone(),
-            None => HttpMetadata::default()
-                .instance_id()
-                .await
-                .map_err(|e| anyhow::anyhow!("--exposed-local-eris needs the instance ID: {e}"))?,
+    let state = Arc::new(AgentState::default());
+    let mut tasks = Vec::new();
+
+    // Kubernetes API: only with a node name and a config.
+    let cluster = match cluster::detect(s.node_name.as_deref(), s.kubeconfig.as_deref()).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}; node labels and Events are only logged");
+            None
         }
     };
+
+    // Driver manager (readiness gate).
+    let mut driver_cfg = s.driver.clone();
+    driver_cfg.resource = s.resource_name.clone();
+    let usage = match &s.pod_resources_socket {
+        Some(p) => KubeletPodResources::new(p),
+        None => KubeletPodResources::default(),
+    };
+    let (driver_rx, _driver_tx, reconciler) =
+        driver::start(NodeHost::new(), usage, driver_cfg, cancel.clone());
+    tasks.push(tokio::spawn(driver::observe(
+        driver_rx.clone(),
+        state.clone(),
+        cluster.clone(),
+        cancel.clone(),
+    )));
+
+    // Instance ID for --exposed-local-eris.
+    let mut allocate_all = s.allocate_all_devices;
+    if !s.exposed_local_eris.is_empty() && s.local_eri_discovery && !allocate_all {
+        // Kept from the original agent: a local allow-list implies all-devices mode.
+        tracing::info!(
+            "--exposed-local-eris with --local-eri-discovery: every container gets every exposed device"
+        );
+        allocate_all = true;
+    }
+    let metadata = || {
+        ImdsClient::new(&s.metadata_endpoint)
+            .with_context(|| format!("metadata endpoint {}", s.metadata_endpoint))
+    };
+    let (id_tx, id_rx) = watch::channel(s.instance_id.clone());
+    state.update(|v| v.instance_id = s.instance_id.clone());
+    if s.instance_id.is_none() && !s.exposed_local_eris.is_empty() {
+        tasks.push(tokio::spawn(source::fetch_instance_id(
+            metadata()?,
+            id_tx,
+            state.clone(),
+            Duration::from_secs(1),
+            cancel.clone(),
+        )));
+    } else {
+        drop(id_tx);
+    }
+
+    // Inventory.
     let sources = Sources {
         sysfs: Arc::new(RootedSysfs::new(&s.sysfs_root)),
         devfs: Arc::new(RootedDevFs::new(&s.dev_root)),
         addrs: Arc::new(LiveInterfaceAddrs),
     };
     let inventory = Inventory::new(sources);
-    let filter = DeviceFilter {
-        drivers: s.rdma_drivers.clone(),
-        selector: s.exposed_local_eris.clone(),
-        instance_id,
-    };
-    let (raw, served) = {
-        let (inv, f) = (inventory.clone(), filter.clone());
-        tokio::task::spawn_blocking(move || devices::initial(&inv, &f))
+    let raw = {
+        let inv = inventory.clone();
+        tokio::task::spawn_blocking(move || inv.scan())
             .await
             .context("initial inventory scan")?
     };
     tracing::info!(
-        devices = ?served.devices.iter().map(|d| (&d.name, d.health.is_healthy())).collect::<Vec<_>>(),
+        devices = ?raw.devices.iter().map(|d| (&d.name, d.health.is_healthy())).collect::<Vec<_>>(),
         drivers = ?s.rdma_drivers,
         "initial inventory"
     );
-    let (tx, rx) = tokio::sync::watch::channel(served);
+    let (raw_tx, raw_rx) = watch::channel(raw);
     let wake = Arc::new(tokio::sync::Notify::new());
     devices::watch_links(wake.clone(), cancel.clone());
     let _dev_watcher = devices::watch_dev(&s.dev_root, wake.clone());
-    let owner = tokio::spawn(devices::run(
+    tasks.push(tokio::spawn(devices::run(
         inventory,
-        filter,
-        raw,
-        tx,
+        raw_tx,
         s.poll_interval,
         wake,
         cancel.clone(),
-    ));
+    )));
+
+    // ERI source.
+    let (source_tx, source_rx) = if s.local_eri_discovery {
+        state.update(|v| {
+            v.eri_source = EriSource::Local.describe();
+            v.eri_source_ready = true;
+        });
+        let (tx, rx) = watch::channel(EriSource::Local);
+        (Some(tx), rx)
+    } else {
+        let (tx, rx) = watch::channel(EriSource::Waiting("starting".into()));
+        tasks.push(tokio::spawn(source::follow_cluster(
+            cluster.clone(),
+            source::ClusterSourceConfig {
+                node_name: s.node_name.clone(),
+                kubeconfig: s.kubeconfig.clone(),
+                poll: Duration::from_secs(10),
+                retry: Duration::from_secs(30),
+            },
+            raw_rx.clone(),
+            tx,
+            state.clone(),
+            cancel.clone(),
+        )));
+        (None, rx)
+    };
+
+    // The served snapshot, computed once now so that the plugin's first list is already right.
+    let selection = DeviceSelection {
+        drivers: s.rdma_drivers.clone(),
+        eris: s.exposed_local_eris.clone(),
+        instance_id: s.instance_id.clone(),
+    };
+    let (first, _) = devices::compose(&devices::Inputs {
+        raw: &raw_rx.borrow(),
+        selection: &selection,
+        driver: &driver_rx.borrow(),
+        source: &source_rx.borrow(),
+    });
+    let (served_tx, served_rx) = watch::channel(first);
+    tasks.push(tokio::spawn(devices::publish(
+        devices::PublisherInputs {
+            raw: raw_rx,
+            driver: driver_rx,
+            source: source_rx.clone(),
+            instance_id: id_rx,
+        },
+        selection,
+        served_tx,
+        state.clone(),
+        cancel.clone(),
+    )));
+
+    // Host setup.
+    if s.setup_eri_netdev {
+        tracing::info!(
+            mtu = s.jumbo_frame_mtu,
+            "ERI netdev setup enabled (never touches the primary interface)"
+        );
+        tasks.push(tokio::spawn(hostsetup::run_netdev(
+            metadata()?,
+            served_rx.clone(),
+            source_rx,
+            s.jumbo_frame_mtu,
+            state.clone(),
+            cancel.clone(),
+        )));
+    } else {
+        tracing::info!("ERI netdev setup disabled (--setup-eri-netdev)");
+    }
+    if s.setup_smc_pnet {
+        tasks.push(tokio::spawn(hostsetup::run_smc_pnet(
+            served_rx.clone(),
+            state.clone(),
+            cancel.clone(),
+        )));
+    }
 
     let metrics = Arc::new(Metrics::new());
-    let metrics_task = match s.metrics_addr {
-        MetricsAddr::Off => None,
-        MetricsAddr::On(addr) => Some(tokio::spawn(serve_metrics(
+    if let MetricsAddr::On(addr) = s.metrics_addr {
+        tasks.push(tokio::spawn(serve_metrics(
             addr,
             metrics.clone(),
+            state.clone(),
             cancel.clone(),
-        ))),
-    };
+        )));
+    }
 
     let mut cfg = PluginConfig::new(&s.kubelet_dir);
     cfg.resource_name = s.resource_name.clone();
@@ -146,12 +250,17 @@ async fn run(s: Settings) -> anyhow::Result<()> {
         spec_dir,
         kind: "aliyun.com/erdma".into(),
     });
-    let plugin = Plugin::new(cfg, rx, metrics).run(cancel.clone()).await;
+    let plugin = Plugin::new(cfg, served_rx, metrics)
+        .run(cancel.clone())
+        .await;
     cancel.cancel();
-    let _ = owner.await;
-    if let Some(t) = metrics_task {
+    if let Some(r) = reconciler {
+        let _ = r.await;
+    }
+    for t in tasks {
         let _ = t.await;
     }
+    drop(source_tx);
     plugin.context("device plugin")?;
     tracing::info!("erdma-agent stopped");
     Ok(())
@@ -162,6 +271,7 @@ async fn run(s: Settings) -> anyhow::Result<()> {
 async fn serve_metrics(
     addr: std::net::SocketAddr,
     metrics: Arc<Metrics>,
+    state: Arc<AgentState>,
     cancel: CancellationToken,
 ) {
     loop {
@@ -169,8 +279,7 @@ async fn serve_metrics(
             Ok(listener) => {
                 tracing::info!(%addr, "serving /metrics and /healthz");
                 if let Err(e) =
-                    erdma_deviceplugin::metrics::serve_on(listener, metrics.clone(), cancel.clone())
-                        .await
+                    health::serve_on(listener, metrics.clone(), state.clone(), cancel.clone()).await
                 {
                     tracing::error!(%addr, "metrics server failed: {e}");
                 }

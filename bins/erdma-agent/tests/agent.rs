@@ -34,7 +34,13 @@ fn spawn_agent(tree: &NodeTree, dir: &std::path::Path, extra: &[&str]) -> Agent 
         .arg(tree.dev())
         .arg("--kubelet-dir")
         .arg(dir)
-        .args(["--slots-per-device", "5", "--prefer-driver", "none"])
+        .args([
+            "--slots-per-device",
+            "5",
+            "--prefer-driver",
+            "none",
+            "--local-eri-discovery",
+        ])
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());

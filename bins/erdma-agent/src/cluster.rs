@@ -1,0 +1,157 @@
+//! The Kubernetes API, used only in a cluster (a node name and in-cluster config or
+//! `--kubeconfig`): driver node labels, the `ERdmaDriverReady` node condition and Events.
+
+use erdma_driver::DriverStatus;
+use k8s_openapi::api::core::v1::{Event, Node, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use std::path::Path;
+
+/// The agent's Kubernetes API access.
+#[derive(Clone)]
+pub struct Cluster {
+    /// The client.
+    pub client: Client,
+    /// This node.
+    pub node: String,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Connects when a node name is known and a kube config is available (`--kubeconfig`, else
+/// in-cluster / `KUBECONFIG`). `Ok(None)` without a node name; `Err` names the fix.
+pub async fn detect(
+    node_name: Option<&str>,
+    kubeconfig: Option<&Path>,
+) -> Result<Option<Cluster>, String> {
+    let Some(node) = node_name else {
+        return Ok(None);
+    };
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| format!("--kubeconfig {}: {e}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| format!("--kubeconfig {}: {e}", path.display()))?
+        }
+        None => kube::Config::infer().await.map_err(|e| {
+            format!("NODE_NAME={node} is set but no Kubernetes config was found ({e}); run in-cluster with a service account or pass --kubeconfig")
+        })?,
+    };
+    let client = Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))?;
+    Ok(Some(Cluster {
+        client,
+        node: node.to_string(),
+    }))
+}
+
+const MANAGER: &str = "erdma-agent";
+
+impl Cluster {
+    /// Publishes the driver state: node labels (`None` removes), the node condition, and an
+    /// Event when a mode change becomes pending or stops being pending.
+    pub async fn publish_driver(
+        &self,
+        previous: Option<&DriverStatus>,
+        status: &DriverStatus,
+    ) -> Result<(), String> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let labels: serde_json::Map<String, serde_json::Value> = status
+            .node_labels()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.map_or(serde_json::Value::Null, Into::into)))
+            .collect();
+        let patch = serde_json::json!({"metadata": {"labels": labels}});
+        nodes
+            .patch(&self.node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| format!("patch labels of node {}: {e}", self.node))?;
+        let (ty, st, reason, message) = status.node_condition();
+        let now = chrono_now();
+        let cond = serde_json::json!({"status": {"conditions": [{
+            "type": ty, "status": st, "reason": reason, "message": message,
+            "lastHeartbeatTime": now, "lastTransitionTime": now,
+        }]}});
+        nodes
+            .patch_status(
+                &self.node,
+                &PatchParams::default(),
+                &Patch::Strategic(&cond),
+            )
+            .await
+            .map_err(|e| format!("patch condition {ty} of node {}: {e}", self.node))?;
+        let was = previous.and_then(|p| p.pending.as_ref());
+        match (&status.pending, was) {
+            (Some(p), w) if w.is_none_or(|w| w.to != p.to) => {
+                self.event("Warning", "DriverModeChangePending", &status.reason)
+                    .await?
+            }
+            (None, Some(w)) => {
+                self.event(
+                    "Normal",
+                    "DriverModeChangeDone",
+                    &format!(
+                        "driver mode change to {} no longer pending: {}",
+                        w.to.name(),
+                        status.reason
+                    ),
+                )
+                .await?
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Records an Event on this node (namespace `default`, as kubelet does for nodes).
+    pub async fn event(&self, kind: &str, reason: &str, message: &str) -> Result<(), String> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let ev = Event {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{}.erdma-", self.node)),
+                namespace: Some("default".into()),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(self.node.clone()),
+                uid: Some(self.node.clone()),
+                ..ObjectReference::default()
+            },
+            reason: Some(reason.into()),
+            message: Some(message.chars().take(1024).collect()),
+            type_: Some(kind.into()),
+            first_timestamp: Some(now.clone()),
+            last_timestamp: Some(now),
+            count: Some(1),
+            reporting_component: Some(MANAGER.into()),
+            reporting_instance: Some(self.node.clone()),
+            source: Some(k8s_openapi::api::core::v1::EventSource {
+                component: Some(MANAGER.into()),
+                host: Some(self.node.clone()),
+            }),
+            ..Event::default()
+        };
+        events
+            .create(&PostParams::default(), &ev)
+            .await
+            .map_err(|e| format!("create Event {reason} for node {}: {e}", self.node))?;
+        Ok(())
+    }
+}
+
+/// Now, serialised as Kubernetes does for condition timestamps.
+fn chrono_now() -> serde_json::Value {
+    serde_json::to_value(Time(k8s_openapi::jiff::Timestamp::now()))
+        .unwrap_or(serde_json::Value::Null)
+}

@@ -1,0 +1,109 @@
+//! The driver manager wiring: the reconciler task (or, with `--prefer-driver none`, an immediate
+//! ready status and nothing that touches the driver), and the observer that turns each status
+//! change into logs, `/healthz`, metrics, and node labels / condition / Events in a cluster.
+
+use crate::cluster::Cluster;
+use crate::health::AgentState;
+use erdma_driver::{
+    DriverConfig, DriverReconciler, DriverStatus, Host, PodResourceUsage, RunningMode, StatusCode,
+};
+use erdma_model::DriverMode;
+use std::sync::Arc;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The status of `--prefer-driver none`: ready at once, the driver never touched.
+pub fn unmanaged_status() -> DriverStatus {
+    let mut s = DriverStatus::starting(DriverMode::None);
+    s.running = RunningMode::NotLoaded;
+    s.ready = true;
+    s.code = StatusCode::Unmanaged;
+    s.reason = "--prefer-driver none: the driver is never touched; devices are served as found"
+        .to_string();
+    s
+}
+
+/// The driver status channel and, unless the mode is `none`, the reconciler task (await it on
+/// shutdown). The sender is returned too so that the channel stays open for `none`.
+pub fn start<H: Host, U: PodResourceUsage>(
+    host: H,
+    usage: U,
+    cfg: DriverConfig,
+    cancel: CancellationToken,
+) -> (
+    watch::Receiver<DriverStatus>,
+    Option<watch::Sender<DriverStatus>>,
+    Option<JoinHandle<()>>,
+) {
+    if cfg.mode == DriverMode::None {
+        tracing::info!("--prefer-driver none: serving devices as found, never touching the driver");
+        let (tx, rx) = watch::channel(unmanaged_status());
+        return (rx, Some(tx), None);
+    }
+    if cfg.force_reload {
+        tracing::warn!(
+            "!!! --force-driver-reload: the erdma module WILL be reloaded for a mode change even while pods hold aliyun/erdma; their RDMA connections break !!!"
+        );
+    }
+    tracing::info!(mode = %cfg.mode, installer = cfg.installer_version.as_str(), "driver manager starting; no devices are advertised until the driver is ready");
+    let (tx, rx) = watch::channel(DriverStatus::starting(cfg.mode));
+    let task = tokio::spawn(DriverReconciler::new(host, usage, cfg).run(cancel, tx));
+    (rx, None, Some(task))
+}
+
+/// Follows the driver status until `cancel` fires: logs, health view, metrics, and (in a
+/// cluster) node labels, the node condition and Events; without a cluster they are logged.
+/// Publishing failures are retried on the next change or after 30 s.
+pub async fn observe(
+    mut rx: watch::Receiver<DriverStatus>,
+    state: Arc<AgentState>,
+    cluster: Option<Cluster>,
+    cancel: CancellationToken,
+) {
+    let mut previous: Option<DriverStatus> = None;
+    let mut published: Option<DriverStatus> = None;
+    loop {
+        let now = rx.borrow_and_update().clone();
+        if previous.as_ref() != Some(&now) {
+            state.observe_driver(previous.as_ref(), &now);
+            if let Some(p) = &now.pending {
+                tracing::warn!(
+                    from = p.from.name(),
+                    to = p.to.name(),
+                    holders = p.holders.len(),
+                    "driver reload refused: {}",
+                    now.reason
+                );
+            }
+            for w in &now.warnings {
+                tracing::warn!("driver: {w}");
+            }
+        }
+        let mut retry = false;
+        if published.as_ref() != Some(&now) {
+            match &cluster {
+                Some(c) => match c.publish_driver(published.as_ref(), &now).await {
+                    Ok(()) => published = Some(now.clone()),
+                    Err(e) => {
+                        tracing::warn!(
+                            "publishing the driver state to the node failed: {e}; retrying in 30 s"
+                        );
+                        retry = true;
+                    }
+                },
+                None => {
+                    let (ty, st, reason, message) = now.node_condition();
+                    tracing::info!(labels = ?now.node_labels(), condition = %format!("{ty}={st} ({reason}: {message})"), "driver state (not in a cluster: node labels and condition are only logged)");
+                    published = Some(now.clone());
+                }
+            }
+        }
+        previous = Some(now);
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = rx.changed() => if r.is_err() { cancel.cancelled().await; return },
+            _ = tokio::time::sleep(std::time::Duration::from_secs(30)), if retry => {}
+        }
+    }
+}

@@ -1,0 +1,256 @@
+//! Where the served ERIs come from: local discovery, or this node's `ERdmaDevice` (matched to
+//! local devices by MAC); and the ECS instance ID for the `exposedLocalERIs` allow-list, retried
+//! in the background until the metadata service answers.
+
+use crate::cluster::{self, Cluster};
+use crate::health::AgentState;
+use erdma_k8s::agent::{NodeEris, find_node_eris, report_device_problems, wait_for_node_eris};
+use erdma_model::NodeDevices;
+use erdma_netdev::ImdsClient;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// The metadata path of the instance ID.
+pub const INSTANCE_ID_PATH: &str = "/latest/meta-data/instance-id";
+
+/// The ERIs this node may serve.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EriSource {
+    /// `--local-eri-discovery`: every device the selection keeps.
+    Local,
+    /// This node's `ERdmaDevice`: only its ERIs found locally.
+    Cluster(ClusterEris),
+    /// Not known yet (no ERdmaDevice, no cluster): nothing is served; the text says why.
+    Waiting(String),
+}
+
+impl EriSource {
+    /// Short description for `/healthz`.
+    pub fn describe(&self) -> String {
+        match self {
+            EriSource::Local => "local discovery (--local-eri-discovery)".into(),
+            EriSource::Cluster(c) => format!(
+                "ERdmaDevice {}: {} matched, {} missing",
+                c.object,
+                c.matched.len(),
+                c.missing.len()
+            ),
+            EriSource::Waiting(why) => format!("waiting: {why}"),
+        }
+    }
+}
+
+/// The matched ERIs of this node's `ERdmaDevice`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClusterEris {
+    /// The object's name.
+    pub object: String,
+    /// Local ibdev name → whether it is the primary ENI.
+    pub matched: BTreeMap<String, bool>,
+    /// ERIs without a local device: `(eni id, message)`.
+    pub missing: Vec<(String, String)>,
+    /// Jumbo frames requested.
+    pub jumbo_frame: bool,
+}
+
+/// `(netdev MAC, ibdev)` pairs of the inventory.
+pub fn local_pairs(raw: &NodeDevices) -> Vec<(String, String)> {
+    raw.devices
+        .iter()
+        .filter_map(|d| {
+            let mac = d.netdev.as_ref()?.mac?;
+            Some((mac.to_string(), d.name.clone()))
+        })
+        .collect()
+}
+
+/// Matches the object's ERIs against the inventory.
+pub fn match_eris(eris: &NodeEris, raw: &NodeDevices) -> ClusterEris {
+    let m = eris.match_local(&local_pairs(raw));
+    ClusterEris {
+        object: eris.object_name.clone(),
+        matched: m
+            .matched
+            .iter()
+            .map(|(info, name)| (name.clone(), info.is_primary_eni))
+            .collect(),
+        missing: m.missing,
+        jumbo_frame: eris.jumbo_frame,
+    }
+}
+
+/// The message naming the fix when the ERdmaDevice cannot be read.
+pub fn no_cluster_message(detail: &str) -> String {
+    format!(
+        "no Kubernetes API to read this node's ERdmaDevice ({detail}); fix: run in-cluster with NODE_NAME set (or pass --kubeconfig), or pass --local-eri-discovery to serve local devices"
+    )
+}
+
+/// How the ERdmaDevice is followed.
+#[derive(Debug, Clone)]
+pub struct ClusterSourceConfig {
+    /// Node name (`NODE_NAME`), for retried connection attempts.
+    pub node_name: Option<String>,
+    /// `--kubeconfig`.
+    pub kubeconfig: Option<PathBuf>,
+    /// ERdmaDevice poll period (10 s).
+    pub poll: Duration,
+    /// Period of connection retries without a cluster.
+    pub retry: Duration,
+}
+
+/// Follows this node's `ERdmaDevice` until `cancel` fires: without a cluster, logs the fix and
+/// retries; with one, waits for the object (all ERIs Ready), matches it to the inventory on every
+/// change of either, publishes the result, and reports ERIs without a local device in the
+/// object's status (cleared again when found).
+pub async fn follow_cluster(
+    mut cluster: Option<Cluster>,
+    cfg: ClusterSourceConfig,
+    mut raw_rx: watch::Receiver<NodeDevices>,
+    tx: watch::Sender<EriSource>,
+    state: Arc<AgentState>,
+    cancel: CancellationToken,
+) {
+    let publish = |s: EriSource| {
+        state.update(|v| {
+            v.eri_source = s.describe();
+            v.eri_source_ready = !matches!(s, EriSource::Waiting(_));
+        });
+        tx.send_if_modified(|cur| {
+            if *cur == s {
+                return false;
+            }
+            *cur = s;
+            true
+        });
+    };
+    let cluster = loop {
+        if let Some(c) = cluster.take() {
+            break c;
+        }
+        let why = match cluster::detect(cfg.node_name.as_deref(), cfg.kubeconfig.as_deref()).await {
+            Ok(Some(c)) => {
+                cluster = Some(c);
+                continue;
+            }
+            Ok(None) => "NODE_NAME is not set".to_string(),
+            Err(e) => e,
+        };
+        let msg = no_cluster_message(&why);
+        tracing::error!(retry_in = ?cfg.retry, "{msg}; serving no devices");
+        publish(EriSource::Waiting(msg));
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(cfg.retry) => {}
+        }
+    };
+    let node = cluster.node.clone();
+    'wait: loop {
+        publish(EriSource::Waiting(format!(
+            "waiting for the Ready ERdmaDevice of node {node} (created by erdma-controller)"
+        )));
+        let Ok(mut eris) =
+            wait_for_node_eris(&cluster.client, &node, cfg.poll, true, &cancel).await
+        else {
+            return;
+        };
+        tracing::info!(object = %eris.object_name, eris = eris.devices.len(), "ERdmaDevice found");
+        let mut reported: Option<Vec<(String, String)>> = None;
+        let mut next_poll = tokio::time::Instant::now() + cfg.poll;
+        loop {
+            let matched = {
+                let raw = raw_rx.borrow_and_update();
+                match_eris(&eris, &raw)
+            };
+            if reported.as_ref() != Some(&matched.missing) {
+                for (id, why) in &matched.missing {
+                    tracing::warn!(eri = %id, "{why}");
+                }
+                match report_device_problems(&cluster.client, &eris.object_name, &matched.missing)
+                    .await
+                {
+                    Ok(()) => reported = Some(matched.missing.clone()),
+                    Err(e) => tracing::warn!(error = %e, "reporting ERI problems failed; retrying"),
+                }
+            }
+            publish(EriSource::Cluster(matched));
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = raw_rx.changed() => if r.is_err() { return },
+                _ = tokio::time::sleep_until(next_poll) => {
+                    next_poll = tokio::time::Instant::now() + cfg.poll;
+                    match find_node_eris(&cluster.client, &node).await {
+                        Ok(Some(e)) => {
+                            if e.devices != eris.devices || e.jumbo_frame != eris.jumbo_frame {
+                                tracing::info!(object = %e.object_name, "ERdmaDevice changed");
+                            }
+                            eris = e;
+                        }
+                        Ok(None) => {
+                            tracing::warn!(node = %node, "the ERdmaDevice of this node is gone; serving nothing until it is back");
+                            continue 'wait;
+                        }
+                        Err(e) => tracing::warn!(error = %e, "reading the ERdmaDevice failed; keeping the last one"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether `id` looks like an ECS instance ID.
+pub fn valid_instance_id(id: &str) -> bool {
+    id.starts_with("i-")
+        && id.len() <= 64
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+/// Asks the metadata service for the instance ID until it answers (backoff from `initial`
+/// doubling to 60 s), then publishes it on `tx`. Never gives up; the agent serves only `i-*`
+/// allow-list entries meanwhile.
+pub async fn fetch_instance_id(
+    metadata: ImdsClient,
+    tx: watch::Sender<Option<String>>,
+    state: Arc<AgentState>,
+    initial: Duration,
+    cancel: CancellationToken,
+) {
+    let mut backoff = initial;
+    loop {
+        let got = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = metadata.get(INSTANCE_ID_PATH) => r,
+        };
+        let err = match got {
+            Ok(body) if valid_instance_id(body.trim()) => {
+                let id = body.trim().to_string();
+                tracing::info!(instance_id = %id, "instance ID from the metadata service; applying --exposed-local-eris");
+                state.update(|v| {
+                    v.instance_id = Some(id.clone());
+                    v.instance_id_error = None;
+                });
+                let _ = tx.send(Some(id));
+                return;
+            }
+            Ok(body) => format!(
+                "the metadata service answered {INSTANCE_ID_PATH} with {:?}, not an ECS instance ID",
+                body.chars().take(64).collect::<String>()
+            ),
+            Err(e) => e.to_string(),
+        };
+        let msg = format!(
+            "--exposed-local-eris needs the instance ID: {err}; serving only i-* entries until it is known (retry in {backoff:?}; pass --instance-id to skip the metadata service)"
+        );
+        tracing::warn!("{msg}");
+        state.update(|v| v.instance_id_error = Some(msg));
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(60));
+    }
+}
