@@ -6,7 +6,8 @@
 #   Policy routing sends 10.77.0.1 <-> 10.77.0.2 over the wire instead of the local loopback,
 #   so rxe0 and rxe1 really exchange RoCEv2 packets (two NICs of one host cabled to one switch).
 #   cni0: a bridge, 10.88.0.1/24, where pods' veths plug in (pod IPs 10.88.0.11...).
-# The agent and the fake kubelet run in the init netns; pods are erdma-labpod processes.
+# The agent and the fake kubelet run in the init netns (the fake kubelet also serves the
+# pod-resources API, which the agent reads to count slots in use); pods are erdma-labpod processes.
 OUT=/mnt/host/out
 KDIR=/var/lib/kubelet/device-plugins
 STATE=$KDIR/fake-kubelet-state.json
@@ -93,16 +94,17 @@ gid_v4() {
 numa_of_netdev() { cat "$(readlink -f /sys/class/net/$1/device)/../numa_node"; }
 
 # --- kubelet, agent, pods ---------------------------------------------------------------
+PODRES=/var/lib/kubelet/pod-resources/kubelet.sock
 start_kubelet() {
-  rm -rf "$KDIR"; mkdir -p "$KDIR"
-  erdma-fake-kubelet run --dir "$KDIR" > "$OUT/$SCEN-kubelet.log" 2>&1 &
+  rm -rf "$KDIR" "${PODRES%/*}"; mkdir -p "$KDIR" "${PODRES%/*}"
+  erdma-fake-kubelet run --dir "$KDIR" --pod-resources-socket "$PODRES" > "$OUT/$SCEN-kubelet.log" 2>&1 &
   KUBELET_PID=$!
   wait_for 20 test -S "$KDIR/kubelet.sock" || { log "fake kubelet did not create kubelet.sock"; return 1; }
 }
 # start_agent [EXTRA FLAGS]: the agent serving rxe devices; waits for its registration
 start_agent() {
-  erdma-agent --kubelet-dir "$KDIR" --resource-name "$RES" --rdma-driver rxe --prefer-driver none --local-eri-discovery \
-    --instance-id i-lab --metrics-addr 127.0.0.1:9464 "$@" > "$OUT/$SCEN-agent.log" 2>&1 &
+  erdma-agent --kubelet-dir "$KDIR" --pod-resources-socket "$PODRES" --resource-name "$RES" --rdma-driver rxe \
+    --prefer-driver none --local-eri-discovery --instance-id i-lab --metrics-addr 127.0.0.1:9464 "$@" > "$OUT/$SCEN-agent.log" 2>&1 &
   AGENT_PID=$!
   wait_for 30 registered || { log "agent did not register; its log:"; tail -20 "$OUT/$SCEN-agent.log"; return 1; }
 }

@@ -3,6 +3,7 @@
 # - CDI mode (--cdi-spec-dir): Allocate returns CDI device names; erdma-labpod resolves them from
 #   the spec the agent wrote, each pod still sees only its own device, and RDMA runs between them.
 # - --allocate-all-devices: a container that asks for one slot gets every usable device.
+# - --deviceplugin-prestart-container: the kubelet calls PreStartContainer before the pod starts.
 . /mnt/host/guest/lib.sh
 need erdma-fake-kubelet; need erdma-agent --cdi-spec-dir; need erdma-labpod
 CDI=/var/run/cdi
@@ -44,4 +45,15 @@ ck "--allocate-all-devices: one slot ($(ids "$C")) brings both uverbs0 and uverb
   jq -e '[.devices[].container_path] | (index("/dev/infiniband/uverbs0") != null) and (index("/dev/infiniband/uverbs1") != null)' "$C"
 seen=$(pod pod-c "$C" ibv_devices | awk 'NR > 2 {print $1}' | sort | tr '\n' ' ')
 ck "pod-c's ibv_devices lists both devices: [$seen]" test "$seen" = "rxe0 rxe1 "
+stop_daemons
+
+start_kubelet || { fail "$SCEN" "fake kubelet did not restart"; exit 0; }
+start_agent --slots-per-device 1 --deviceplugin-prestart-container true || { fail "$SCEN" "agent (pre-start) did not register"; exit 0; }
+ck "with --deviceplugin-prestart-container the agent registers pre_start_required" \
+  jq -e --arg r "$RES" '.resources[$r].options.pre_start_required' "$STATE"
+D=$(alloc pod-d 1) || { fail "$SCEN" "Allocate with pre-start failed: $(tail -1 /tmp/pod-d.alloc.err)"; exit 0; }
+ck "the fake kubelet called PreStartContainer for pod-d and it succeeded" jq -e '.pre_start_called' "$D"
+pod_net pod-d 10.88.0.14
+seen=$(pod pod-d "$D" ibv_devices | awk 'NR > 2 {print $1}' | tr '\n' ' ')
+ck "pod-d runs with its device ($seen)" test "$seen" = "$(ibdevs "$D") "
 finish
