@@ -64,8 +64,7 @@ impl Cluster {
         status: &DriverStatus,
     ) -> Result<(), String> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let labels: serde_json::Map<String, serde_json::Value> = status
-            .node_labels()
+        let labels: serde_json::Map<String, serde_json::Value> = crate::driver::node_labels(status)
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.map_or(serde_json::Value::Null, Into::into)))
             .collect();
@@ -117,7 +116,15 @@ impl Cluster {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let ev = Event {
             metadata: ObjectMeta {
-                generate_name: Some(format!("{}.erdma-", self.node)),
+                // Named like kubelet names its Events: `<object>.<hex timestamp>`.
+                name: Some(format!(
+                    "{}.{:x}",
+                    self.node,
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_nanos())
+                        .unwrap_or_default()
+                )),
                 namespace: Some("default".into()),
                 ..ObjectMeta::default()
             },

@@ -24,6 +24,18 @@ pub fn unmanaged_status() -> DriverStatus {
     s
 }
 
+/// Node labels of a status (`None` removes the label); with `--prefer-driver none` the mode
+/// label says `unmanaged`, since the agent does not look at the module.
+pub fn node_labels(
+    status: &DriverStatus,
+) -> std::collections::BTreeMap<&'static str, Option<String>> {
+    let mut labels = status.node_labels();
+    if status.code == StatusCode::Unmanaged && status.desired == DriverMode::None {
+        labels.insert(erdma_driver::LABEL_DRIVER_MODE, Some("unmanaged".into()));
+    }
+    labels
+}
+
 /// The driver status channel and, unless the mode is `none`, the reconciler task (await it on
 /// shutdown). The sender is returned too so that the channel stays open for `none`.
 pub fn start<H: Host, U: PodResourceUsage>(
@@ -94,7 +106,7 @@ pub async fn observe(
                 },
                 None => {
                     let (ty, st, reason, message) = now.node_condition();
-                    tracing::info!(labels = ?now.node_labels(), condition = %format!("{ty}={st} ({reason}: {message})"), "driver state (not in a cluster: node labels and condition are only logged)");
+                    tracing::info!(labels = ?node_labels(&now), condition = %format!("{ty}={st} ({reason}: {message})"), "driver state (not in a cluster: node labels and condition are only logged)");
                     published = Some(now.clone());
                 }
             }

@@ -4,7 +4,7 @@
 use crate::health::AgentState;
 use crate::source::EriSource;
 use erdma_model::{DeviceKind, DeviceMode, NodeDevices, PnetId};
-use erdma_netdev::{EriNetdev, Metadata, RouteNetlink};
+use erdma_netdev::{EriNetdev, Metadata, NetdevError, RouteNetlink};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -60,8 +60,10 @@ pub fn smc_ports(served: &NodeDevices) -> Vec<(PnetId, String, u8)> {
 
 /// Sets up the ERI netdevs whenever the set changes (served snapshot and ERI source), retrying
 /// failures with backoff (5 s doubling to 5 min), until `cancel` fires. Per-ERI results go to
-/// the logs and `/healthz`.
+/// the logs and `/healthz`. `connect` opens the rtnetlink connection ([`RouteNetlink::connect`]
+/// in the agent; a test namespace in tests).
 pub async fn run_netdev<M: Metadata>(
+    connect: impl Fn() -> Result<RouteNetlink, NetdevError>,
     metadata: M,
     mut served: watch::Receiver<NodeDevices>,
     mut source: watch::Receiver<EriSource>,
@@ -87,7 +89,7 @@ pub async fn run_netdev<M: Metadata>(
             let mut failures = 0i64;
             let mut report = std::collections::BTreeMap::new();
             if nl.is_none() {
-                match RouteNetlink::connect() {
+                match connect() {
                     Ok(c) => nl = Some(c),
                     Err(e) => {
                         tracing::warn!("ERI netdev setup: {e}");

@@ -14,6 +14,8 @@ mod driver;
 mod health;
 mod hostsetup;
 mod source;
+#[cfg(test)]
+mod wiring_tests;
 
 use anyhow::Context;
 use clap::Parser;
@@ -162,7 +164,9 @@ async fn run(s: Settings) -> anyhow::Result<()> {
         let (tx, rx) = watch::channel(EriSource::Local);
         (Some(tx), rx)
     } else {
-        let (tx, rx) = watch::channel(EriSource::Waiting("starting".into()));
+        let (tx, rx) = watch::channel(EriSource::Waiting(
+            "looking for this node's ERdmaDevice".into(),
+        ));
         tasks.push(tokio::spawn(source::follow_cluster(
             cluster.clone(),
             source::ClusterSourceConfig {
@@ -212,6 +216,7 @@ async fn run(s: Settings) -> anyhow::Result<()> {
             "ERI netdev setup enabled (never touches the primary interface)"
         );
         tasks.push(tokio::spawn(hostsetup::run_netdev(
+            erdma_netdev::RouteNetlink::connect,
             metadata()?,
             served_rx.clone(),
             source_rx,

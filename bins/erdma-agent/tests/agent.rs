@@ -27,6 +27,13 @@ fn free_port() -> u16 {
 }
 
 fn spawn_agent(tree: &NodeTree, dir: &std::path::Path, extra: &[&str]) -> Agent {
+    let mut args = vec!["--local-eri-discovery"];
+    args.extend_from_slice(extra);
+    spawn_agent_with(tree, dir, &args)
+}
+
+/// The agent outside a cluster (`NODE_NAME` unset) with `--prefer-driver none` and `extra`.
+fn spawn_agent_with(tree: &NodeTree, dir: &std::path::Path, extra: &[&str]) -> Agent {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_erdma-agent"));
     cmd.arg("--sysfs-root")
         .arg(tree.sys())
@@ -34,14 +41,10 @@ fn spawn_agent(tree: &NodeTree, dir: &std::path::Path, extra: &[&str]) -> Agent 
         .arg(tree.dev())
         .arg("--kubelet-dir")
         .arg(dir)
-        .args([
-            "--slots-per-device",
-            "5",
-            "--prefer-driver",
-            "none",
-            "--local-eri-discovery",
-        ])
+        .args(["--slots-per-device", "5", "--prefer-driver", "none"])
         .args(extra)
+        .env_remove("NODE_NAME")
+        .env_remove("KUBECONFIG")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
     Agent(cmd.spawn().expect("spawn erdma-agent"))
@@ -295,4 +298,126 @@ fn bad_flags_exit_2_with_a_clear_message() {
         err.contains("\"fake\"") && err.contains("expected one of"),
         "{err}"
     );
+}
+
+async fn healthz_until(
+    port: u16,
+    what: &str,
+    ok: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let mut last = serde_json::Value::Null;
+    for _ in 0..200 {
+        let resp = tokio::time::timeout(Duration::from_secs(2), http_get(port, "/healthz")).await;
+        let parsed = resp.ok().and_then(|r| {
+            r.split_once("\r\n\r\n")
+                .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(body).ok())
+        });
+        if let Some(v) = parsed {
+            if ok(&v) {
+                return v;
+            }
+            last = v;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("/healthz never showed {what}: {last}");
+}
+
+/// Without a cluster and without --local-eri-discovery: the resource is registered with no
+/// devices, /healthz names the fix, and the agent keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_cluster_or_local_discovery_nothing_is_served_and_the_fix_is_named() {
+    let tree = NodeTree::temp();
+    assert!(fixtures::build("erdma-iwarp", &tree));
+    let dir = tempfile::Builder::new()
+        .prefix("ag")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let kubelet = FakeKubelet::start(FakeKubeletConfig::new(dir.path()))
+        .await
+        .unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut agent = spawn_agent_with(&tree, dir.path(), &["--metrics-addr", &addr]);
+    let s = kubelet
+        .wait_for(Duration::from_secs(10), |s| {
+            s.resources.get(RESOURCE).is_some_and(|r| r.updates > 0)
+        })
+        .await
+        .unwrap();
+    assert!(s.resources[RESOURCE].devices.is_empty());
+    let h = healthz_until(port, "the ERI source error", |v| {
+        v["eri_source"]
+            .as_str()
+            .is_some_and(|s| s.contains("--local-eri-discovery"))
+    })
+    .await;
+    assert_eq!(h["eri_source_ready"], false);
+    assert_eq!(h["driver"]["ready"], true);
+    assert_eq!(h["excluded"].as_array().map(Vec::len), Some(2), "{h}");
+    assert!(
+        agent.0.try_wait().unwrap().is_none(),
+        "the agent keeps running"
+    );
+    kubelet.shutdown().await;
+}
+
+/// --exposed-local-eris without --instance-id and no metadata service: the agent stays up,
+/// serves only the i-* entries, and says why in /healthz.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_instance_id_serves_only_wildcard_entries_and_keeps_retrying() {
+    let tree = NodeTree::temp();
+    assert!(fixtures::build("erdma-iwarp", &tree));
+    let dir = tempfile::Builder::new()
+        .prefix("ag")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let kubelet = FakeKubelet::start(FakeKubeletConfig::new(dir.path()))
+        .await
+        .unwrap();
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let mut agent = spawn_agent(
+        &tree,
+        dir.path(),
+        &[
+            "--metrics-addr",
+            &addr,
+            "--metadata-endpoint",
+            &dead,
+            "--exposed-local-eris",
+            "i-* erdma_0",
+        ],
+    );
+    let s = kubelet
+        .wait_for(Duration::from_secs(10), |s| {
+            s.resources
+                .get(RESOURCE)
+                .is_some_and(|r| r.devices.len() == 5)
+        })
+        .await
+        .expect("the i-* entry is served");
+    assert!(
+        s.resources[RESOURCE]
+            .devices
+            .iter()
+            .all(|d| d.id.starts_with("erdma_0/"))
+    );
+    let h = healthz_until(port, "the instance ID error", |v| {
+        v["instance_id_error"].is_string()
+    })
+    .await;
+    assert!(
+        h["instance_id_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("serving only i-* entries")),
+        "{h}"
+    );
+    assert!(h["instance_id"].is_null());
+    assert!(
+        agent.0.try_wait().unwrap().is_none(),
+        "the agent keeps running"
+    );
+    kubelet.shutdown().await;
 }

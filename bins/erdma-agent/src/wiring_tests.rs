@@ -1,0 +1,780 @@
+//! Tests of the wiring with the libraries' fakes: the fake driver host and pod-resource usage,
+//! the in-memory Kubernetes API server, the metadata-service emulator, a fixture node tree, the
+//! fake kubelet and (as root) throw-away network namespaces.
+
+use crate::cluster::Cluster;
+use crate::devices::{self, Inputs, PublisherInputs};
+use crate::health::AgentState;
+use crate::source::{self, ClusterEris, ClusterSourceConfig, EriSource};
+use crate::{driver, hostsetup};
+use erdma_deviceplugin::{Metrics, Plugin, PluginConfig};
+use erdma_driver::fake::{FakeHost, FakeState, FakeUsage};
+use erdma_driver::{DriverConfig, DriverStatus, Holder, StatusCode};
+use erdma_fake_kubelet::{FakeKubelet, FakeKubeletConfig};
+use erdma_host::fake::{FixedInterfaceAddrs, NodeTree};
+use erdma_host::{RootedDevFs, RootedSysfs, fixtures};
+use erdma_inventory::{Inventory, Sources};
+use erdma_k8s::fake::FakeApiServer;
+use erdma_k8s::{DeviceInfo, DeviceState, DeviceStatus, ERdmaDevice, ERdmaDeviceSpec};
+use erdma_model::{DeviceSelection, DriverMode, EriSelector, NodeDevices};
+use erdma_netdev::emulator::MetadataEmulator;
+use erdma_netdev::{ImdsClient, RouteNetlink};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+const RESOURCE: &str = "aliyun/erdma";
+/// MACs of the `erdma-iwarp` fixture: erdma_0 on eth1, erdma_1 on eth2.
+const MAC0: &str = "00:16:3e:0a:1b:2c";
+const MAC1: &str = "00:16:3e:0a:1b:2d";
+
+fn fixture() -> (NodeTree, NodeDevices) {
+    let tree = NodeTree::temp();
+    assert!(fixtures::build("erdma-iwarp", &tree));
+    let inv = Inventory::new(Sources {
+        sysfs: Arc::new(RootedSysfs::new(tree.sys())),
+        devfs: Arc::new(RootedDevFs::new(tree.dev())),
+        addrs: Arc::new(FixedInterfaceAddrs(BTreeMap::new())),
+    });
+    let raw = inv.scan();
+    assert_eq!(raw.devices.len(), 2, "fixture devices");
+    (tree, raw)
+}
+
+fn names(n: &NodeDevices) -> Vec<&str> {
+    n.devices.iter().map(|d| d.name.as_str()).collect()
+}
+
+async fn until(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn fast(mode: DriverMode) -> DriverConfig {
+    DriverConfig {
+        mode,
+        resync: Duration::from_millis(50),
+        backoff_initial: Duration::from_millis(20),
+        backoff_max: Duration::from_millis(40),
+        ..DriverConfig::default()
+    }
+}
+
+#[test]
+fn compose_gates_on_driver_source_and_allow_list() {
+    let (_tree, raw) = fixture();
+    let sel = DeviceSelection::default();
+    let ready = driver::unmanaged_status();
+    let (served, excluded) = devices::compose(&Inputs {
+        raw: &raw,
+        selection: &sel,
+        driver: &DriverStatus::starting(DriverMode::Default),
+        source: &EriSource::Local,
+    });
+    assert!(served.devices.is_empty());
+    assert_eq!(excluded.len(), 2);
+    assert!(excluded[0].reason.starts_with("driver not ready: "));
+    let (served, excluded) = devices::compose(&Inputs {
+        raw: &raw,
+        selection: &sel,
+        driver: &ready,
+        source: &EriSource::Waiting("no ERdmaDevice yet".into()),
+    });
+    assert!(served.devices.is_empty());
+    assert_eq!(excluded[1].reason, "no ERdmaDevice yet");
+    let cr = EriSource::Cluster(ClusterEris {
+        object: "n1".into(),
+        matched: [("erdma_1".to_string(), false)].into_iter().collect(),
+        ..ClusterEris::default()
+    });
+    let (served, excluded) = devices::compose(&Inputs {
+        raw: &raw,
+        selection: &sel,
+        driver: &ready,
+        source: &cr,
+    });
+    assert_eq!(names(&served), ["erdma_1"]);
+    assert_eq!(excluded[0].reason, "not an ERI of ERdmaDevice n1");
+    // Allow-list without the instance ID: only i-* entries apply.
+    let mut sel = DeviceSelection {
+        eris: EriSelector::parse("i-abc erdma_1, i-* erdma_0").unwrap(),
+        ..DeviceSelection::default()
+    };
+    let inputs = |sel: &DeviceSelection| {
+        devices::compose(&Inputs {
+            raw: &raw,
+            selection: sel,
+            driver: &ready,
+            source: &EriSource::Local,
+        })
+        .0
+    };
+    assert_eq!(names(&inputs(&sel)), ["erdma_0"]);
+    // Known: the instance's own entry wins over i-*.
+    sel.instance_id = Some("i-abc".into());
+    assert_eq!(names(&inputs(&sel)), ["erdma_1"]);
+}
+
+/// The device plugin advertises nothing while the (fake) driver fails to load, then the served
+/// devices once it is ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugin_advertises_nothing_until_the_fake_driver_is_ready() {
+    let (_tree, raw) = fixture();
+    let mut st = FakeState::default();
+    st.failing.insert("modprobe erdma compat_mode=N".into());
+    let host = Arc::new(FakeHost::new(st));
+    let cancel = CancellationToken::new();
+    let (driver_rx, _keep, task) = driver::start(
+        Arc::clone(&host),
+        FakeUsage::idle(),
+        fast(DriverMode::Default),
+        cancel.clone(),
+    );
+    let task = task.expect("a reconciler runs for mode default");
+    let state = Arc::new(AgentState::default());
+    let (_raw_tx, raw_rx) = watch::channel(raw);
+    let (_src_tx, src_rx) = watch::channel(EriSource::Local);
+    let (_id_tx, id_rx) = watch::channel(None);
+    let (served_tx, served_rx) = watch::channel(NodeDevices::empty());
+    tokio::spawn(devices::publish(
+        PublisherInputs {
+            raw: raw_rx,
+            driver: driver_rx.clone(),
+            source: src_rx,
+            instance_id: id_rx,
+        },
+        DeviceSelection::default(),
+        served_tx,
+        state.clone(),
+        cancel.clone(),
+    ));
+    let dir = tempfile::Builder::new()
+        .prefix("wt")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let kubelet = FakeKubelet::start(FakeKubeletConfig::new(dir.path()))
+        .await
+        .unwrap();
+    let mut cfg = PluginConfig::new(dir.path());
+    cfg.slots_per_device = 3;
+    let plugin =
+        tokio::spawn(Plugin::new(cfg, served_rx, Arc::new(Metrics::new())).run(cancel.clone()));
+    let rx = driver_rx.clone();
+    until("the failed driver load", || {
+        rx.borrow().code == StatusCode::Failed
+    })
+    .await;
+    let s = kubelet
+        .wait_for(Duration::from_secs(5), |s| {
+            s.resources.get(RESOURCE).is_some_and(|r| r.updates > 0)
+        })
+        .await
+        .expect("registered");
+    assert!(
+        s.resources[RESOURCE].devices.is_empty(),
+        "nothing advertised before the driver is ready"
+    );
+    assert!(state.view().served.is_empty());
+    host.with_state(|s| s.failing.clear());
+    let s = kubelet
+        .wait_for(Duration::from_secs(5), |s| {
+            s.resources
+                .get(RESOURCE)
+                .is_some_and(|r| r.devices.len() == 6)
+        })
+        .await
+        .expect("devices advertised once the driver is ready");
+    assert!(s.resources[RESOURCE].devices[0].id.starts_with("erdma_0/"));
+    assert!(driver_rx.borrow().ready);
+    assert!(
+        host.actions()
+            .iter()
+            .any(|a| a == "modprobe erdma compat_mode=N"),
+        "{:?}",
+        host.actions()
+    );
+    cancel.cancel();
+    task.await.unwrap();
+    plugin.await.unwrap().unwrap();
+    kubelet.shutdown().await;
+}
+
+#[tokio::test]
+async fn prefer_driver_none_is_ready_at_once_and_touches_nothing() {
+    let host = Arc::new(FakeHost::new(FakeState::default()));
+    let usage = Arc::new(FakeUsage::idle());
+    let (rx, keep, task) = driver::start(
+        Arc::clone(&host),
+        Arc::clone(&usage),
+        fast(DriverMode::None),
+        CancellationToken::new(),
+    );
+    assert!(task.is_none() && keep.is_some());
+    assert!(rx.borrow().ready);
+    assert_eq!(rx.borrow().code, StatusCode::Unmanaged);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(host.actions().is_empty());
+    assert_eq!(usage.calls(), 0);
+}
+
+/// A reload refused because a pod holds the devices shows in /healthz, the metrics, the node
+/// labels, the node condition and a Warning Event on the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_reload_shows_in_healthz_metrics_and_on_the_node() {
+    let mut st = FakeState::default();
+    st.loaded.insert("erdma".into());
+    st.compat = true;
+    let host = Arc::new(FakeHost::new(st));
+    let usage = FakeUsage::held_by(vec![Holder {
+        namespace: "default".into(),
+        pod: "trainer".into(),
+        container: "main".into(),
+        device_ids: vec!["erdma_0/1".into()],
+    }]);
+    let api = FakeApiServer::new();
+    api.put(&k8s_openapi::api::core::v1::Node {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("n1".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let cluster = Cluster {
+        client: api.client(),
+        node: "n1".into(),
+    };
+    let cancel = CancellationToken::new();
+    let (rx, _keep, task) = driver::start(
+        Arc::clone(&host),
+        usage,
+        fast(DriverMode::Default),
+        cancel.clone(),
+    );
+    let state = Arc::new(AgentState::default());
+    let observer = tokio::spawn(driver::observe(
+        rx.clone(),
+        state.clone(),
+        Some(cluster),
+        cancel.clone(),
+    ));
+    until("the refused change", || rx.borrow().pending.is_some()).await;
+    let api2 = api.clone();
+    until("node labels", || {
+        api2.get::<k8s_openapi::api::core::v1::Node>(None, "n1")
+            .and_then(|n| n.metadata.labels)
+            .is_some_and(|l| {
+                l.get("erdma.alibabacloud.com/driver-pending-mode")
+                    .is_some_and(|v| v == "default")
+            })
+    })
+    .await;
+    let node = api
+        .get::<k8s_openapi::api::core::v1::Node>(None, "n1")
+        .unwrap();
+    let labels = node.metadata.labels.unwrap();
+    assert_eq!(labels["erdma.alibabacloud.com/driver-mode"], "compat");
+    assert_eq!(labels["erdma.alibabacloud.com/driver-ready"], "true");
+    let cond = node.status.unwrap().conditions.unwrap();
+    assert_eq!(cond[0].type_, "ERdmaDriverReady");
+    assert_eq!(cond[0].reason.as_deref(), Some("ModeChangePending"));
+    let events = api.list::<k8s_openapi::api::core::v1::Event>(Some("default"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("DriverModeChangePending")
+                && e.type_.as_deref() == Some("Warning")
+                && e.involved_object.name.as_deref() == Some("n1")),
+        "{events:?}"
+    );
+    assert!(!host.actions().iter().any(|a| a.starts_with("rmmod")));
+
+    // Over HTTP, as a probe or Prometheus sees it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(crate::health::serve_on(
+        listener,
+        Arc::new(Metrics::new()),
+        state.clone(),
+        cancel.clone(),
+    ));
+    let healthz: serde_json::Value =
+        serde_json::from_str(body(&http_get(port, "/healthz").await)).unwrap();
+    assert_eq!(healthz["ok"], true);
+    assert_eq!(healthz["driver"]["code"], "ModeChangePending");
+    assert_eq!(healthz["driver"]["pending"]["to"], "default");
+    assert_eq!(healthz["driver"]["pending"]["holders"][0]["pod"], "trainer");
+    let m = http_get(port, "/metrics").await;
+    assert!(m.contains("erdma_agent_driver_pending_change 1"), "{m}");
+    assert!(
+        m.contains("erdma_agent_driver_reload_refusals_total 1"),
+        "{m}"
+    );
+    assert!(m.contains("erdma_agent_driver_ready 1"), "{m}");
+    assert!(
+        m.contains("erdma_deviceplugin_kubelet_restarts_total 0"),
+        "{m}"
+    );
+    assert_eq!(m.matches("# EOF").count(), 1, "{m}");
+    // Later passes refuse again, but the same pending change counts once.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        state
+            .metrics_text(&Metrics::new())
+            .contains("erdma_agent_driver_reload_refusals_total 1")
+    );
+    cancel.cancel();
+    task.unwrap().await.unwrap();
+    observer.await.unwrap();
+}
+
+async fn http_get(port: u16, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+fn body(resp: &str) -> &str {
+    resp.split_once("\r\n\r\n").map_or("", |(_, b)| b)
+}
+
+fn erdma_device(node: &str, devices: Vec<DeviceInfo>, ready: bool) -> ERdmaDevice {
+    let mut o = ERdmaDevice::new(
+        node,
+        ERdmaDeviceSpec {
+            devices: devices.clone(),
+            jumbo_frame: true,
+        },
+    );
+    o.metadata.labels = Some(erdma_k8s::labels::erdma_device_labels(node, "i-abc"));
+    o.status = Some(erdma_k8s::ERdmaDeviceStatus {
+        devices: devices
+            .iter()
+            .map(|d| {
+                DeviceStatus::new(
+                    d.id.clone(),
+                    if ready {
+                        DeviceState::Ready
+                    } else {
+                        DeviceState::Pending
+                    },
+                    "",
+                )
+            })
+            .collect(),
+    });
+    o
+}
+
+fn eri(id: &str, mac: &str, primary: bool) -> DeviceInfo {
+    DeviceInfo {
+        instance_id: "i-abc".into(),
+        mac: mac.into(),
+        is_primary_eni: primary,
+        id: id.into(),
+        network_card_index: 0,
+        queue_pair: 0,
+    }
+}
+
+/// With an ERdmaDevice, only its ERIs found locally are served; an ERI without a local device
+/// is reported in the object's status, and cleared when it appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn erdmadevice_path_serves_only_matched_devices_and_reports_missing() {
+    let (_tree, raw) = fixture();
+    let api = FakeApiServer::new();
+    let cluster = Cluster {
+        client: api.client(),
+        node: "n1".into(),
+    };
+    // Not Ready yet: nothing is served.
+    api.put(&erdma_device(
+        "n1",
+        vec![
+            eri("eni-0", MAC0, false),
+            eri("eni-9", "00:16:3e:99:99:99", false),
+        ],
+        false,
+    ));
+    let cancel = CancellationToken::new();
+    let state = Arc::new(AgentState::default());
+    let (raw_tx, raw_rx) = watch::channel(raw.clone());
+    let (src_tx, src_rx) = watch::channel(EriSource::Waiting("starting".into()));
+    tokio::spawn(source::follow_cluster(
+        Some(cluster),
+        ClusterSourceConfig {
+            node_name: Some("n1".into()),
+            kubeconfig: None,
+            poll: Duration::from_millis(30),
+            retry: Duration::from_millis(30),
+        },
+        raw_rx.clone(),
+        src_tx,
+        state.clone(),
+        cancel.clone(),
+    ));
+    let (_drv_tx, drv_rx) = watch::channel(driver::unmanaged_status());
+    let (_id_tx, id_rx) = watch::channel(None);
+    let (served_tx, mut served_rx) = watch::channel(NodeDevices::empty());
+    tokio::spawn(devices::publish(
+        PublisherInputs {
+            raw: raw_rx,
+            driver: drv_rx,
+            source: src_rx.clone(),
+            instance_id: id_rx,
+        },
+        DeviceSelection::default(),
+        served_tx,
+        state.clone(),
+        cancel.clone(),
+    ));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(
+        matches!(&*src_rx.borrow(), EriSource::Waiting(w) if w.contains("Ready ERdmaDevice of node n1"))
+    );
+    assert!(served_rx.borrow().devices.is_empty());
+
+    api.put(&erdma_device(
+        "n1",
+        vec![
+            eri("eni-0", MAC0, false),
+            eri("eni-9", "00:16:3e:99:99:99", false),
+        ],
+        true,
+    ));
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        served_rx.wait_for(|s| !s.devices.is_empty()),
+    )
+    .await
+    .expect("served after the ERdmaDevice is Ready")
+    .unwrap();
+    assert_eq!(names(&served_rx.borrow()), ["erdma_0"]);
+    match &*src_rx.borrow() {
+        EriSource::Cluster(c) => {
+            assert!(c.jumbo_frame);
+            assert_eq!(c.missing.len(), 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    let api2 = api.clone();
+    let failed_eni9 = move || {
+        api2.get::<ERdmaDevice>(None, "n1")
+            .and_then(|o| o.status)
+            .is_some_and(|s| {
+                s.devices.iter().any(|d| {
+                    d.id == "eni-9"
+                        && d.state() == Some(DeviceState::Failed)
+                        && d.message.starts_with(erdma_k8s::agent::AGENT_PREFIX)
+                })
+            })
+    };
+    let f = failed_eni9.clone();
+    until("the missing ERI reported", f).await;
+
+    // The controller swaps eni-9 for erdma_1's ERI: both served, the problem is cleared.
+    api.put(&erdma_device(
+        "n1",
+        vec![eri("eni-0", MAC0, false), eri("eni-1", MAC1, true)],
+        true,
+    ));
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        served_rx.wait_for(|s| s.devices.len() == 2),
+    )
+    .await
+    .expect("both served")
+    .unwrap();
+    let f = failed_eni9.clone();
+    until("the problem cleared", move || !f()).await;
+    match &*src_rx.borrow() {
+        EriSource::Cluster(c) => assert_eq!(c.matched.get("erdma_1"), Some(&true)),
+        other => panic!("{other:?}"),
+    }
+    // A device that disappears locally is reported again.
+    let mut less = raw.clone();
+    less.devices.retain(|d| d.name != "erdma_1");
+    raw_tx.send(less).unwrap();
+    let api3 = api.clone();
+    until("the vanished ERI reported", move || {
+        api3.get::<ERdmaDevice>(None, "n1")
+            .and_then(|o| o.status)
+            .is_some_and(|s| {
+                s.devices
+                    .iter()
+                    .any(|d| d.id == "eni-1" && d.state() == Some(DeviceState::Failed))
+            })
+    })
+    .await;
+    assert!(state.view().eri_source.contains("1 missing"));
+    cancel.cancel();
+}
+
+#[tokio::test]
+async fn without_a_cluster_the_error_names_the_fix_and_nothing_is_served() {
+    let (_tree, raw) = fixture();
+    let cancel = CancellationToken::new();
+    let state = Arc::new(AgentState::default());
+    let (_raw_tx, raw_rx) = watch::channel(raw);
+    let (src_tx, mut src_rx) = watch::channel(EriSource::Waiting("starting".into()));
+    let t = tokio::spawn(source::follow_cluster(
+        None,
+        ClusterSourceConfig {
+            node_name: None,
+            kubeconfig: None,
+            poll: Duration::from_millis(30),
+            retry: Duration::from_millis(30),
+        },
+        raw_rx,
+        src_tx,
+        state.clone(),
+        cancel.clone(),
+    ));
+    src_rx
+        .wait_for(|s| matches!(s, EriSource::Waiting(w) if w.contains("--local-eri-discovery")))
+        .await
+        .unwrap();
+    let v = state.view();
+    assert!(!v.eri_source_ready);
+    assert!(v.eri_source.contains("NODE_NAME"), "{}", v.eri_source);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!t.is_finished(), "keeps retrying");
+    cancel.cancel();
+    t.await.unwrap();
+}
+
+#[tokio::test]
+async fn instance_id_is_retried_until_the_metadata_service_answers() {
+    let emu = MetadataEmulator::start().await.unwrap();
+    let md = ImdsClient::new(&emu.endpoint())
+        .unwrap()
+        .with_backoff(Duration::from_millis(2));
+    let state = Arc::new(AgentState::default());
+    let (tx, mut rx) = watch::channel(None);
+    let cancel = CancellationToken::new();
+    let t = tokio::spawn(source::fetch_instance_id(
+        md,
+        tx,
+        state.clone(),
+        Duration::from_millis(20),
+        cancel.clone(),
+    ));
+    let st = state.clone();
+    until("the first failure", move || {
+        st.view().instance_id_error.is_some()
+    })
+    .await;
+    assert!(rx.borrow().is_none());
+    assert!(
+        state
+            .view()
+            .instance_id_error
+            .unwrap()
+            .contains("serving only i-* entries")
+    );
+    emu.set(source::INSTANCE_ID_PATH, "i-bp1abc");
+    tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|id| id.is_some()))
+        .await
+        .expect("instance ID once the service answers")
+        .unwrap();
+    assert_eq!(rx.borrow().as_deref(), Some("i-bp1abc"));
+    let v = state.view();
+    assert_eq!(v.instance_id.as_deref(), Some("i-bp1abc"));
+    assert!(v.instance_id_error.is_none());
+    t.await.unwrap();
+}
+
+#[test]
+fn eri_netdevs_and_smc_ports_of_the_served_devices() {
+    let (_tree, raw) = fixture();
+    let netdevs = hostsetup::eri_netdevs(&raw, &EriSource::Local);
+    let ifs: Vec<(&str, bool, bool)> = netdevs
+        .iter()
+        .map(|e| (e.ifname.as_str(), e.primary, e.jumbo_frame))
+        .collect();
+    assert_eq!(ifs, [("eth1", false, false), ("eth2", false, false)]);
+    let cr = EriSource::Cluster(ClusterEris {
+        object: "n1".into(),
+        matched: [
+            ("erdma_0".to_string(), true),
+            ("erdma_1".to_string(), false),
+        ]
+        .into_iter()
+        .collect(),
+        missing: vec![],
+        jumbo_frame: true,
+    });
+    let ifs: Vec<(String, bool, bool)> = hostsetup::eri_netdevs(&raw, &cr)
+        .into_iter()
+        .map(|e| (e.ifname, e.primary, e.jumbo_frame))
+        .collect();
+    assert_eq!(
+        ifs,
+        [("eth1".into(), true, true), ("eth2".into(), false, true)]
+    );
+    let ports = hostsetup::smc_ports(&raw);
+    let ports: Vec<(String, String, u8)> = ports
+        .into_iter()
+        .map(|(p, d, n)| (p.as_str().to_string(), d, n))
+        .collect();
+    assert_eq!(
+        ports,
+        [
+            ("00163E0A1B2C".into(), "erdma_0".into(), 1),
+            ("00163E0A1B2D".into(), "erdma_1".into(), 1)
+        ]
+    );
+}
+
+/// A named network namespace (deleted on drop) holding `eth0` (primary, 10.0.0.5/24) and `eth1`
+/// (the ERI, down), like a node; `None` when namespaces cannot be created here (not root).
+struct Netns(String);
+
+impl Netns {
+    fn node() -> Option<Netns> {
+        let name = format!("erdma-ag-{}", std::process::id());
+        let ok = std::process::Command::new("ip")
+            .args(["netns", "add", &name])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            return None;
+        }
+        let ns = Netns(name);
+        for args in [
+            "link set lo up",
+            "link add eth0 address 00:16:3e:00:00:01 type veth peer name p0",
+            "link add eth1 address 00:16:3e:00:00:02 type veth peer name p1",
+            "link set p0 up",
+            "link set p1 up",
+            "link set eth0 up",
+            "addr add 10.0.0.5/24 dev eth0",
+            "route add default via 10.0.0.253 dev eth0 metric 100",
+        ] {
+            ns.ip(args);
+        }
+        Some(ns)
+    }
+
+    fn ip(&self, args: &str) -> String {
+        let out = std::process::Command::new("ip")
+            .args(["-n", &self.0])
+            .args(args.split_whitespace())
+            .output()
+            .expect("run ip");
+        assert!(
+            out.status.success(),
+            "ip {args}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .status();
+    }
+}
+
+/// Served devices on `eth0` (primary) and `eth1`, plus one whose MAC the metadata service does
+/// not know: `eth1` is set up with the jumbo MTU, `eth0` is untouched, the unknown one is an
+/// error in /healthz and the failure gauge, retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn netdev_setup_in_a_network_namespace() {
+    let Some(ns) = Netns::node() else {
+        eprintln!("skipping: cannot create network namespaces here (needs root)");
+        return;
+    };
+    let primary_before = ns.ip("-j addr show dev eth0");
+    let emu = MetadataEmulator::start().await.unwrap();
+    emu.add_eni(
+        "00:16:3e:00:00:02".parse().unwrap(),
+        "10.0.0.9",
+        "10.0.0.0/24",
+        "10.0.0.253",
+    );
+    let md = ImdsClient::new(&emu.endpoint())
+        .unwrap()
+        .with_backoff(Duration::from_millis(2));
+    let (_tree, raw) = fixture();
+    let mut served = raw.clone();
+    let set = |i: usize, ifname: &str, mac: &str| {
+        let mut d = raw.devices[i % 2].clone();
+        d.name = format!("erdma_{i}");
+        let n = d.netdev.as_mut().unwrap();
+        n.name = ifname.into();
+        n.mac = Some(mac.parse().unwrap());
+        d
+    };
+    served.devices = vec![
+        set(0, "eth0", "00:16:3e:00:00:01"),
+        set(1, "eth1", "00:16:3e:00:00:02"),
+        set(2, "eth7", "00:16:3e:00:00:07"),
+    ];
+    let (_served_tx, served_rx) = watch::channel(served);
+    let (_src_tx, src_rx) = watch::channel(EriSource::Cluster(ClusterEris {
+        object: "n1".into(),
+        matched: ["erdma_0", "erdma_1", "erdma_2"]
+            .into_iter()
+            .map(|n| (n.to_string(), false))
+            .collect(),
+        missing: vec![],
+        jumbo_frame: true,
+    }));
+    let state = Arc::new(AgentState::default());
+    let cancel = CancellationToken::new();
+    let path = std::path::PathBuf::from(format!("/run/netns/{}", ns.0));
+    let t = tokio::spawn(hostsetup::run_netdev(
+        move || RouteNetlink::connect_in_netns(&path),
+        md,
+        served_rx,
+        src_rx,
+        8500,
+        state.clone(),
+        cancel.clone(),
+    ));
+    let st = state.clone();
+    until("netdev setup reported", move || st.view().netdev.len() == 3).await;
+    let v = state.view();
+    assert_eq!(v.netdev["eth0"], "primary (untouched)");
+    assert_eq!(v.netdev["eth1"], "ok");
+    assert!(
+        v.netdev["eth7"].contains("no such ENI"),
+        "{}",
+        v.netdev["eth7"]
+    );
+    assert!(
+        state
+            .metrics
+            .encode()
+            .contains("erdma_agent_eri_netdev_setup_failures 1")
+    );
+    let eth1 = ns.ip("-j addr show dev eth1");
+    assert!(
+        eth1.contains("\"mtu\":8500") && eth1.contains("10.0.0.9"),
+        "{eth1}"
+    );
+    assert_eq!(
+        ns.ip("-j addr show dev eth0"),
+        primary_before,
+        "primary untouched"
+    );
+    cancel.cancel();
+    t.await.unwrap();
+}
