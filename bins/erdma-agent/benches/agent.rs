@@ -57,7 +57,13 @@ fn main() {
             .arg(tree.dev())
             .arg("--kubelet-dir")
             .arg(dir.path())
-            .args(["--prefer-driver", "none", "--metrics-addr", "127.0.0.1:0"])
+            .args([
+                "--prefer-driver",
+                "none",
+                "--local-eri-discovery",
+                "--metrics-addr",
+                "127.0.0.1:0",
+            ])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .spawn()

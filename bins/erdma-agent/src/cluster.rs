@@ -2,8 +2,9 @@
 //! `--kubeconfig`): driver node labels, the `ERdmaDriverReady` node condition and Events.
 
 use erdma_driver::DriverStatus;
-use k8s_openapi::api::core::v1::{Event, Node, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use std::path::Path;
@@ -110,43 +111,36 @@ impl Cluster {
         Ok(())
     }
 
-    /// Records an Event on this node (namespace `default`, as kubelet does for nodes).
+    /// Records an `events.k8s.io/v1` Event regarding this node (namespace `default`, as kubelet
+    /// does for nodes).
     pub async fn event(&self, kind: &str, reason: &str, message: &str) -> Result<(), String> {
         let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let now = k8s_openapi::jiff::Timestamp::now();
         let ev = Event {
             metadata: ObjectMeta {
                 // Named like kubelet names its Events: `<object>.<hex timestamp>`.
                 name: Some(format!(
                     "{}.{:x}",
                     self.node,
-                    std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map(|d| d.as_nanos())
-                        .unwrap_or_default()
+                    now.as_nanosecond().unsigned_abs()
                 )),
                 namespace: Some("default".into()),
                 ..ObjectMeta::default()
             },
-            involved_object: ObjectReference {
+            regarding: Some(ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Node".into()),
                 name: Some(self.node.clone()),
                 uid: Some(self.node.clone()),
                 ..ObjectReference::default()
-            },
-            reason: Some(reason.into()),
-            message: Some(message.chars().take(1024).collect()),
-            type_: Some(kind.into()),
-            first_timestamp: Some(now.clone()),
-            last_timestamp: Some(now),
-            count: Some(1),
-            reporting_component: Some(MANAGER.into()),
-            reporting_instance: Some(self.node.clone()),
-            source: Some(k8s_openapi::api::core::v1::EventSource {
-                component: Some(MANAGER.into()),
-                host: Some(self.node.clone()),
             }),
+            reason: Some(reason.into()),
+            action: Some("DriverReconcile".into()),
+            note: Some(message.chars().take(1024).collect()),
+            type_: Some(kind.into()),
+            event_time: Some(MicroTime(now)),
+            reporting_controller: Some(format!("alibabacloud.com/{MANAGER}")),
+            reporting_instance: Some(format!("{MANAGER}-{}", self.node)),
             ..Event::default()
         };
         events

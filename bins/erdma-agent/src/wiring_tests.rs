@@ -284,13 +284,13 @@ async fn refused_reload_shows_in_healthz_metrics_and_on_the_node() {
     let cond = node.status.unwrap().conditions.unwrap();
     assert_eq!(cond[0].type_, "ERdmaDriverReady");
     assert_eq!(cond[0].reason.as_deref(), Some("ModeChangePending"));
-    let events = api.list::<k8s_openapi::api::core::v1::Event>(Some("default"));
+    let events = api.list::<k8s_openapi::api::events::v1::Event>(Some("default"));
     assert!(
         events
             .iter()
             .any(|e| e.reason.as_deref() == Some("DriverModeChangePending")
                 && e.type_.as_deref() == Some("Warning")
-                && e.involved_object.name.as_deref() == Some("n1")),
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("n1")),
         "{events:?}"
     );
     assert!(!host.actions().iter().any(|a| a.starts_with("rmmod")));
