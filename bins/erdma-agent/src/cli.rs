@@ -54,7 +54,10 @@ pub struct Flags {
     /// Ask the kubelet for PreStartContainer (SMC-R pre-start mode).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub deviceplugin_prestart_container: Option<bool>,
-    /// Discover local ERIs instead of using the ERdmaDevice resource.
+    /// Serve the local devices (filtered by --rdma-driver and --exposed-local-eris) instead of
+    /// waiting for this node's ERdmaDevice. Without it the agent needs the Kubernetes API
+    /// (NODE_NAME and in-cluster config or --kubeconfig) and serves only the ERdmaDevice's ERIs
+    /// found locally; nothing is served until that object exists and is Ready.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub local_eri_discovery: Option<bool>,
     /// Allow-list `<instance-id|i-*> <ibdev>[/<ibdev>...]`, comma-separated.
