@@ -459,7 +459,8 @@ pub fn agent_cluster_rules() -> Vec<PolicyRule> {
             &["get", "patch"],
             &[],
         ),
-        rule(&[""], &["nodes"], &["get"], &[]),
+        rule(&[""], &["nodes"], &["get", "patch"], &[]),
+        rule(&[""], &["nodes/status"], &["patch"], &[]),
         rule(&["events.k8s.io"], &["events"], &["create", "patch"], &[]),
     ]
 }
