@@ -60,16 +60,16 @@ impl DeviceSelection {
                 return false;
             }
             if !self.eris.selects(instance, &d.name) {
+                let shown = if instance.is_empty() {
+                    "<unknown: only i-* entries apply>"
+                } else {
+                    instance
+                };
                 let why = match self.eris.exposure(instance) {
                     Exposure::Nothing => format!(
-                        "exposedLocalERIs has no entry for instance {} and no i-* entry",
-                        if instance.is_empty() {
-                            "<unknown>"
-                        } else {
-                            instance
-                        }
+                        "exposedLocalERIs has no entry for instance {shown} and no i-* entry"
                     ),
-                    _ => format!("not in exposedLocalERIs for instance {instance}"),
+                    _ => format!("not in exposedLocalERIs for instance {shown}"),
                 };
                 excluded.push(Excluded {
                     device: d.name.clone(),
@@ -140,6 +140,17 @@ mod tests {
             excluded
                 .iter()
                 .any(|e| e.reason.contains("no entry for instance i-real"))
+        );
+        let unknown = DeviceSelection {
+            instance_id: None,
+            ..sel
+        };
+        let (_, excluded) = unknown.apply(&node());
+        assert!(
+            excluded
+                .iter()
+                .all(|e| e.reason.contains("<unknown: only i-* entries apply>")),
+            "{excluded:?}"
         );
     }
 }
