@@ -249,7 +249,7 @@ impl NodeTree {
         self.link(PathBuf::from("bus/pci/devices").join(&f.address), &dir);
         if let Some(driver) = &f.driver {
             let drv = PathBuf::from("bus/pci/drivers").join(driver);
-            self.mkdir(&drv);
+            self.write(drv.join("uevent"), "");
             self.link(dir.join("driver"), &drv);
         }
         self

@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, PartialEq)]
 enum Entry {
-    Dir,
     File(Vec<u8>),
     Link(PathBuf),
 }
@@ -26,7 +25,7 @@ fn walk(root: &Path) -> BTreeMap<PathBuf, Entry> {
             if ft.is_symlink() {
                 out.insert(rel, Entry::Link(fs::read_link(&p).unwrap()));
             } else if ft.is_dir() {
-                out.insert(rel, Entry::Dir);
+                // git keeps no empty directories: compare files and links only.
                 stack.push(p);
             } else {
                 out.insert(rel, Entry::File(fs::read(&p).unwrap()));
