@@ -41,7 +41,7 @@ log "clippy"
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
 log "cargo test"
-cargo test --workspace --all-features --locked
+cargo test --workspace --all-features --locked --no-fail-fast
 
 log "example training script on CPU (2 processes, gloo)"
 bash examples/pytorch-mnist/ci-test.sh
