@@ -46,7 +46,7 @@ cargo test --workspace --all-features --locked --no-fail-fast
 log "example training script on CPU (2 processes, gloo)"
 bash examples/pytorch-mnist/ci-test.sh
 
-if [ "${ERDMA_SKIP_LAB:-0}" != 1 ] && [ -x lab/run.sh ]; then
+if [ "${ERDMA_SKIP_LAB:-0}" != 1 ]; then
   log "lab scenarios (real kernel under qemu)"
-  bash lab/run.sh
+  bash lab/ci.sh
 fi

@@ -1,0 +1,38 @@
+#!/bin/bash
+# Every lab scenario that CI runs, on the kernels they need, with one summary line at the end:
+#   lab/run.sh                         inventory, allocation, allocation-modes, health, numa (7.3)
+#   crates/erdma-smc/lab/run-smcr.sh   SMC-R scoping between two pod namespaces (6.12)
+#   same on 7.3                        the unsupported-kernel case (no SMC): clear "unsupported"
+#   crates/erdma-smc/lab/run-smcr-2vm.sh  SMC-R data path between two VMs over rxe (6.12)
+#   crates/erdma-smc/lab/run-pnet.sh   SMC_PNETID generic netlink against the real kernel (6.12)
+#   crates/erdma-driver/lab/run-driver.sh  module load/unload through PID 1's namespaces (7.3)
+# Prints each runner's PASS/FAIL/SKIP lines, then exactly "N passed, M failed"; a skip counts as a
+# failure (ERDMA_LAB_STRICT=1), and so does a runner that exits non-zero without a FAIL line.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export ERDMA_LAB_STRICT=1
+passed=0 failed=0
+run() {
+  local name=$1; shift
+  local out rc
+  printf '\n--- lab: %s\n' "$name" >&2
+  out=$("$@" 2>&2); rc=$?
+  local lines; lines=$(printf '%s\n' "$out" | grep -E '^(PASS|FAIL|SKIP): ' || true)
+  [ -n "$lines" ] && printf '%s\n' "$lines"
+  local p f s
+  p=$(printf '%s\n' "$lines" | grep -c '^PASS: ' || true)
+  f=$(printf '%s\n' "$lines" | grep -c '^FAIL: ' || true)
+  s=$(printf '%s\n' "$lines" | grep -c '^SKIP: ' || true)
+  f=$((f + s))
+  if [ "$rc" != 0 ] && [ "$f" = 0 ]; then echo "FAIL: $name (runner exited $rc)"; f=1; fi
+  if [ "$p" = 0 ] && [ "$f" = 0 ]; then echo "FAIL: $name (no result)"; f=1; fi
+  passed=$((passed + p)); failed=$((failed + f))
+}
+run scenarios bash lab/run.sh
+run smcr-6.12 bash crates/erdma-smc/lab/run-smcr.sh
+run smcr-unsupported-7.3 env ERDMA_LAB_SUITE=trixie-backports bash crates/erdma-smc/lab/run-smcr.sh
+run smcr-2vm-6.12 bash crates/erdma-smc/lab/run-smcr-2vm.sh
+run pnet-6.12 bash crates/erdma-smc/lab/run-pnet.sh
+run driver bash crates/erdma-driver/lab/run-driver.sh
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
