@@ -102,6 +102,25 @@ pub struct Flags {
     /// Log format: text or json [default: text].
     #[arg(long, value_name = "FORMAT")]
     pub log_format: Option<String>,
+    /// Container runtime (CRI) socket used by the SMC-R pre-start hook to find a pod's network
+    /// namespace and annotations [default: $RUNTIME_SOCK, else the first that exists of
+    /// /run/containerd/containerd.sock, /run/k3s/containerd/containerd.sock,
+    /// /var/run/crio/crio.sock, /var/run/cri-dockerd.sock].
+    #[arg(long, env = "RUNTIME_SOCK", value_name = "PATH")]
+    pub cri_socket: Option<PathBuf>,
+    /// SMC-R pre-start: fail the container when its pod asks for SMC-R
+    /// (`network.alibabacloud.com/erdma-smcr: "true"`) and SMC-R cannot be configured, or when
+    /// the pod cannot be looked up. Off: the pod gets an Event and starts on TCP. [default: false]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub smcr_strict: Option<bool>,
+    /// SMC-R pre-start: leave IPv6 on in SMC-R pods (the default sets disable_ipv6, as the
+    /// original agent does, because eRDMA SMC-R falls back to TCP on IPv6). [default: false]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub smcr_keep_ipv6: Option<bool>,
+    /// bpffs directory where the SMC-R BPF socket policy is pinned, so that it survives agent
+    /// restarts [default: /sys/fs/bpf/erdma].
+    #[arg(long, value_name = "DIR")]
+    pub bpf_pin_dir: Option<PathBuf>,
     /// Config file (YAML or JSON) with the same settings; flags win.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -140,6 +159,10 @@ pub struct FileConfig {
     setup_eri_netdev: Option<bool>,
     setup_smc_pnet: Option<bool>,
     kubeconfig: Option<PathBuf>,
+    cri_socket: Option<PathBuf>,
+    smcr_strict: Option<bool>,
+    smcr_keep_ipv6: Option<bool>,
+    bpf_pin_dir: Option<PathBuf>,
 }
 
 /// A comma-separated string or a list.
@@ -222,6 +245,14 @@ pub struct Settings {
     pub node_name: Option<String>,
     /// Metadata service endpoint.
     pub metadata_endpoint: String,
+    /// CRI socket (`None`: auto-detect).
+    pub cri_socket: Option<PathBuf>,
+    /// SMC-R strict mode.
+    pub smcr_strict: bool,
+    /// Keep IPv6 on in SMC-R pods.
+    pub smcr_keep_ipv6: bool,
+    /// bpffs pin directory of the SMC-R BPF policy.
+    pub bpf_pin_dir: PathBuf,
 }
 
 /// Reads a config file: JSON when it parses as JSON, YAML otherwise.
@@ -393,6 +424,19 @@ impl Settings {
             metadata_endpoint: flags
                 .metadata_endpoint
                 .unwrap_or_else(|| erdma_netdev::metadata::DEFAULT_ENDPOINT.into()),
+            cri_socket: flags
+                .cri_socket
+                .or(file.cri_socket)
+                .filter(|p| !p.as_os_str().is_empty()),
+            smcr_strict: flags.smcr_strict.or(file.smcr_strict).unwrap_or(false),
+            smcr_keep_ipv6: flags
+                .smcr_keep_ipv6
+                .or(file.smcr_keep_ipv6)
+                .unwrap_or(false),
+            bpf_pin_dir: flags
+                .bpf_pin_dir
+                .or(file.bpf_pin_dir)
+                .unwrap_or_else(|| "/sys/fs/bpf/erdma".into()),
         })
     }
 }
@@ -431,6 +475,38 @@ mod tests {
         assert_eq!(s.driver.mode, DriverMode::Auto);
         assert_eq!(s.jumbo_frame_mtu, 8500);
         assert_eq!(s.poll_interval, Duration::from_millis(100));
+        assert!(!s.smcr_strict && !s.smcr_keep_ipv6);
+        assert_eq!(s.bpf_pin_dir, PathBuf::from("/sys/fs/bpf/erdma"));
+    }
+
+    #[test]
+    fn smcr_flags_and_file_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("agent.yaml");
+        std::fs::write(
+            &cfg,
+            "cri-socket: /file/crio.sock\nsmcr-strict: true\nbpf-pin-dir: /sys/fs/bpf/x\n",
+        )
+        .unwrap();
+        let c = cfg.to_str().unwrap();
+        let s = parse(&["--config", c]).unwrap();
+        assert_eq!(s.cri_socket, Some(PathBuf::from("/file/crio.sock")));
+        assert!(s.smcr_strict && !s.smcr_keep_ipv6);
+        assert_eq!(s.bpf_pin_dir, PathBuf::from("/sys/fs/bpf/x"));
+        let s = parse(&[
+            "--config",
+            c,
+            "--cri-socket",
+            "/run/containerd/containerd.sock",
+            "--smcr-strict=false",
+            "--smcr-keep-ipv6",
+        ])
+        .unwrap();
+        assert_eq!(
+            s.cri_socket,
+            Some(PathBuf::from("/run/containerd/containerd.sock"))
+        );
+        assert!(!s.smcr_strict && s.smcr_keep_ipv6);
     }
 
     #[test]

@@ -114,28 +114,81 @@ impl Cluster {
     /// Records an `events.k8s.io/v1` Event regarding this node (namespace `default`, as kubelet
     /// does for nodes).
     pub async fn event(&self, kind: &str, reason: &str, message: &str) -> Result<(), String> {
-        let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
+        let regarding = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(self.node.clone()),
+            uid: Some(self.node.clone()),
+            ..ObjectReference::default()
+        };
+        self.post(
+            "default",
+            regarding,
+            kind,
+            reason,
+            "DriverReconcile",
+            message,
+        )
+        .await
+        .map_err(|e| format!("create Event {reason} for node {}: {e}", self.node))
+    }
+
+    /// Records an `events.k8s.io/v1` Event regarding a pod, in the pod's namespace (seen in
+    /// `kubectl describe pod`).
+    pub async fn pod_event(
+        &self,
+        pod: &PodRef,
+        kind: &str,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), String> {
+        let regarding = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(pod.namespace.clone()),
+            name: Some(pod.name.clone()),
+            uid: (!pod.uid.is_empty()).then(|| pod.uid.clone()),
+            ..ObjectReference::default()
+        };
+        self.post(
+            &pod.namespace,
+            regarding,
+            kind,
+            reason,
+            "PreStartContainer",
+            message,
+        )
+        .await
+        .map_err(|e| {
+            format!(
+                "create Event {reason} for pod {}/{}: {e}",
+                pod.namespace, pod.name
+            )
+        })
+    }
+
+    async fn post(
+        &self,
+        namespace: &str,
+        regarding: ObjectReference,
+        kind: &str,
+        reason: &str,
+        action: &str,
+        message: &str,
+    ) -> Result<(), kube::Error> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
         let now = k8s_openapi::jiff::Timestamp::now();
+        let object = regarding.name.clone().unwrap_or_default();
         let ev = Event {
             metadata: ObjectMeta {
                 // Named like kubelet names its Events: `<object>.<hex timestamp>`.
-                name: Some(format!(
-                    "{}.{:x}",
-                    self.node,
-                    now.as_nanosecond().unsigned_abs()
-                )),
-                namespace: Some("default".into()),
+                name: Some(format!("{object}.{:x}", now.as_nanosecond().unsigned_abs())),
+                namespace: Some(namespace.into()),
                 ..ObjectMeta::default()
             },
-            regarding: Some(ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(self.node.clone()),
-                uid: Some(self.node.clone()),
-                ..ObjectReference::default()
-            }),
+            regarding: Some(regarding),
             reason: Some(reason.into()),
-            action: Some("DriverReconcile".into()),
+            action: Some(action.into()),
             note: Some(message.chars().take(1024).collect()),
             type_: Some(kind.into()),
             event_time: Some(MicroTime(now)),
@@ -143,12 +196,20 @@ impl Cluster {
             reporting_instance: Some(format!("{MANAGER}-{}", self.node)),
             ..Event::default()
         };
-        events
-            .create(&PostParams::default(), &ev)
-            .await
-            .map_err(|e| format!("create Event {reason} for node {}: {e}", self.node))?;
+        events.create(&PostParams::default(), &ev).await?;
         Ok(())
     }
+}
+
+/// A pod an Event is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID (empty when unknown).
+    pub uid: String,
 }
 
 /// Now, serialised as Kubernetes does for condition timestamps.

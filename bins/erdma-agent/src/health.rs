@@ -34,12 +34,20 @@ pub struct HealthView {
     pub netdev: BTreeMap<String, String>,
     /// SMC-R pnet setup warnings of the last run.
     pub smc_pnet_warnings: Vec<String>,
+    /// The last SMC-R pre-start decisions (newest last, at most
+    /// [`crate::smcr::RECENT_DECISIONS`]); empty without `--deviceplugin-prestart-container`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub smcr: Vec<crate::smcr::Decision>,
 }
 
-/// The agent's metrics (prefix `erdma_agent`).
+/// The agent's metrics (prefix `erdma_agent`) and the SMC-R metrics (prefix `erdma_smc`).
 #[derive(Debug)]
 pub struct AgentMetrics {
     registry: Registry,
+    /// SMC-R pre-start outcomes and BPF policy size.
+    pub smc: erdma_smc::metrics::SmcMetrics,
+    /// SMC-R pre-starts whose pod could not be looked up (pod-resources or CRI unavailable).
+    pub smcr_lookup_failures: Counter,
     /// 1 while the driver is ready (devices may be advertised).
     pub driver_ready: Gauge,
     /// 1 while a driver mode change is pending (refused because pods hold the devices).
@@ -52,7 +60,15 @@ pub struct AgentMetrics {
 
 impl AgentMetrics {
     fn new() -> Self {
-        let mut registry = Registry::with_prefix("erdma_agent");
+        let mut root = Registry::default();
+        let smc = erdma_smc::metrics::SmcMetrics::register(&mut root);
+        let registry = root.sub_registry_with_prefix("erdma_agent");
+        let smcr_lookup_failures = Counter::default();
+        registry.register(
+            "smcr_lookup_failures",
+            "SMC-R pre-starts whose pod could not be looked up (kubelet pod-resources or container runtime unavailable)",
+            smcr_lookup_failures.clone(),
+        );
         let driver_ready = Gauge::default();
         let driver_pending_change = Gauge::default();
         let driver_reload_refusals = Counter::default();
@@ -78,7 +94,9 @@ impl AgentMetrics {
             netdev_setup_failures.clone(),
         );
         AgentMetrics {
-            registry,
+            registry: root,
+            smc,
+            smcr_lookup_failures,
             driver_ready,
             driver_pending_change,
             driver_reload_refusals,

@@ -4,7 +4,8 @@
 //! published when changed); the driver manager (readiness gate); the ERI source (local
 //! discovery or this node's ERdmaDevice) and the instance ID; the publisher that turns these
 //! into the served snapshot through `erdma_model::DeviceSelection`; ERI netdev and SMC-R pnet
-//! host setup; the kubelet device plugin; `/metrics` and `/healthz`; SIGTERM/SIGINT → graceful
+//! host setup; SMC-R for annotated pods in PreStartContainer (`--deviceplugin-prestart-container`);
+//! the kubelet device plugin; `/metrics` and `/healthz`; SIGTERM/SIGINT → graceful
 //! shutdown.
 
 mod cli;
@@ -13,6 +14,9 @@ mod devices;
 mod driver;
 mod health;
 mod hostsetup;
+mod smcr;
+#[cfg(test)]
+mod smcr_tests;
 mod source;
 #[cfg(test)]
 mod wiring_tests;
@@ -255,9 +259,42 @@ async fn run(s: Settings) -> anyhow::Result<()> {
         spec_dir,
         kind: "aliyun.com/erdma".into(),
     });
-    let plugin = Plugin::new(cfg, served_rx, metrics)
-        .run(cancel.clone())
-        .await;
+    let mut plugin = Plugin::new(cfg, served_rx.clone(), metrics);
+    if s.prestart_container {
+        let pin_dir = s.bpf_pin_dir.clone();
+        let policy = tokio::task::spawn_blocking(move || smcr::open_policy(&pin_dir))
+            .await
+            .context("loading the SMC-R BPF policy")?;
+        let smc = smcr::Smc::new(smcr::pod_options(s.smcr_keep_ipv6), policy);
+        let hook = Arc::new(smcr::SmcrHook::new(
+            smcr::HookConfig {
+                resource: s.resource_name.clone(),
+                pod_resources_socket: s
+                    .pod_resources_socket
+                    .clone()
+                    .unwrap_or_else(|| erdma_kubelet::podresources::v1::DEFAULT_SOCKET.into()),
+                cri_socket: s.cri_socket.clone(),
+                host_root: "/".into(),
+                proc_root: "/proc".into(),
+                strict: s.smcr_strict,
+            },
+            Arc::new(smc),
+            served_rx,
+            cluster.clone(),
+            state.clone(),
+        ));
+        tracing::info!(
+            strict = s.smcr_strict,
+            keep_ipv6 = s.smcr_keep_ipv6,
+            "SMC-R pre-start hook enabled for pods annotated {}=\"true\"",
+            erdma_smc::annotation::SMCR_ANNOTATION
+        );
+        tasks.push(tokio::spawn(
+            hook.clone().reap(smcr::REAP_EVERY, cancel.clone()),
+        ));
+        plugin = plugin.with_pre_start(hook);
+    }
+    let plugin = plugin.run(cancel.clone()).await;
     cancel.cancel();
     if let Some(r) = reconciler {
         let _ = r.await;

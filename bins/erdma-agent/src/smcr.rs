@@ -1,0 +1,511 @@
+//! SMC-R for annotated pods in the device plugin's `PreStartContainer` (issue 6), and the
+//! release of a pod's namespace from the BPF socket policy when the pod is gone.
+//!
+//! Pre-start: device IDs → owning pod (kubelet pod-resources) → sandbox (CRI: network namespace,
+//! host-network flag, annotations) → `erdma_smc` decision with the PNET ID of the granted device
+//! (from the served snapshot) → metric, Event on the pod (or a log line outside a cluster). The
+//! container fails only with `--smcr-strict`; otherwise every problem, including a pod that
+//! cannot be looked up (no CRI socket), is reported and the pod starts on TCP.
+//!
+//! Pod deletion: the hook remembers the pods it put into the BPF policy (pod → namespace
+//! cookie). [`SmcrHook::reap`] lists the kubelet's pod-resources every few seconds; a
+//! remembered pod that no longer holds the resource is gone, and its cookie leaves the policy.
+//! This needs no watch on the API server and no CRI event stream, and works the same with and
+//! without a cluster. A sandbox recreated under the same pod name (new namespace, new cookie)
+//! releases the old cookie at its next pre-start. Pods configured with `tcp2smc` need nothing:
+//! the setting dies with their namespace.
+
+use crate::cluster::{Cluster, PodRef};
+use crate::health::AgentState;
+use erdma_cri::CriClient;
+use erdma_deviceplugin::PreStartHook;
+use erdma_kubelet::podresources::v1 as pr;
+use erdma_kubelet::podresources::v1::pod_resources_lister_client::PodResourcesListerClient;
+use erdma_kubelet::uds::{self, ClientAuthority};
+use erdma_model::{NodeDevices, PnetId, SlotId};
+use erdma_smc::annotation::SmcRequest;
+use erdma_smc::configure::{PodOptions, SmcConfigurator, SocketPolicy};
+use erdma_smc::prestart::{PodSandbox, PreStartOutcome};
+use erdma_smc::probe::Mechanism;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+
+/// How many pre-start decisions `/healthz` keeps.
+pub const RECENT_DECISIONS: usize = 32;
+
+/// How often the reaper looks for deleted pods.
+pub const REAP_EVERY: Duration = Duration::from_secs(10);
+
+/// One pre-start decision, as `/healthz` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    /// `namespace/name`, when the pod was found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// The device IDs of the `PreStartContainer` call.
+    pub devices: Vec<String>,
+    /// `not_requested`, `invalid_annotation`, `host_network`, `configured`, `unsupported`,
+    /// `failed`, or `lookup_failed` (pod-resources or CRI unavailable).
+    pub outcome: String,
+    /// The Event / log text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Whether the container was failed (`--smcr-strict`).
+    pub failed_container: bool,
+}
+
+/// Where the hook looks pods up.
+#[derive(Debug, Clone)]
+pub struct HookConfig {
+    /// Extended resource name (`aliyun/erdma`).
+    pub resource: String,
+    /// The kubelet's pod-resources socket.
+    pub pod_resources_socket: PathBuf,
+    /// `--cri-socket`; `None`: the first of `erdma_cri::DEFAULT_SOCKETS` under `host_root`.
+    pub cri_socket: Option<PathBuf>,
+    /// The host's root as seen by the agent (for the default CRI sockets).
+    pub host_root: PathBuf,
+    /// The host's `/proc` as seen by the agent (for the sandbox's `/proc/<pid>/ns/net`).
+    pub proc_root: PathBuf,
+    /// `--smcr-strict`.
+    pub strict: bool,
+}
+
+/// The SMC-R work on a pod namespace (blocking calls; the hook runs them in `spawn_blocking`).
+pub trait PodConfigurator: Send + Sync + 'static {
+    /// The pre-start decision for `pod` with `pnetid` on its interface.
+    fn prestart(&self, pod: &PodSandbox, pnetid: &PnetId) -> PreStartOutcome;
+    /// Removes a namespace cookie from the BPF policy; true when it was there.
+    fn release_pod(&self, netns_cookie: u64) -> Result<bool, String>;
+    /// Namespaces in the BPF policy now (`None` without a policy).
+    fn policy_namespaces(&self) -> Option<usize>;
+}
+
+/// The real configurator with the agent's BPF policy (when the kernel supports it).
+#[derive(Clone)]
+pub struct Smc {
+    configurator: SmcConfigurator,
+    policy: Option<Arc<dyn SocketPolicy>>,
+}
+
+impl Smc {
+    /// `options` for every pod; `policy` from [`open_policy`].
+    pub fn new(options: PodOptions, policy: Option<Arc<dyn SocketPolicy>>) -> Self {
+        Smc {
+            configurator: SmcConfigurator::new(options, policy.clone()),
+            policy,
+        }
+    }
+}
+
+impl PodConfigurator for Smc {
+    fn prestart(&self, pod: &PodSandbox, pnetid: &PnetId) -> PreStartOutcome {
+        self.configurator.prestart(pod, pnetid)
+    }
+
+    fn release_pod(&self, netns_cookie: u64) -> Result<bool, String> {
+        self.configurator
+            .release_pod(netns_cookie)
+            .map_err(|e| e.to_string())
+    }
+
+    fn policy_namespaces(&self) -> Option<usize> {
+        self.policy.as_ref()?.enabled().ok().map(|v| v.len())
+    }
+}
+
+/// The agent's pod options: `eth0`, IPv6 off unless `keep_ipv6`, any mechanism. Strictness is
+/// decided by the hook (so that the outcome stays "unsupported" in the metrics).
+pub fn pod_options(keep_ipv6: bool) -> PodOptions {
+    PodOptions {
+        disable_ipv6: !keep_ipv6,
+        strict: false,
+        ..PodOptions::default()
+    }
+}
+
+/// The BPF socket policy on kernels that support it: the one pinned under `pin_dir` by an
+/// earlier agent, else a fresh load pinned there. `None` (logged) when the kernel lacks
+/// `IPPROTO_SMC` or the `update_socket_protocol` hook, or loading fails; pods then use
+/// `tcp2smc` where the kernel has it, or get an "unsupported" Event.
+#[cfg(feature = "bpf")]
+pub fn open_policy(pin_dir: &Path) -> Option<Arc<dyn SocketPolicy>> {
+    use erdma_smc::policy::BpfSocketPolicy;
+    use erdma_smc::probe;
+    if let Err(why) = probe::bpf_hook_present(
+        Path::new("/proc/kallsyms"),
+        Path::new("/sys/kernel/btf/vmlinux"),
+    ) {
+        tracing::info!("SMC-R BPF socket policy not loaded: {why}");
+        return None;
+    }
+    if !probe::ipproto_smc_works() {
+        tracing::info!(
+            "SMC-R BPF socket policy not loaded: IPPROTO_SMC sockets are not supported here (Linux 6.11+ with the smc module)"
+        );
+        return None;
+    }
+    match BpfSocketPolicy::open_pinned(pin_dir) {
+        Ok(p) => {
+            tracing::info!(dir = %pin_dir.display(), "SMC-R BPF socket policy: reusing the pinned one");
+            return Some(Arc::new(p));
+        }
+        Err(e) => tracing::debug!("no pinned SMC-R policy: {e}"),
+    }
+    match BpfSocketPolicy::load() {
+        Ok(mut p) => {
+            match p.pin(pin_dir) {
+                Ok(()) => {
+                    tracing::info!(dir = %pin_dir.display(), "SMC-R BPF socket policy loaded and pinned")
+                }
+                Err(e) => tracing::warn!(
+                    "SMC-R BPF socket policy loaded but not pinned ({e}); it detaches when the agent exits. Fix: mount bpffs at /sys/fs/bpf or pass --bpf-pin-dir"
+                ),
+            }
+            Some(Arc::new(p))
+        }
+        Err(e) => {
+            tracing::warn!("SMC-R BPF socket policy cannot be loaded: {e}");
+            None
+        }
+    }
+}
+
+/// Built without the `bpf` feature: no BPF socket policy (pods use `tcp2smc` where present).
+#[cfg(not(feature = "bpf"))]
+pub fn open_policy(pin_dir: &Path) -> Option<Arc<dyn SocketPolicy>> {
+    tracing::info!(
+        dir = %pin_dir.display(),
+        "SMC-R BPF socket policy unavailable: erdma-agent was built without the `bpf` feature"
+    );
+    None
+}
+
+/// The PNET ID of the first granted device that has one in the served snapshot.
+pub fn pnet_of(served: &NodeDevices, device_ids: &[String]) -> Option<PnetId> {
+    device_ids.iter().find_map(|id| {
+        let slot = SlotId::parse(id).ok()?;
+        served.device(&slot.device)?.pnet_id.clone()
+    })
+}
+
+/// The device plugin's `PreStartContainer` hook for SMC-R.
+pub struct SmcrHook {
+    cfg: HookConfig,
+    smc: Arc<dyn PodConfigurator>,
+    served: watch::Receiver<NodeDevices>,
+    cluster: Option<Cluster>,
+    state: Arc<AgentState>,
+    /// Pods in the BPF policy: `namespace/name` → namespace cookie.
+    tracked: Mutex<BTreeMap<String, u64>>,
+}
+
+impl std::fmt::Debug for SmcrHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmcrHook")
+            .field("cfg", &self.cfg)
+            .field("tracked", &self.tracked())
+            .finish_non_exhaustive()
+    }
+}
+
+fn outcome_label(o: &PreStartOutcome) -> &'static str {
+    match o {
+        PreStartOutcome::NotRequested => "not_requested",
+        PreStartOutcome::InvalidAnnotation { .. } => "invalid_annotation",
+        PreStartOutcome::HostNetwork { .. } => "host_network",
+        PreStartOutcome::Configured { .. } => "configured",
+        PreStartOutcome::Unsupported { .. } => "unsupported",
+        PreStartOutcome::Failed { .. } => "failed",
+    }
+}
+
+/// `(type, reason)` of the Event for an outcome.
+fn event_kind(o: &PreStartOutcome) -> (&'static str, &'static str) {
+    match o {
+        PreStartOutcome::Configured { .. } => ("Normal", "SmcrEnabled"),
+        PreStartOutcome::InvalidAnnotation { .. } => ("Warning", "SmcrInvalidAnnotation"),
+        PreStartOutcome::Unsupported { .. } => ("Warning", "SmcrUnsupported"),
+        _ => ("Warning", "SmcrFailed"),
+    }
+}
+
+impl SmcrHook {
+    /// A hook; `cluster` is used for pod Events (without it they are logged).
+    pub fn new(
+        cfg: HookConfig,
+        smc: Arc<dyn PodConfigurator>,
+        served: watch::Receiver<NodeDevices>,
+        cluster: Option<Cluster>,
+        state: Arc<AgentState>,
+    ) -> Self {
+        if let Some(n) = smc.policy_namespaces() {
+            state.metrics.smc.policy_namespaces.set(n as i64);
+        }
+        SmcrHook {
+            cfg,
+            smc,
+            served,
+            cluster,
+            state,
+            tracked: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Pods in the BPF policy: `namespace/name` → namespace cookie.
+    pub fn tracked(&self) -> BTreeMap<String, u64> {
+        self.tracked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    async fn lookup(&self, device_ids: &[String]) -> Result<erdma_cri::SandboxInfo, String> {
+        let socket = erdma_cri::find_socket(self.cfg.cri_socket.as_deref(), &self.cfg.host_root)
+            .map_err(|e| format!("container runtime unavailable: {e}"))?;
+        let mut cri = CriClient::connect(&socket, &self.cfg.proc_root)
+            .await
+            .map_err(|e| format!("container runtime unavailable: {e}"))?;
+        let (_, info) = erdma_cri::prestart::resolve(
+            &self.cfg.pod_resources_socket,
+            &mut cri,
+            &self.cfg.resource,
+            device_ids,
+        )
+        .await
+        .map_err(|e| format!("pod not found: {e}"))?;
+        Ok(info)
+    }
+
+    /// The whole pre-start decision for one container (never fails; see
+    /// [`Decision::failed_container`]).
+    pub async fn decide(&self, device_ids: &[String]) -> Decision {
+        let info = match self.lookup(device_ids).await {
+            Ok(i) => i,
+            Err(why) => {
+                self.state.metrics.smcr_lookup_failures.inc();
+                let message = format!(
+                    "PreStartContainer for {} {device_ids:?}: SMC-R not configured, {why}",
+                    self.cfg.resource
+                );
+                tracing::warn!(strict = self.cfg.strict, "{message}");
+                return self.remember(Decision {
+                    pod: None,
+                    devices: device_ids.to_vec(),
+                    outcome: "lookup_failed".into(),
+                    message: Some(message),
+                    failed_container: self.cfg.strict,
+                });
+            }
+        };
+        let pod = info.pod();
+        let sandbox = PodSandbox {
+            pod: pod.clone(),
+            host_network: info.host_network,
+            netns: info.netns.clone(),
+            annotations: info.annotations.clone(),
+        };
+        let pnet = pnet_of(&self.served.borrow(), device_ids);
+        let outcome = match pnet {
+            Some(pnet) => {
+                let smc = self.smc.clone();
+                let sb = sandbox.clone();
+                tokio::task::spawn_blocking(move || smc.prestart(&sb, &pnet))
+                    .await
+                    .unwrap_or_else(|e| PreStartOutcome::Failed {
+                        pod: pod.clone(),
+                        error: format!("SMC-R configuration task failed: {e}"),
+                    })
+            }
+            None => without_pnet(&sandbox, device_ids),
+        };
+        self.state.metrics.smc.record(&outcome);
+        self.track(&pod, &outcome);
+        let message = outcome.event_message();
+        if let Some(m) = &message {
+            let (kind, reason) = event_kind(&outcome);
+            if kind == "Normal" {
+                tracing::info!(pod = %pod, reason, "{m}");
+            } else {
+                tracing::warn!(pod = %pod, reason, "{m}");
+            }
+            if let Some(cluster) = self.cluster.clone() {
+                let target = PodRef {
+                    namespace: info.namespace.clone(),
+                    name: info.name.clone(),
+                    uid: info.uid.clone(),
+                };
+                let m = m.clone();
+                // The kubelet waits for PreStartContainer: do not make it wait for the API.
+                tokio::spawn(async move {
+                    if let Err(e) = cluster.pod_event(&target, kind, reason, &m).await {
+                        tracing::warn!("{e}");
+                    }
+                });
+            }
+        }
+        self.remember(Decision {
+            pod: Some(pod),
+            devices: device_ids.to_vec(),
+            outcome: outcome_label(&outcome).into(),
+            message,
+            failed_container: outcome.fails_container(self.cfg.strict),
+        })
+    }
+
+    fn remember(&self, d: Decision) -> Decision {
+        self.state.update(|v| {
+            v.smcr.push(d.clone());
+            let extra = v.smcr.len().saturating_sub(RECENT_DECISIONS);
+            v.smcr.drain(..extra);
+        });
+        d
+    }
+
+    /// Remembers a pod put into the BPF policy; a different cookie for the same pod means its
+    /// sandbox was recreated, and the old namespace leaves the policy.
+    fn track(&self, pod: &str, outcome: &PreStartOutcome) {
+        let PreStartOutcome::Configured { report } = outcome else {
+            return;
+        };
+        let (Some(Mechanism::BpfPolicy), Some(cookie)) = (report.mechanism, report.netns_cookie)
+        else {
+            return;
+        };
+        let old = self
+            .tracked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(pod.to_string(), cookie);
+        if let Some(old) = old.filter(|o| *o != cookie) {
+            self.release(pod, old);
+        }
+        self.update_gauge();
+    }
+
+    fn release(&self, pod: &str, cookie: u64) {
+        match self.smc.release_pod(cookie) {
+            Ok(_) => tracing::info!(pod, cookie, "SMC-R: pod namespace left the BPF policy"),
+            Err(e) => tracing::warn!(pod, cookie, "SMC-R: cannot release the pod namespace: {e}"),
+        }
+    }
+
+    fn update_gauge(&self) {
+        if let Some(n) = self.smc.policy_namespaces() {
+            self.state.metrics.smc.policy_namespaces.set(n as i64);
+        }
+    }
+
+    /// One reaper pass: releases the remembered pods that no longer hold the resource according
+    /// to the kubelet. Returns the released pods; an unreachable kubelet releases nothing.
+    pub async fn reap_once(&self) -> Result<Vec<String>, String> {
+        if self.tracked().is_empty() {
+            return Ok(Vec::new());
+        }
+        let live = live_pods(&self.cfg.pod_resources_socket, &self.cfg.resource).await?;
+        let gone: Vec<(String, u64)> = {
+            let mut t = self.tracked.lock().unwrap_or_else(|p| p.into_inner());
+            let gone: Vec<(String, u64)> = t
+                .iter()
+                .filter(|(pod, _)| !live.contains(*pod))
+                .map(|(p, c)| (p.clone(), *c))
+                .collect();
+            for (p, _) in &gone {
+                t.remove(p);
+            }
+            gone
+        };
+        for (pod, cookie) in &gone {
+            self.release(pod, *cookie);
+        }
+        if !gone.is_empty() {
+            self.update_gauge();
+        }
+        Ok(gone.into_iter().map(|(p, _)| p).collect())
+    }
+
+    /// Runs [`Self::reap_once`] every `every` until `cancel` fires.
+    pub async fn reap(self: Arc<Self>, every: Duration, cancel: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+            if let Err(e) = self.reap_once().await {
+                tracing::warn!("SMC-R: cannot check for deleted pods ({e}); retrying");
+            }
+        }
+    }
+}
+
+/// The decision when no granted device has a PNET ID.
+fn without_pnet(sandbox: &PodSandbox, device_ids: &[String]) -> PreStartOutcome {
+    let request = SmcRequest::from_annotations(&sandbox.annotations);
+    if let Some(problem) = request.problem(&sandbox.pod) {
+        return PreStartOutcome::InvalidAnnotation { problem };
+    }
+    if !request.enabled() {
+        return PreStartOutcome::NotRequested;
+    }
+    if sandbox.host_network || sandbox.netns.is_none() {
+        return PreStartOutcome::HostNetwork {
+            pod: sandbox.pod.clone(),
+        };
+    }
+    PreStartOutcome::Failed {
+        pod: sandbox.pod.clone(),
+        error: format!(
+            "none of the granted devices {device_ids:?} has a PNET ID (sysfs ports/1/pnetid or the ERI's MAC); SMC-R needs one to pair the pod's eth0 with the RDMA device"
+        ),
+    }
+}
+
+/// `namespace/name` of the pods holding `resource` devices, from the kubelet.
+async fn live_pods(socket: &Path, resource: &str) -> Result<BTreeSet<String>, String> {
+    let ch = uds::connect(socket, ClientAuthority::Localhost, Duration::from_secs(2))
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot connect to the kubelet pod-resources API at {}: {e}",
+                socket.display()
+            )
+        })?;
+    let mut client = PodResourcesListerClient::new(ch);
+    let call = client.list(pr::ListPodResourcesRequest {});
+    let pods = tokio::time::timeout(erdma_cri::CALL_TIMEOUT, call)
+        .await
+        .map_err(|_| format!("pod-resources List on {} timed out", socket.display()))?
+        .map_err(|s| format!("pod-resources List on {}: {s}", socket.display()))?
+        .into_inner()
+        .pod_resources;
+    Ok(pods
+        .into_iter()
+        .filter(|p| {
+            p.containers.iter().any(|c| {
+                c.devices
+                    .iter()
+                    .any(|d| d.resource_name == resource && !d.device_ids.is_empty())
+            })
+        })
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect())
+}
+
+#[tonic::async_trait]
+impl PreStartHook for SmcrHook {
+    async fn pre_start(&self, device_ids: &[String]) -> Result<(), Status> {
+        let d = self.decide(device_ids).await;
+        if d.failed_container {
+            return Err(Status::failed_precondition(d.message.unwrap_or_else(
+                || format!("SMC-R could not be configured for {device_ids:?} (--smcr-strict)"),
+            )));
+        }
+        Ok(())
+    }
+}
