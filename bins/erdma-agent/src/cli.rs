@@ -118,13 +118,18 @@ pub struct Flags {
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub smcr_keep_ipv6: Option<bool>,
     /// bpffs directory where the SMC-R BPF socket policy is pinned, so that it survives agent
-    /// restarts [default: /sys/fs/bpf/erdma].
+    /// restarts and `smcr-init` finds it [default: /sys/fs/bpf/erdma-smc, the directory
+    /// `erdma_smc::policy::PIN_DIR` and `smcr-init` use].
     #[arg(long, value_name = "DIR")]
     pub bpf_pin_dir: Option<PathBuf>,
     /// Config file (YAML or JSON) with the same settings; flags win.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
+
+/// Where the SMC-R BPF policy is pinned by default: the same directory as
+/// `erdma_smc::policy::PIN_DIR` (only compiled with the `bpf` feature) and `smcr-init`.
+pub const DEFAULT_BPF_PIN_DIR: &str = "/sys/fs/bpf/erdma-smc";
 
 /// The config file. Unknown keys are rejected so that typos surface.
 #[derive(Debug, Default, Deserialize)]
@@ -436,7 +441,7 @@ impl Settings {
             bpf_pin_dir: flags
                 .bpf_pin_dir
                 .or(file.bpf_pin_dir)
-                .unwrap_or_else(|| "/sys/fs/bpf/erdma".into()),
+                .unwrap_or_else(|| DEFAULT_BPF_PIN_DIR.into()),
         })
     }
 }
@@ -476,7 +481,13 @@ mod tests {
         assert_eq!(s.jumbo_frame_mtu, 8500);
         assert_eq!(s.poll_interval, Duration::from_millis(100));
         assert!(!s.smcr_strict && !s.smcr_keep_ipv6);
-        assert_eq!(s.bpf_pin_dir, PathBuf::from("/sys/fs/bpf/erdma"));
+        assert_eq!(s.bpf_pin_dir, PathBuf::from("/sys/fs/bpf/erdma-smc"));
+    }
+
+    #[cfg(feature = "bpf")]
+    #[test]
+    fn default_pin_dir_is_the_librarys() {
+        assert_eq!(DEFAULT_BPF_PIN_DIR, erdma_smc::policy::PIN_DIR);
     }
 
     #[test]

@@ -438,6 +438,42 @@ async fn unannotated_invalid_and_host_network_pods_are_left_alone() {
     w.shutdown().await;
 }
 
+/// An annotated pod whose device has no PNET ID: nothing is configured, the pod gets a
+/// Warning Event naming the devices, and only strict mode fails the container.
+#[tokio::test]
+async fn annotated_pod_without_a_pnet_id_is_reported() {
+    let (netns, hold) = private_netns();
+    let w = World::start(
+        &[("default/web", &["erdma_0/1"])],
+        vec![sandbox("web", Some(&netns), &[(SMCR_ANNOTATION, "true")])],
+    )
+    .await;
+    w.served.send_modify(|s| {
+        for d in &mut s.devices {
+            d.pnet_id = None;
+        }
+    });
+    let api = FakeApiServer::new();
+    let rec = Recorder::new(None);
+    let (hook, state) = w.hook(w.config(false), rec.clone(), Some(cluster(&api)));
+    hook.pre_start(&ids(&["erdma_0/1"])).await.expect("starts");
+    assert!(rec.calls().is_empty());
+    let d = state.view().smcr.pop().unwrap();
+    assert_eq!(d.outcome, "failed");
+    let ev = events_for(&api, "web", 1).await;
+    assert_eq!(ev[0].reason.as_deref(), Some("SmcrFailed"));
+    let note = ev[0].note.clone().unwrap();
+    assert!(
+        note.contains("PNET ID") && note.contains("erdma_0/1"),
+        "{note}"
+    );
+    let (strict, _) = w.hook(w.config(true), rec, None);
+    let e = strict.pre_start(&ids(&["erdma_0/1"])).await.unwrap_err();
+    assert!(e.message().contains("PNET ID"), "{e:?}");
+    drop(hold);
+    w.shutdown().await;
+}
+
 /// No CRI socket (the lab VM) or a pod the kubelet does not list: the container starts and the
 /// reason is logged and counted; `--smcr-strict` fails it with the reason.
 #[tokio::test]
