@@ -279,7 +279,10 @@ impl SmcrHook {
             device_ids,
         )
         .await
-        .map_err(|e| format!("pod not found: {e}"))?;
+        .map_err(|e| match e {
+            erdma_cri::CriError::NotFound(_) => format!("pod not found: {e}"),
+            e => format!("pod lookup failed: {e}"),
+        })?;
         Ok(info)
     }
 
