@@ -205,32 +205,32 @@ async fn allocate_locked(
             path.display()
         ))
     })?;
-    let mut pre_start_called = false;
-    if resource.options.pre_start_required {
-        client
-            .pre_start_container(api::PreStartContainerRequest {
-                devices_ids: chosen.clone(),
-            })
-            .await
-            .map_err(rpc("PreStartContainer", &path))?;
-        pre_start_called = true;
-    }
+    // Like the kubelet: the devices are recorded for the container when Allocate succeeds, before
+    // PreStartContainer, so a pre-start hook can find its pod through pod-resources.
     ledger.push(AllocationRecord {
         pod: opts.pod.clone(),
         container: opts.container.clone(),
         resource: opts.resource.clone(),
         device_ids: chosen.clone(),
     });
-    ledger_io(dir, move |d| {
-        state::write_ledger(d, &ledger)?;
-        if update_state_file {
-            let mut st = state::read_state(d)?;
-            st.allocations = ledger;
-            state::write_state(d, &st)?;
+    save_ledger(dir, ledger.clone(), update_state_file).await?;
+    let mut pre_start_called = false;
+    if resource.options.pre_start_required {
+        let pre_start = client
+            .pre_start_container(api::PreStartContainerRequest {
+                devices_ids: chosen.clone(),
+            })
+            .await;
+        if let Err(status) = pre_start {
+            // The kubelet fails the container, and its devices go back to the pool.
+            ledger.pop();
+            if let Err(e) = save_ledger(dir, ledger, update_state_file).await {
+                tracing::warn!(pod = %opts.pod, "cannot remove the failed container's allocation: {e}");
+            }
+            return Err(rpc("PreStartContainer", &path)(status));
         }
-        Ok(())
-    })
-    .await?;
+        pre_start_called = true;
+    }
     Ok(AllocationOutput {
         pod: opts.pod.clone(),
         container: opts.container.clone(),
@@ -260,6 +260,24 @@ async fn allocate_locked(
         annotations: c.annotations,
         cdi_devices: c.cdi_devices.into_iter().map(|d| d.name).collect(),
     })
+}
+
+/// Writes the ledger (and, for one-shot commands, the state file's copy of it).
+async fn save_ledger(
+    dir: &Path,
+    ledger: Vec<AllocationRecord>,
+    update_state_file: bool,
+) -> Result<()> {
+    ledger_io(dir, move |d| {
+        state::write_ledger(d, &ledger)?;
+        if update_state_file {
+            let mut st = state::read_state(d)?;
+            st.allocations = ledger;
+            state::write_state(d, &st)?;
+        }
+        Ok(())
+    })
+    .await
 }
 
 /// Removes every allocation of `pod` (`namespace/name`) from the ledger and the state file;

@@ -8,8 +8,10 @@
 //! - consumes `ListAndWatch` and keeps the advertised devices; when the stream ends the devices
 //!   become `Unhealthy`, as the kubelet marks them;
 //! - allocates like kubelet admission for one container: picks free healthy IDs, calls
-//!   `GetPreferredAllocation` (when offered), `Allocate` and `PreStartContainer` (when required),
-//!   and records the result in its ledger (a checkpoint file that survives restarts);
+//!   `GetPreferredAllocation` (when offered) and `Allocate`, records the result in its ledger (a
+//!   checkpoint file that survives restarts) *before* calling `PreStartContainer` (when required),
+//!   as the kubelet does, so a pre-start hook finds the pod through pod-resources; a failed
+//!   `PreStartContainer` removes the record again (the kubelet fails the container);
 //! - simulates kubelet restarts: deletes every socket in the directory and re-creates
 //!   `kubelet.sock`;
 //! - serves the pod-resources v1 API (List / Get / GetAllocatableResources) from its ledger.

@@ -17,11 +17,17 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-/// Advertises `dev/0`..`dev/3` (NUMA 0), prefers the highest IDs, counts PreStart calls.
+/// Advertises `dev/0`..`dev/3` (NUMA 0), prefers the highest IDs, counts PreStart calls. With
+/// `pod_resources`, PreStart looks its `resource`'s devices up there first, as the agent's SMC-R hook does, and
+/// records the owning `namespace/name` (or `None`) in `owners`; with `fail_pre_start` it fails.
 #[derive(Clone, Default)]
 struct StaticPlugin {
     pre_starts: Arc<AtomicUsize>,
     stop: CancellationToken,
+    pod_resources: Option<PathBuf>,
+    resource: String,
+    owners: Arc<std::sync::Mutex<Vec<Option<String>>>>,
+    fail_pre_start: bool,
 }
 
 type Stream =
@@ -93,9 +99,34 @@ impl DevicePlugin for StaticPlugin {
     }
     async fn pre_start_container(
         &self,
-        _: Request<api::PreStartContainerRequest>,
+        r: Request<api::PreStartContainerRequest>,
     ) -> Result<Response<api::PreStartContainerResponse>, Status> {
         self.pre_starts.fetch_add(1, Ordering::SeqCst);
+        if let Some(sock) = &self.pod_resources {
+            let ids = &r.get_ref().devices_ids;
+            let ch = uds::connect(sock, ClientAuthority::Localhost, Duration::from_secs(5))
+                .await
+                .map_err(|e| Status::unavailable(e.to_string()))?;
+            let list = PodResourcesListerClient::new(ch)
+                .list(pr::ListPodResourcesRequest {})
+                .await?
+                .into_inner();
+            let owner = list
+                .pod_resources
+                .iter()
+                .find(|p| {
+                    p.containers.iter().any(|c| {
+                        c.devices
+                            .iter()
+                            .any(|d| d.resource_name == self.resource && d.device_ids == *ids)
+                    })
+                })
+                .map(|p| format!("{}/{}", p.namespace, p.name));
+            self.owners.lock().unwrap().push(owner);
+        }
+        if self.fail_pre_start {
+            return Err(Status::failed_precondition("pre-start refused by the test"));
+        }
         Ok(Response::new(api::PreStartContainerResponse {}))
     }
 }
@@ -443,5 +474,98 @@ async fn stream_end_marks_devices_unhealthy() {
         .await
         .unwrap();
     assert!(!s.resources["example.com/dev"].connected);
+    k.shutdown().await;
+}
+
+/// Like the kubelet, the fake records a container's devices at Allocate, before PreStartContainer:
+/// a pre-start hook finds its pod through pod-resources. A failed PreStart fails the container and
+/// gives its devices back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prestart_finds_its_pod_in_pod_resources_and_a_failure_releases_it() {
+    let dir = short_dir();
+    let pr_sock = dir.path().join("pr.sock");
+    let mut cfg = erdma_fake_kubelet::FakeKubeletConfig::new(dir.path());
+    cfg.pod_resources_socket = Some(pr_sock.clone());
+    let k = erdma_fake_kubelet::FakeKubelet::start(cfg).await.unwrap();
+    let cancel = CancellationToken::new();
+    let plugin = StaticPlugin {
+        pod_resources: Some(pr_sock.clone()),
+        resource: "example.com/dev".into(),
+        ..Default::default()
+    };
+    serve_plugin(&dir.path().join("p.sock"), plugin.clone(), cancel.clone());
+    register(dir.path(), "v1beta1", "example.com/dev", "p.sock")
+        .await
+        .unwrap();
+    k.wait_for(Duration::from_secs(5), |s| {
+        s.resources
+            .get("example.com/dev")
+            .is_some_and(|r| r.devices.len() == 4)
+    })
+    .await
+    .unwrap();
+    let opts = |pod: &str| erdma_fake_kubelet::AllocateOptions {
+        resource: "example.com/dev".into(),
+        count: 2,
+        pod: pod.into(),
+        container: "c".into(),
+        authority: ClientAuthority::Localhost,
+    };
+    let out = k.allocate(&opts("ns/a")).await.unwrap();
+    assert!(out.pre_start_called);
+    assert_eq!(out.device_ids, vec!["dev/3", "dev/2"]);
+    assert_eq!(
+        *plugin.owners.lock().unwrap(),
+        vec![Some("ns/a".to_string())]
+    );
+    assert_eq!(k.state().allocations.len(), 1);
+
+    // A plugin whose PreStart fails: it still saw its pod, but the allocation is gone afterwards.
+    let failing = StaticPlugin {
+        pod_resources: Some(pr_sock.clone()),
+        resource: "example.com/other".into(),
+        fail_pre_start: true,
+        ..Default::default()
+    };
+    serve_plugin(&dir.path().join("q.sock"), failing.clone(), cancel.clone());
+    register(dir.path(), "v1beta1", "example.com/other", "q.sock")
+        .await
+        .unwrap();
+    k.wait_for(Duration::from_secs(5), |s| {
+        s.resources
+            .get("example.com/other")
+            .is_some_and(|r| r.devices.len() == 4)
+    })
+    .await
+    .unwrap();
+    let mut o = opts("ns/b");
+    o.resource = "example.com/other".into();
+    let e = k.allocate(&o).await.unwrap_err().to_string();
+    assert!(
+        e.contains("PreStartContainer") && e.contains("refused by the test"),
+        "{e}"
+    );
+    assert_eq!(
+        *failing.owners.lock().unwrap(),
+        vec![Some("ns/b".to_string())]
+    );
+    let st = k.state();
+    assert_eq!(st.allocations.len(), 1, "{:?}", st.allocations);
+    assert_eq!(st.allocations[0].pod, "ns/a");
+    let ch = uds::connect(&pr_sock, ClientAuthority::Localhost, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let list = PodResourcesListerClient::new(ch)
+        .list(pr::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(list.pod_resources.len(), 1);
+    assert_eq!(list.pod_resources[0].name, "a");
+    // The failed container's devices are free again: the next container gets the same ones.
+    let again = k.allocate(&o).await.unwrap_err().to_string();
+    assert!(again.contains("refused by the test"), "{again}");
+    assert_eq!(failing.pre_starts.load(Ordering::SeqCst), 2);
+    cancel.cancel();
     k.shutdown().await;
 }
