@@ -6,8 +6,9 @@
 use crate::cluster::Cluster;
 use crate::health::AgentState;
 use crate::smcr::{self, HookConfig, PodConfigurator, Smc, SmcrHook};
+use erdma_cri::fake::FakeRuntime;
 use erdma_cri::runtime::v1 as cri;
-use erdma_cri::runtime::v1::runtime_service_server::{RuntimeService, RuntimeServiceServer};
+use erdma_cri::runtime::v1::runtime_service_server::RuntimeServiceServer;
 use erdma_deviceplugin::{Metrics, Plugin, PluginConfig, PreStartHook};
 use erdma_fake_kubelet::{AllocateOptions, AllocationRecord, FakeKubelet, FakeKubeletConfig};
 use erdma_host::fake::{FixedInterfaceAddrs, NodeTree};
@@ -27,67 +28,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-use tonic::{Request, Response, Status};
 
 const RESOURCE: &str = "aliyun/erdma";
-
-/// A CRI runtime answering from a fixed list of sandboxes (with their verbose info JSON).
-struct Runtime(Vec<(cri::PodSandboxStatus, String)>);
-
-#[tonic::async_trait]
-impl RuntimeService for Runtime {
-    async fn version(
-        &self,
-        _: Request<cri::VersionRequest>,
-    ) -> Result<Response<cri::VersionResponse>, Status> {
-        Ok(Response::new(cri::VersionResponse {
-            version: "0.1.0".into(),
-            runtime_name: "containerd".into(),
-            runtime_version: "v2.1.0".into(),
-            runtime_api_version: "v1".into(),
-        }))
-    }
-    async fn pod_sandbox_status(
-        &self,
-        r: Request<cri::PodSandboxStatusRequest>,
-    ) -> Result<Response<cri::PodSandboxStatusResponse>, Status> {
-        let r = r.into_inner();
-        let (status, info) = self
-            .0
-            .iter()
-            .find(|(s, _)| s.id == r.pod_sandbox_id)
-            .ok_or_else(|| Status::not_found(format!("sandbox {}", r.pod_sandbox_id)))?;
-        let mut m = BTreeMap::new();
-        if r.verbose {
-            m.insert("info".to_string(), info.clone());
-        }
-        Ok(Response::new(cri::PodSandboxStatusResponse {
-            status: Some(status.clone()),
-            info: m,
-            timestamp: 1,
-        }))
-    }
-    async fn list_pod_sandbox(
-        &self,
-        _: Request<cri::ListPodSandboxRequest>,
-    ) -> Result<Response<cri::ListPodSandboxResponse>, Status> {
-        Ok(Response::new(cri::ListPodSandboxResponse {
-            items: self
-                .0
-                .iter()
-                .map(|(s, _)| cri::PodSandbox {
-                    id: s.id.clone(),
-                    metadata: s.metadata.clone(),
-                    state: s.state,
-                    created_at: s.created_at,
-                    labels: s.labels.clone(),
-                    annotations: s.annotations.clone(),
-                    runtime_handler: String::new(),
-                })
-                .collect(),
-        }))
-    }
-}
 
 /// A ready sandbox of pod `default/<name>`; `netns` `None` = host network.
 fn sandbox(
@@ -254,7 +196,7 @@ impl World {
         let l = uds::bind(&cri).unwrap();
         tokio::spawn(
             tonic::transport::Server::builder()
-                .add_service(RuntimeServiceServer::new(Runtime(sandboxes)))
+                .add_service(RuntimeServiceServer::new(FakeRuntime(sandboxes)))
                 .serve_with_incoming_shutdown(uds::incoming(l), stop.clone().cancelled_owned()),
         );
         let (tree, devices) = served();

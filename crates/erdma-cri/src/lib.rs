@@ -9,6 +9,8 @@
 //! - [`prestart`]: device IDs of a `PreStartContainer` → owning pod (kubelet pod-resources) →
 //!   sandbox (CRI).
 
+#[cfg(feature = "fake")]
+pub mod fake;
 pub mod prestart;
 
 use erdma_kubelet::uds::{self, ClientAuthority};

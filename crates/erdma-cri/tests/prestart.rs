@@ -2,8 +2,9 @@
 //! and a container runtime (CRI) server stand in for the kubelet and containerd, the two
 //! boundaries that cannot exist on a build machine.
 
+use erdma_cri::fake::FakeRuntime;
 use erdma_cri::runtime::v1 as cri;
-use erdma_cri::runtime::v1::runtime_service_server::{RuntimeService, RuntimeServiceServer};
+use erdma_cri::runtime::v1::runtime_service_server::RuntimeServiceServer;
 use erdma_cri::{CriClient, CriError, prestart};
 use erdma_kubelet::podresources::v1 as pr;
 use erdma_kubelet::podresources::v1::pod_resources_lister_server::{
@@ -38,65 +39,6 @@ impl PodResourcesLister for Kubelet {
         _: Request<pr::GetPodResourcesRequest>,
     ) -> Result<Response<pr::GetPodResourcesResponse>, Status> {
         Err(Status::unimplemented("not used"))
-    }
-}
-
-/// Sandboxes with their verbose info, answering like containerd (it ignores nothing, but the
-/// client must not rely on the filter: this one returns everything).
-struct Runtime(Vec<(cri::PodSandboxStatus, String)>);
-
-#[tonic::async_trait]
-impl RuntimeService for Runtime {
-    async fn version(
-        &self,
-        _: Request<cri::VersionRequest>,
-    ) -> Result<Response<cri::VersionResponse>, Status> {
-        Ok(Response::new(cri::VersionResponse {
-            version: "0.1.0".into(),
-            runtime_name: "containerd".into(),
-            runtime_version: "v2.1.0".into(),
-            runtime_api_version: "v1".into(),
-        }))
-    }
-    async fn pod_sandbox_status(
-        &self,
-        r: Request<cri::PodSandboxStatusRequest>,
-    ) -> Result<Response<cri::PodSandboxStatusResponse>, Status> {
-        let r = r.into_inner();
-        let (status, info) = self
-            .0
-            .iter()
-            .find(|(s, _)| s.id == r.pod_sandbox_id)
-            .ok_or_else(|| Status::not_found(format!("sandbox {}", r.pod_sandbox_id)))?;
-        let mut m = BTreeMap::new();
-        if r.verbose {
-            m.insert("info".to_string(), info.clone());
-        }
-        Ok(Response::new(cri::PodSandboxStatusResponse {
-            status: Some(status.clone()),
-            info: m,
-            timestamp: 1,
-        }))
-    }
-    async fn list_pod_sandbox(
-        &self,
-        _: Request<cri::ListPodSandboxRequest>,
-    ) -> Result<Response<cri::ListPodSandboxResponse>, Status> {
-        Ok(Response::new(cri::ListPodSandboxResponse {
-            items: self
-                .0
-                .iter()
-                .map(|(s, _)| cri::PodSandbox {
-                    id: s.id.clone(),
-                    metadata: s.metadata.clone(),
-                    state: s.state,
-                    created_at: s.created_at,
-                    labels: s.labels.clone(),
-                    annotations: s.annotations.clone(),
-                    runtime_handler: String::new(),
-                })
-                .collect(),
-        }))
     }
 }
 
@@ -168,7 +110,7 @@ struct Servers {
     stop: CancellationToken,
 }
 
-async fn start(kubelet: Kubelet, runtime: Runtime) -> Servers {
+async fn start(kubelet: Kubelet, runtime: FakeRuntime) -> Servers {
     let dir = tempfile::tempdir().unwrap();
     let podres = dir.path().join("pod-resources.sock");
     let cri = dir.path().join("containerd.sock");
@@ -210,7 +152,7 @@ async fn prestart_device_ids_lead_to_the_pods_netns_and_annotation() {
             pod("kube-system", "agent", "agent", &[]),
             pod("default", "web-0", "app", &["erdma_0/7", "erdma_0/8"]),
         ]),
-        Runtime(vec![
+        FakeRuntime(vec![
             // An old, stopped sandbox of the same pod, and another pod.
             (
                 sandbox(
@@ -274,7 +216,7 @@ async fn prestart_device_ids_lead_to_the_pods_netns_and_annotation() {
 async fn host_network_pods_have_no_netns_and_unknown_devices_are_named() {
     let s = start(
         Kubelet(vec![pod("default", "hostnet", "c", &["erdma_1/0"])]),
-        Runtime(vec![(
+        FakeRuntime(vec![(
             sandbox("h", "default", "hostnet", true, 1, true, &[(SMCR, "true")]),
             "{}".to_string(),
         )]),
@@ -303,7 +245,7 @@ async fn missing_sandbox_netns_and_sockets_are_clear_errors() {
             pod("default", "gone", "c", &["erdma_0/1"]),
             pod("default", "nons", "c", &["erdma_0/2"]),
         ]),
-        Runtime(vec![(
+        FakeRuntime(vec![(
             sandbox("n", "default", "nons", true, 1, false, &[]),
             r#"{"pid": 0}"#.to_string(),
         )]),
@@ -366,7 +308,7 @@ async fn prestart_end_to_end_with_the_smc_decision() {
             pod("default", "smc", "app", &["erdma_0/1"]),
             pod("default", "plain", "app", &["erdma_0/2"]),
         ]),
-        Runtime(vec![
+        FakeRuntime(vec![
             (
                 sandbox("a", "default", "smc", true, 1, false, &[(SMCR, "true")]),
                 containerd_info(&netns, 0),
