@@ -110,24 +110,78 @@ fn default_install_with_access_key() {
     assert_eq!(c["securityContext"]["privileged"], false);
     assert_eq!(
         c["securityContext"]["capabilities"]["add"],
-        serde_json::json!(["SYS_MODULE", "SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"])
+        serde_json::json!([
+            "SYS_MODULE",
+            "SYS_ADMIN",
+            "SYS_CHROOT",
+            "SYS_PTRACE",
+            "NET_ADMIN"
+        ])
     );
-    let paths: Vec<&str> = pod["volumes"]
+    assert_eq!(
+        c["securityContext"]["capabilities"]["drop"],
+        serde_json::json!(["NET_RAW"])
+    );
+    // (host path, type, mount path, read-only, propagation) of every volume.
+    let mounts = c["volumeMounts"].as_array().unwrap();
+    let paths: Vec<(&str, &str, &str, bool, &str)> = pod["volumes"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|v| v["hostPath"]["path"].as_str().unwrap())
+        .zip(mounts)
+        .map(|(v, m)| {
+            assert_eq!(v["name"], m["name"]);
+            (
+                v["hostPath"]["path"].as_str().unwrap(),
+                v["hostPath"]["type"].as_str().unwrap(),
+                m["mountPath"].as_str().unwrap(),
+                m["readOnly"].as_bool().unwrap(),
+                m["mountPropagation"].as_str().unwrap_or("None"),
+            )
+        })
         .collect();
     assert_eq!(
         paths,
         [
-            "/lib/modules",
-            "/var/lib/kubelet/device-plugins",
-            "/var/lib/kubelet/pod-resources",
-            "/dev",
-            "/run/containerd"
+            (
+                "/var/lib/kubelet/device-plugins",
+                "DirectoryOrCreate",
+                "/var/lib/kubelet/device-plugins",
+                false,
+                "None"
+            ),
+            (
+                "/var/lib/kubelet/pod-resources",
+                "DirectoryOrCreate",
+                "/var/lib/kubelet/pod-resources",
+                true,
+                "None"
+            ),
+            ("/dev", "Directory", "/host/dev", true, "None"),
+            (
+                "/run/containerd",
+                "DirectoryOrCreate",
+                "/run/containerd",
+                true,
+                "None"
+            ),
+            (
+                "/var/run/netns",
+                "DirectoryOrCreate",
+                "/var/run/netns",
+                true,
+                "HostToContainer"
+            ),
+            ("/sys/fs/bpf", "Directory", "/sys/fs/bpf", false, "None"),
         ]
     );
+    // Probes on the agent's /healthz, on the port --metrics-addr names.
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["path"], "/healthz", "{probe}");
+        assert_eq!(c[probe]["httpGet"]["port"], "metrics", "{probe}");
+    }
+    assert_eq!(c["ports"][0]["name"], "metrics");
+    assert_eq!(c["ports"][0]["containerPort"], 9101);
     let args: Vec<&str> = c["args"]
         .as_array()
         .unwrap()
@@ -231,7 +285,23 @@ fn webhook_rrsa_and_node_selection() {
             "--prefer-driver=compat",
             "--allocate-all-devices",
             "--jumbo-frame-mtu=9000",
-            "--dev-root=/host/dev"
+            "--dev-root=/host/dev",
+            "--metrics-addr=0.0.0.0:9101"
+        ]
+    );
+    // With the webhook, smcr-init does SMC-R: no CRI, netns or bpffs mounts for the agent.
+    let paths: Vec<&str> = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["hostPath"]["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "/var/lib/kubelet/device-plugins",
+            "/var/lib/kubelet/pod-resources",
+            "/dev"
         ]
     );
     let cfg: Value = serde_json::from_str(
@@ -312,5 +382,52 @@ fn values_file_in_chart_format_and_bad_values_are_rejected() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+/// `agent.criSocket` (k3s, CRI-O): passed as --cri-socket and only its directory is mounted; a
+/// socket directly in /run is refused (mounting /run would shadow the ServiceAccount token).
+#[test]
+fn cri_socket_value_mounts_its_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("values.yaml");
+    std::fs::write(
+        &f,
+        "agent:\n  criSocket: /run/k3s/containerd/containerd.sock\nconfig:\n  localERIDiscovery: true\n",
+    )
+    .unwrap();
+    let docs = typed(&render(&["-f", f.to_str().unwrap()]));
+    let pod = &find(&docs, "DaemonSet")["spec"]["template"]["spec"];
+    let args = pod["containers"][0]["args"].as_array().unwrap();
+    assert!(args.contains(&Value::from(
+        "--cri-socket=/run/k3s/containerd/containerd.sock"
+    )));
+    let cri = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "cri-socket")
+        .unwrap();
+    assert_eq!(cri["hostPath"]["path"], "/run/k3s/containerd");
+    assert_eq!(cri["hostPath"]["type"], "Directory");
+    for bad in ["/var/run/cri-dockerd.sock", "run/crio/crio.sock"] {
+        std::fs::write(
+            &f,
+            format!("agent:\n  criSocket: {bad}\nconfig:\n  localERIDiscovery: true\n"),
+        )
+        .unwrap();
+        let out = Command::cargo_bin("erdmactl")
+            .unwrap()
+            .env_remove("ERDMA_ACCESS_KEY_ID")
+            .env_remove("ERDMA_ACCESS_KEY_SECRET")
+            .args(["install", "--dry-run", "-f", f.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("agent.criSocket") && err.contains(bad),
+            "{bad}: {err}"
+        );
     }
 }

@@ -6,7 +6,9 @@
 //! the controller and the agent; the webhook Service selects only controller pods (the chart's
 //! selector also matched agents); with `localERIDiscovery` the controller still runs when the
 //! webhook is enabled (serving only the webhook); `exposedLocalERIs` defaults to empty (the
-//! chart's placeholder exposed nothing); no `/var/run` mount for the agent.
+//! chart's placeholder exposed nothing); no `/var/run` or `/lib/modules` mount for the agent
+//! (only the CRI socket's directory, `/var/run/netns` and `/sys/fs/bpf` in pre-start mode),
+//! `/healthz` probes, `SYS_CHROOT` added explicitly and `NET_RAW` dropped.
 
 use crate::Error;
 use crate::crd::ERdmaDevice;
@@ -103,6 +105,10 @@ pub struct AgentValues {
     /// `--exposed-local-eris` entries (`<instance-id|i-*> <ibdev>[/<ibdev>…]`).
     #[serde(rename = "exposedLocalERIs")]
     pub exposed_local_eris: Vec<String>,
+    /// `--cri-socket` for the SMC-R pre-start hook (webhook off); empty: containerd's
+    /// `/run/containerd/containerd.sock`. Its directory is mounted into the agent, so it must
+    /// have one of its own (not directly in `/run` or `/var/run`).
+    pub cri_socket: String,
 }
 
 impl Default for AgentValues {
@@ -113,6 +119,7 @@ impl Default for AgentValues {
             allocate_all_devices: false,
             jumbo_frame_mtu: 8500,
             exposed_local_eris: Vec::new(),
+            cri_socket: String::new(),
         }
     }
 }
@@ -302,6 +309,19 @@ impl Values {
             if !ok || e.contains(',') {
                 return bad(format!(
                     "agent.exposedLocalERIs entry {e:?} is not `<instance-id|i-*> <ibdev>[/<ibdev>...]`"
+                ));
+            }
+        }
+        let cri = self.agent.cri_socket.as_str();
+        if !cri.is_empty() {
+            let path = std::path::Path::new(cri);
+            let dir = path.parent().map(|p| p.display().to_string());
+            let own_dir = dir
+                .as_deref()
+                .is_some_and(|d| !matches!(d, "" | "/" | "/run" | "/var/run" | "/var"));
+            if !path.is_absolute() || cri.contains("..") || cri.starts_with("unix:") || !own_dir {
+                return bad(format!(
+                    "agent.criSocket {cri:?} must be an absolute socket path inside a directory of its own (e.g. /run/k3s/containerd/containerd.sock, /var/run/crio/crio.sock); that directory is mounted into the agent, and mounting all of /run would shadow the agent's ServiceAccount token. For cri-dockerd, start it with --container-runtime-endpoint unix:///var/run/cri-dockerd/cri-dockerd.sock"
                 ));
             }
         }
@@ -516,7 +536,8 @@ pub fn config_json(v: &Values) -> Result<String, Error> {
     serde_json::to_string_pretty(&j).map_err(|e| Error::Serialize(e.to_string()))
 }
 
-/// The agent's arguments (original flag names).
+/// The agent's arguments (original flag names, then the port its probes use and, in pre-start
+/// mode, an explicit `agent.criSocket`).
 pub fn agent_args(v: &Values) -> Vec<String> {
     let a = &v.agent;
     let mut args = Vec::new();
@@ -536,10 +557,14 @@ pub fn agent_args(v: &Values) -> Vec<String> {
     if v.config.local_eri_discovery {
         args.push("--local-eri-discovery".into());
     }
-    if !v.config.enable_webhook {
+    if agent_prestart(v) {
         args.push("--deviceplugin-prestart-container".into());
+        if !a.cri_socket.is_empty() {
+            args.push(format!("--cri-socket={}", a.cri_socket));
+        }
     }
     args.push("--dev-root=/host/dev".into());
+    args.push(format!("--metrics-addr=0.0.0.0:{AGENT_METRICS_PORT}"));
     args
 }
 
@@ -867,49 +892,137 @@ fn controller_deployment(v: &Values) -> Deployment {
     }
 }
 
-/// The agent's host paths: (volume, host path, type, mount path, read-only). Each is justified in
-/// `docs/operations.md`.
-pub fn agent_host_paths(
-    v: &Values,
-) -> Vec<(&'static str, &'static str, &'static str, &'static str, bool)> {
+/// The agent's `/metrics` and `/healthz` port (`--metrics-addr`, the agent's default port).
+pub const AGENT_METRICS_PORT: i32 = 9101;
+
+/// Where the agent's CRI client looks without `agent.criSocket` (containerd, the ACK default).
+pub const DEFAULT_CRI_SOCKET_DIR: &str = "/run/containerd";
+
+/// One host path of the agent. Each is justified in `docs/operations.md`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentHostPath {
+    /// Volume name.
+    pub volume: &'static str,
+    /// Path on the host.
+    pub host_path: String,
+    /// hostPath `type`.
+    pub kind: &'static str,
+    /// Path in the agent container.
+    pub mount_path: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+    /// `mountPropagation` (`None`: the default, no propagation).
+    pub propagation: Option<&'static str>,
+}
+
+impl AgentHostPath {
+    fn same(volume: &'static str, path: &str, kind: &'static str, read_only: bool) -> Self {
+        AgentHostPath {
+            volume,
+            host_path: path.into(),
+            kind,
+            mount_path: path.into(),
+            read_only,
+            propagation: None,
+        }
+    }
+}
+
+/// Whether the agent runs the SMC-R pre-start hook (`--deviceplugin-prestart-container`): when
+/// the webhook (and its `smcr-init` init container) is off, as in the original chart.
+fn agent_prestart(v: &Values) -> bool {
+    !v.config.enable_webhook
+}
+
+/// The directory holding the CRI socket the agent uses in pre-start mode.
+fn cri_socket_dir(v: &Values) -> String {
+    std::path::Path::new(&v.agent.cri_socket)
+        .parent()
+        .map(|p| p.display().to_string())
+        .filter(|p| !v.agent.cri_socket.is_empty() && !p.is_empty())
+        .unwrap_or_else(|| DEFAULT_CRI_SOCKET_DIR.to_string())
+}
+
+/// The agent's host paths, in volume order.
+///
+/// Not mounted on purpose: `/lib/modules` (kmod runs in the host's mount namespace through
+/// `setns`, so it reads the host's own `/lib/modules`), `/sys` (the container's sysfs is the
+/// host's: sysfs is global except for net devices, and the pod is `hostNetwork`; read-only is
+/// enough for the inventory), `/var/run` as a whole (it would carry the ServiceAccount token's
+/// mount point into the host's `/run`).
+pub fn agent_host_paths(v: &Values) -> Vec<AgentHostPath> {
     let mut p = vec![
-        (
-            "lib-modules",
-            "/lib/modules",
-            "Directory",
-            "/lib/modules",
-            true,
-        ),
-        (
+        AgentHostPath::same(
             "device-plugins",
             "/var/lib/kubelet/device-plugins",
             "DirectoryOrCreate",
-            "/var/lib/kubelet/device-plugins",
             false,
         ),
-        (
+        AgentHostPath::same(
             "pod-resources",
             "/var/lib/kubelet/pod-resources",
             "DirectoryOrCreate",
-            "/var/lib/kubelet/pod-resources",
-            false,
+            true,
         ),
-        ("host-dev", "/dev", "Directory", "/host/dev", true),
+        AgentHostPath {
+            volume: "host-dev",
+            host_path: "/dev".into(),
+            kind: "Directory",
+            mount_path: "/host/dev".into(),
+            read_only: true,
+            propagation: None,
+        },
     ];
-    if !v.config.enable_webhook {
-        p.push((
-            "containerd",
-            "/run/containerd",
-            "DirectoryOrCreate",
-            "/run/containerd",
+    if agent_prestart(v) {
+        let cri = cri_socket_dir(v);
+        let kind = if cri == DEFAULT_CRI_SOCKET_DIR {
+            "DirectoryOrCreate"
+        } else {
+            "Directory"
+        };
+        p.push(AgentHostPath::same("cri-socket", &cri, kind, true));
+        p.push(AgentHostPath {
+            propagation: Some("HostToContainer"),
+            ..AgentHostPath::same("netns", "/var/run/netns", "DirectoryOrCreate", true)
+        });
+        p.push(AgentHostPath::same(
+            "bpffs",
+            "/sys/fs/bpf",
+            "Directory",
             false,
         ));
     }
     p
 }
 
-/// The agent's added Linux capabilities (the original's set; not privileged).
-pub const AGENT_CAPABILITIES: [&str; 4] = ["SYS_MODULE", "SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"];
+/// Linux capabilities added to the runtime's default set (not privileged). Why each: see
+/// `docs/operations.md`.
+pub const AGENT_CAPABILITIES: [&str; 5] = [
+    "SYS_MODULE",
+    "SYS_ADMIN",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "NET_ADMIN",
+];
+
+/// Capabilities dropped from the runtime's default set: nothing in the agent (or the host
+/// commands it runs) opens raw IP or packet sockets; netlink sockets need no `NET_RAW`.
+pub const AGENT_DROPPED_CAPABILITIES: [&str; 1] = ["NET_RAW"];
+
+fn agent_probe(period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some("/healthz".into()),
+            port: IntOrString::String("metrics".into()),
+            ..Default::default()
+        }),
+        initial_delay_seconds: Some(5),
+        period_seconds: Some(period),
+        timeout_seconds: Some(5),
+        failure_threshold: Some(failures),
+        ..Default::default()
+    }
+}
 
 fn agent_daemonset(v: &Values) -> DaemonSet {
     let paths = agent_host_paths(v);
@@ -921,15 +1034,24 @@ fn agent_daemonset(v: &Values) -> DaemonSet {
         env: Some(vec![field_env("NODE_NAME", "spec.nodeName")]),
         ports: Some(vec![ContainerPort {
             name: Some("metrics".into()),
-            container_port: 9101,
+            container_port: AGENT_METRICS_PORT,
             protocol: Some("TCP".into()),
             ..Default::default()
         }]),
+        // `/healthz` answers 200 while the agent's HTTP server runs, whatever the driver, ERI
+        // source or kubelet state (those are in its JSON body, the node condition and Events).
+        liveness_probe: Some(agent_probe(20, 3)),
+        readiness_probe: Some(agent_probe(10, 3)),
         security_context: Some(SecurityContext {
             privileged: Some(false),
             capabilities: Some(Capabilities {
                 add: Some(AGENT_CAPABILITIES.iter().map(|c| c.to_string()).collect()),
-                ..Default::default()
+                drop: Some(
+                    AGENT_DROPPED_CAPABILITIES
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect(),
+                ),
             }),
             ..Default::default()
         }),
@@ -943,7 +1065,10 @@ fn agent_daemonset(v: &Values) -> DaemonSet {
         volume_mounts: Some(
             paths
                 .iter()
-                .map(|(n, _, _, m, ro)| mount(n, m, *ro))
+                .map(|h| VolumeMount {
+                    mount_propagation: h.propagation.map(str::to_string),
+                    ..mount(h.volume, &h.mount_path, h.read_only)
+                })
                 .collect(),
         ),
         ..Default::default()
@@ -983,7 +1108,7 @@ fn agent_daemonset(v: &Values) -> DaemonSet {
                     volumes: Some(
                         paths
                             .iter()
-                            .map(|(n, h, t, _, _)| host_path(n, h, t))
+                            .map(|h| host_path(h.volume, &h.host_path, h.kind))
                             .collect(),
                     ),
                     ..Default::default()
