@@ -386,7 +386,7 @@ fn values_file_in_chart_format_and_bad_values_are_rejected() {
 }
 
 /// `agent.criSocket` (k3s, CRI-O): passed as --cri-socket and only its directory is mounted; a
-/// socket directly in /run is refused (mounting /run would shadow the ServiceAccount token).
+/// socket directly in /run is refused (mounting /run would put the ServiceAccount token mount point into the host's /run).
 #[test]
 fn cri_socket_value_mounts_its_directory() {
     let dir = tempfile::tempdir().unwrap();

@@ -321,7 +321,7 @@ impl Values {
                 .is_some_and(|d| !matches!(d, "" | "/" | "/run" | "/var/run" | "/var"));
             if !path.is_absolute() || cri.contains("..") || cri.starts_with("unix:") || !own_dir {
                 return bad(format!(
-                    "agent.criSocket {cri:?} must be an absolute socket path inside a directory of its own (e.g. /run/k3s/containerd/containerd.sock, /var/run/crio/crio.sock); that directory is mounted into the agent, and mounting all of /run would shadow the agent's ServiceAccount token. For cri-dockerd, start it with --container-runtime-endpoint unix:///var/run/cri-dockerd/cri-dockerd.sock"
+                    "agent.criSocket {cri:?} must be an absolute socket path inside a directory of its own (e.g. /run/k3s/containerd/containerd.sock, /var/run/crio/crio.sock); that directory is mounted into the agent, and mounting all of /run would put the mount point of the agent's ServiceAccount token (/var/run/secrets) into the host's /run. For cri-dockerd, start it with --container-runtime-endpoint unix:///var/run/cri-dockerd/cri-dockerd.sock"
                 ));
             }
         }
