@@ -126,8 +126,32 @@ pub fn pod_options(keep_ipv6: bool) -> PodOptions {
     PodOptions {
         disable_ipv6: !keep_ipv6,
         strict: false,
+        sysctl_root: sysctl_root(is_read_only, |p| p.join("net").is_dir()),
         ..PodOptions::default()
     }
+}
+
+/// The `/proc/sys` through which pod sysctls (`disable_ipv6`, `tcp2smc`) are written. Container
+/// runtimes mount the container's `/proc/sys` read-only unless the container is privileged; the
+/// host's own `/proc/sys`, reached through PID 1's root (the agent runs with hostPID and
+/// SYS_PTRACE), is writable. A `/proc/sys/net/...` file belongs to the network namespace of the
+/// thread that opens it, not to the mount, so writing through the host's mount from a thread that
+/// entered the pod's namespace still changes only the pod. The original remounted `/proc/sys`
+/// read-write instead, which changes the container's mount for everything else too.
+pub fn sysctl_root(read_only: impl Fn(&Path) -> bool, has_net: impl Fn(&Path) -> bool) -> PathBuf {
+    let own = Path::new("/proc/sys");
+    let host = Path::new("/proc/1/root/proc/sys");
+    if read_only(own) && has_net(host) && !read_only(host) {
+        host.to_path_buf()
+    } else {
+        own.to_path_buf()
+    }
+}
+
+fn is_read_only(p: &Path) -> bool {
+    nix::sys::statvfs::statvfs(p)
+        .map(|s| s.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+        .unwrap_or(false)
 }
 
 /// The BPF socket policy on kernels that support it: the one pinned under `pin_dir` by an
@@ -510,5 +534,25 @@ impl PreStartHook for SmcrHook {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod sysctl_root_tests {
+    use super::sysctl_root;
+    use std::path::Path;
+
+    #[test]
+    fn read_only_proc_sys_goes_through_the_hosts_proc() {
+        let own_ro = |p: &Path| p == Path::new("/proc/sys");
+        assert_eq!(
+            sysctl_root(own_ro, |_| true),
+            Path::new("/proc/1/root/proc/sys")
+        );
+        // Writable own /proc/sys (privileged container, or not in a container): use it.
+        assert_eq!(sysctl_root(|_| false, |_| true), Path::new("/proc/sys"));
+        // Host proc not reachable (no hostPID): keep our own; the write error then names it.
+        assert_eq!(sysctl_root(own_ro, |_| false), Path::new("/proc/sys"));
+        assert_eq!(sysctl_root(|_| true, |_| true), Path::new("/proc/sys"));
     }
 }
