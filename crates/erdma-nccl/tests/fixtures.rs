@@ -232,6 +232,23 @@ fn no_nccl_lines_is_unknown() {
 }
 
 #[test]
+fn real_two_gpu_training_stays_on_nvlink() {
+    let r = analyze(&["real/h200x2-nccl2.28.9/train-2gpu-nccl.log"]);
+    let j = only_job(&r);
+    assert_eq!(j.nccl_versions, vec!["2.28.9+cuda13.0"]);
+    assert_eq!(j.ranks, Some(2));
+    assert_eq!(j.processes, 2);
+    assert_eq!(j.nodes, Some(1));
+    assert_eq!(j.network.chosen, vec!["Socket"]);
+    assert!(j.ib.no_device_found);
+    assert_eq!(transport(j, "P2P/CUMEM"), 48);
+    assert_eq!(j.transports.len(), 1);
+    assert_eq!(kinds(j), vec![ErrorKind::IbNoDevice]);
+    assert_eq!(j.verdict.erdma_used, Answer::No);
+    assert_eq!(j.verdict.reason, "single_node");
+}
+
+#[test]
 fn real_single_gpu_training_is_single_rank() {
     for f in [
         "real/h200x1-nccl2.28.9/train-1gpu-nccl.log",
