@@ -145,8 +145,17 @@ fn row(d: &RdmaDevice) -> Vec<String> {
     };
     let chars: Vec<String> = d
         .char_devices
-        .all()
-        .map(|c| c.path.rsplit('/').next().unwrap_or(&c.path).to_string())
+        .uverbs
+        .iter()
+        .chain(d.char_devices.umad.iter())
+        .map(|c| {
+            let name = c.path.rsplit('/').next().unwrap_or(&c.path);
+            if c.present {
+                name.to_string()
+            } else {
+                format!("{name}(missing)")
+            }
+        })
         .collect();
     vec![
         d.name.clone(),

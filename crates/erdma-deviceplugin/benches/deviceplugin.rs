@@ -34,6 +34,7 @@ fn node(n: u32) -> NodeDevices {
                     path: format!("/dev/infiniband/uverbs{i}"),
                     major: Some(231),
                     minor: Some(192 + i),
+                    present: true,
                 }),
                 umad: vec![],
             };
@@ -44,6 +45,7 @@ fn node(n: u32) -> NodeDevices {
         path: "/dev/infiniband/rdma_cm".into(),
         major: Some(10),
         minor: Some(58),
+        present: true,
     });
     node
 }

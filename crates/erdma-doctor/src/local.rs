@@ -43,7 +43,13 @@ pub fn checks(node: &NodeDevices) -> Vec<Check> {
             .as_ref()
             .map(|n| n.name.clone())
             .unwrap_or_else(|| "-".into());
-        let uverbs = d.char_devices.uverbs.as_ref().map(|c| c.path.clone());
+        let uverbs = d.char_devices.uverbs.as_ref().map(|c| {
+            if c.present {
+                c.path.clone()
+            } else {
+                format!("{} (node missing)", c.path)
+            }
+        });
         let summary = format!(
             "mode {mode}, port 1 {state}, netdev {netdev}, uverbs {}",
             uverbs.as_deref().unwrap_or("missing")

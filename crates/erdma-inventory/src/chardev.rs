@@ -59,6 +59,17 @@ fn parse_dev(s: &str) -> Option<(u32, u32)> {
     Some((a.parse().ok()?, b.parse().ok()?))
 }
 
+/// The node the kernel announced for `name`, marked missing: listed with the kernel's numbers so
+/// users see what was expected where.
+pub(crate) fn missing(devfs: &dyn DevFs, name: &str, expected: Option<(u32, u32)>) -> CharDevice {
+    CharDevice {
+        path: devfs.container_path(&Path::new("infiniband").join(name)),
+        major: expected.map(|e| e.0),
+        minor: expected.map(|e| e.1),
+        present: false,
+    }
+}
+
 /// Looks up `/dev/infiniband/<name>`. Returns the char device, or the reason it is unusable.
 pub(crate) fn lookup(
     devfs: &dyn DevFs,
@@ -82,6 +93,7 @@ pub(crate) fn lookup(
                 path,
                 major: Some(major),
                 minor: Some(minor),
+                present: true,
             })
         }
         Ok(DevNode::NotChar) => {
@@ -93,6 +105,7 @@ pub(crate) fn lookup(
                 path,
                 major: expected.map(|e| e.0),
                 minor: expected.map(|e| e.1),
+                present: true,
             })
         }
         Ok(DevNode::Missing) => Err(format!(

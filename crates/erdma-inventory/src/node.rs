@@ -224,8 +224,13 @@ pub(crate) fn refresh(sources: &Sources, previous: &NodeDevices) -> Option<NodeD
             .to_string();
         let expected = uverbs.major.zip(uverbs.minor);
         let mut scratch = Vec::new();
-        if let Err(why) = chardev::lookup(sources.devfs.as_ref(), &name, expected, &mut scratch) {
-            reasons.push(why);
+        match chardev::lookup(sources.devfs.as_ref(), &name, expected, &mut scratch) {
+            Ok(c) => dev.char_devices.uverbs = Some(c),
+            Err(why) => {
+                dev.char_devices.uverbs =
+                    Some(chardev::missing(sources.devfs.as_ref(), &name, expected));
+                reasons.push(why);
+            }
         }
         health_reasons(dev, &mut reasons);
         dev.health = Health::from_reasons(reasons);
@@ -246,7 +251,10 @@ fn char_devices(
     match ctx.uverbs.get(name).and_then(|v| v.first()) {
         Some(node) => match chardev::lookup(devfs, &node.name, node.dev, findings) {
             Ok(c) => out.uverbs = Some(c),
-            Err(why) => reasons.push(why),
+            Err(why) => {
+                out.uverbs = Some(chardev::missing(devfs, &node.name, node.dev));
+                reasons.push(why);
+            }
         },
         None => reasons.push(format!(
             "no uverbs device for {name} in {}/class/infiniband_verbs: load ib_uverbs (modprobe ib_uverbs)",

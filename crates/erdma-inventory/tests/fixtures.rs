@@ -219,6 +219,17 @@ fn netdev_down_makes_the_device_unhealthy_with_the_fix() {
     let d1 = &node.devices[1];
     let reasons = d1.health.reasons().join("\n");
     assert!(reasons.contains("uverbs0 is missing"), "{reasons}");
+    // The node the kernel announced is still listed, with its numbers, as missing.
+    let uv = d1.char_devices.uverbs.as_ref().expect("listed");
+    assert_eq!(
+        (uv.path.as_str(), uv.minor, uv.present),
+        ("/dev/infiniband/uverbs0", Some(192), false)
+    );
+    assert_eq!(
+        d1.char_devices.all().count(),
+        0,
+        "a missing node is never handed to a container"
+    );
     assert!(
         reasons.contains("port 1 is DOWN because netdev eth2 is down"),
         "{reasons}"

@@ -144,6 +144,10 @@ pub struct CharDevice {
     /// Minor number.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub minor: Option<u32>,
+    /// Whether the node exists under the dev root. A verbs device the kernel announces in sysfs
+    /// whose node is missing is still listed (with the kernel's numbers), so users see what is
+    /// expected where; the device is then unhealthy.
+    pub present: bool,
 }
 
 /// The character devices that belong to one RDMA device.
@@ -158,9 +162,13 @@ pub struct CharDevices {
 }
 
 impl CharDevices {
-    /// All nodes in a stable order: uverbs first, then umad.
+    /// The nodes that exist, in a stable order: uverbs first, then umad. These are what a
+    /// container can be given.
     pub fn all(&self) -> impl Iterator<Item = &CharDevice> {
-        self.uverbs.iter().chain(self.umad.iter())
+        self.uverbs
+            .iter()
+            .chain(self.umad.iter())
+            .filter(|c| c.present)
     }
 }
 

@@ -34,6 +34,7 @@ pub fn device(name: &str, uverbs: u32, numa: Option<u32>, mac_last: u8) -> RdmaD
             path: format!("/dev/infiniband/uverbs{uverbs}"),
             major: Some(231),
             minor: Some(192 + uverbs),
+            present: true,
         }),
         umad: vec![],
     };
@@ -52,6 +53,7 @@ pub fn node(devices: Vec<RdmaDevice>) -> NodeDevices {
         path: "/dev/infiniband/rdma_cm".into(),
         major: Some(10),
         minor: Some(58),
+        present: true,
     });
     n
 }
