@@ -108,13 +108,13 @@ lab_workdir() {
 lab_boot() {
   local script=$1; shift
   local try
-  for try in 1 2; do
+  for try in 1 2 3; do
     LAB_TIMEOUT=${LAB_TIMEOUT:-780} "$LAB/lib/vm.sh" "$KROOT" "$INITRD" "$WORK/share" "guest/$script" "$@" \
       < /dev/null 2>&1 | tee "$WORK/console.log" | grep --line-buffered -E '^(PASS|FAIL|SKIP|REPORT)' >&2 || true
     # Multi-threaded TCG occasionally oopses while the kernel patches its own code during early
     # boot (int3 from text_poke), before /init runs. That is the emulator, not the code under test:
-    # boot once more, and say so. A panic after the guest started is never retried.
-    if [ "$try" = 1 ] && grep -q 'Kernel panic' "$WORK/console.log" \
+    # boot again (at most twice), and say so. A panic after the guest started is never retried.
+    if [ "$try" -lt 3 ] && grep -q 'Kernel panic' "$WORK/console.log" \
        && [ -z "$(find "$WORK/share/out" -type f 2>/dev/null | head -1)" ]; then
       cp "$WORK/console.log" "$WORK/console-boot-panic.log"
       say "the kernel panicked before /init (TCG code-patching flake, see console-boot-panic.log); booting again"
