@@ -239,17 +239,6 @@ impl std::fmt::Debug for SmcrHook {
     }
 }
 
-fn outcome_label(o: &PreStartOutcome) -> &'static str {
-    match o {
-        PreStartOutcome::NotRequested => "not_requested",
-        PreStartOutcome::InvalidAnnotation { .. } => "invalid_annotation",
-        PreStartOutcome::HostNetwork { .. } => "host_network",
-        PreStartOutcome::Configured { .. } => "configured",
-        PreStartOutcome::Unsupported { .. } => "unsupported",
-        PreStartOutcome::Failed { .. } => "failed",
-    }
-}
-
 /// `(type, reason)` of the Event for an outcome.
 fn event_kind(o: &PreStartOutcome) -> (&'static str, &'static str) {
     match o {
@@ -380,7 +369,7 @@ impl SmcrHook {
         self.remember(Decision {
             pod: Some(pod),
             devices: device_ids.to_vec(),
-            outcome: outcome_label(&outcome).into(),
+            outcome: outcome.label().into(),
             message,
             failed_container: outcome.fails_container(self.cfg.strict),
         })

@@ -43,11 +43,15 @@ fn request(c: &Container, resource: &str) -> Option<String> {
 
 /// The app container that requests `aliyun/erdma` (the one to inspect), else the first one.
 pub fn erdma_container(pod: &Pod) -> Option<&Container> {
-    let spec = pod.spec.as_ref()?;
-    spec.containers
+    requesting_container(pod).or(pod.spec.as_ref()?.containers.first())
+}
+
+/// The first app container that requests `aliyun/erdma`, if any.
+fn requesting_container(pod: &Pod) -> Option<&Container> {
+    pod.spec
         .iter()
+        .flat_map(|s| s.containers.iter())
         .find(|c| request(c, RESOURCE).is_some())
-        .or(spec.containers.first())
 }
 
 fn requests_erdma(pod: &Pod) -> bool {
@@ -298,12 +302,7 @@ pub fn runtime(pod: &Pod, events: &[Event]) -> Vec<Check> {
 /// `pod.ipc_lock`: the container that uses eRDMA can pin memory (`ibv_reg_mr`).
 pub fn ipc_lock(pod: &Pod) -> Check {
     let pr = pod_ref(pod);
-    let Some(c) = pod
-        .spec
-        .iter()
-        .flat_map(|s| s.containers.iter())
-        .find(|c| request(c, RESOURCE).is_some())
-    else {
+    let Some(c) = requesting_container(pod) else {
         return Check::skip("pod.ipc_lock", format!("pod {pr} uses no {RESOURCE}"));
     };
     let sc = c.security_context.as_ref();
@@ -477,12 +476,7 @@ pub fn smcr(pod: &Pod, node: Option<&Node>, peer: Option<&Pod>) -> Vec<Check> {
 /// on it (`nccl-and-arena.md` A1). Only literal `value`s are read.
 pub fn nccl_env(pod: &Pod) -> Check {
     let pr = pod_ref(pod);
-    let Some(c) = pod
-        .spec
-        .iter()
-        .flat_map(|s| s.containers.iter())
-        .find(|c| request(c, RESOURCE).is_some())
-    else {
+    let Some(c) = requesting_container(pod) else {
         return Check::skip("pod.nccl_env", format!("pod {pr} uses no {RESOURCE}"));
     };
     let env: Vec<(&str, &str)> = c

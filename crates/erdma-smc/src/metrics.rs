@@ -43,14 +43,7 @@ impl SmcMetrics {
 
     /// Counts one outcome.
     pub fn record(&self, outcome: &PreStartOutcome) {
-        let name = match outcome {
-            PreStartOutcome::NotRequested => "not_requested",
-            PreStartOutcome::InvalidAnnotation { .. } => "invalid_annotation",
-            PreStartOutcome::HostNetwork { .. } => "host_network",
-            PreStartOutcome::Configured { .. } => "configured",
-            PreStartOutcome::Unsupported { .. } => "unsupported",
-            PreStartOutcome::Failed { .. } => "failed",
-        };
+        let name = outcome.label();
         self.pods
             .get_or_create(&OutcomeLabel {
                 outcome: name.to_string(),

@@ -59,6 +59,18 @@ pub enum PreStartOutcome {
 }
 
 impl PreStartOutcome {
+    /// A stable snake_case name of the outcome, for metric labels and logs.
+    pub fn label(&self) -> &'static str {
+        match self {
+            PreStartOutcome::NotRequested => "not_requested",
+            PreStartOutcome::InvalidAnnotation { .. } => "invalid_annotation",
+            PreStartOutcome::HostNetwork { .. } => "host_network",
+            PreStartOutcome::Configured { .. } => "configured",
+            PreStartOutcome::Unsupported { .. } => "unsupported",
+            PreStartOutcome::Failed { .. } => "failed",
+        }
+    }
+
     /// Whether `PreStartContainer` must return an error (fail the container): only in strict
     /// mode, when SMC-R was requested and is not on.
     pub fn fails_container(&self, strict: bool) -> bool {
