@@ -13,26 +13,11 @@ log() { printf '\n==> %s\n' "$*"; }
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/erdma/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-need_apt=()
-command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
-command -v python3 >/dev/null 2>&1 || need_apt+=(python3)
-python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
-# The SMC-R BPF socket policy (erdma-smc feature `bpf`) is compiled with clang against libbpf.
-command -v clang >/dev/null 2>&1 || need_apt+=(clang)
-[ -e /usr/include/bpf/bpf_helpers.h ] || need_apt+=(libbpf-dev)
-[ -e /usr/include/libelf.h ] || need_apt+=(libelf-dev)
-command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
-[ -e /usr/include/zlib.h ] || need_apt+=(zlib1g-dev)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  log "installing ${need_apt[*]}"
-  if [ "$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
-fi
-if command -v rustup >/dev/null 2>&1; then
-  rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
-  rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
-fi
+# One installer for the host's needs, shared with lab/demo.sh (the lab installs its own group
+# when it runs: lab/run.sh and lab/demo.sh call the same script).
+groups=(build test)
+[ "${ERDMA_SKIP_LAB:-0}" = 1 ] || groups+=(lab)
+bash scripts/host-deps.sh "${groups[@]}"
 
 log "rustfmt"
 cargo fmt --all --check

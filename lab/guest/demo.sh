@@ -2,13 +2,29 @@
 # The demo inside the VM: the node's RDMA devices, the agent serving aliyun/erdma to the fake
 # kubelet, two pods each allocated one slot, RDMA traffic between them. Writes the human report
 # to out/demo-report.txt (the host prints it) and "REPORT: ok" / "REPORT: failed: why".
+#
+# The verdict is the conjunction of the checks the report prints under "Verdict", each with its
+# numbers: the pods got distinct devices; every tool exited 0 at both ends; ib_write_bw measured a
+# non-zero bandwidth; the RoCE packet counters rose on both devices, in both directions; the pod
+# without aliyun/erdma has no /dev/infiniband and no RDMA device.
+# Would fail if: the plugin handed both pods the same device, Allocate left a device out of a pod,
+# either end of ib_write_bw or ibv_rc_pingpong failed, the traffic did not cross the two rxe
+# devices, or a pod without the resource could see an RDMA device.
 . /mnt/host/guest/lib.sh
 SCEN=demo
 R="$OUT/demo-report.txt"; : > "$R"
 rep() { echo "$*" >> "$R"; }
 die() { rep ""; rep "DEMO FAILED: $*"; echo "REPORT: failed: $*"; exit 1; }
+# verdict lines: vck DESCRIPTION CMD... records "ok"/"FAIL" with the description (numbers included)
+V=/tmp/verdict.txt; : > "$V"; VFAILED=""
+vck() {
+  _d=$1; shift
+  if "$@" > /dev/null 2>&1; then echo "  ok    $_d" >> "$V"
+  else echo "  FAIL  $_d" >> "$V"; VFAILED="${VFAILED:+$VFAILED; }$_d"; fi
+}
+num_gt0() { awk -v x="$1" 'BEGIN { exit !(x + 0 > 0) }'; }
 for b in erdmactl erdma-fake-kubelet erdma-agent erdma-labpod; do
-  command -v $b >/dev/null || die "$b is not built yet"
+  command -v $b >/dev/null || die "$b is not in the guest image (lab_build did not build it)"
 done
 node_up
 rep "Node: Linux $(uname -r) in qemu (TCG), $(nproc) CPUs, $(ls -d /sys/devices/system/node/node* | wc -l) NUMA nodes;"
@@ -22,7 +38,7 @@ start_agent || die "the agent did not register (see out/demo-agent.log)"
 rep "Agent registered aliyun/erdma with the fake kubelet:"
 jq -r --arg r "$RES" '.resources[$r].devices | group_by(.id | split("/")[0])[]
   | "  \(.[0].id | split("/")[0]): \(length) slots, \(map(select(.health == "Healthy")) | length) healthy, NUMA \(.[0].numa | map(tostring) | join(","))"' "$STATE" >> "$R"
-pod_net pod-a 10.88.0.11; pod_net pod-b 10.88.0.12
+pod_net pod-a 10.88.0.11; pod_net pod-b 10.88.0.12; pod_net pod-c 10.88.0.13
 A=$(alloc pod-a 1) || die "Allocate for pod-a failed: $(tail -1 /tmp/pod-a.alloc.err)"
 B=$(alloc pod-b 1) || die "Allocate for pod-b failed: $(tail -1 /tmp/pod-b.alloc.err)"
 DA=$(ibdevs "$A"); DB=$(ibdevs "$B")
@@ -35,24 +51,65 @@ for p in a b; do
   rep "  inside the pod, /dev/infiniband: $(pod pod-$p "$f" ls /dev/infiniband | tr '\n' ' ')"
   rep "  inside the pod, ibv_devices:     $(pod pod-$p "$f" ibv_devices | awk 'NR > 2 {print $1}' | tr '\n' ' ')"
 done
+vck "the pods got one device each, and distinct ones: pod-a $DA, pod-b $DB" \
+  sh -c "test -n '$DA' && test -n '$DB' && test '$DA' != '$DB' && test \$(echo $DA | wc -w) = 1 && test \$(echo $DB | wc -w) = 1"
+SEEN_A=$(pod pod-a "$A" ibv_devices | awk 'NR > 2 {print $1}' | tr '\n' ' ')
+SEEN_B=$(pod pod-b "$B" ibv_devices | awk 'NR > 2 {print $1}' | tr '\n' ' ')
+vck "each pod sees exactly its device: pod-a [$SEEN_A], pod-b [$SEEN_B]" \
+  sh -c "test '$SEEN_A' = '$DA ' && test '$SEEN_B' = '$DB '"
+
 GA=$(gid_v4 "$DA"); GB=$(gid_v4 "$DB")
+# stat IBDEV COUNTER: one RoCE counter of port 1 (rxe's hardware counters)
+rstat() { rdma -j statistic show link "$1/1" | jq -r --arg c "$2" '.[0][$c] // empty'; }
+snap() { for d in "$DA" "$DB"; do for c in sent_pkts rcvd_pkts; do echo "$d.$c=$(rstat "$d" $c)"; done; done; }
+delta() { # delta BEFORE AFTER KEY
+  _b=$(echo "$1" | sed -n "s/^$3=//p"); _a=$(echo "$2" | sed -n "s/^$3=//p")
+  if [ -n "$_a" ] && [ -n "$_b" ]; then echo $((_a - _b)); else echo "?"; fi
+}
 listening() { ip netns exec pod-a ss -Hltn | grep -q ":18515 "; }
-pod pod-a "$A" timeout 60 ib_write_bw -d "$DA" -x "$GA" -F -n 1000 > /tmp/srv.out 2>&1 &
+S0=$(snap)
+pod pod-a "$A" timeout 60 ib_write_bw -d "$DA" -x "$GA" -F -n 1000 > /tmp/bw-srv.out 2>&1 &
 srv=$!; wait_for 20 listening
-pod pod-b "$B" timeout 60 ib_write_bw -d "$DB" -x "$GB" -F -n 1000 10.88.0.11 > /tmp/cli.out 2>&1 || die "ib_write_bw from pod-b to pod-a failed: $(tail -3 /tmp/cli.out | tr '\n' ' ')"
-wait $srv
-bw=$(awk '/^ *65536 / {print $4}' /tmp/cli.out | tail -1)
-pod pod-a "$A" timeout 60 ibv_rc_pingpong -d "$DA" -g "$GA" -n 500 > /tmp/srv.out 2>&1 &
+pod pod-b "$B" timeout 60 ib_write_bw -d "$DB" -x "$GB" -F -n 1000 10.88.0.11 > /tmp/bw-cli.out 2>&1; bw_crc=$?
+wait $srv; bw_src=$?
+bw=$(awk '/^ *65536 / {print $4}' /tmp/bw-cli.out | tail -1)
+pod pod-a "$A" timeout 60 ibv_rc_pingpong -d "$DA" -g "$GA" -n 500 > /tmp/pp-srv.out 2>&1 &
 srv=$!; wait_for 20 listening
-pod pod-b "$B" timeout 60 ibv_rc_pingpong -d "$DB" -g "$GB" -n 500 10.88.0.11 > /tmp/cli.out 2>&1 || die "ibv_rc_pingpong from pod-b to pod-a failed"
-wait $srv
-lat=$(awk '/iters in/ {print $7}' /tmp/cli.out)
+pod pod-b "$B" timeout 60 ibv_rc_pingpong -d "$DB" -g "$GB" -n 500 10.88.0.11 > /tmp/pp-cli.out 2>&1; pp_crc=$?
+wait $srv; pp_src=$?
+lat=$(awk '/iters in/ {print $7}' /tmp/pp-cli.out | tail -1)
+S1=$(snap)
+a_tx=$(delta "$S0" "$S1" "$DA.sent_pkts"); a_rx=$(delta "$S0" "$S1" "$DA.rcvd_pkts")
+b_tx=$(delta "$S0" "$S1" "$DB.sent_pkts"); b_rx=$(delta "$S0" "$S1" "$DB.rcvd_pkts")
+vck "ib_write_bw exited 0 at both ends (client in pod-b rc $bw_crc, server in pod-a rc $bw_src)" \
+  sh -c "test $bw_crc = 0 && test $bw_src = 0"
+vck "ib_write_bw measured a non-zero bandwidth: ${bw:-none} MB/s" num_gt0 "${bw:-0}"
+vck "ibv_rc_pingpong exited 0 at both ends (client rc $pp_crc, server rc $pp_src), ${lat:-?} us/iteration" \
+  sh -c "test $pp_crc = 0 && test $pp_src = 0 && test -n '$lat'"
+vck "RoCE packet counters rose on both devices: $DA sent +$a_tx rcvd +$a_rx, $DB sent +$b_tx rcvd +$b_rx" \
+  sh -c "num() { case \$1 in ''|*[!0-9]*) return 1;; esac; test \$1 -gt 0; }; num '$a_tx' && num '$a_rx' && num '$b_tx' && num '$b_rx'"
+
+C_DEV=$(pod pod-c - sh -c 'test -e /dev/infiniband && ls /dev/infiniband | tr "\n" " " || echo absent')
+C_LIST=$(pod pod-c - ibv_devices 2>/dev/null | awk 'NR > 2 {print $1}' | tr '\n' ' ')
+C_MSG=$(pod pod-c - ibv_devinfo 2>&1 | tail -1)
+vck "the pod without aliyun/erdma has no RDMA device: /dev/infiniband $C_DEV, ibv_devices [${C_LIST}], ibv_devinfo: $C_MSG" \
+  sh -c "test '$C_DEV' = absent && test -z '$C_LIST'"
+
 rep ""
 rep "RDMA between the pods (RoCEv2 over Soft-RoCE, $DB in pod-b -> $DA in pod-a):"
-rep "  ib_write_bw (RDMA WRITE, 1000 x 64 KiB):  ${bw} MB/s"
-rep "  ibv_rc_pingpong (RC send/recv, 500 x 4 KiB): $lat us/iteration"
-rep "  rdma statistic: $DA rcvd $(rdma -j statistic show link "$DA/1" | jq -r '.[0].rcvd_bytes') bytes, $DB sent $(rdma -j statistic show link "$DB/1" | jq -r '.[0].sent_bytes') bytes"
+rep "  ib_write_bw (RDMA WRITE, 1000 x 64 KiB):      ${bw:-?} MB/s"
+rep "  ibv_rc_pingpong (RC send/recv, 500 x 4 KiB): ${lat:-?} us/iteration"
+rep "  RoCE packets during both runs:  $DA sent $a_tx, received $a_rx;  $DB sent $b_tx, received $b_rx"
 rep "  (software emulation on a shared CPU: the numbers show function, not speed)"
 rep ""
-rep "A pod without aliyun/erdma: /dev/infiniband $(pod_net pod-c 10.88.0.13; pod pod-c - sh -c 'test -e /dev/infiniband && echo present || echo absent'), ibv_devinfo says: $(pod pod-c - ibv_devinfo 2>&1 | tail -1)"
-echo "REPORT: ok"
+rep "A pod without aliyun/erdma: /dev/infiniband $C_DEV; ibv_devinfo: $C_MSG"
+rep ""
+rep "Verdict:"
+cat "$V" >> "$R"
+for f in /tmp/bw-cli.out /tmp/bw-srv.out /tmp/pp-cli.out /tmp/pp-srv.out; do cp "$f" "$OUT/demo-$(basename "$f")"; done
+# machine-readable figures for scripts/bench.sh
+{
+  echo "REPORT: demo ib_write_bw_MBps=${bw:-} pingpong_us=${lat:-}"
+  echo "REPORT: demo pkts $DA.sent=$a_tx $DA.rcvd=$a_rx $DB.sent=$b_tx $DB.rcvd=$b_rx"
+} >> "$OUT/report.txt"
+if [ -z "$VFAILED" ]; then echo "REPORT: ok"; else echo "REPORT: failed: $VFAILED"; exit 1; fi

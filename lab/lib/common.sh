@@ -2,7 +2,7 @@
 # Env: ERDMA_LAB_CACHE   downloads, unpacked kernels, base initramfs (default ~/.cache/erdma-lab)
 #      ERDMA_LAB_WORK    work dir of this run: share, logs, initrd (default: a new /tmp/erdma-lab.*)
 #      ERDMA_LAB_SUITE   kernel suite (default trixie-backports; see lab/kernels.conf)
-#      ERDMA_LAB_NO_APT=1  never run apt-get install (fail if a tool is missing)
+#      ERDMA_NO_APT=1    never run apt-get install (fail naming what is missing); ERDMA_LAB_NO_APT=1 too
 #      CARGO_TARGET_DIR  honoured when locating the built binaries
 LAB=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REPO=$(cd "$LAB/.." && pwd)
@@ -22,30 +22,10 @@ timed() {
   return $rc
 }
 
-# Debian packages the lab needs on the host, with a command each provides
-HOST_PACKAGES="qemu-system-x86:qemu-system-x86_64 busybox-static:busybox kmod:depmod cpio:cpio
-  ibverbs-utils:ibv_devinfo rdmacm-utils:rping perftest:ib_write_bw ibverbs-providers:-
-  iproute2:rdma jq:jq xz-utils:xz zstd:zstd strace:strace"
-
+# What the host needs to build the binaries and the guest image: one installer shared with
+# scripts/test.sh (scripts/host-deps.sh), so the README's two commands can never disagree.
 lab_packages() {
-  local missing=() pkg cmd
-  for pc in $HOST_PACKAGES; do
-    pkg=${pc%%:*}; cmd=${pc#*:}
-    if [ "$cmd" = - ]; then
-      [ -e /etc/libibverbs.d/rxe.driver ] || missing+=("$pkg")
-    else
-      command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || [ -x "/sbin/$cmd" ] || missing+=("$pkg")
-    fi
-  done
-  [ "${#missing[@]}" = 0 ] && return 0
-  [ "${ERDMA_LAB_NO_APT:-0}" = 1 ] && die "missing host packages: ${missing[*]} (ERDMA_LAB_NO_APT=1 forbids installing them)"
-  [ "$(id -u)" = 0 ] || die "missing host packages: ${missing[*]}; run as root or apt-get install them"
-  say "installing host packages: ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  if ! apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1; then
-    apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null \
-      || die "apt-get install ${missing[*]} failed"
-  fi
+  "$REPO/scripts/host-deps.sh" build lab || die "host packages missing (see the line above)"
 }
 
 # Builds the lab's binaries with cargo; sets BINS to the paths of those that exist.
