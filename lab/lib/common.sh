@@ -28,6 +28,11 @@ lab_packages() {
   "$REPO/scripts/host-deps.sh" build lab || die "host packages missing (see the line above)"
 }
 
+# The directory cargo builds into (it knows best: CARGO_TARGET_DIR, its config, or the default).
+cargo_target_dir() {
+  (cd "$REPO" && cargo metadata --no-deps --format-version 1 2>/dev/null | jq -r .target_directory)
+}
+
 # Builds the lab's binaries with cargo; sets BINS to the paths of those that exist.
 # A binary the workspace does not have yet is reported and left out (scenarios that need it SKIP).
 LAB_BINARIES="erdma-agent erdmactl erdma-fake-kubelet erdma-labpod erdma-labprobe"
@@ -41,7 +46,7 @@ lab_build() {
   done
   say "cargo build ${args[*]}"
   (cd "$REPO" && cargo build -q "${args[@]}") || die "cargo build failed"
-  dir=${CARGO_TARGET_DIR:-$REPO/target}/debug
+  dir=$(cargo_target_dir)/debug
   BINS=()
   for b in $LAB_BINARIES; do [ -x "$dir/$b" ] && grep -qx "$b" <<<"$have" && BINS+=("$dir/$b"); done
   return 0

@@ -441,10 +441,18 @@ async fn erdmadevice_path_serves_only_matched_devices_and_reports_missing() {
         state.clone(),
         cancel.clone(),
     ));
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    assert!(
-        matches!(&*src_rx.borrow(), EriSource::Waiting(w) if w.contains("Ready ERdmaDevice of node n1"))
-    );
+    // Waits for the state (generous deadline for a loaded CI machine) instead of sleeping a
+    // fixed time and hoping the task ran.
+    let t = std::time::Instant::now();
+    while !matches!(&*src_rx.borrow(), EriSource::Waiting(w) if w.contains("Ready ERdmaDevice of node n1"))
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "still {:?}",
+            &*src_rx.borrow()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert!(served_rx.borrow().devices.is_empty());
 
     api.put(&erdma_device(

@@ -613,7 +613,8 @@ async fn the_running_controllers_provision_a_new_node_end_to_end() {
     w.api
         .put(&node("node-e", Some("r.i-e"), "10.0.0.9", true, 10));
     let mut ready = false;
-    for _ in 0..100 {
+    // Up to 20 s: generous, CI shares two cores with other builds (this proves it happens).
+    for _ in 0..400 {
         tokio::time::sleep(Duration::from_millis(50)).await;
         if cr(&w, "node-e").is_some_and(|o| o.all_ready()) {
             ready = true;

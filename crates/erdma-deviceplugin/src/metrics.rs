@@ -51,6 +51,8 @@ pub struct Metrics {
     pub kubelet_restarts: Counter,
     /// ListAndWatch messages sent.
     pub list_and_watch_updates: Counter,
+    /// Device snapshots taken in from the inventory (changed or not).
+    pub inventory_snapshots: Counter,
     /// Whether the plugin is registered with the kubelet now.
     registered: AtomicBool,
     allocated: Mutex<BTreeSet<erdma_model::SlotId>>,
@@ -80,6 +82,7 @@ impl Metrics {
         let registrations = Family::<ResultLabel, Counter>::default();
         let kubelet_restarts = Counter::default();
         let list_and_watch_updates = Counter::default();
+        let inventory_snapshots = Counter::default();
         registry.register(
             "devices",
             "RDMA devices served, by health and protocol mode",
@@ -110,6 +113,11 @@ impl Metrics {
             "ListAndWatch messages sent",
             list_and_watch_updates.clone(),
         );
+        registry.register(
+            "inventory_snapshots",
+            "Device snapshots taken in from the inventory, changed or not",
+            inventory_snapshots.clone(),
+        );
         Metrics {
             registry: Mutex::new(registry),
             devices,
@@ -118,6 +126,7 @@ impl Metrics {
             registrations,
             kubelet_restarts,
             list_and_watch_updates,
+            inventory_snapshots,
             registered: AtomicBool::new(false),
             allocated: Mutex::new(BTreeSet::new()),
         }

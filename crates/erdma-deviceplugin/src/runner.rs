@@ -159,7 +159,7 @@ async fn feed_served(
         {
             tracing::error!("{e}");
         }
-        tx.send_if_modified(|cur| {
+        let changed = tx.send_if_modified(|cur| {
             if cur.rdma_cm == set.rdma_cm
                 && cur.devices == set.devices
                 && cur.slots_per_device == set.slots_per_device
@@ -170,6 +170,10 @@ async fn feed_served(
                 true
             }
         });
+        // Counted after the served set is updated, so an observer of the counter knows this
+        // snapshot's effect (or its absence) is already visible to ListAndWatch.
+        metrics.inventory_snapshots.inc();
+        tracing::trace!(changed, "inventory snapshot taken in");
         tokio::select! {
             _ = cancel.cancelled() => return,
             r = devices.changed() => if r.is_err() {

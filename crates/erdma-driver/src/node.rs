@@ -565,7 +565,8 @@ mod tests {
             .run("sleep", "sleep", &["30"], &[], Duration::from_millis(300))
             .unwrap_err();
         assert!(e.to_string().contains("did not finish"), "{e}");
-        assert!(t0.elapsed() < Duration::from_secs(5));
+        // Generous: it proves the 30 s command was killed, not how fast.
+        assert!(t0.elapsed() < Duration::from_secs(20));
     }
 
     #[test]

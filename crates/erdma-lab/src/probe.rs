@@ -316,10 +316,10 @@ mod tests {
             &path,
             &cond("rxe1", "Healthy", 0),
             start,
-            Duration::from_millis(100),
+            Duration::from_secs(10),
             Duration::from_millis(5),
         );
-        assert!(ok.expect("holds at once") < Duration::from_millis(100));
+        assert!(ok.is_ok(), "a condition that holds at once: {ok:?}");
         let err = wait_for(
             &path,
             &cond("rxe0", "Healthy", 0),
