@@ -224,8 +224,8 @@ async fn new_single_card_node_without_eris_gets_its_primary_converted() {
         let m = &st.calls_of("ModifyNetworkInterfaceAttribute")[0].params;
         assert_eq!(
             (
-                m["NetworkInterfaceTrafficMode"].as_str(),
-                m["QueuePairNumber"].as_str()
+                m["NetworkInterfaceTrafficConfig.NetworkInterfaceTrafficMode"].as_str(),
+                m["NetworkInterfaceTrafficConfig.QueuePairNumber"].as_str()
             ),
             ("HighPerformance", "8")
         );
