@@ -120,9 +120,11 @@ fn our_signer_matches_the_official_signers() {
     assert!(v3 >= 5 && v2 >= 5, "too few vectors: {v3} V3, {v2} V2");
 }
 
+type Pairs = Vec<(String, String)>;
+
 /// The request a vector describes, as the emulator receives it: V2's signature goes back into
 /// the parameters, V3's into the `Authorization` header.
-fn as_received(v: &Vector) -> (Vec<(String, String)>, Vec<(String, String)>) {
+fn as_received(v: &Vector) -> (Pairs, Pairs) {
     let mut params = v.query.clone();
     let mut headers = v.headers.clone();
     if let Some(sig) = &v.signature {
