@@ -449,6 +449,21 @@ impl EcsClient {
         self.describe_network_interfaces(params).await
     }
 
+    /// `DescribeNetworkInterfaces` of the ENIs carrying every one of `tags` (all pages),
+    /// attached or not: how the ERIs this controller created for an instance are found again
+    /// after they were detached.
+    pub async fn describe_network_interfaces_tagged(
+        &self,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<Vec<NetworkInterface>, EcsError> {
+        let mut params = Vec::new();
+        for (i, (k, v)) in tags.iter().enumerate() {
+            params.push((format!("Tag.{}.Key", i + 1), k.clone()));
+            params.push((format!("Tag.{}.Value", i + 1), v.clone()));
+        }
+        self.describe_network_interfaces(params).await
+    }
+
     async fn describe_network_interfaces(
         &self,
         params: Vec<(String, String)>,

@@ -826,11 +826,13 @@ fn dispatch(
         "DescribeNetworkInterfaces" => {
             let ids = list(p, "NetworkInterfaceId");
             let inst = p.get("InstanceId");
+            let wanted_tags = tags(p);
             let all: Vec<&EmuEni> = st
                 .enis
                 .values()
                 .filter(|e| ids.is_empty() || ids.contains(&e.id))
                 .filter(|e| inst.is_none_or(|i| &e.instance_id == i))
+                .filter(|e| wanted_tags.iter().all(|(k, v)| e.tags.get(k) == Some(v)))
                 .collect();
             let max: usize = p
                 .get("MaxResults")

@@ -1,5 +1,5 @@
 //! Every request the ECS client sends, on every path (by ID, by IP, paged listings, tags, network
-//! cards, both signature schemes), uses only parameter names the official SDK defines for the
+//! cards, tag look-ups, both signature schemes), uses only parameter names the official SDK defines for the
 //! action, with the required ones present. The names come from
 //! `testdata/ecs-2014-05-26-params.json`, GENERATED from the official Python SDK by
 //! `sdk-oracle/gen_params.py` (CI re-generates and compares it: `sdk-oracle/check.sh`).
@@ -129,6 +129,14 @@ async fn every_path(c: &EcsClient, primary: &str, n: usize) {
     );
     c.make_high_performance(primary, 4).await.unwrap();
     c.tag_enis(&ids, &tags).await.unwrap();
+    // The look-up of ERIs created earlier for an instance, by tags.
+    assert_eq!(
+        c.describe_network_interfaces_tagged(&tags)
+            .await
+            .unwrap()
+            .len(),
+        2 * (n + 1)
+    );
 }
 
 #[tokio::test]
@@ -179,6 +187,7 @@ async fn every_request_uses_only_parameters_the_sdk_defines_with_the_required_on
     assert!(has("DescribeInstanceTypes", "InstanceTypes.1"));
     assert!(has("DescribeNetworkInterfaces", "NextToken"));
     assert!(has("DescribeNetworkInterfaces", "NetworkInterfaceId.2"));
+    assert!(has("DescribeNetworkInterfaces", "Tag.2.Key"));
     assert!(has("CreateNetworkInterface", "SecurityGroupIds.2"));
     assert!(has("CreateNetworkInterface", "Tag.2.Value"));
     assert!(has("AttachNetworkInterface", "NetworkCardIndex"));
