@@ -121,6 +121,8 @@ pub struct Call {
     pub params: BTreeMap<String, String>,
     /// Every parameter name as sent (query and form body, signature ones included), in order.
     pub sent: Vec<String>,
+    /// V3: the headers the request signed (`SignedHeaders`); empty otherwise.
+    pub signed_headers: Vec<String>,
     /// Access key ID used (empty for anonymous STS calls).
     pub access_key_id: String,
     /// `V2` or `V3` or `anonymous`.
@@ -399,12 +401,13 @@ async fn handle(state: Arc<Mutex<EmuState>>, req: Request<Incoming>) -> Response
     let anonymous = header("authorization").is_none()
         && get(&params, "Signature").is_none()
         && get(&params, "Action").as_deref() == Some("AssumeRoleWithOIDC");
-    let (action, key_id, scheme, token) = if anonymous {
+    let (action, key_id, scheme, token, signed_headers) = if anonymous {
         (
             "AssumeRoleWithOIDC".to_string(),
             String::new(),
             "anonymous",
             None,
+            Vec::new(),
         )
     } else {
         let keys = &st.keys;
@@ -427,7 +430,13 @@ async fn handle(state: Arc<Mutex<EmuState>>, req: Request<Incoming>) -> Response
                 "Specified time stamp or date value is expired.",
             );
         }
-        (v.action, v.access_key_id, v.scheme, v.security_token)
+        (
+            v.action,
+            v.access_key_id,
+            v.scheme,
+            v.security_token,
+            v.signed_headers,
+        )
     };
     if let Some((_, Some(required))) = st.keys.get(&key_id)
         && token.as_deref() != Some(required.as_str())
@@ -473,6 +482,7 @@ async fn handle(state: Arc<Mutex<EmuState>>, req: Request<Incoming>) -> Response
         action,
         params: p,
         sent,
+        signed_headers,
         access_key_id: key_id,
         scheme,
         status,
@@ -493,6 +503,8 @@ pub struct Verified {
     pub security_token: Option<String>,
     /// `x-acs-date` or `Timestamp` (freshness is the caller's check).
     pub date: String,
+    /// V3: the header names `SignedHeaders` lists (empty for V2).
+    pub signed_headers: Vec<String>,
 }
 
 /// Why a request's signature was refused, as ECS answers it.
@@ -617,6 +629,7 @@ pub fn verify_signature(
             action: header("x-acs-action").unwrap_or_default(),
             security_token: header("x-acs-security-token"),
             date: header("x-acs-date").unwrap_or_default(),
+            signed_headers: a.signed_headers.clone(),
         });
     }
     let Some(sig) = get("Signature") else {
@@ -655,6 +668,7 @@ pub fn verify_signature(
         action: get("Action").unwrap_or_default(),
         security_token: get("SecurityToken"),
         date: get("Timestamp").unwrap_or_default(),
+        signed_headers: Vec::new(),
     })
 }
 

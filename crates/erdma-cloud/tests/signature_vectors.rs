@@ -6,9 +6,15 @@
 //! file with the pinned SDKs and compares (`sdk-oracle/check.sh`), so these answers are the SDK's,
 //! not ours.
 
-use erdma_cloud::emulator::verify_signature;
+use erdma_cloud::emulator::{EcsEmulator, verify_signature};
 use erdma_cloud::signer::{self, V3Input};
+use erdma_cloud::{
+    CredentialProvider, CredentialSource, Credentials, EcsClient, EcsConfig, RetryPolicy,
+    SignatureVersion,
+};
 use serde::Deserialize;
+use std::sync::Arc;
+use std::time::Duration;
 
 const VECTORS: &str = include_str!("../testdata/signature-vectors.json");
 
@@ -208,4 +214,39 @@ fn the_vectors_cover_what_the_client_sends() {
                 .iter()
                 .any(|(k, _)| k == "NetworkInterfaceTrafficConfig.QueuePairNumber")
     }));
+}
+
+/// The V3 vectors "shaped like the erdma client" really are: the client signs the same headers.
+#[tokio::test]
+async fn the_client_signs_the_headers_of_the_erdma_shaped_vectors() {
+    let emu = EcsEmulator::start().await.expect("emulator");
+    emu.state().add_key("AKID", "s3cr3t");
+    let c = EcsClient::new(
+        EcsConfig {
+            endpoint: emu.endpoint(),
+            region: "emu-region".into(),
+            signature: SignatureVersion::V3,
+            retry: RetryPolicy {
+                max_attempts: 1,
+                base: Duration::from_millis(1),
+                max: Duration::from_millis(1),
+            },
+        },
+        Arc::new(CredentialProvider::new(CredentialSource::AccessKey(
+            Credentials::access_key("AKID", "s3cr3t"),
+        ))),
+    )
+    .expect("client");
+    c.describe_instances_by_ip(&["10.0.0.5"])
+        .await
+        .expect("describe");
+    let sent = emu.state().calls[0].signed_headers.clone();
+    let vs = vectors();
+    let shaped = vs
+        .iter()
+        .find(|v| v.name == "v3-erdma-shaped-describe-by-ip")
+        .and_then(|v| v.authorization.as_deref())
+        .and_then(signer::parse_authorization_v3)
+        .expect("vector present");
+    assert_eq!(sent, shaped.signed_headers);
 }
