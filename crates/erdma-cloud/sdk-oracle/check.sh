@@ -2,7 +2,8 @@
 # Regenerates the SDK-derived test data of erdma-cloud from the official Alibaba Cloud SDKs
 # (requirements.txt, from PyPI, into a venv under ~/.cache/erdma/, never into the repository) and
 # checks the committed files equal what the SDKs produce now.
-#   check.sh           compare; exit 1 with a diff when they differ
+#   check.sh           compare; exit 1 with a diff when they differ; then run the official ECS client
+#                      against the emulator (examples/ecs_emulator.rs, built with cargo)
 #   check.sh --write   overwrite testdata/ with the regenerated files
 # Needs python3 (with venv) and network access to PyPI on the first run; later runs are offline.
 set -euo pipefail
@@ -30,4 +31,11 @@ for f in ecs-2014-05-26-params.json signature-vectors.json; do
   fi
 done
 [ "$status" = 0 ] && [ "${1:-}" != --write ] && echo "sdk-oracle: testdata matches the official SDKs ($(grep -v '^#' "$here/requirements.txt" | tr '\n' ' '))"
-exit "$status"
+[ "$status" = 0 ] || exit "$status"
+# The official client against the emulator over HTTP (V3 and V2): the emulator's verifier and
+# parameter check accept what the SDK itself sends, and refuse a wrong secret / undefined name.
+if [ "${1:-}" != --write ]; then
+  (cd "$here/.." && cargo build -q --locked -p erdma-cloud --features emulator --example ecs_emulator)
+  target="$(cd "$here/.." && cargo metadata -q --no-deps --format-version 1 | "$venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+  "$venv/bin/python" "$here/official_client.py" "$target/debug/examples/ecs_emulator"
+fi
