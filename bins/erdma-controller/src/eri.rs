@@ -13,6 +13,9 @@ pub enum CardPlan {
     Reuse(NetworkInterface),
     /// Convert the primary ENI to `HighPerformance` with this many queue pairs (card 0).
     ConvertPrimary(NetworkInterface, i64),
+    /// Use this detached ERI, created and tagged for this instance earlier by this controller
+    /// (e.g. before a restart or a node re-registration); the device reconciler attaches it.
+    Attach(NetworkInterface),
     /// Create a new ERI with this many queue pairs.
     Create(i64),
 }
@@ -28,6 +31,19 @@ pub enum SelectError {
     /// Card 0 has no ERI and the instance has no primary ENI to convert.
     #[error("instance {0} has no primary ENI to convert for card 0")]
     NoPrimary(String),
+    /// The ERIs already on the instance use its whole queue-pair budget and none of them can be
+    /// used: nothing is created (as the original).
+    #[error(
+        "instance {instance}: its ERIs already use {used} of the {budget} queue pairs the instance type allows and none is usable here; nothing created. Fix: free an ERI (or set manageNonOwnedENIs: true to use the existing ones)"
+    )]
+    NoQueuePairs {
+        /// The instance.
+        instance: String,
+        /// Queue pairs of the HighPerformance ENIs on it.
+        used: i64,
+        /// The type's budget.
+        budget: i64,
+    },
 }
 
 /// Number of cards to give an ERI: 1 when the type has < 2 cards, else min(cards, EriQuantity).
@@ -52,19 +68,42 @@ pub fn manageable(eni: &NetworkInterface, manage_non_owned: bool) -> bool {
         || eni.tags.get(TAG_TERWAY_EXCLUDED).map(String::as_str) == Some("true")
 }
 
+/// Whether `eni` is a detached ERI this controller created for `instance_id` (tags `creator` and
+/// `instance-id`), so it may be attached again instead of creating another.
+pub fn reusable_detached(eni: &NetworkInterface, instance_id: &str) -> bool {
+    eni.status == "Available"
+        && eni.instance_id.is_empty()
+        && eni.is_high_performance()
+        && eni.tags.get(TAG_CREATOR).map(String::as_str) == Some(TAG_CREATOR_VALUE)
+        && eni.tags.get(TAG_INSTANCE_ID).map(String::as_str) == Some(instance_id)
+}
+
 /// The plan per card index (0..cards).
+///
+/// `enis` are the instance's ENIs; `detached` the ENIs tagged `creator` + `instance-id` for it
+/// (any state; only [`reusable_detached`] ones are used, for cards other than 0, before creating).
+/// Queue pairs, as the original: the budget is the type's `QueuePairNumber` (times the cards on
+/// GPU types); every HighPerformance ENI on the instance counts against it (ours or not); what
+/// is left is split over the cards still missing an ERI; when nothing is left, nothing is
+/// converted or created ([`SelectError::NoQueuePairs`] when no card has an ERI at all).
 pub fn plan(
     instance_id: &str,
     t: &InstanceType,
     enis: &[NetworkInterface],
+    detached: &[NetworkInterface],
     manage_non_owned: bool,
 ) -> Result<BTreeMap<i64, CardPlan>, SelectError> {
     let cards = cards_for(t)?;
-    let mut budget = if t.gpu_amount > 0 {
+    let budget = if t.gpu_amount > 0 {
         t.queue_pair_number * cards
     } else {
         t.queue_pair_number
     };
+    let used: i64 = enis
+        .iter()
+        .filter(|e| e.is_high_performance() && e.instance_id == instance_id)
+        .map(|e| e.queue_pair_number.unwrap_or(0))
+        .sum();
     let mut out = BTreeMap::new();
     for card in 0..cards {
         let existing = enis
@@ -77,7 +116,6 @@ pub fn plan(
             .filter(|e| manageable(e, manage_non_owned))
             .min_by(|a, b| (!a.is_primary(), &a.id).cmp(&(!b.is_primary(), &b.id)));
         if let Some(e) = existing {
-            budget -= e.queue_pair_number.unwrap_or(0);
             out.insert(card, CardPlan::Reuse(e.clone()));
         }
     }
@@ -85,7 +123,23 @@ pub fn plan(
     if missing.is_empty() {
         return Ok(out);
     }
-    let per_card = (budget.max(0) / missing.len() as i64).max(1);
+    let per_card = (budget - used) / missing.len() as i64;
+    if per_card <= 0 {
+        if out.is_empty() {
+            return Err(SelectError::NoQueuePairs {
+                instance: instance_id.to_string(),
+                used,
+                budget,
+            });
+        }
+        return Ok(out);
+    }
+    let mut spare: Vec<&NetworkInterface> = detached
+        .iter()
+        .filter(|e| reusable_detached(e, instance_id))
+        .collect();
+    spare.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut spare = spare.into_iter();
     for card in missing {
         if card == 0 {
             let primary = enis
@@ -93,11 +147,18 @@ pub fn plan(
                 .find(|e| e.is_primary() && e.instance_id == instance_id)
                 .ok_or_else(|| SelectError::NoPrimary(instance_id.to_string()))?;
             out.insert(0, CardPlan::ConvertPrimary(primary.clone(), per_card));
+        } else if let Some(e) = spare.next() {
+            out.insert(card, CardPlan::Attach(e.clone()));
         } else {
             out.insert(card, CardPlan::Create(per_card));
         }
     }
     Ok(out)
+}
+
+/// Whether the plan creates an ERI (then the detached ones are worth looking up first).
+pub fn creates(plan: &BTreeMap<i64, CardPlan>) -> bool {
+    plan.values().any(|p| matches!(p, CardPlan::Create(_)))
 }
 
 /// Tags set on a created ERI.
@@ -186,7 +247,7 @@ mod tests {
     #[test]
     fn fresh_single_card_instance_converts_the_primary() {
         let enis = [eni("eni-01", "Primary", "Standard", 0, None, &[])];
-        let p = plan("i-1", &t(Some(1), 1, 8, 0), &enis, true).unwrap();
+        let p = plan("i-1", &t(Some(1), 1, 8, 0), &enis, &[], true).unwrap();
         assert_eq!(p.len(), 1);
         assert_eq!(p[&0], CardPlan::ConvertPrimary(enis[0].clone(), 8));
     }
@@ -194,7 +255,7 @@ mod tests {
     #[test]
     fn gpu_types_get_the_budget_per_card_and_create_other_cards() {
         let enis = [eni("eni-01", "Primary", "Standard", 0, None, &[])];
-        let p = plan("i-1", &t(Some(2), 2, 16, 8), &enis, true).unwrap();
+        let p = plan("i-1", &t(Some(2), 2, 16, 8), &enis, &[], true).unwrap();
         assert_eq!(p[&0], CardPlan::ConvertPrimary(enis[0].clone(), 16));
         assert_eq!(p[&1], CardPlan::Create(16));
     }
@@ -212,7 +273,7 @@ mod tests {
                 &[(TAG_CREATOR, TAG_CREATOR_VALUE)],
             ),
         ];
-        let p = plan("i-1", &t(Some(2), 2, 16, 8), &enis, false).unwrap();
+        let p = plan("i-1", &t(Some(2), 2, 16, 8), &enis, &[], false).unwrap();
         assert_eq!(p[&0], CardPlan::Reuse(enis[1].clone()));
         assert_eq!(
             p[&1],
@@ -235,18 +296,95 @@ mod tests {
             ),
         ];
         assert_eq!(
-            plan("i-1", &t(Some(1), 1, 8, 0), &enis, true).unwrap()[&0],
+            plan("i-1", &t(Some(1), 1, 8, 0), &enis, &[], true).unwrap()[&0],
             CardPlan::Reuse(enis[1].clone())
         );
+        // Not ours and not allowed: it still holds the instance's 8 queue pairs, so there is
+        // nothing left to convert the primary with (the original creates nothing either).
         assert_eq!(
-            plan("i-1", &t(Some(1), 1, 8, 0), &enis, false).unwrap()[&0],
-            CardPlan::ConvertPrimary(enis[0].clone(), 8)
+            plan("i-1", &t(Some(1), 1, 8, 0), &enis, &[], false),
+            Err(SelectError::NoQueuePairs {
+                instance: "i-1".into(),
+                used: 8,
+                budget: 8
+            })
         );
     }
 
     #[test]
+    fn a_used_up_budget_creates_nothing_but_keeps_what_is_there() {
+        // GPU type, 2 cards x 16 = 32; card 0's ERI holds 20 and a non-owned one 12.
+        let enis = [
+            eni("eni-01", "Primary", "Standard", 0, None, &[]),
+            eni(
+                "eni-02",
+                "Secondary",
+                "HighPerformance",
+                0,
+                Some(20),
+                &[(TAG_CREATOR, TAG_CREATOR_VALUE)],
+            ),
+            eni(
+                "eni-03",
+                "Secondary",
+                "HighPerformance",
+                1,
+                Some(12),
+                &[("owner", "someone")],
+            ),
+        ];
+        let p = plan("i-1", &t(Some(2), 2, 16, 8), &enis, &[], false).unwrap();
+        assert_eq!(p.len(), 1, "card 1 gets nothing: {p:?}");
+        assert_eq!(p[&0], CardPlan::Reuse(enis[1].clone()));
+        assert!(!creates(&p));
+    }
+
+    fn detached(id: &str, instance: &str, qp: i64) -> NetworkInterface {
+        let mut e = eni(
+            id,
+            "Secondary",
+            "HighPerformance",
+            0,
+            Some(qp),
+            &[
+                (TAG_CREATOR, TAG_CREATOR_VALUE),
+                (TAG_INSTANCE_ID, instance),
+            ],
+        );
+        e.status = "Available".into();
+        e.instance_id = String::new();
+        e
+    }
+
+    #[test]
+    fn detached_eris_created_for_this_instance_are_attached_instead_of_creating() {
+        let enis = [eni("eni-01", "Primary", "Standard", 0, None, &[])];
+        let mine = detached("eni-09", "i-1", 16);
+        let other = detached("eni-08", "i-2", 16);
+        let mut in_use_elsewhere = detached("eni-07", "i-1", 16);
+        in_use_elsewhere.status = "InUse".into();
+        in_use_elsewhere.instance_id = "i-3".into();
+        let mut untagged = detached("eni-06", "i-1", 16);
+        untagged.tags.remove(TAG_CREATOR);
+        let p = plan(
+            "i-1",
+            &t(Some(2), 2, 16, 8),
+            &enis,
+            &[other, in_use_elsewhere, untagged, mine.clone()],
+            false,
+        )
+        .unwrap();
+        assert_eq!(p[&0], CardPlan::ConvertPrimary(enis[0].clone(), 16));
+        assert_eq!(p[&1], CardPlan::Attach(mine));
+        assert!(!creates(&p));
+        // Without one, card 1 is created.
+        let p = plan("i-1", &t(Some(2), 2, 16, 8), &enis, &[], false).unwrap();
+        assert_eq!(p[&1], CardPlan::Create(16));
+    }
+
+    #[test]
     fn no_primary_is_an_error_naming_the_instance() {
-        let e = plan("i-1", &t(Some(1), 1, 8, 0), &[], true).unwrap_err();
+        let e = plan("i-1", &t(Some(1), 1, 8, 0), &[], &[], true).unwrap_err();
         assert!(e.to_string().contains("i-1"));
     }
 

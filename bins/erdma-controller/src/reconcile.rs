@@ -22,7 +22,10 @@ use erdma_k8s::agent::AGENT_PREFIX;
 use erdma_k8s::crd::{
     DeviceInfo, DeviceState, DeviceStatus, ERdmaDevice, ERdmaDeviceSpec, ERdmaDeviceStatus,
 };
-use erdma_k8s::labels::{FINALIZER, LABEL_NODE_NAME, MANAGER, erdma_device_labels};
+use erdma_k8s::labels::{
+    FINALIZER, LABEL_NODE_NAME, MANAGER, TAG_CREATOR, TAG_CREATOR_VALUE, TAG_INSTANCE_ID,
+    erdma_device_labels,
+};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -31,7 +34,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -220,6 +223,12 @@ pub async fn reconcile_node(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Re
                         .await;
                     Ok(Action::await_change())
                 }
+                Err(ReconcileError::Select(e @ SelectError::NoQueuePairs { .. })) => {
+                    // Retried with backoff: the budget frees up when an ERI is released.
+                    ctx.event(node.as_ref(), true, "ERdmaNoQueuePairs", e.to_string())
+                        .await;
+                    Err(ReconcileError::Select(e))
+                }
                 Err(e) => Err(e),
             }
         }
@@ -238,7 +247,16 @@ async fn select_eris(
         .await?
         .ok_or_else(|| SelectError::NotSupported(instance.instance_type.clone()))?;
     let enis = ctx.ecs.describe_network_interfaces_of(id).await?;
-    let plan = eri::plan(id, &t, &enis, ctx.cfg.manage_non_owned_enis)?;
+    let mut plan = eri::plan(id, &t, &enis, &[], ctx.cfg.manage_non_owned_enis)?;
+    if eri::creates(&plan) {
+        // Before creating, look for ERIs this controller created for the instance earlier and
+        // that were detached since (a restart or re-registration must not leak ENIs).
+        let mut ours = BTreeMap::new();
+        ours.insert(TAG_CREATOR.to_string(), TAG_CREATOR_VALUE.to_string());
+        ours.insert(TAG_INSTANCE_ID.to_string(), id.clone());
+        let detached = ctx.ecs.describe_network_interfaces_tagged(&ours).await?;
+        plan = eri::plan(id, &t, &enis, &detached, ctx.cfg.manage_non_owned_enis)?;
+    }
     let mut devices = Vec::new();
     for (card, step) in plan {
         let d = match step {
@@ -250,6 +268,17 @@ async fn select_eris(
                 network_card_index: card,
                 queue_pair: e.queue_pair_number.unwrap_or(0),
             },
+            CardPlan::Attach(e) => {
+                tracing::info!(node = %node.name_any(), instance = %id, card, eni = %e.id, "reusing a detached ERI created for this instance earlier");
+                DeviceInfo {
+                    instance_id: id.clone(),
+                    mac: e.mac.clone(),
+                    is_primary_eni: false,
+                    id: e.id.clone(),
+                    network_card_index: card,
+                    queue_pair: e.queue_pair_number.unwrap_or(0),
+                }
+            }
             CardPlan::ConvertPrimary(e, qp) => DeviceInfo {
                 instance_id: id.clone(),
                 mac: e.mac.clone(),

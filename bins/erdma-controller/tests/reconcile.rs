@@ -224,8 +224,8 @@ async fn new_single_card_node_without_eris_gets_its_primary_converted() {
         let m = &st.calls_of("ModifyNetworkInterfaceAttribute")[0].params;
         assert_eq!(
             (
-                m["NetworkInterfaceTrafficMode"].as_str(),
-                m["QueuePairNumber"].as_str()
+                m["NetworkInterfaceTrafficConfig.NetworkInterfaceTrafficMode"].as_str(),
+                m["NetworkInterfaceTrafficConfig.QueuePairNumber"].as_str()
             ),
             ("HighPerformance", "8")
         );
@@ -360,6 +360,112 @@ async fn multiple_network_cards_create_attach_and_wait_for_attaching() {
         1
     );
     assert_eq!(cr(&w, "gpu-1").unwrap().spec.devices[1].id, created.id);
+}
+
+#[tokio::test]
+async fn a_detached_eri_created_earlier_for_the_instance_is_attached_not_recreated() {
+    let w = world().await;
+    let primary = instance(&w, "i-r", "ecs.ebmgn8v.48xlarge", "10.0.0.7", Some(true));
+    // What an earlier run left: an ERI it created for i-r (tags), detached since; plus one for
+    // another instance and an untagged one, which must not be taken.
+    let (mine, theirs, untagged) = {
+        let mut st = w.emu.state();
+        let ours = [
+            ("creator", "alibabacloud-erdma-controller"),
+            ("instance-id", "i-r"),
+        ];
+        let mine = st.add_secondary_eni("i-r", 0, "HighPerformance", "Available", &ours);
+        let theirs = st.add_secondary_eni(
+            "i-r",
+            0,
+            "HighPerformance",
+            "Available",
+            &[
+                ("creator", "alibabacloud-erdma-controller"),
+                ("instance-id", "i-other"),
+            ],
+        );
+        let untagged = st.add_secondary_eni("i-r", 0, "HighPerformance", "Available", &[]);
+        (mine, theirs, untagged)
+    };
+    let n = node("gpu-r", Some("emu-region.i-r"), "10.0.0.7", true, 10);
+    w.api.put(&n);
+    let c = ctx(&w);
+    reconcile_node(Arc::new(n), c.clone()).await.unwrap();
+    let o = cr(&w, "gpu-r").unwrap();
+    let ids: Vec<(&str, i64)> = o
+        .spec
+        .devices
+        .iter()
+        .map(|d| (d.id.as_str(), d.network_card_index))
+        .collect();
+    assert_eq!(ids, vec![(primary.as_str(), 0), (mine.as_str(), 1)]);
+    {
+        let st = w.emu.state();
+        assert!(
+            st.calls_of("CreateNetworkInterface").is_empty(),
+            "no new ENI"
+        );
+        let lookup = st
+            .calls_of("DescribeNetworkInterfaces")
+            .into_iter()
+            .find(|c| c.params.contains_key("Tag.1.Key"))
+            .expect("looked the tagged ERIs up");
+        assert_eq!(lookup.params["Tag.2.Value"], "i-r");
+    }
+    // The device reconciler attaches it on card 1.
+    reconcile_device(Arc::new(o), c).await.unwrap();
+    let st = w.emu.state();
+    let attach = &st.calls_of("AttachNetworkInterface")[0].params;
+    assert_eq!(
+        (
+            attach["NetworkInterfaceId"].as_str(),
+            attach["NetworkCardIndex"].as_str()
+        ),
+        (mine.as_str(), "1")
+    );
+    assert_eq!(st.enis[&theirs].status, "Available");
+    assert_eq!(st.enis[&untagged].status, "Available");
+}
+
+#[tokio::test]
+async fn a_used_up_queue_pair_budget_creates_nothing_and_says_so() {
+    let w = world().await;
+    instance(&w, "i-q", "ecs.g8ae.4xlarge", "10.0.0.8", Some(false));
+    // A HighPerformance ENI someone else attached holds the type's 8 queue pairs, and the
+    // controller is told not to adopt ENIs it did not create.
+    w.emu.state().add_secondary_eni(
+        "i-q",
+        0,
+        "HighPerformance",
+        "InUse",
+        &[("owner", "someone")],
+    );
+    let n = node("node-q", Some("emu-region.i-q"), "10.0.0.8", true, 10);
+    w.api.put(&n);
+    let ecs = EcsClient::new(
+        EcsConfig {
+            endpoint: w.emu.endpoint(),
+            region: "emu-region".into(),
+            signature: SignatureVersion::V3,
+            retry: FAST,
+        },
+        Arc::new(CredentialProvider::new(CredentialSource::AccessKey(
+            Credentials::access_key("AKID", "secret"),
+        ))),
+    )
+    .unwrap();
+    let cfg = Config {
+        manage_non_owned_enis: false,
+        ..Config::default()
+    };
+    let c = Arc::new(Ctx::new(w.api.client(), ecs, cfg));
+    let err = reconcile_node(Arc::new(n), c).await.unwrap_err();
+    assert!(err.to_string().contains("queue pairs"), "{err}");
+    assert!(cr(&w, "node-q").is_none());
+    let st = w.emu.state();
+    assert!(st.calls_of("CreateNetworkInterface").is_empty());
+    assert!(st.calls_of("ModifyNetworkInterfaceAttribute").is_empty());
 }
 
 #[tokio::test]

@@ -212,8 +212,9 @@ impl EcsClient {
         &self.cfg.region
     }
 
-    /// Calls `action` with `params` (plus `RegionId`), retrying retryable failures; the decoded
-    /// JSON answer.
+    /// Calls `action` with `params`, retrying retryable failures; the decoded JSON answer.
+    /// `params` are sent as given: include `RegionId` (see [`EcsClient::regional`]) for the actions
+    /// that define it (not `DescribeInstanceTypes` nor `DescribeInstanceAttribute`).
     pub async fn call(&self, action: &str, params: &[(String, String)]) -> Result<Value, EcsError> {
         let mut attempt = 1;
         loop {
@@ -244,9 +245,6 @@ impl EcsClient {
                 source,
             })?;
         let mut query: Vec<(String, String)> = params.to_vec();
-        if !query.iter().any(|(k, _)| k == "RegionId") {
-            query.push(("RegionId".into(), self.cfg.region.clone()));
-        }
         let now = iso8601(SystemTime::now());
         let nonce = nonce();
         let builder;
@@ -365,6 +363,12 @@ impl EcsClient {
         })
     }
 
+    /// `params` plus `RegionId` (this client's region), for the actions that define it.
+    pub fn regional(&self, mut params: Vec<(String, String)>) -> Vec<(String, String)> {
+        params.push(("RegionId".into(), self.cfg.region.clone()));
+        params
+    }
+
     fn decode<T: for<'de> Deserialize<'de>>(action: &str, v: Value) -> Result<T, EcsError> {
         serde_json::from_value(v).map_err(|e| EcsError::Decode {
             action: action.to_string(),
@@ -396,6 +400,7 @@ impl EcsClient {
         struct R {
             instances: Wrapped<RawInstance>,
         }
+        let params = self.regional(params);
         let r: R = Self::decode(A, self.call(A, &params).await?)?;
         Ok(r.instances.items.into_iter().map(Instance::from).collect())
     }
@@ -444,6 +449,21 @@ impl EcsClient {
         self.describe_network_interfaces(params).await
     }
 
+    /// `DescribeNetworkInterfaces` of the ENIs carrying every one of `tags` (all pages),
+    /// attached or not: how the ERIs this controller created for an instance are found again
+    /// after they were detached.
+    pub async fn describe_network_interfaces_tagged(
+        &self,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<Vec<NetworkInterface>, EcsError> {
+        let mut params = Vec::new();
+        for (i, (k, v)) in tags.iter().enumerate() {
+            params.push((format!("Tag.{}.Key", i + 1), k.clone()));
+            params.push((format!("Tag.{}.Value", i + 1), v.clone()));
+        }
+        self.describe_network_interfaces(params).await
+    }
+
     async fn describe_network_interfaces(
         &self,
         params: Vec<(String, String)>,
@@ -459,7 +479,7 @@ impl EcsClient {
         let mut out = Vec::new();
         let mut token = String::new();
         for _page in 0..100 {
-            let mut p = params.clone();
+            let mut p = self.regional(params.clone());
             p.push(("MaxResults".into(), "100".into()));
             if !token.is_empty() {
                 p.push(("NextToken".into(), token.clone()));
@@ -494,6 +514,7 @@ impl EcsClient {
             ),
             ("QueuePairNumber".into(), req.queue_pair_number.to_string()),
             ("ClientToken".into(), req.client_token.clone()),
+            ("RegionId".into(), self.cfg.region.clone()),
         ];
         for (i, sg) in req.security_group_ids.iter().enumerate() {
             p.push((format!("SecurityGroupIds.{}", i + 1), sg.clone()));
@@ -520,10 +541,10 @@ impl EcsClient {
         instance: &str,
         card: i64,
     ) -> Result<(), EcsError> {
-        let mut p = vec![
+        let mut p = self.regional(vec![
             ("NetworkInterfaceId".to_string(), eni.to_string()),
             ("InstanceId".to_string(), instance.to_string()),
-        ];
+        ]);
         if card != 0 {
             p.push(("NetworkCardIndex".into(), card.to_string()));
         }
@@ -531,15 +552,20 @@ impl EcsClient {
     }
 
     /// `ModifyNetworkInterfaceAttribute`: switch an ENI to `HighPerformance` with `qp` queue pairs.
+    /// This action takes the traffic settings only inside the `NetworkInterfaceTrafficConfig`
+    /// struct (unlike `CreateNetworkInterface`, which also defines them at the top level).
     pub async fn make_high_performance(&self, eni: &str, qp: i64) -> Result<(), EcsError> {
-        let p = vec![
+        let p = self.regional(vec![
             ("NetworkInterfaceId".to_string(), eni.to_string()),
             (
-                "NetworkInterfaceTrafficMode".into(),
+                "NetworkInterfaceTrafficConfig.NetworkInterfaceTrafficMode".into(),
                 "HighPerformance".into(),
             ),
-            ("QueuePairNumber".into(), qp.to_string()),
-        ];
+            (
+                "NetworkInterfaceTrafficConfig.QueuePairNumber".into(),
+                qp.to_string(),
+            ),
+        ]);
         self.call("ModifyNetworkInterfaceAttribute", &p)
             .await
             .map(|_| ())
@@ -551,7 +577,7 @@ impl EcsClient {
         enis: &[&str],
         tags: &BTreeMap<String, String>,
     ) -> Result<(), EcsError> {
-        let mut p = vec![("ResourceType".to_string(), "eni".to_string())];
+        let mut p = self.regional(vec![("ResourceType".to_string(), "eni".to_string())]);
         for (i, id) in enis.iter().enumerate() {
             p.push((format!("ResourceId.{}", i + 1), id.to_string()));
         }

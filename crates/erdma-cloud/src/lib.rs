@@ -5,6 +5,8 @@
 //! No Kubernetes dependency: the one Kubernetes-backed credential (the STS token Secret) comes in
 //! through the [`credentials::SecretSource`] trait.
 
+#[cfg(feature = "emulator")]
+pub mod apispec;
 pub mod credentials;
 pub mod ecs;
 #[cfg(feature = "emulator")]

@@ -92,11 +92,19 @@ async fn both_signature_versions_are_accepted_and_typed_answers_decode() {
     let st = emu.state();
     assert!(st.calls.iter().any(|c| c.scheme == "V2"));
     assert!(st.calls.iter().any(|c| c.scheme == "V3"));
-    assert!(
-        st.calls
+    // RegionId goes exactly where the SDK defines it (not DescribeInstanceTypes and
+    // DescribeInstanceAttribute, which are not regional).
+    let spec = erdma_cloud::apispec::ecs().expect("SDK data");
+    for c in &st.calls {
+        let defines = spec
+            .action(&c.action)
+            .expect("an ECS action")
+            .params
             .iter()
-            .all(|c| c.params.get("RegionId").map(String::as_str) == Some("emu-region"))
-    );
+            .any(|p| p == "RegionId");
+        let sent = c.params.get("RegionId").map(String::as_str);
+        assert_eq!(sent, defines.then_some("emu-region"), "{}", c.action);
+    }
 }
 
 #[tokio::test]
