@@ -176,10 +176,18 @@ fn the_original_values_file_renders_an_erdma_install_that_serves_devices_in_clus
 fn local_discovery_applies_exposed_local_eris_and_jumbo_mtu_zero_omits_the_flag() {
     let all = cases();
     let local = all.iter().find(|c| c.name == "local.yaml").expect("local");
-    assert!(agent_args(&local.objects).contains(
-        &"--exposed-local-eris=i-* erdma_0,i-abc erdma_1/erdma_2".to_string()
-    ));
-    assert!(find(&local.objects, "Deployment", "alibabacloud-erdma-controller").is_none());
+    assert!(
+        agent_args(&local.objects)
+            .contains(&"--exposed-local-eris=i-* erdma_0,i-abc erdma_1/erdma_2".to_string())
+    );
+    assert!(
+        find(
+            &local.objects,
+            "Deployment",
+            "alibabacloud-erdma-controller"
+        )
+        .is_none()
+    );
     let placement = all
         .iter()
         .find(|c| c.name == "placement.yaml")
@@ -238,11 +246,10 @@ fn normalise(obj: &Value) -> Value {
 }
 
 #[test]
-#[ignore = "erdmactl renderer being aligned with the chart (next commit)"]
 fn erdmactl_install_renders_the_same_objects_as_the_chart() {
     for case in cases() {
-        let mut v: Values = serde_saphyr::from_str(&case.values)
-            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let mut v: Values =
+            serde_saphyr::from_str(&case.values).unwrap_or_else(|e| panic!("{}: {e}", case.name));
         v.name = "alibaba-erdma-controller".into();
         v.namespace = "kube-system".into();
         let mine = render(&v).unwrap_or_else(|e| panic!("{}: {e}", case.name));
@@ -254,7 +261,11 @@ fn erdmactl_install_renders_the_same_objects_as_the_chart() {
                 o["metadata"]["name"].as_str().unwrap_or_default()
             )
         };
-        let mut a: Vec<_> = case.objects.iter().map(|o| (key(o), normalise(o))).collect();
+        let mut a: Vec<_> = case
+            .objects
+            .iter()
+            .map(|o| (key(o), normalise(o)))
+            .collect();
         let mut b: Vec<_> = mine.iter().map(|o| (key(o), normalise(o))).collect();
         a.sort_by(|x, y| x.0.cmp(&y.0));
         b.sort_by(|x, y| x.0.cmp(&y.0));
