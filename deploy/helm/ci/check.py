@@ -117,7 +117,9 @@ def upgrade_identity(chart: helm.Chart) -> None:
             for field, value in (want.get("immutable") or {}).items():
                 if dig(got, field) != value:
                     fail(f"upgrade {case['values']}: {key} {field} = {json.dumps(dig(got, field))}, the original's is {json.dumps(value)} (immutable: the upgrade would be refused)")
-        print(f"ok   upgrade identity {case['values']}: {kept} of the original's objects kept with equal immutable fields, {len(dropped)} dropped on purpose")
+        originals = {(w["kind"], w["name"], w.get("namespace", "")) for w in flatten(case["objects"])}
+        added = sorted(f"{k}/{n}" for (k, n, _ns) in mine if (k, n, _ns) not in originals)
+        print(f"ok   upgrade identity {case['values']}: {kept} of the original's objects kept with equal immutable fields, {len(dropped)} dropped on purpose, {len(added)} added: {', '.join(added)}")
 
 
 # Values that must be refused at install time, and a word the error must contain.
