@@ -231,6 +231,17 @@ pub fn values(a: &Args) -> anyhow::Result<Values> {
 pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
     let v = values(a)?;
     v.validate()?;
+    for (component, image) in [
+        ("agent", &v.agent.image),
+        ("controller", &v.controller.image),
+    ] {
+        if image.is_original_default(component) {
+            eprintln!(
+                "erdmactl: note: {component}.image is the original chart's default Go image ({}:latest); erdma's {component} image runs instead. Drop {component}.image from the values file.",
+                image.repository
+            );
+        }
+    }
     let warnings = v.warnings();
     for w in &warnings {
         eprintln!("erdmactl: warning: {w}");

@@ -501,3 +501,36 @@ fn uninstall_lists_what_install_created() {
         with_crd.contains("delete CustomResourceDefinition/erdmadevices.network.alibabacloud.com")
     );
 }
+
+/// The original chart's values.yaml (the chart CI's fixture) renders with erdma's images, a note
+/// about the replaced Go image and a warning naming the missing access key.
+#[test]
+fn the_original_values_file_renders_with_notes() {
+    let f = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/helm/ci/values/original.yaml"
+    );
+    let out = Command::cargo_bin("erdmactl")
+        .unwrap()
+        .env_remove("ERDMA_ACCESS_KEY_ID")
+        .env_remove("ERDMA_ACCESS_KEY_SECRET")
+        .args(["install", "--dry-run", "-f", f])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("note: agent.image is the original chart's default Go image"),
+        "{err}"
+    );
+    assert!(
+        err.contains("warning") && err.contains("accessKeyID"),
+        "{err}"
+    );
+    let docs = typed(&String::from_utf8_lossy(&out.stdout));
+    let ds = find(&docs, "DaemonSet");
+    let image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap();
+    assert!(image.starts_with("ghcr.io/erdma/erdma-agent:"), "{image}");
+}
