@@ -431,6 +431,13 @@ impl Values {
     /// credentials in cluster mode, the RRSA role annotation.
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
+        if self.config.local_eri_discovery || self.agent.filter_cluster_eris {
+            for e in &self.agent.exposed_local_eris {
+                if e.split_whitespace().next() == Some("i-XXX") {
+                    w.push(format!("agent.exposedLocalERIs entry {e:?} is the original chart's placeholder: it matches no instance, so agents expose nothing. Use real instance IDs or i-* (e.g. \"i-* erdma_0\"), or set the list to [] to expose every device"));
+                }
+            }
+        }
         if self.config.local_eri_discovery {
             return w;
         }

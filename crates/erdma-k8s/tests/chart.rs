@@ -284,3 +284,29 @@ fn erdmactl_install_renders_the_same_objects_as_the_chart() {
         }
     }
 }
+
+#[test]
+fn the_chart_notes_and_erdmactl_warn_about_the_same_things() {
+    let mut warned = 0;
+    for case in cases() {
+        let v: Values = serde_saphyr::from_str(&case.values).expect("values");
+        let w = v.warnings();
+        for x in &w {
+            assert!(
+                case.notes.contains(&format!("WARNING: {x}.")),
+                "{}: the chart's NOTES.txt lacks erdmactl's warning {x:?}:\n{}",
+                case.name,
+                case.notes
+            );
+        }
+        assert_eq!(
+            case.notes.matches("WARNING:").count(),
+            w.len(),
+            "{}: {}",
+            case.name,
+            case.notes
+        );
+        warned += w.len();
+    }
+    assert!(warned >= 3, "the matrix exercises the warnings");
+}

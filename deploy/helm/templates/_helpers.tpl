@@ -94,6 +94,13 @@ says so).
 
 {{/* Warnings (missing credentials), one per line; rendered into NOTES.txt. */}}
 {{- define "erdma.warnings" -}}
+{{- if or .Values.config.localERIDiscovery .Values.agent.filterClusterERIs }}
+{{- range .Values.agent.exposedLocalERIs }}
+{{- if eq (first (splitList " " (trim .))) "i-XXX" }}
+WARNING: agent.exposedLocalERIs entry {{ . | quote }} is the original chart's placeholder: it matches no instance, so agents expose nothing. Use real instance IDs or i-* (e.g. "i-* erdma_0"), or set the list to [] to expose every device.
+{{- end }}
+{{- end }}
+{{- end }}
 {{- if not .Values.config.localERIDiscovery -}}
 {{- $c := .Values.credentials -}}
 {{- if and (has $c.type (list "" "access_key")) (or (not $c.accessKeyID) (not $c.accessKeySecret)) }}
