@@ -60,9 +60,15 @@ pub struct Flags {
     /// found locally; nothing is served until that object exists and is Ready.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub local_eri_discovery: Option<bool>,
-    /// Allow-list `<instance-id|i-*> <ibdev>[/<ibdev>...]`, comma-separated.
-    #[arg(long, value_name = "LIST")]
-    pub exposed_local_eris: Option<String>,
+    /// Allow-list `<instance-id|i-*> <ibdev>[/<ibdev>...]`, comma-separated or the flag repeated
+    /// (the original agent's form). Applied with --local-eri-discovery only, as in the original;
+    /// in cluster mode only with --filter-cluster-eris.
+    #[arg(long, value_name = "LIST", action = clap::ArgAction::Append)]
+    pub exposed_local_eris: Vec<String>,
+    /// Apply --exposed-local-eris in cluster mode too, on top of the node's ERdmaDevice
+    /// [default: false].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub filter_cluster_eris: Option<bool>,
     /// MTU applied when an ERI asks for jumbo frames [default: 8500].
     #[arg(long, value_name = "MTU")]
     pub jumbo_frame_mtu: Option<u32>,
@@ -153,6 +159,8 @@ pub struct FileConfig {
     local_eri_discovery: Option<bool>,
     #[serde(alias = "exposedLocalERIs")]
     exposed_local_eris: Option<StringOrList>,
+    #[serde(alias = "filterClusterERIs")]
+    filter_cluster_eris: Option<bool>,
     #[serde(alias = "jumboFrameMTU")]
     jumbo_frame_mtu: Option<u32>,
     cdi_spec_dir: Option<PathBuf>,
@@ -317,11 +325,30 @@ impl Settings {
             .setup_smc_pnet
             .or(file.setup_smc_pnet)
             .unwrap_or(managed);
-        let exposed = flags
+        let from_flags: Vec<String> = flags
             .exposed_local_eris
-            .map(|s| StringOrList::One(s).items())
-            .or(file.exposed_local_eris.map(StringOrList::items))
-            .unwrap_or_default();
+            .into_iter()
+            .flat_map(|s| StringOrList::One(s).items())
+            .collect();
+        let exposed = if from_flags.is_empty() {
+            file.exposed_local_eris
+                .map(StringOrList::items)
+                .unwrap_or_default()
+        } else {
+            from_flags
+        };
+        let filter_cluster_eris = flags
+            .filter_cluster_eris
+            .or(file.filter_cluster_eris)
+            .unwrap_or(false);
+        // The original applies the list only with local discovery (its chart's placeholder
+        // `i-XXX erdma_0/erdma_1` is harmless in cluster mode); checked either way.
+        let exposed = if local_eri_discovery || filter_cluster_eris {
+            exposed
+        } else {
+            EriSelector::from_entries(&exposed).with_context(|| "--exposed-local-eris")?;
+            Vec::new()
+        };
         let exposed_local_eris =
             EriSelector::from_entries(&exposed).with_context(|| "--exposed-local-eris")?;
         let metrics = flags
@@ -590,5 +617,29 @@ mod tests {
             parse(&["--metrics-addr", ":9999"]).unwrap().metrics_addr,
             MetricsAddr::On("0.0.0.0:9999".parse().unwrap())
         );
+    }
+
+    #[test]
+    fn exposed_local_eris_apply_in_local_mode_or_with_the_cluster_filter_only() {
+        let list = ["--exposed-local-eris=i-XXX erdma_0/erdma_1"];
+        // Cluster mode: the original chart's placeholder must not hide this node's devices.
+        let s = parse(&list).unwrap();
+        assert!(s.exposed_local_eris.is_empty());
+        assert!(s.exposed_local_eris.selects("i-real", "erdma_0"));
+        let s = parse(&[list[0], "--local-eri-discovery"]).unwrap();
+        assert!(!s.exposed_local_eris.selects("i-real", "erdma_0"));
+        assert!(s.exposed_local_eris.selects("i-XXX", "erdma_1"));
+        let s = parse(&[list[0], "--filter-cluster-eris"]).unwrap();
+        assert!(!s.exposed_local_eris.selects("i-real", "erdma_0"));
+        // The original's repeated flag, one entry each.
+        let s = parse(&[
+            "--local-eri-discovery",
+            "--exposed-local-eris=i-a erdma_0",
+            "--exposed-local-eris=i-b erdma_1",
+        ])
+        .unwrap();
+        assert!(s.exposed_local_eris.selects("i-a", "erdma_0"));
+        assert!(s.exposed_local_eris.selects("i-b", "erdma_1"));
+        assert!(!s.exposed_local_eris.selects("i-a", "erdma_1"));
     }
 }

@@ -21,11 +21,11 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Parser)]
 #[command(name = "erdma-controller", version, about)]
 struct Args {
-    /// Controller configuration (config.json).
-    #[arg(long, default_value = CONFIG_PATH)]
+    /// Controller configuration (config.json; `--config-path`, the original's name, works too).
+    #[arg(long, visible_alias = "config-path", default_value = CONFIG_PATH)]
     config: PathBuf,
-    /// Cloud credentials (credential.json).
-    #[arg(long, default_value = CREDENTIAL_PATH)]
+    /// Cloud credentials (credential.json; `--credential-path`, the original's name, works too).
+    #[arg(long, visible_alias = "credential-path", default_value = CREDENTIAL_PATH)]
     credentials: PathBuf,
     /// Webhook HTTPS address.
     #[arg(long, default_value = "0.0.0.0:9443")]

@@ -1,9 +1,10 @@
 //! `erdmactl install`: renders (`--dry-run -o yaml|json`) or server-side-applies the erdma
-//! manifests. The renderer is `erdma_k8s::install`; this module only maps flags and a values file
-//! (the original chart's `values.yaml` format) onto `Values`.
+//! manifests, the same objects as the Helm chart in `deploy/helm` (`erdma_k8s::install`; a test
+//! compares both for the chart's CI matrix); `erdmactl uninstall` deletes exactly those objects.
+//! This module only maps flags and a values file (the chart's `values.yaml` format) onto `Values`.
 
 use anyhow::Context;
-use erdma_k8s::install::{Values, apply, render_json, render_yaml};
+use erdma_k8s::install::{Deleted, Values, apply, delete, render_json, render_yaml};
 use k8s_openapi::api::core::v1::Toleration;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,6 +24,10 @@ pub struct Args {
     /// Namespace of the controller and the agent [default: kube-system].
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
+    /// Release name: names the ConfigMap, Secret, RBAC and ServiceAccounts, as a Helm release
+    /// would [default: alibaba-erdma-controller, the original chart's].
+    #[arg(long, value_name = "NAME")]
+    pub release: Option<String>,
     /// agent.preferDriver: default, compat or ofed (empty: auto).
     #[arg(long, value_name = "MODE")]
     pub prefer_driver: Option<String>,
@@ -32,9 +37,13 @@ pub struct Args {
     /// agent.jumboFrameMTU.
     #[arg(long, value_name = "MTU")]
     pub jumbo_frame_mtu: Option<u32>,
-    /// agent.exposedLocalERIs, comma-separated `<instance-id|i-*> <ibdev>[/<ibdev>...]` entries.
+    /// agent.exposedLocalERIs, comma-separated `<instance-id|i-*> <ibdev>[/<ibdev>...]` entries
+    /// (applied with local discovery, or with --filter-cluster-eris).
     #[arg(long, value_name = "LIST")]
     pub exposed_local_eris: Option<String>,
+    /// agent.filterClusterERIs: apply exposedLocalERIs in cluster mode too.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub filter_cluster_eris: Option<bool>,
     /// config.localERIDiscovery (no cloud credentials needed).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub local_eri_discovery: Option<bool>,
@@ -141,6 +150,9 @@ pub fn values(a: &Args) -> anyhow::Result<Values> {
     if let Some(x) = &a.namespace {
         v.namespace = x.clone();
     }
+    if let Some(x) = &a.release {
+        v.name = x.clone();
+    }
     if let Some(x) = &a.prefer_driver {
         v.agent.prefer_driver = x.clone();
     }
@@ -157,6 +169,9 @@ pub fn values(a: &Args) -> anyhow::Result<Values> {
             .filter(|s| !s.is_empty())
             .map(str::to_string)
             .collect();
+    }
+    if let Some(x) = a.filter_cluster_eris {
+        v.agent.filter_cluster_eris = x;
     }
     if let Some(x) = a.local_eri_discovery {
         v.config.local_eri_discovery = x;
@@ -215,6 +230,27 @@ pub fn values(a: &Args) -> anyhow::Result<Values> {
 /// Runs `erdmactl install`.
 pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
     let v = values(a)?;
+    v.validate()?;
+    for (component, image) in [
+        ("agent", &v.agent.image),
+        ("controller", &v.controller.image),
+    ] {
+        if image.is_original_default(component) {
+            eprintln!(
+                "erdmactl: note: {component}.image is the original chart's default Go image ({}:latest); erdma's {component} image runs instead. Drop {component}.image from the values file.",
+                image.repository
+            );
+        }
+    }
+    let warnings = v.warnings();
+    for w in &warnings {
+        eprintln!("erdmactl: warning: {w}");
+    }
+    if !a.dry_run && !warnings.is_empty() {
+        anyhow::bail!(
+            "not applying an install that cannot work (see the warnings); set the missing values, or render it anyway with --dry-run"
+        );
+    }
     if a.dry_run {
         let out = if a.output == "json" {
             render_json(&v)?
@@ -227,7 +263,6 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    v.validate()?;
     let rt = crate::submit::runtime()?;
     rt.block_on(async {
         let client = kube::Client::try_default()
@@ -239,4 +274,98 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Flags of `erdmactl uninstall`.
+#[derive(Debug, clap::Args)]
+pub struct UninstallArgs {
+    /// The values file `install` used (objects depend on it: controller, webhook, STS role).
+    #[arg(short = 'f', long, value_name = "FILE")]
+    pub values: Option<PathBuf>,
+    /// Namespace `install` used [default: kube-system].
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// Release name `install` used [default: alibaba-erdma-controller].
+    #[arg(long, value_name = "NAME")]
+    pub release: Option<String>,
+    /// Also delete the ERdmaDevice CRD, and with it every ERdmaDevice.
+    #[arg(long)]
+    pub include_crd: bool,
+    /// Print what would be deleted instead of deleting.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+/// Runs `erdmactl uninstall`: deletes exactly what `install` (with the same values) created.
+pub fn uninstall(a: &UninstallArgs) -> anyhow::Result<ExitCode> {
+    let mut v = values(&Args {
+        values: a.values.clone(),
+        namespace: a.namespace.clone(),
+        release: a.release.clone(),
+        ..Args::empty()
+    })?;
+    if a.values.is_none() {
+        // Without the install's values, also delete what optional values would have added.
+        v.config.enable_webhook = true;
+        v.credentials.kind = "ram_role_sts".into();
+    }
+    if a.dry_run {
+        for obj in erdma_k8s::install::render(&v)?.iter().rev() {
+            let id = format!(
+                "{}/{}",
+                obj["kind"].as_str().unwrap_or_default(),
+                obj["metadata"]["name"].as_str().unwrap_or_default()
+            );
+            let kept = obj["kind"] == "Namespace"
+                || (obj["kind"] == "CustomResourceDefinition" && !a.include_crd);
+            println!("{} {id}", if kept { "keep" } else { "delete" });
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rt = crate::submit::runtime()?;
+    rt.block_on(async {
+        let client = kube::Client::try_default()
+            .await
+            .context("no Kubernetes cluster configured (KUBECONFIG)")?;
+        for d in delete(&client, &v, a.include_crd).await? {
+            match d {
+                Deleted::Deleted(x) => println!("deleted {x}"),
+                Deleted::Absent(x) => println!("absent {x}"),
+                Deleted::Kept(x) => println!("kept {x} (--include-crd deletes the CRD)"),
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+impl Args {
+    fn empty() -> Self {
+        Args {
+            values: None,
+            dry_run: false,
+            output: "yaml".into(),
+            namespace: None,
+            release: None,
+            prefer_driver: None,
+            allocate_all_devices: None,
+            jumbo_frame_mtu: None,
+            exposed_local_eris: None,
+            filter_cluster_eris: None,
+            local_eri_discovery: None,
+            enable_webhook: None,
+            enable_init_container_inject: None,
+            smc_init_image: None,
+            region: None,
+            credentials_type: None,
+            access_key_id: None,
+            access_key_secret: None,
+            rrsa_role_name: None,
+            node_selector: Vec::new(),
+            toleration: Vec::new(),
+            controller_image: None,
+            agent_image: None,
+            replicas: None,
+        }
+    }
 }

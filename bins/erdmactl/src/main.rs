@@ -35,6 +35,9 @@ enum Command {
     /// Render (`--dry-run -o yaml|json`) or apply the manifests: CRD, RBAC, controller, agent,
     /// webhook; options mirror the original chart's values.
     Install(install::Args),
+    /// Delete what `install` created (same values file and flags); the CRD only with
+    /// `--include-crd`.
+    Uninstall(install::UninstallArgs),
 }
 
 fn main() -> ExitCode {
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         Command::Submit(args) => submit::run(&args),
         Command::Doctor(args) => doctor::run(&args),
         Command::Install(args) => install::run(&args),
+        Command::Uninstall(args) => install::uninstall(&args),
     };
     match result {
         Ok(code) => code,

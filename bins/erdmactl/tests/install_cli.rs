@@ -84,16 +84,18 @@ fn default_install_with_access_key() {
         kinds(&docs),
         [
             "CustomResourceDefinition/erdmadevices.network.alibabacloud.com",
-            "ServiceAccount/alibabacloud-erdma-controller",
-            "ServiceAccount/alibabacloud-erdma-controller-agent",
-            "ConfigMap/alibabacloud-erdma-controller",
-            "Secret/alibabacloud-erdma-controller",
-            "ClusterRole/alibabacloud-erdma-controller",
-            "ClusterRoleBinding/alibabacloud-erdma-controller",
-            "Role/alibabacloud-erdma-controller",
-            "RoleBinding/alibabacloud-erdma-controller",
-            "ClusterRole/alibabacloud-erdma-agent",
-            "ClusterRoleBinding/alibabacloud-erdma-agent",
+            // The original chart's names for release alibaba-erdma-controller; the agent's
+            // ServiceAccount and RBAC are erdma's (least privilege).
+            "ServiceAccount/alibaba-erdma-controller-alibabacloud-erdma-controller",
+            "ServiceAccount/alibaba-erdma-controller-agent",
+            "ConfigMap/alibaba-erdma-controller",
+            "Secret/alibaba-erdma-controller",
+            "ClusterRole/alibaba-erdma-controller",
+            "ClusterRoleBinding/alibaba-erdma-controller",
+            "Role/alibaba-erdma-controller",
+            "RoleBinding/alibaba-erdma-controller",
+            "ClusterRole/alibaba-erdma-controller-agent",
+            "ClusterRoleBinding/alibaba-erdma-controller-agent",
             "Deployment/alibabacloud-erdma-controller",
             "Service/alibabacloud-erdma-controller",
             "Service/alibabacloud-erdma-controller-metrics",
@@ -197,13 +199,17 @@ fn default_install_with_access_key() {
         c["env"][0]["valueFrom"]["fieldRef"]["fieldPath"],
         "spec.nodeName"
     );
-    // The webhook Service selects only controller pods.
+    // The webhook Service: headless as the original's; selects only controller pods.
     let svc = find(&docs, "Service");
+    assert_eq!(svc["spec"]["selector"]["tier"], "controller");
+    assert_eq!(svc["spec"]["clusterIP"], "None");
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], "webhook");
+    // The original's selectors (immutable), so that an upgrade keeps the workloads.
     assert_eq!(
-        svc["spec"]["selector"]["app.kubernetes.io/component"],
-        "controller"
+        ds["spec"]["selector"]["matchLabels"],
+        serde_json::json!({"app.kubernetes.io/name": "alibabacloud-erdma-controller",
+            "app.kubernetes.io/instance": "alibaba-erdma-controller", "tier": "agent"})
     );
-    assert_eq!(svc["spec"]["ports"][0]["targetPort"], 9443);
     // Controller hardening.
     let dep = find(&docs, "Deployment");
     let sc = &dep["spec"]["template"]["spec"]["containers"][0]["securityContext"];
@@ -261,7 +267,8 @@ fn webhook_rrsa_and_node_selection() {
     let sa = &docs
         .iter()
         .find(|(k, v)| {
-            k == "ServiceAccount" && v["metadata"]["name"] == "alibabacloud-erdma-controller"
+            k == "ServiceAccount"
+                && v["metadata"]["name"] == "alibaba-erdma-controller-alibabacloud-erdma-controller"
         })
         .unwrap()
         .1;
@@ -354,22 +361,47 @@ fn values_file_in_chart_format_and_bad_values_are_rejected() {
     std::fs::write(&f, "agent:\n  preferDriver: ofed\n  jumboFrameMTU: 8000\nconfig:\n  enableWebhook: true\ncredentials:\n  type: ram_role_sts\n").unwrap();
     let docs = typed(&render(&["-f", f.to_str().unwrap()]));
     assert!(
-        docs.iter().any(|(k, v)| k == "Role"
-            && v["metadata"]["name"] == "alibabacloud-erdma-controller-sts-token")
+        docs.iter()
+            .any(|(k, v)| k == "Role"
+                && v["metadata"]["name"] == "alibaba-erdma-controller-sts-token")
     );
     assert!(
         docs.iter()
             .any(|(k, _)| k == "MutatingWebhookConfiguration")
     );
 
+    // Missing credentials: rendered anyway, with a warning naming what is missing.
+    for (args, needle) in [
+        (vec!["--credentials-type", "access_key"], "accessKeyID"),
+        (vec!["--credentials-type", "oidc_role_arn"], "role-name"),
+    ] {
+        let out = Command::cargo_bin("erdmactl")
+            .unwrap()
+            .env_remove("ERDMA_ACCESS_KEY_ID")
+            .env_remove("ERDMA_ACCESS_KEY_SECRET")
+            .args(["install", "--dry-run"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("warning") && err.contains(needle),
+            "{args:?}: {err}"
+        );
+        assert!(!typed(&String::from_utf8_lossy(&out.stdout)).is_empty());
+    }
+
     for (args, needle) in [
         (vec!["--prefer-driver", "fast"], "agent.preferDriver"),
-        (vec!["--credentials-type", "access_key"], "accessKeyID"),
         (
             vec!["--local-eri-discovery", "--exposed-local-eris", "erdma_0"],
             "exposedLocalERIs",
         ),
-        (vec!["--credentials-type", "oidc_role_arn"], "role-name"),
+        (
+            vec!["--agent-image", "registry.aliyuncs.com/erdma/agent:v1.0.0"],
+            "Go image",
+        ),
     ] {
         let out = Command::cargo_bin("erdmactl")
             .unwrap()
@@ -430,4 +462,75 @@ fn cri_socket_value_mounts_its_directory() {
             "{bad}: {err}"
         );
     }
+}
+
+/// `erdmactl uninstall --dry-run` lists exactly what `install` renders, CRD kept unless asked.
+#[test]
+fn uninstall_lists_what_install_created() {
+    let installed = kinds(&typed(&render(&["--credentials-type", "ecs_ram_role"])));
+    let run = |extra: &[&str]| {
+        let out = Command::cargo_bin("erdmactl")
+            .unwrap()
+            .args(["uninstall", "--dry-run"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("values.yaml");
+    std::fs::write(&f, "credentials:\n  type: ecs_ram_role\n").unwrap();
+    let listed = run(&["-f", f.to_str().unwrap()]);
+    let mut deleted: Vec<String> = listed
+        .lines()
+        .filter_map(|l| l.strip_prefix("delete "))
+        .map(str::to_string)
+        .collect();
+    deleted.reverse();
+    let mut expected = installed.clone();
+    expected.retain(|k| !k.starts_with("CustomResourceDefinition/"));
+    assert_eq!(deleted, expected);
+    assert!(listed.contains("keep CustomResourceDefinition/erdmadevices.network.alibabacloud.com"));
+    let with_crd = run(&["-f", f.to_str().unwrap(), "--include-crd"]);
+    assert!(
+        with_crd.contains("delete CustomResourceDefinition/erdmadevices.network.alibabacloud.com")
+    );
+}
+
+/// The original chart's values.yaml (the chart CI's fixture) renders with erdma's images, a note
+/// about the replaced Go image and a warning naming the missing access key.
+#[test]
+fn the_original_values_file_renders_with_notes() {
+    let f = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/helm/ci/values/original.yaml"
+    );
+    let out = Command::cargo_bin("erdmactl")
+        .unwrap()
+        .env_remove("ERDMA_ACCESS_KEY_ID")
+        .env_remove("ERDMA_ACCESS_KEY_SECRET")
+        .args(["install", "--dry-run", "-f", f])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("note: agent.image is the original chart's default Go image"),
+        "{err}"
+    );
+    assert!(
+        err.contains("warning") && err.contains("accessKeyID"),
+        "{err}"
+    );
+    let docs = typed(&String::from_utf8_lossy(&out.stdout));
+    let ds = find(&docs, "DaemonSet");
+    let image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+        .as_str()
+        .unwrap();
+    assert!(image.starts_with("ghcr.io/erdma/erdma-agent:"), "{image}");
 }

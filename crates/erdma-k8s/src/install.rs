@@ -1,14 +1,14 @@
-//! Install manifests, rendered from typed k8s-openapi structs. [`Values`] mirrors the original
-//! Helm chart's values (same names, so a chart `values.yaml` loads as is); [`render`] returns every
-//! object in apply order; [`apply`] server-side-applies them.
+//! Install manifests, rendered from typed k8s-openapi structs: the same objects as the Helm chart
+//! in `deploy/helm` (the chart is the reference; `tests/chart.rs` compares both for every values
+//! file of the chart's CI matrix). [`Values`] is the chart's values (the original
+//! alibabacloud-erdma-controller chart's keys, plus erdma's additions); [`render`] returns every
+//! object in apply order; [`apply`] server-side-applies them; [`delete`] removes them.
 //!
-//! Differences from the chart, on purpose: separate ServiceAccounts and least-privilege RBAC for
-//! the controller and the agent; the webhook Service selects only controller pods (the chart's
-//! selector also matched agents); with `localERIDiscovery` the controller still runs when the
-//! webhook is enabled (serving only the webhook); `exposedLocalERIs` defaults to empty (the
-//! chart's placeholder exposed nothing); no `/var/run` or `/lib/modules` mount for the agent
-//! (only the CRI socket's directory, `/var/run/netns` and `/sys/fs/bpf` in pre-start mode),
-//! `/healthz` probes, `SYS_CHROOT` added explicitly and `NET_RAW` dropped.
+//! Object names: the workloads, the webhook Service and configuration keep the original chart's
+//! fixed names (`alibabacloud-erdma-agent`, `alibabacloud-erdma-controller`) and selectors, so an
+//! upgrade of the original's release keeps them; per-release objects (ConfigMap, Secret, RBAC,
+//! ServiceAccounts) are named after the release ([`Values::name`], default
+//! `alibaba-erdma-controller`, the original's release name).
 
 use crate::Error;
 use crate::crd::ERdmaDevice;
@@ -22,10 +22,11 @@ use k8s_openapi::api::apps::v1::{
     RollingUpdateDaemonSet,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
-    HTTPGetAction, HostPathVolumeSource, Namespace, ObjectFieldSelector, PodSpec, PodTemplateSpec,
-    Probe, ResourceRequirements, SeccompProfile, Secret, SecretVolumeSource, SecurityContext,
-    Service, ServiceAccount, ServicePort, ServiceSpec, Toleration, Volume, VolumeMount,
+    Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar,
+    EnvVarSource, HTTPGetAction, HostPathVolumeSource, LocalObjectReference, Namespace,
+    ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    Secret, SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
+    Toleration, Volume, VolumeMount,
 };
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
@@ -38,13 +39,34 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
+/// The erdma release these manifests install; image tags default to it (the chart's appVersion).
+pub const APP_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// `app.kubernetes.io/name` of every object (the original chart's name; part of the selectors).
+pub const APP_NAME: &str = "alibabacloud-erdma-controller";
+
+/// Name of the controller Deployment, its webhook Service and the webhook configuration (fixed,
+/// as in the original chart, and the controller's `controllerName`).
+pub const CONTROLLER_NAME: &str = "alibabacloud-erdma-controller";
+
+/// Name of the agent DaemonSet (fixed, as in the original chart).
+pub const AGENT_NAME: &str = "alibabacloud-erdma-agent";
+
+/// Default release name (the original chart's README's).
+pub const DEFAULT_RELEASE: &str = "alibaba-erdma-controller";
+
+/// erdma's image repositories (built from `deploy/docker`).
+pub const AGENT_IMAGE: &str = "ghcr.io/erdma/erdma-agent";
+/// erdma's controller image repository.
+pub const CONTROLLER_IMAGE: &str = "ghcr.io/erdma/erdma-controller";
+
 /// An image reference.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ImageValues {
     /// Repository.
     pub repository: String,
-    /// Tag.
+    /// Tag; empty: [`APP_VERSION`].
     pub tag: String,
     /// `Always`, `IfNotPresent`, `Never`.
     pub pull_policy: String,
@@ -54,13 +76,46 @@ impl ImageValues {
     fn of(repo: &str) -> Self {
         Self {
             repository: repo.into(),
-            tag: "latest".into(),
+            tag: String::new(),
             pull_policy: "Always".into(),
         }
     }
-    /// `repository:tag`.
-    pub fn reference(&self) -> String {
-        format!("{}:{}", self.repository, self.tag)
+
+    /// Whether this is one of the original's Go images (any `*aliyuncs.com/erdma/{agent,controller}`).
+    pub fn is_original(&self) -> bool {
+        let r = self.repository.as_str();
+        ["agent", "controller"].iter().any(|c| {
+            r.strip_suffix(&format!("aliyuncs.com/erdma/{c}"))
+                .is_some_and(|head| head.is_empty() || head.ends_with(['.', '/']))
+        })
+    }
+
+    /// Whether this is the original chart's unchanged default for `component` (carried by a
+    /// values file copied from the original), which erdma's image replaces.
+    pub fn is_original_default(&self, component: &str) -> bool {
+        self.repository == format!("registry.aliyuncs.com/erdma/{component}")
+            && matches!(self.tag.as_str(), "" | "latest")
+    }
+
+    /// `repository:tag` for `component` (`agent`, `controller`): the tag defaults to
+    /// [`APP_VERSION`]; the original's default Go image becomes erdma's; any other Go image is
+    /// refused (it does not understand erdma's flags).
+    pub fn reference(&self, component: &str) -> Result<String, Error> {
+        let tag = if self.tag.is_empty() {
+            APP_VERSION
+        } else {
+            &self.tag
+        };
+        if self.is_original() {
+            if self.is_original_default(component) {
+                return Ok(format!("ghcr.io/erdma/erdma-{component}:{APP_VERSION}"));
+            }
+            return Err(Error::Invalid(format!(
+                "{component}.image {}:{tag} is the original alibabacloud-erdma-controller's Go image: it does not understand erdma's flags, so pods would crash. Use erdma's image (default ghcr.io/erdma/erdma-{component}, built from deploy/docker/{component}.Dockerfile) or keep the original chart for the Go images.",
+                self.repository
+            )));
+        }
+        Ok(format!("{}:{tag}", self.repository))
     }
 }
 
@@ -71,26 +126,41 @@ impl Default for ImageValues {
 }
 
 /// `controller.*`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ControllerValues {
     /// Replicas (leader election picks one active).
     pub replica_count: i32,
     /// Image.
     pub image: ImageValues,
+    /// Pull secrets of the controller pods.
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// Accepted for compatibility; names are fixed.
+    pub name_override: String,
+    /// Accepted for compatibility; names are fixed.
+    pub fullname_override: String,
+    /// nodeSelector of the controller pods.
+    pub node_selector: BTreeMap<String, String>,
+    /// Affinity of the controller pods.
+    pub affinity: Option<Affinity>,
 }
 
 impl Default for ControllerValues {
     fn default() -> Self {
         Self {
             replica_count: 2,
-            image: ImageValues::of("registry.aliyuncs.com/erdma/controller"),
+            image: ImageValues::of(CONTROLLER_IMAGE),
+            image_pull_secrets: Vec::new(),
+            name_override: String::new(),
+            fullname_override: String::new(),
+            node_selector: BTreeMap::new(),
+            affinity: None,
         }
     }
 }
 
 /// `agent.*`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct AgentValues {
     /// Image.
@@ -99,27 +169,41 @@ pub struct AgentValues {
     pub prefer_driver: String,
     /// `--allocate-all-devices`.
     pub allocate_all_devices: bool,
-    /// `--jumbo-frame-mtu`.
+    /// `--jumbo-frame-mtu`; 0 leaves the MTU alone (flag omitted).
     #[serde(rename = "jumboFrameMTU")]
     pub jumbo_frame_mtu: u32,
-    /// `--exposed-local-eris` entries (`<instance-id|i-*> <ibdev>[/<ibdev>…]`).
+    /// `--exposed-local-eris` entries (`<instance-id|i-*> <ibdev>[/<ibdev>…]`), applied with local
+    /// discovery only (as in the original), or also in cluster mode with `filterClusterERIs`.
     #[serde(rename = "exposedLocalERIs")]
     pub exposed_local_eris: Vec<String>,
+    /// (new) Apply `exposedLocalERIs` in cluster mode too (`--filter-cluster-eris`).
+    #[serde(rename = "filterClusterERIs")]
+    pub filter_cluster_eris: bool,
     /// `--cri-socket` for the SMC-R pre-start hook (webhook off); empty: containerd's
     /// `/run/containerd/containerd.sock`. Its directory is mounted into the agent, so it must
     /// have one of its own (not directly in `/run` or `/var/run`).
     pub cri_socket: String,
+    /// Pull secrets of the agent pods.
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// Accepted for compatibility; names are fixed.
+    pub name_override: String,
+    /// Accepted for compatibility; names are fixed.
+    pub fullname_override: String,
 }
 
 impl Default for AgentValues {
     fn default() -> Self {
         Self {
-            image: ImageValues::of("registry.aliyuncs.com/erdma/agent"),
+            image: ImageValues::of(AGENT_IMAGE),
             prefer_driver: String::new(),
             allocate_all_devices: false,
             jumbo_frame_mtu: 8500,
-            exposed_local_eris: Vec::new(),
+            exposed_local_eris: vec!["i-XXX erdma_0/erdma_1".into()],
+            filter_cluster_eris: false,
             cri_socket: String::new(),
+            image_pull_secrets: Vec::new(),
+            name_override: String::new(),
+            fullname_override: String::new(),
         }
     }
 }
@@ -128,11 +212,11 @@ impl Default for AgentValues {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ServiceAccountValues {
-    /// Create the ServiceAccounts.
+    /// Create the ServiceAccounts (false: both workloads run as `name`, default `default`).
     pub create: bool,
     /// Annotations of the controller's ServiceAccount (RRSA: `pod-identity.alibabacloud.com/role-name`).
     pub annotations: BTreeMap<String, String>,
-    /// Controller ServiceAccount name (default: the release name).
+    /// ServiceAccount name (created: the controller's, default `<release>-alibabacloud-erdma-controller`).
     pub name: String,
 }
 
@@ -155,7 +239,7 @@ pub struct ConfigValues {
     /// Adopt HighPerformance ENIs the controller did not create.
     #[serde(rename = "manageNonOwnedENIs")]
     pub manage_non_owned_enis: bool,
-    /// Cluster DNS domain.
+    /// Cluster DNS domain; empty: `cluster.local`.
     pub cluster_domain: String,
     /// The webhook injects only with the device plugin.
     pub enable_device_plugin: bool,
@@ -175,7 +259,7 @@ impl Default for ConfigValues {
         Self {
             region: String::new(),
             manage_non_owned_enis: true,
-            cluster_domain: "cluster.local".into(),
+            cluster_domain: String::new(),
             enable_device_plugin: true,
             enable_webhook: false,
             enable_init_container_inject: true,
@@ -208,13 +292,13 @@ impl std::fmt::Debug for CredentialValues {
     }
 }
 
-/// All install options (the chart's values, plus `namespace` and `name`).
+/// All install options: the chart's values, plus `namespace` and `name` (the release).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Values {
     /// Namespace of the controller and agent.
     pub namespace: String,
-    /// Release name (object names).
+    /// Release name (names of the ConfigMap, Secret, RBAC and ServiceAccounts).
     pub name: String,
     /// Controller.
     pub controller: ControllerValues,
@@ -222,10 +306,16 @@ pub struct Values {
     pub agent: AgentValues,
     /// ServiceAccounts.
     pub service_account: ServiceAccountValues,
+    /// Annotations of the controller and agent pods.
+    pub pod_annotations: BTreeMap<String, String>,
     /// Nodes that run the agent and get ERIs.
     pub node_selector: BTreeMap<String, String>,
-    /// Tolerations of the agent (and controller).
+    /// Tolerations of the agent and controller.
     pub tolerations: Vec<Toleration>,
+    /// Affinity of the agent pods.
+    pub affinity: Option<Affinity>,
+    /// Resources of the agent container (empty: erdma's requests).
+    pub resources: Option<ResourceRequirements>,
     /// `Ignore` (default) or `Fail`.
     pub webhook_failure_policy: String,
     /// Webhook timeout.
@@ -240,15 +330,18 @@ impl Default for Values {
     fn default() -> Self {
         Self {
             namespace: "kube-system".into(),
-            name: "alibabacloud-erdma-controller".into(),
+            name: DEFAULT_RELEASE.into(),
             controller: ControllerValues::default(),
             agent: AgentValues::default(),
             service_account: ServiceAccountValues::default(),
+            pod_annotations: BTreeMap::new(),
             node_selector: BTreeMap::new(),
             tolerations: vec![Toleration {
                 operator: Some("Exists".into()),
                 ..Default::default()
             }],
+            affinity: None,
+            resources: None,
             webhook_failure_policy: "Ignore".into(),
             webhook_timeout_seconds: 10,
             config: ConfigValues::default(),
@@ -267,7 +360,8 @@ const CREDENTIAL_TYPES: [&str; 5] = [
 ];
 
 impl Values {
-    /// Checks the values; the error names the value and the fix.
+    /// Checks the values (as the chart's schema and templates do); the error names the value and
+    /// the fix. Missing credentials are not an error here: see [`Values::warnings`].
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |m: String| Err(Error::Invalid(m));
         if !self.agent.prefer_driver.is_empty()
@@ -296,10 +390,10 @@ impl Values {
                 self.webhook_timeout_seconds
             ));
         }
-        if self.agent.jumbo_frame_mtu < 1280 || self.agent.jumbo_frame_mtu > 9000 {
+        let mtu = self.agent.jumbo_frame_mtu;
+        if mtu != 0 && !(1280..=9000).contains(&mtu) {
             return bad(format!(
-                "agent.jumboFrameMTU {} must be within 1280..9000",
-                self.agent.jumbo_frame_mtu
+                "agent.jumboFrameMTU {mtu} must be within 1280..9000, or 0 to leave the MTU alone"
             ));
         }
         for e in &self.agent.exposed_local_eris {
@@ -325,75 +419,109 @@ impl Values {
                 ));
             }
         }
-        let uses_cloud = !self.config.local_eri_discovery;
-        if uses_cloud
-            && matches!(self.credentials.kind.as_str(), "" | "access_key")
-            && (self.credentials.access_key_id.is_empty()
-                || self.credentials.access_key_secret.is_empty())
-        {
-            return bad("credentials: access_key needs accessKeyID and accessKeySecret; or choose another credentials.type, or config.localERIDiscovery".into());
+        if self.controller.replica_count < 1 {
+            return bad("controller.replicaCount must be at least 1".into());
         }
-        if uses_cloud
-            && self.credentials.kind == "oidc_role_arn"
+        self.controller.image.reference("controller")?;
+        self.agent.image.reference("agent")?;
+        Ok(())
+    }
+
+    /// What is missing for a working install (the chart prints the same in NOTES.txt): cloud
+    /// credentials in cluster mode, the RRSA role annotation.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.config.local_eri_discovery || self.agent.filter_cluster_eris {
+            for e in &self.agent.exposed_local_eris {
+                if e.split_whitespace().next() == Some("i-XXX") {
+                    w.push(format!("agent.exposedLocalERIs entry {e:?} is the original chart's placeholder: it matches no instance, so agents expose nothing. Use real instance IDs or i-* (e.g. \"i-* erdma_0\"), or set the list to [] to expose every device"));
+                }
+            }
+        }
+        if self.config.local_eri_discovery {
+            return w;
+        }
+        let c = &self.credentials;
+        if matches!(c.kind.as_str(), "" | "access_key")
+            && (c.access_key_id.is_empty() || c.access_key_secret.is_empty())
+        {
+            w.push(format!("credentials.type {:?} needs credentials.accessKeyID and credentials.accessKeySecret, which are missing: the controller cannot create ERIs and agents serve nothing until they are set (or choose credentials.type ecs_ram_role, oidc_role_arn, ram_role_sts, or config.localERIDiscovery)", if c.kind.is_empty() { "access_key" } else { &c.kind }));
+        }
+        if c.kind == "oidc_role_arn"
             && !self
                 .service_account
                 .annotations
                 .contains_key(ANNOTATION_RRSA_ROLE)
         {
-            return bad(format!(
-                "credentials.type oidc_role_arn needs serviceAccount.annotations.{ANNOTATION_RRSA_ROLE} (the RAM role name)"
-            ));
+            w.push(format!("credentials.type oidc_role_arn needs serviceAccount.annotations.\"{ANNOTATION_RRSA_ROLE}\" (the RAM role name), which is missing"));
         }
-        if self.controller.replica_count < 1 {
-            return bad("controller.replicaCount must be at least 1".into());
-        }
-        Ok(())
+        w
     }
 
-    fn controller_sa(&self) -> String {
-        if self.service_account.name.is_empty() {
+    /// The controller's ServiceAccount (the original chart's naming).
+    pub fn controller_sa(&self) -> String {
+        if !self.service_account.create {
+            return non_empty_or(&self.service_account.name, "default");
+        }
+        if !self.service_account.name.is_empty() {
+            return self.service_account.name.clone();
+        }
+        let full = if self.name.contains(APP_NAME) {
             self.name.clone()
         } else {
-            self.service_account.name.clone()
+            format!("{}-{APP_NAME}", self.name)
+        };
+        trunc63(&full)
+    }
+
+    /// The agent's ServiceAccount: its own when created, else the shared one.
+    pub fn agent_sa(&self) -> String {
+        if self.service_account.create {
+            trunc63(&format!("{}-agent", self.name))
+        } else {
+            non_empty_or(&self.service_account.name, "default")
         }
     }
-    fn agent_sa(&self) -> String {
+
+    fn agent_rbac(&self) -> String {
         format!("{}-agent", self.name)
     }
-    fn agent_name(&self) -> String {
-        self.name.replace("controller", "agent")
-    }
-    fn runs_controller(&self) -> bool {
+
+    /// Whether the controller runs: cloud provisioning, or the webhook in local mode.
+    pub fn runs_controller(&self) -> bool {
         !self.config.local_eri_discovery || self.config.enable_webhook
     }
 }
 
-fn labels(v: &Values, component: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (
-            "app.kubernetes.io/name".to_string(),
-            "alibabacloud-erdma-controller".to_string(),
-        ),
-        ("app.kubernetes.io/instance".to_string(), v.name.clone()),
-        (
-            "app.kubernetes.io/component".to_string(),
-            component.to_string(),
-        ),
-        (
-            "app.kubernetes.io/managed-by".to_string(),
-            "erdmactl".to_string(),
-        ),
-    ])
+fn non_empty_or(s: &str, default: &str) -> String {
+    if s.is_empty() {
+        default.into()
+    } else {
+        s.into()
+    }
 }
 
-fn selector(v: &Values, component: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
+fn trunc63(s: &str) -> String {
+    let cut: String = s.chars().take(63).collect();
+    cut.trim_end_matches('-').to_string()
+}
+
+fn selector(v: &Values, tier: &str) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
         ("app.kubernetes.io/instance".to_string(), v.name.clone()),
-        (
-            "app.kubernetes.io/component".to_string(),
-            component.to_string(),
-        ),
-    ])
+    ]);
+    if !tier.is_empty() {
+        m.insert("tier".into(), tier.into());
+    }
+    m
+}
+
+fn labels(v: &Values, tier: &str) -> BTreeMap<String, String> {
+    let mut m = selector(v, tier);
+    m.insert("app.kubernetes.io/version".into(), APP_VERSION.into());
+    m.insert("app.kubernetes.io/managed-by".into(), "erdmactl".into());
+    m
 }
 
 fn meta(name: &str, namespace: Option<&str>, labels: BTreeMap<String, String>) -> ObjectMeta {
@@ -421,7 +549,7 @@ fn rule(groups: &[&str], resources: &[&str], verbs: &[&str], names: &[&str]) -> 
 }
 
 /// The controller's cluster-wide rules (each justified in `docs/operations.md`).
-pub fn controller_cluster_rules(v: &Values) -> Vec<PolicyRule> {
+pub fn controller_cluster_rules() -> Vec<PolicyRule> {
     vec![
         rule(&[""], &["nodes"], &["get", "list", "watch"], &[]),
         rule(
@@ -443,14 +571,14 @@ pub fn controller_cluster_rules(v: &Values) -> Vec<PolicyRule> {
             &["admissionregistration.k8s.io"],
             &["mutatingwebhookconfigurations"],
             &["get", "update"],
-            &[v.name.as_str()],
+            &[CONTROLLER_NAME],
         ),
     ]
 }
 
 /// The controller's rules in its namespace.
-pub fn controller_namespace_rules(v: &Values) -> Vec<PolicyRule> {
-    let cert = format!("{}-webhook-cert", v.name);
+pub fn controller_namespace_rules() -> Vec<PolicyRule> {
+    let cert = format!("{CONTROLLER_NAME}-webhook-cert");
     vec![
         rule(&["coordination.k8s.io"], &["leases"], &["create"], &[]),
         rule(
@@ -528,7 +656,8 @@ pub fn config_json(v: &Values) -> Result<String, Error> {
     let c = &v.config;
     let j = serde_json::json!({
         "region": c.region, "manageNonOwnedENIs": c.manage_non_owned_enis,
-        "controllerNamespace": v.namespace, "controllerName": v.name, "clusterDomain": c.cluster_domain,
+        "controllerNamespace": v.namespace, "controllerName": CONTROLLER_NAME,
+        "clusterDomain": if c.cluster_domain.is_empty() { "cluster.local" } else { c.cluster_domain.as_str() },
         "certDir": "/var/lib/certDir", "enableDevicePlugin": c.enable_device_plugin, "enableWebhook": c.enable_webhook,
         "smcInitImage": c.smc_init_image, "enableInitContainerInject": c.enable_init_container_inject,
         "localERIDiscovery": c.local_eri_discovery, "nodeSelector": v.node_selector,
@@ -536,8 +665,9 @@ pub fn config_json(v: &Values) -> Result<String, Error> {
     serde_json::to_string_pretty(&j).map_err(|e| Error::Serialize(e.to_string()))
 }
 
-/// The agent's arguments (original flag names, then the port its probes use and, in pre-start
-/// mode, an explicit `agent.criSocket`).
+/// The agent's arguments (the original's flag names, then the port its probes use and, in
+/// pre-start mode, an explicit `agent.criSocket`). `--exposed-local-eris` only where it applies:
+/// local discovery, or `agent.filterClusterERIs`.
 pub fn agent_args(v: &Values) -> Vec<String> {
     let a = &v.agent;
     let mut args = Vec::new();
@@ -547,12 +677,17 @@ pub fn agent_args(v: &Values) -> Vec<String> {
     if a.allocate_all_devices {
         args.push("--allocate-all-devices".into());
     }
-    args.push(format!("--jumbo-frame-mtu={}", a.jumbo_frame_mtu));
-    if !a.exposed_local_eris.is_empty() {
+    if a.jumbo_frame_mtu != 0 {
+        args.push(format!("--jumbo-frame-mtu={}", a.jumbo_frame_mtu));
+    }
+    if !a.exposed_local_eris.is_empty() && (v.config.local_eri_discovery || a.filter_cluster_eris) {
         args.push(format!(
             "--exposed-local-eris={}",
             a.exposed_local_eris.join(",")
         ));
+    }
+    if a.filter_cluster_eris {
+        args.push("--filter-cluster-eris".into());
     }
     if v.config.local_eri_discovery {
         args.push("--local-eri-discovery".into());
@@ -575,20 +710,33 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
     let mut out: Vec<Value> = Vec::new();
     if !matches!(ns, "kube-system" | "default") {
         out.push(to_value(&Namespace {
-            metadata: meta(ns, None, labels(v, "namespace")),
+            metadata: meta(ns, None, labels(v, "")),
             ..Default::default()
         })?);
     }
-    out.push(to_value(&ERdmaDevice::crd())?);
+    let mut crd = ERdmaDevice::crd();
+    crd.metadata.labels = Some(labels(v, ""));
+    // `helm uninstall` keeps the CRD (and every ERdmaDevice); `erdmactl uninstall --include-crd`.
+    crd.metadata.annotations = Some(BTreeMap::from([(
+        "helm.sh/resource-policy".to_string(),
+        "keep".to_string(),
+    )]));
+    out.push(to_value(&crd)?);
+    let bind = |sa: &str| Subject {
+        kind: "ServiceAccount".into(),
+        name: sa.into(),
+        namespace: Some(ns.into()),
+        ..Default::default()
+    };
     if v.service_account.create {
-        let mut sa = ServiceAccount {
-            metadata: meta(&v.controller_sa(), Some(ns), labels(v, "controller")),
-            ..Default::default()
-        };
-        if !v.service_account.annotations.is_empty() {
-            sa.metadata.annotations = Some(v.service_account.annotations.clone());
-        }
         if v.runs_controller() {
+            let mut sa = ServiceAccount {
+                metadata: meta(&v.controller_sa(), Some(ns), labels(v, "controller")),
+                ..Default::default()
+            };
+            if !v.service_account.annotations.is_empty() {
+                sa.metadata.annotations = Some(v.service_account.annotations.clone());
+            }
             out.push(to_value(&sa)?);
         }
         out.push(to_value(&ServiceAccount {
@@ -596,12 +744,6 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
             ..Default::default()
         })?);
     }
-    let bind = |sa: &str| Subject {
-        kind: "ServiceAccount".into(),
-        name: sa.into(),
-        namespace: Some(ns.into()),
-        ..Default::default()
-    };
     if v.runs_controller() {
         out.push(to_value(&ConfigMap {
             metadata: meta(&v.name, Some(ns), labels(v, "controller")),
@@ -611,22 +753,25 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
             )])),
             ..Default::default()
         })?);
-        if !v.config.local_eri_discovery {
-            let cred = serde_json::json!({"type": v.credentials.kind, "accessKeyID": v.credentials.access_key_id,
-                "accessKeySecret": v.credentials.access_key_secret});
-            out.push(to_value(&Secret {
-                metadata: meta(&v.name, Some(ns), labels(v, "controller")),
-                type_: Some("Opaque".into()),
-                string_data: Some(BTreeMap::from([(
-                    "credential.json".to_string(),
-                    cred.to_string(),
-                )])),
-                ..Default::default()
-            })?);
-        }
+    }
+    if !v.config.local_eri_discovery {
+        let cred = serde_json::json!({"type": v.credentials.kind, "accessKeyID": v.credentials.access_key_id,
+            "accessKeySecret": v.credentials.access_key_secret});
+        out.push(to_value(&Secret {
+            metadata: meta(&v.name, Some(ns), labels(v, "controller")),
+            type_: Some("Opaque".into()),
+            string_data: Some(BTreeMap::from([(
+                "credential.json".to_string(),
+                cred.to_string(),
+            )])),
+            ..Default::default()
+        })?);
+    }
+    if v.runs_controller() {
+        let sa = v.controller_sa();
         out.push(to_value(&ClusterRole {
             metadata: meta(&v.name, None, labels(v, "controller")),
-            rules: Some(controller_cluster_rules(v)),
+            rules: Some(controller_cluster_rules()),
             ..Default::default()
         })?);
         out.push(to_value(&ClusterRoleBinding {
@@ -636,11 +781,11 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
                 kind: "ClusterRole".into(),
                 name: v.name.clone(),
             },
-            subjects: Some(vec![bind(&v.controller_sa())]),
+            subjects: Some(vec![bind(&sa)]),
         })?);
         out.push(to_value(&Role {
             metadata: meta(&v.name, Some(ns), labels(v, "controller")),
-            rules: Some(controller_namespace_rules(v)),
+            rules: Some(controller_namespace_rules()),
         })?);
         out.push(to_value(&RoleBinding {
             metadata: meta(&v.name, Some(ns), labels(v, "controller")),
@@ -649,7 +794,7 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
                 kind: "Role".into(),
                 name: v.name.clone(),
             },
-            subjects: Some(vec![bind(&v.controller_sa())]),
+            subjects: Some(vec![bind(&sa)]),
         })?);
         if v.credentials.kind == "ram_role_sts" {
             let name = format!("{}-sts-token", v.name);
@@ -669,35 +814,38 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
                     kind: "Role".into(),
                     name,
                 },
-                subjects: Some(vec![bind(&v.controller_sa())]),
+                subjects: Some(vec![bind(&sa)]),
             })?);
         }
     }
-    let agent = v.agent_name();
+    let agent_rbac = v.agent_rbac();
     out.push(to_value(&ClusterRole {
-        metadata: meta(&agent, None, labels(v, "agent")),
+        metadata: meta(&agent_rbac, None, labels(v, "agent")),
         rules: Some(agent_cluster_rules()),
         ..Default::default()
     })?);
     out.push(to_value(&ClusterRoleBinding {
-        metadata: meta(&agent, None, labels(v, "agent")),
+        metadata: meta(&agent_rbac, None, labels(v, "agent")),
         role_ref: RoleRef {
             api_group: "rbac.authorization.k8s.io".into(),
             kind: "ClusterRole".into(),
-            name: agent.clone(),
+            name: agent_rbac.clone(),
         },
         subjects: Some(vec![bind(&v.agent_sa())]),
     })?);
     if v.runs_controller() {
-        out.push(to_value(&controller_deployment(v))?);
+        out.push(to_value(&controller_deployment(v)?)?);
+        // Headless, as the original's (clusterIP cannot change on upgrade); port name and target
+        // as the original's; selects controller pods only (the original's also matched agents).
         out.push(to_value(&Service {
-            metadata: meta(&v.name, Some(ns), labels(v, "controller")),
+            metadata: meta(CONTROLLER_NAME, Some(ns), labels(v, "controller")),
             spec: Some(ServiceSpec {
+                cluster_ip: Some("None".into()),
                 selector: Some(selector(v, "controller")),
                 ports: Some(vec![ServicePort {
-                    name: Some("webhook".into()),
+                    name: Some("https".into()),
                     port: 443,
-                    target_port: Some(IntOrString::Int(9443)),
+                    target_port: Some(IntOrString::String("webhook".into())),
                     protocol: Some("TCP".into()),
                     ..Default::default()
                 }]),
@@ -707,7 +855,7 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
         })?);
         out.push(to_value(&Service {
             metadata: meta(
-                &format!("{}-metrics", v.name),
+                &format!("{CONTROLLER_NAME}-metrics"),
                 Some(ns),
                 labels(v, "controller"),
             ),
@@ -725,16 +873,20 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
             ..Default::default()
         })?);
     }
-    out.push(to_value(&agent_daemonset(v))?);
+    out.push(to_value(&agent_daemonset(v)?)?);
     out.push(to_value(&Service {
-        metadata: meta(&format!("{agent}-metrics"), Some(ns), labels(v, "agent")),
+        metadata: meta(
+            &format!("{AGENT_NAME}-metrics"),
+            Some(ns),
+            labels(v, "agent"),
+        ),
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".into()),
             selector: Some(selector(v, "agent")),
             ports: Some(vec![ServicePort {
                 name: Some("metrics".into()),
-                port: 9101,
-                target_port: Some(IntOrString::Int(9101)),
+                port: AGENT_METRICS_PORT,
+                target_port: Some(IntOrString::Int(AGENT_METRICS_PORT)),
                 protocol: Some("TCP".into()),
                 ..Default::default()
             }]),
@@ -744,13 +896,13 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
     })?);
     if v.config.enable_webhook {
         out.push(to_value(&MutatingWebhookConfiguration {
-            metadata: meta(&v.name, None, labels(v, "controller")),
+            metadata: meta(CONTROLLER_NAME, None, labels(v, "controller")),
             webhooks: Some(vec![MutatingWebhook {
                 name: "erdma-smcr.network.alibabacloud.com".into(),
                 admission_review_versions: vec!["v1".into(), "v1beta1".into()],
                 client_config: WebhookClientConfig {
                     service: Some(ServiceReference {
-                        name: v.name.clone(),
+                        name: CONTROLLER_NAME.into(),
                         namespace: ns.into(),
                         path: Some("/mutate-pod".into()),
                         port: Some(443),
@@ -775,7 +927,28 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
     Ok(out)
 }
 
-fn controller_deployment(v: &Values) -> Deployment {
+fn non_empty<T: Clone>(v: &[T]) -> Option<Vec<T>> {
+    (!v.is_empty()).then(|| v.to_vec())
+}
+
+fn non_empty_map(m: &BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
+    (!m.is_empty()).then(|| m.clone())
+}
+
+/// `affinity: {}` in a values file means none (Helm's `with` skips an empty map).
+fn some_affinity(a: &Option<Affinity>) -> Option<Affinity> {
+    a.clone().filter(|a| *a != Affinity::default())
+}
+
+fn pod_meta(v: &Values, tier: &str) -> ObjectMeta {
+    ObjectMeta {
+        labels: Some(selector(v, tier)),
+        annotations: non_empty_map(&v.pod_annotations),
+        ..Default::default()
+    }
+}
+
+fn controller_deployment(v: &Values) -> Result<Deployment, Error> {
     let ns = v.namespace.as_str();
     let mut volumes = vec![Volume {
         name: "config".into(),
@@ -812,7 +985,7 @@ fn controller_deployment(v: &Values) -> Deployment {
     };
     let container = Container {
         name: "controller".into(),
-        image: Some(v.controller.image.reference()),
+        image: Some(v.controller.image.reference("controller")?),
         image_pull_policy: Some(v.controller.image.pull_policy.clone()),
         args: Some(vec![
             "--config=/etc/erdma-controller/config.json".into(),
@@ -864,8 +1037,8 @@ fn controller_deployment(v: &Values) -> Deployment {
         volume_mounts: Some(mounts),
         ..Default::default()
     };
-    Deployment {
-        metadata: meta(&v.name, Some(ns), labels(v, "controller")),
+    Ok(Deployment {
+        metadata: meta(CONTROLLER_NAME, Some(ns), labels(v, "controller")),
         spec: Some(DeploymentSpec {
             replicas: Some(v.controller.replica_count),
             selector: LabelSelector {
@@ -873,14 +1046,14 @@ fn controller_deployment(v: &Values) -> Deployment {
                 ..Default::default()
             },
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels(v, "controller")),
-                    ..Default::default()
-                }),
+                metadata: Some(pod_meta(v, "controller")),
                 spec: Some(PodSpec {
                     service_account_name: Some(v.controller_sa()),
                     priority_class_name: Some("system-cluster-critical".into()),
-                    tolerations: Some(v.tolerations.clone()),
+                    image_pull_secrets: non_empty(&v.controller.image_pull_secrets),
+                    node_selector: non_empty_map(&v.controller.node_selector),
+                    affinity: some_affinity(&v.controller.affinity),
+                    tolerations: non_empty(&v.tolerations),
                     containers: vec![container],
                     volumes: Some(volumes),
                     ..Default::default()
@@ -889,7 +1062,7 @@ fn controller_deployment(v: &Values) -> Deployment {
             ..Default::default()
         }),
         ..Default::default()
-    }
+    })
 }
 
 /// The agent's `/metrics` and `/healthz` port (`--metrics-addr`, the agent's default port).
@@ -1024,11 +1197,11 @@ fn agent_probe(period: i32, failures: i32) -> Probe {
     }
 }
 
-fn agent_daemonset(v: &Values) -> DaemonSet {
+fn agent_daemonset(v: &Values) -> Result<DaemonSet, Error> {
     let paths = agent_host_paths(v);
     let container = Container {
         name: "agent".into(),
-        image: Some(v.agent.image.reference()),
+        image: Some(v.agent.image.reference("agent")?),
         image_pull_policy: Some(v.agent.image.pull_policy.clone()),
         args: Some(agent_args(v)),
         env: Some(vec![field_env("NODE_NAME", "spec.nodeName")]),
@@ -1055,13 +1228,18 @@ fn agent_daemonset(v: &Values) -> DaemonSet {
             }),
             ..Default::default()
         }),
-        resources: Some(ResourceRequirements {
-            requests: Some(BTreeMap::from([
-                ("cpu".to_string(), Quantity("50m".into())),
-                ("memory".to_string(), Quantity("64Mi".into())),
-            ])),
-            ..Default::default()
-        }),
+        resources: Some(
+            v.resources
+                .clone()
+                .filter(|r| *r != ResourceRequirements::default())
+                .unwrap_or_else(|| ResourceRequirements {
+                    requests: Some(BTreeMap::from([
+                        ("cpu".to_string(), Quantity("50m".into())),
+                        ("memory".to_string(), Quantity("64Mi".into())),
+                    ])),
+                    ..Default::default()
+                }),
+        ),
         volume_mounts: Some(
             paths
                 .iter()
@@ -1073,8 +1251,8 @@ fn agent_daemonset(v: &Values) -> DaemonSet {
         ),
         ..Default::default()
     };
-    DaemonSet {
-        metadata: meta(&v.agent_name(), Some(&v.namespace), labels(v, "agent")),
+    Ok(DaemonSet {
+        metadata: meta(AGENT_NAME, Some(&v.namespace), labels(v, "agent")),
         spec: Some(DaemonSetSpec {
             selector: LabelSelector {
                 match_labels: Some(selector(v, "agent")),
@@ -1088,22 +1266,17 @@ fn agent_daemonset(v: &Values) -> DaemonSet {
                 }),
             }),
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels(v, "agent")),
-                    ..Default::default()
-                }),
+                metadata: Some(pod_meta(v, "agent")),
                 spec: Some(PodSpec {
                     service_account_name: Some(v.agent_sa()),
+                    image_pull_secrets: non_empty(&v.agent.image_pull_secrets),
+                    affinity: some_affinity(&v.affinity),
                     host_network: Some(true),
                     host_pid: Some(true),
                     dns_policy: Some("ClusterFirstWithHostNet".into()),
                     priority_class_name: Some("system-node-critical".into()),
-                    node_selector: if v.node_selector.is_empty() {
-                        None
-                    } else {
-                        Some(v.node_selector.clone())
-                    },
-                    tolerations: Some(v.tolerations.clone()),
+                    node_selector: non_empty_map(&v.node_selector),
+                    tolerations: non_empty(&v.tolerations),
                     containers: vec![container],
                     volumes: Some(
                         paths
@@ -1117,7 +1290,7 @@ fn agent_daemonset(v: &Values) -> DaemonSet {
             ..Default::default()
         }),
         ..Default::default()
-    }
+    })
 }
 
 /// Renders as a `---`-joined YAML stream.
@@ -1131,39 +1304,94 @@ pub fn render_json(v: &Values) -> Result<String, Error> {
     serde_json::to_string_pretty(&list).map_err(|e| Error::Serialize(e.to_string()))
 }
 
+/// The dynamic API of one rendered object, found through discovery.
+async fn api_for(
+    client: &kube::Client,
+    v: &Values,
+    obj: &Value,
+) -> Result<(kube::Api<kube::api::DynamicObject>, String, String), Error> {
+    use kube::api::{Api, DynamicObject};
+    use kube::discovery::{self, Scope};
+    let api_version = obj["apiVersion"].as_str().unwrap_or_default().to_string();
+    let kind = obj["kind"].as_str().unwrap_or_default().to_string();
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let (group, version) = api_version
+        .split_once('/')
+        .unwrap_or(("", api_version.as_str()));
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, &kind);
+    let (ar, caps) = discovery::pinned_kind(client, &gvk)
+        .await
+        .map_err(|source| Error::Kube {
+            what: format!("discover {api_version} {kind}"),
+            source,
+        })?;
+    let api: Api<DynamicObject> = match caps.scope {
+        Scope::Namespaced => Api::namespaced_with(
+            client.clone(),
+            obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or(&v.namespace),
+            &ar,
+        ),
+        Scope::Cluster => Api::all_with(client.clone(), &ar),
+    };
+    Ok((api, kind, name))
+}
+
+/// What [`delete`] did to one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deleted {
+    /// Deleted (`kind/name`).
+    Deleted(String),
+    /// Not there (`kind/name`).
+    Absent(String),
+    /// Kept on purpose (the CRD without `include_crd`).
+    Kept(String),
+}
+
+/// Deletes exactly the objects [`render`] produces for `v` (the ones `install` created), in
+/// reverse apply order. The CRD (and with it every ERdmaDevice) only with `include_crd`; a
+/// Namespace is never deleted.
+pub async fn delete(
+    client: &kube::Client,
+    v: &Values,
+    include_crd: bool,
+) -> Result<Vec<Deleted>, Error> {
+    use kube::api::DeleteParams;
+    let mut done = Vec::new();
+    for obj in render(v)?.iter().rev() {
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        let id = format!("{kind}/{name}");
+        if kind == "Namespace" || (kind == "CustomResourceDefinition" && !include_crd) {
+            done.push(Deleted::Kept(id));
+            continue;
+        }
+        let (api, _, _) = api_for(client, v, obj).await?;
+        match api.delete(name, &DeleteParams::background()).await {
+            Ok(_) => done.push(Deleted::Deleted(id)),
+            Err(kube::Error::Api(e)) if e.code == 404 => done.push(Deleted::Absent(id)),
+            Err(source) => {
+                return Err(Error::Kube {
+                    what: format!("delete {id}"),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(done)
+}
+
 /// Server-side-applies every manifest (field manager `erdmactl`, forced) in order; returns
 /// `kind/name` of each applied object.
 pub async fn apply(client: &kube::Client, v: &Values) -> Result<Vec<String>, Error> {
-    use kube::api::{Api, DynamicObject, Patch, PatchParams};
-    use kube::discovery::{self, Scope};
+    use kube::api::{Patch, PatchParams};
     let mut done = Vec::new();
     for obj in render(v)? {
-        let api_version = obj["apiVersion"].as_str().unwrap_or_default().to_string();
-        let kind = obj["kind"].as_str().unwrap_or_default().to_string();
-        let name = obj["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let (group, version) = api_version
-            .split_once('/')
-            .unwrap_or(("", api_version.as_str()));
-        let gvk = kube::api::GroupVersionKind::gvk(group, version, &kind);
-        let (ar, caps) = discovery::pinned_kind(client, &gvk)
-            .await
-            .map_err(|source| Error::Kube {
-                what: format!("discover {api_version} {kind}"),
-                source,
-            })?;
-        let api: Api<DynamicObject> = match caps.scope {
-            Scope::Namespaced => Api::namespaced_with(
-                client.clone(),
-                obj["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or(&v.namespace),
-                &ar,
-            ),
-            Scope::Cluster => Api::all_with(client.clone(), &ar),
-        };
+        let (api, kind, name) = api_for(client, v, &obj).await?;
         api.patch(
             &name,
             &PatchParams::apply("erdmactl").force(),

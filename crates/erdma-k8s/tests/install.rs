@@ -41,7 +41,7 @@ async fn apply_creates_every_object_and_is_idempotent() {
         .expect("controller");
     assert_eq!(dep.spec.unwrap().replicas, Some(2));
     assert!(
-        api.get::<ClusterRole>(None, "alibabacloud-erdma-agent")
+        api.get::<ClusterRole>(None, "alibaba-erdma-controller-agent")
             .is_some()
     );
     let patches = api.requests_matching("PATCH", "").len();
@@ -85,6 +85,57 @@ fn invalid_values_name_the_value() {
 }
 
 #[test]
+fn missing_credentials_warn_and_still_render() {
+    let mut v = Values::default();
+    v.credentials.kind = "access_key".into();
+    let objs = render(&v).expect("renders without credentials");
+    assert!(objs.iter().any(|o| o["kind"] == "Secret"));
+    let w = v.warnings();
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains("accessKeyID") && w[0].contains("accessKeySecret"));
+    v.credentials.kind = "oidc_role_arn".into();
+    assert!(v.warnings()[0].contains("pod-identity.alibabacloud.com/role-name"));
+    v.config.local_eri_discovery = true;
+    assert!(
+        v.warnings().is_empty(),
+        "local discovery needs no credentials"
+    );
+}
+
+#[test]
+fn the_original_go_images_are_refused_except_their_copied_default() {
+    let mut v = values();
+    v.agent.image.repository = "registry.aliyuncs.com/erdma/agent".into();
+    v.agent.image.tag = "latest".into();
+    let objs = render(&v).expect("the original's default is replaced");
+    let ds = objs
+        .iter()
+        .find(|o| o["kind"] == "DaemonSet")
+        .expect("agent");
+    assert_eq!(
+        ds["spec"]["template"]["spec"]["containers"][0]["image"],
+        format!("ghcr.io/erdma/erdma-agent:{}", env!("CARGO_PKG_VERSION"))
+    );
+    v.agent.image.tag = "v0.1.2".into();
+    let e = render(&v).unwrap_err().to_string();
+    assert!(
+        e.contains("Go image") && e.contains("deploy/docker/agent.Dockerfile"),
+        "{e}"
+    );
+    let mut v = values();
+    v.controller.image.repository = "registry-vpc.cn-beijing.aliyuncs.com/erdma/controller".into();
+    assert!(
+        render(&v)
+            .unwrap_err()
+            .to_string()
+            .contains("controller.image")
+    );
+    let mut v = values();
+    v.agent.image.repository = "my.registry/aliyuncs.com-mirror/erdma-agent".into();
+    assert!(render(&v).is_ok(), "a lookalike name is not the Go image");
+}
+
+#[test]
 fn chart_values_yaml_loads() {
     // The original chart's values.yaml shape (the keys erdma uses; others are ignored by serde).
     let raw = "controller:\n  replicaCount: 3\nagent:\n  preferDriver: compat\n  allocateAllDevices: true\n  jumboFrameMTU: 9000\n  exposedLocalERIs: [\"i-* erdma_0\"]\nconfig:\n  localERIDiscovery: true\n  enableWebhook: true\n  smcInitImage: x/y:z\nnodeSelector:\n  a: b\ntolerations:\n- operator: Exists\n";
@@ -103,5 +154,58 @@ fn chart_values_yaml_loads() {
     assert!(
         !objs.iter().any(|o| o["kind"] == "Secret"),
         "no cloud credentials in local mode"
+    );
+}
+
+#[tokio::test]
+async fn delete_removes_what_apply_created_and_the_crd_only_when_asked() {
+    let api = FakeApiServer::new();
+    let client = api.client();
+    let v = values();
+    let applied = apply(&client, &v).await.expect("applied");
+    let done = erdma_k8s::install::delete(&client, &v, false)
+        .await
+        .expect("deleted");
+    use erdma_k8s::install::Deleted;
+    let deleted: Vec<_> = done
+        .iter()
+        .filter_map(|d| match d {
+            Deleted::Deleted(x) => Some(x.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        deleted.len(),
+        applied.len() - 1,
+        "all but the CRD: {done:?}"
+    );
+    assert!(done.contains(&Deleted::Kept(
+        "CustomResourceDefinition/erdmadevices.network.alibabacloud.com".into()
+    )));
+    assert!(
+        api.get::<DaemonSet>(Some("kube-system"), "alibabacloud-erdma-agent")
+            .is_none()
+    );
+    assert!(
+        api.get::<CustomResourceDefinition>(None, "erdmadevices.network.alibabacloud.com")
+            .is_some(),
+        "CRD kept without include_crd"
+    );
+    // Again, with the CRD: everything else is already gone.
+    let done = erdma_k8s::install::delete(&client, &v, true)
+        .await
+        .expect("deleted");
+    assert!(done.contains(&Deleted::Deleted(
+        "CustomResourceDefinition/erdmadevices.network.alibabacloud.com".into()
+    )));
+    assert!(
+        done.iter()
+            .filter(|d| matches!(d, Deleted::Absent(_)))
+            .count()
+            == applied.len() - 1
+    );
+    assert!(
+        api.get::<CustomResourceDefinition>(None, "erdmadevices.network.alibabacloud.com")
+            .is_none()
     );
 }

@@ -1,0 +1,312 @@
+//! The Helm chart (`deploy/helm`) as the real Helm engine renders it: `deploy/helm/ci/check.sh`
+//! renders every values file of `deploy/helm/ci/values/` into `deploy/helm/ci/rendered/<case>.json`
+//! (committed; the script fails when a fresh render differs). Here every rendered object must
+//! deserialise into its k8s-openapi type without losing a field, and `erdma_k8s::install::render`
+//! (what `erdmactl install` applies) must produce the same objects for the same values file.
+
+use erdma_k8s::install::{Values, render};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn chart_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/helm")
+}
+
+struct Case {
+    name: String,
+    values: String,
+    objects: Vec<Value>,
+    notes: String,
+}
+
+fn cases() -> Vec<Case> {
+    let dir = chart_dir().join("ci/rendered");
+    let mut out = Vec::new();
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    paths.sort();
+    for p in paths {
+        let raw = std::fs::read_to_string(&p).expect("rendered case");
+        let v: Value = serde_json::from_str(&raw).expect("rendered case is JSON");
+        let values_file = v["values"].as_str().expect("values name").to_string();
+        let values = std::fs::read_to_string(chart_dir().join("ci/values").join(&values_file))
+            .expect("values file of the case");
+        out.push(Case {
+            name: values_file,
+            values,
+            objects: v["objects"].as_array().expect("objects").clone(),
+            notes: v["notes"].as_str().unwrap_or_default().to_string(),
+        });
+    }
+    assert!(
+        out.len() >= 10,
+        "the render matrix is missing; run deploy/helm/ci/check.sh --update"
+    );
+    out
+}
+
+/// Drops JSON nulls and empty objects the typed round trip cannot keep apart from absent ones.
+fn prune(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, x)| !x.is_null())
+                .map(|(k, x)| (k.clone(), prune(x)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(prune).collect()),
+        x => x.clone(),
+    }
+}
+
+fn round_trip<T: DeserializeOwned + Serialize>(case: &str, obj: &Value) {
+    let typed: T = serde_json::from_value(obj.clone()).unwrap_or_else(|e| {
+        panic!(
+            "{case}: {} {} does not deserialise: {e}",
+            obj["kind"], obj["metadata"]["name"]
+        )
+    });
+    let back = prune(&serde_json::to_value(&typed).expect("serialise"));
+    assert_eq!(
+        back,
+        prune(obj),
+        "{case}: {} {} loses or changes fields in its k8s-openapi type (a misspelt or misplaced field)",
+        obj["kind"],
+        obj["metadata"]["name"]
+    );
+}
+
+#[test]
+fn every_rendered_object_deserialises_into_its_k8s_openapi_type() {
+    let mut n = 0;
+    for case in cases() {
+        for obj in &case.objects {
+            let c = case.name.as_str();
+            match obj["kind"].as_str().unwrap_or_default() {
+                "CustomResourceDefinition" => round_trip::<CustomResourceDefinition>(c, obj),
+                "ServiceAccount" => round_trip::<ServiceAccount>(c, obj),
+                "ConfigMap" => round_trip::<ConfigMap>(c, obj),
+                "Secret" => round_trip::<Secret>(c, obj),
+                "ClusterRole" => round_trip::<ClusterRole>(c, obj),
+                "ClusterRoleBinding" => round_trip::<ClusterRoleBinding>(c, obj),
+                "Role" => round_trip::<Role>(c, obj),
+                "RoleBinding" => round_trip::<RoleBinding>(c, obj),
+                "Deployment" => round_trip::<Deployment>(c, obj),
+                "DaemonSet" => round_trip::<DaemonSet>(c, obj),
+                "Service" => round_trip::<Service>(c, obj),
+                "Namespace" => round_trip::<Namespace>(c, obj),
+                "MutatingWebhookConfiguration" => {
+                    round_trip::<MutatingWebhookConfiguration>(c, obj)
+                }
+                other => panic!("{c}: unexpected kind {other} in the chart"),
+            }
+            n += 1;
+        }
+    }
+    assert!(n > 100, "only {n} objects checked");
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+}
+
+fn agent_args(objects: &[Value]) -> Vec<String> {
+    let ds = find(objects, "DaemonSet", "alibabacloud-erdma-agent").expect("agent DaemonSet");
+    let ds: DaemonSet = serde_json::from_value(ds.clone()).expect("DaemonSet");
+    let pod = ds.spec.expect("spec").template.spec.expect("pod spec");
+    pod.containers[0].args.clone().unwrap_or_default()
+}
+
+#[test]
+fn the_original_values_file_renders_an_erdma_install_that_serves_devices_in_cluster_mode() {
+    let all = cases();
+    let case = all
+        .iter()
+        .find(|c| c.name == "original.yaml")
+        .expect("original case");
+    let args = agent_args(&case.objects);
+    // Cluster mode: the placeholder allow-list of the original's values.yaml is not passed (the
+    // original applied it only with local discovery), so the agent serves its ERdmaDevice's ERIs.
+    assert!(
+        !args.iter().any(|a| a.starts_with("--exposed-local-eris")),
+        "{args:?}"
+    );
+    assert!(!args.iter().any(|a| a == "--local-eri-discovery"));
+    assert!(args.contains(&"--jumbo-frame-mtu=8500".to_string()));
+    // erdma's images, never the Go ones with erdma's flags.
+    for (kind, name) in [
+        ("DaemonSet", "alibabacloud-erdma-agent"),
+        ("Deployment", "alibabacloud-erdma-controller"),
+    ] {
+        let o = find(&case.objects, kind, name).expect("workload");
+        let image = o["spec"]["template"]["spec"]["containers"][0]["image"]
+            .as_str()
+            .expect("image");
+        assert!(image.starts_with("ghcr.io/erdma/erdma-"), "{image}");
+        assert!(
+            image.ends_with(&format!(":{}", env!("CARGO_PKG_VERSION"))),
+            "{image}"
+        );
+    }
+    assert!(
+        case.notes.contains("original chart's default Go image"),
+        "{}",
+        case.notes
+    );
+    assert!(
+        case.notes.contains("credentials.accessKeyID"),
+        "missing credentials are named: {}",
+        case.notes
+    );
+}
+
+#[test]
+fn local_discovery_applies_exposed_local_eris_and_jumbo_mtu_zero_omits_the_flag() {
+    let all = cases();
+    let local = all.iter().find(|c| c.name == "local.yaml").expect("local");
+    assert!(
+        agent_args(&local.objects)
+            .contains(&"--exposed-local-eris=i-* erdma_0,i-abc erdma_1/erdma_2".to_string())
+    );
+    assert!(
+        find(
+            &local.objects,
+            "Deployment",
+            "alibabacloud-erdma-controller"
+        )
+        .is_none()
+    );
+    let placement = all
+        .iter()
+        .find(|c| c.name == "placement.yaml")
+        .expect("placement");
+    let args = agent_args(&placement.objects);
+    assert!(
+        !args.iter().any(|a| a.starts_with("--jumbo-frame-mtu")),
+        "{args:?}"
+    );
+    assert!(args.contains(&"--cri-socket=/run/k3s/containerd/containerd.sock".to_string()));
+}
+
+#[test]
+fn chart_crd_and_app_version_follow_the_workspace() {
+    let chart_crd = std::fs::read_to_string(chart_dir().join("files/erdmadevices.yaml"))
+        .expect("chart CRD file");
+    let crd = std::fs::read_to_string(
+        chart_dir().join("../crds/network.alibabacloud.com_erdmadevices.yaml"),
+    )
+    .expect("deploy/crds");
+    assert_eq!(
+        chart_crd, crd,
+        "deploy/helm/files/erdmadevices.yaml must equal deploy/crds/ (copy it after regenerating)"
+    );
+    let chart = std::fs::read_to_string(chart_dir().join("Chart.yaml")).expect("Chart.yaml");
+    let app = chart
+        .lines()
+        .find_map(|l| l.strip_prefix("appVersion:"))
+        .map(|v| v.trim().trim_matches('"').to_string());
+    assert_eq!(app.as_deref(), Some(env!("CARGO_PKG_VERSION")));
+}
+
+/// Labels that differ by installer on purpose (`helm.sh/chart`, `managed-by`).
+fn normalise(obj: &Value) -> Value {
+    let mut o = prune(obj);
+    if let Some(labels) = o
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("labels"))
+        .and_then(Value::as_object_mut)
+    {
+        labels.remove("helm.sh/chart");
+        labels.remove("app.kubernetes.io/managed-by");
+    }
+    if o["kind"] == "ConfigMap"
+        && let Some(data) = o.get_mut("data").and_then(Value::as_object_mut)
+    {
+        for v in data.values_mut() {
+            if let Some(s) = v.as_str()
+                && let Ok(j) = serde_json::from_str::<Value>(s)
+            {
+                *v = j;
+            }
+        }
+    }
+    o
+}
+
+#[test]
+fn erdmactl_install_renders_the_same_objects_as_the_chart() {
+    for case in cases() {
+        let mut v: Values =
+            serde_saphyr::from_str(&case.values).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        v.name = "alibaba-erdma-controller".into();
+        v.namespace = "kube-system".into();
+        let mine = render(&v).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let key = |o: &Value| {
+            format!(
+                "{}/{}/{}",
+                o["kind"].as_str().unwrap_or_default(),
+                o["metadata"]["namespace"].as_str().unwrap_or_default(),
+                o["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        };
+        let mut a: Vec<_> = case
+            .objects
+            .iter()
+            .map(|o| (key(o), normalise(o)))
+            .collect();
+        let mut b: Vec<_> = mine.iter().map(|o| (key(o), normalise(o))).collect();
+        a.sort_by(|x, y| x.0.cmp(&y.0));
+        b.sort_by(|x, y| x.0.cmp(&y.0));
+        let ka: Vec<_> = a.iter().map(|x| &x.0).collect();
+        let kb: Vec<_> = b.iter().map(|x| &x.0).collect();
+        assert_eq!(ka, kb, "{}: chart vs erdmactl objects", case.name);
+        for ((k, x), (_, y)) in a.iter().zip(&b) {
+            assert_eq!(
+                x,
+                y,
+                "{}: {k} differs (left: chart, right: erdmactl)\nchart:    {}\nerdmactl: {}",
+                case.name,
+                serde_json::to_string(x).unwrap_or_default(),
+                serde_json::to_string(y).unwrap_or_default()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_chart_notes_and_erdmactl_warn_about_the_same_things() {
+    let mut warned = 0;
+    for case in cases() {
+        let v: Values = serde_saphyr::from_str(&case.values).expect("values");
+        let w = v.warnings();
+        for x in &w {
+            assert!(
+                case.notes.contains(&format!("WARNING: {x}.")),
+                "{}: the chart's NOTES.txt lacks erdmactl's warning {x:?}:\n{}",
+                case.name,
+                case.notes
+            );
+        }
+        assert_eq!(
+            case.notes.matches("WARNING:").count(),
+            w.len(),
+            "{}: {}",
+            case.name,
+            case.notes
+        );
+        warned += w.len();
+    }
+    assert!(warned >= 3, "the matrix exercises the warnings");
+}

@@ -1,0 +1,206 @@
+"""Renders and lints deploy/helm with the real Helm engine (helm-python-sdk, Helm v4 as a library).
+
+For each values file in ci/values/ (the matrix: defaults, the original chart's values.yaml,
+local discovery, webhook, each credentials type, every boolean flipped, placement):
+  - `helm lint --strict` with those values must report nothing at warning level or above;
+  - the chart is rendered for release alibaba-erdma-controller in kube-system; the objects (JSON,
+    in template order) and NOTES.txt go to ci/rendered/<case>.json. With --update the files are
+    rewritten; without it a difference from the committed file fails (the Rust test
+    crates/erdma-k8s/tests/chart.rs reads these files: every object deserialises into its
+    k8s-openapi type, and erdmactl's renderer produces the same objects);
+  - the upgrade-identity check against ci/original-objects.yaml.
+Then values that must be refused are rendered and the error must name the value.
+
+Usage: check.py [--update]   (run through ci/check.sh, which installs the package)
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import sys
+
+from helm_python import chart as helm
+from helm_python.errors import HelmError
+
+HERE = pathlib.Path(__file__).resolve().parent
+CHART = HERE.parent
+RELEASE = "alibaba-erdma-controller"
+NAMESPACE = "kube-system"
+
+failures: list[str] = []
+
+
+def fail(msg: str) -> None:
+    failures.append(msg)
+    print(f"FAIL {msg}")
+
+
+def load_yaml(path: pathlib.Path) -> dict:
+    # Helm's own YAML reader (sigs.k8s.io/yaml), so values mean what they mean to `helm -f`.
+    return helm.values_from_yaml(path.read_text()) or {}
+
+
+def split_docs(text: str) -> list[str]:
+    return [d for d in re.split(r"(?m)^---[ \t]*$", text) if d.strip()]
+
+
+def render(chart: helm.Chart, values: dict) -> tuple[list[dict], str]:
+    out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    objects: list[dict] = []
+    notes = ""
+    for path in sorted(out):
+        if path.endswith("NOTES.txt"):
+            notes = out[path]
+            continue
+        for doc in split_docs(out[path]):
+            obj = helm.values_from_yaml(doc)
+            if obj:
+                objects.append(obj)
+    return objects, notes
+
+
+def booleans(values: dict, prefix: str = "") -> list[str]:
+    found = []
+    for k, v in values.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, bool):
+            found.append(key)
+        elif isinstance(v, dict):
+            found += booleans(v, key + ".")
+    return found
+
+
+def dig(obj: dict, dotted: str):
+    # Keys may contain dots only at the last level used here (spec.names.kind etc. are nested).
+    cur = obj
+    for part in dotted.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def flatten(items) -> list[dict]:
+    out = []
+    for i in items:
+        out += flatten(i) if isinstance(i, list) else [i]
+    return out
+
+
+def ident(o: dict) -> tuple[str, str, str]:
+    meta = o.get("metadata", {})
+    return (o.get("kind", ""), meta.get("name", ""), meta.get("namespace", ""))
+
+
+def upgrade_identity(chart: helm.Chart) -> None:
+    spec = load_yaml(HERE / "original-objects.yaml")
+    assert spec["release"] == RELEASE and spec["namespace"] == NAMESPACE
+    for case in spec["cases"]:
+        values = load_yaml(HERE / "values" / case["values"])
+        objects, _ = render(chart, values)
+        mine = {ident(o): o for o in objects}
+        dropped = {(d["kind"], d["name"], d.get("namespace", "")) for d in case["dropped"]}
+        kept = 0
+        for want in flatten(case["objects"]):
+            key = (want["kind"], want["name"], want.get("namespace", ""))
+            if key in dropped:
+                if key in mine:
+                    fail(f"upgrade {case['values']}: {key} is listed as dropped but rendered")
+                continue
+            got = mine.get(key)
+            if got is None:
+                fail(f"upgrade {case['values']}: the original's {key} is missing (an upgrade would delete it)")
+                continue
+            kept += 1
+            for field, value in (want.get("immutable") or {}).items():
+                if dig(got, field) != value:
+                    fail(f"upgrade {case['values']}: {key} {field} = {json.dumps(dig(got, field))}, the original's is {json.dumps(value)} (immutable: the upgrade would be refused)")
+        originals = {(w["kind"], w["name"], w.get("namespace", "")) for w in flatten(case["objects"])}
+        added = sorted(f"{k}/{n}" for (k, n, _ns) in mine if (k, n, _ns) not in originals)
+        print(f"ok   upgrade identity {case['values']}: {kept} of the original's objects kept with equal immutable fields, {len(dropped)} dropped on purpose, {len(added)} added: {', '.join(added)}")
+
+
+# Values that must be refused at install time, and a word the error must contain.
+REFUSED = [
+    ({"agent": {"preferDriver": "turbo"}}, "preferDriver"),
+    ({"agent": {"jumboFrameMTU": 100}}, "jumboFrameMTU"),
+    ({"agent": {"exposedLocalERIs": ["erdma_0"]}}, "exposedLocalERIs"),
+    ({"webhookFailurePolicy": "Sometimes"}, "webhookFailurePolicy"),
+    ({"webhookTimeoutSeconds": 60}, "webhookTimeoutSeconds"),
+    ({"credentials": {"type": "password"}}, "type"),
+    ({"controller": {"replicaCount": 0}}, "replicaCount"),
+    ({"config": {"enableWebhok": True}}, "enableWebhok"),
+    ({"agent": {"image": {"repository": "registry.aliyuncs.com/erdma/agent", "tag": "v0.2.0"}}}, "Go image"),
+    ({"controller": {"image": {"repository": "registry-vpc.cn-hangzhou.aliyuncs.com/erdma/controller"}}}, "Go image"),
+    ({"agent": {"criSocket": "/run/cri-dockerd.sock"}}, "criSocket"),
+]
+
+
+def refused(chart: helm.Chart) -> None:
+    for values, word in REFUSED:
+        try:
+            chart.validate_schema(values)
+            render(chart, values)
+        except HelmError as e:
+            msg = str(e)
+            if word not in msg:
+                fail(f"refused {values}: error does not name {word!r}: {msg}")
+            else:
+                print(f"ok   refused {json.dumps(values)}: {msg.splitlines()[0][:160]}")
+            continue
+        fail(f"refused {values}: rendered without error")
+
+
+def main() -> int:
+    update = "--update" in sys.argv[1:]
+    chart = helm.Chart.load(str(CHART))
+    defaults = load_yaml(CHART / "values.yaml")
+    cases = sorted((HERE / "values").glob("*.yaml"))
+    names = {c.stem for c in cases}
+    for b in booleans(defaults):
+        if f"flip-{b}" not in names:
+            fail(f"matrix: no ci/values/flip-{b}.yaml for the boolean {b}")
+    out_dir = HERE / "rendered"
+    out_dir.mkdir(exist_ok=True)
+    seen = set()
+    for case in cases:
+        values = load_yaml(case)
+        report = helm.lint(str(CHART), values, strict=True, namespace=NAMESPACE)
+        bad = [m for m in report.get("messages", []) if m.get("severity", 0) >= 2] + [
+            {"error": e} for e in report.get("errors") or []
+        ]
+        for m in bad:
+            fail(f"lint --strict {case.name}: {m.get('path', '')} {m['error']}")
+        try:
+            objects, notes = render(chart, values)
+        except HelmError as e:
+            fail(f"render {case.name}: {e}")
+            continue
+        text = json.dumps({"values": case.name, "objects": objects, "notes": notes}, indent=1, sort_keys=True) + "\n"
+        target = out_dir / f"{case.stem}.json"
+        seen.add(target.name)
+        if update:
+            target.write_text(text)
+        elif not target.exists() or target.read_text() != text:
+            fail(f"render {case.name}: differs from the committed {target.relative_to(CHART)} (run deploy/helm/ci/check.sh --update and review the diff)")
+        kinds = sorted({o["kind"] for o in objects})
+        print(f"ok   lint+render {case.name}: {len(objects)} objects ({', '.join(kinds)}); {len(bad)} lint findings")
+    for stale in out_dir.glob("*.json"):
+        if stale.name not in seen:
+            if update:
+                stale.unlink()
+            else:
+                fail(f"{stale.relative_to(CHART)} has no values file")
+    upgrade_identity(chart)
+    refused(chart)
+    if failures:
+        print(f"\n{len(failures)} failed")
+        return 1
+    print("\nchart check passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

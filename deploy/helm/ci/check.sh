@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Renders and lints the chart (deploy/helm) with the real Helm engine and runs the upgrade-identity
+# check; see check.py. Installs helm-python-sdk from PyPI into a venv outside the repository
+# ($HELM_VENV, default ~/.cache/erdma/helm-venv) on first use. `--update` rewrites ci/rendered/.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+venv="${HELM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/erdma/helm-venv}"
+spec="${HELM_SDK_SPEC:-helm-python-sdk==0.2.2}"
+if ! "$venv/bin/python" -c 'import helm_python.chart' >/dev/null 2>&1; then
+    echo "chart check: installing $spec into $venv"
+    mkdir -p "$(dirname "$venv")"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$spec"
+fi
+exec "$venv/bin/python" "$here/check.py" "$@"

@@ -1,0 +1,113 @@
+{{/*
+Names. Workload, Service and webhook names are fixed, as in alibabacloud-erdma-controller, so
+that `helm upgrade` of that release keeps the same objects; per-release objects use the release
+name. nameOverride/fullnameOverride are accepted but change nothing (a rename would orphan the
+original's objects).
+*/}}
+{{- define "erdma.appName" -}}alibabacloud-erdma-controller{{- end }}
+{{- define "erdma.controllerName" -}}alibabacloud-erdma-controller{{- end }}
+{{- define "erdma.agentName" -}}alibabacloud-erdma-agent{{- end }}
+
+{{/* The controller's ServiceAccount: the original's naming. */}}
+{{- define "erdma.controllerServiceAccount" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- $full := printf "%s-%s" .Release.Name (include "erdma.appName" .) -}}
+{{- if contains (include "erdma.appName" .) .Release.Name }}{{ $full = .Release.Name }}{{ end -}}
+{{- default ($full | trunc 63 | trimSuffix "-") .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end }}
+
+{{/* The agent's ServiceAccount: its own when created (least privilege), else the shared one. */}}
+{{- define "erdma.agentServiceAccount" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- printf "%s-agent" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end }}
+
+{{/* The controller runs for cloud provisioning, or to serve the webhook in local mode. */}}
+{{- define "erdma.runsController" -}}
+{{- if or (not .Values.config.localERIDiscovery) .Values.config.enableWebhook }}true{{ end -}}
+{{- end }}
+
+{{/* Selector labels (immutable on the workloads: the original's exactly). Argument: dict root, tier. */}}
+{{- define "erdma.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "erdma.appName" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- with .tier }}
+tier: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/* Labels of every object. Argument: dict root, tier ("" for none). */}}
+{{- define "erdma.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "erdma.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+{{- end }}
+
+{{/*
+An image reference. Argument: dict root, image (the values' image), component.
+The original's images run the Go binaries, whose flags differ from erdma's: pairing them would
+start pods that exit on unknown flags, so they are refused. Only the original's unchanged default
+(repository registry.aliyuncs.com/erdma/<component>, tag latest or empty), which a values file copied
+from the original chart carries, is read as "the default" and replaced by erdma's image (NOTES.txt
+says so).
+*/}}
+{{- define "erdma.image" -}}
+{{- $img := .image -}}
+{{- $tag := $img.tag | default .root.Chart.AppVersion -}}
+{{- $repo := $img.repository -}}
+{{- if regexMatch "(^|[./])aliyuncs\\.com/erdma/(agent|controller)$" $repo -}}
+{{- if and (eq $repo (printf "registry.aliyuncs.com/erdma/%s" .component)) (has ($img.tag | toString) (list "latest" "")) -}}
+{{- $repo = printf "ghcr.io/erdma/erdma-%s" .component -}}
+{{- $tag = .root.Chart.AppVersion -}}
+{{- else -}}
+{{- fail (printf "%s.image %s:%s is the original alibabacloud-erdma-controller's Go image: it does not understand erdma's flags, so pods would crash. Use erdma's image (default ghcr.io/erdma/erdma-%s, built from deploy/docker/%s.Dockerfile) or keep the original chart for the Go images." .component $repo $tag .component .component) -}}
+{{- end -}}
+{{- end -}}
+{{- printf "%s:%s" $repo $tag -}}
+{{- end }}
+
+{{/* Whether an image value is the original's default, replaced (for NOTES.txt). */}}
+{{- define "erdma.replacedLegacyImage" -}}
+{{- if regexMatch "(^|[./])aliyuncs\\.com/erdma/(agent|controller)$" .repository }}true{{ end -}}
+{{- end }}
+
+{{/* The CRI socket directory mounted in pre-start mode; fails with the fix on a bad path. */}}
+{{- define "erdma.criSocketDir" -}}
+{{- $s := .Values.agent.criSocket -}}
+{{- if not $s -}}
+/run/containerd
+{{- else -}}
+{{- $dir := dir $s -}}
+{{- if or (not (isAbs $s)) (contains ".." $s) (hasPrefix "unix:" $s) (has $dir (list "" "/" "." "/run" "/var/run" "/var")) -}}
+{{- fail (printf "agent.criSocket %q must be an absolute socket path inside a directory of its own (e.g. /run/k3s/containerd/containerd.sock, /var/run/crio/crio.sock); that directory is mounted into the agent, and mounting all of /run would put the mount point of the agent's ServiceAccount token (/var/run/secrets) into the host's /run. For cri-dockerd, start it with --container-runtime-endpoint unix:///var/run/cri-dockerd/cri-dockerd.sock" $s) -}}
+{{- end -}}
+{{- $dir -}}
+{{- end -}}
+{{- end }}
+
+{{/* Warnings (missing credentials), one per line; rendered into NOTES.txt. */}}
+{{- define "erdma.warnings" -}}
+{{- if or .Values.config.localERIDiscovery .Values.agent.filterClusterERIs }}
+{{- range .Values.agent.exposedLocalERIs }}
+{{- if eq (first (splitList " " (trim .))) "i-XXX" }}
+WARNING: agent.exposedLocalERIs entry {{ . | quote }} is the original chart's placeholder: it matches no instance, so agents expose nothing. Use real instance IDs or i-* (e.g. "i-* erdma_0"), or set the list to [] to expose every device.
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if not .Values.config.localERIDiscovery -}}
+{{- $c := .Values.credentials -}}
+{{- if and (has $c.type (list "" "access_key")) (or (not $c.accessKeyID) (not $c.accessKeySecret)) }}
+WARNING: credentials.type {{ $c.type | default "access_key" | quote }} needs credentials.accessKeyID and credentials.accessKeySecret, which are missing: the controller cannot create ERIs and agents serve nothing until they are set (or choose credentials.type ecs_ram_role, oidc_role_arn, ram_role_sts, or config.localERIDiscovery).
+{{- end }}
+{{- if and (eq $c.type "oidc_role_arn") (not (hasKey .Values.serviceAccount.annotations "pod-identity.alibabacloud.com/role-name")) }}
+WARNING: credentials.type oidc_role_arn needs serviceAccount.annotations."pod-identity.alibabacloud.com/role-name" (the RAM role name), which is missing.
+{{- end }}
+{{- end -}}
+{{- end }}
