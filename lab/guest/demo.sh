@@ -62,6 +62,8 @@ GA=$(gid_v4 "$DA"); GB=$(gid_v4 "$DB")
 # ib_write_bw -u 20: a 4 s QP ack timeout (4 us x 2^20) instead of 67 ms. Under TCG on a loaded
 # machine an ack can take longer than 67 ms; rxe then retransmits mid-message and may answer the
 # duplicate with a NAK (status 9, remote invalid request), failing a run that would have worked.
+# The 300 s timeouts only guard against a hang: on a 2-core machine loaded by other builds the
+# 64 MB of ib_write_bw took over 60 s (about 1 MB/s under TCG at load average 12).
 # stat IBDEV COUNTER: one RoCE counter of port 1 (rxe's hardware counters)
 rstat() { rdma -j statistic show link "$1/1" | jq -r --arg c "$2" '.[0][$c] // empty'; }
 snap() { for d in "$DA" "$DB"; do for c in sent_pkts rcvd_pkts; do echo "$d.$c=$(rstat "$d" $c)"; done; done; }
@@ -71,14 +73,14 @@ delta() { # delta BEFORE AFTER KEY
 }
 listening() { ip netns exec pod-a ss -Hltn | grep -q ":18515 "; }
 S0=$(snap)
-pod pod-a "$A" timeout 60 ib_write_bw -d "$DA" -x "$GA" -F -u 20 -n 1000 > /tmp/bw-srv.out 2>&1 &
-srv=$!; wait_for 20 listening
-pod pod-b "$B" timeout 60 ib_write_bw -d "$DB" -x "$GB" -F -u 20 -n 1000 10.88.0.11 > /tmp/bw-cli.out 2>&1; bw_crc=$?
+pod pod-a "$A" timeout 300 ib_write_bw -d "$DA" -x "$GA" -F -u 20 -n 1000 > /tmp/bw-srv.out 2>&1 &
+srv=$!; wait_for 60 listening
+pod pod-b "$B" timeout 300 ib_write_bw -d "$DB" -x "$GB" -F -u 20 -n 1000 10.88.0.11 > /tmp/bw-cli.out 2>&1; bw_crc=$?
 wait $srv; bw_src=$?
 bw=$(awk '/^ *65536 / {print $4}' /tmp/bw-cli.out | tail -1)
-pod pod-a "$A" timeout 60 ibv_rc_pingpong -d "$DA" -g "$GA" -n 500 > /tmp/pp-srv.out 2>&1 &
-srv=$!; wait_for 20 listening
-pod pod-b "$B" timeout 60 ibv_rc_pingpong -d "$DB" -g "$GB" -n 500 10.88.0.11 > /tmp/pp-cli.out 2>&1; pp_crc=$?
+pod pod-a "$A" timeout 300 ibv_rc_pingpong -d "$DA" -g "$GA" -n 500 > /tmp/pp-srv.out 2>&1 &
+srv=$!; wait_for 60 listening
+pod pod-b "$B" timeout 300 ibv_rc_pingpong -d "$DB" -g "$GB" -n 500 10.88.0.11 > /tmp/pp-cli.out 2>&1; pp_crc=$?
 wait $srv; pp_src=$?
 lat=$(awk '/iters in/ {print $7}' /tmp/pp-cli.out | tail -1)
 S1=$(snap)
