@@ -13,7 +13,7 @@ bin=$(cargo test -q -p erdma-smc --features bpf --no-run --message-format=json 2
   | jq -r 'select(.reason == "compiler-artifact" and .target.kind == ["lib"] and .profile.test == true) | .executable' | tail -1)
 [ -x "$bin" ] || die "could not build the erdma-smc test binary"
 cargo build -q -p smcr-init -p erdmactl || die "cargo build failed"
-dir=${CARGO_TARGET_DIR:-$REPO/target}/debug
+dir=$(cargo_target_dir)/debug
 timed kernel lab_kernel
 lab_workdir
 stage=$(mktemp -d /tmp/erdma-smcr-lab.XXXXXX); cp "$bin" "$stage/erdma-smc-tests"

@@ -139,7 +139,6 @@ mod tests {
     use super::*;
     use crate::annotation::SMCR_ANNOTATION;
     use crate::configure::PodOptions;
-    use std::path::Path;
 
     fn sandbox(value: Option<&str>, host: bool, netns: Option<&str>) -> PodSandbox {
         PodSandbox {
