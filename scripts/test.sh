@@ -106,8 +106,9 @@ if [ "$unrun" -gt 0 ]; then
 fi
 skips=$(( (unrun > 0 ? unrun : 0) + lab_missing ))
 example=ok; [[ " ${failures[*]} " =~ " example " ]] && example=FAILED
+lab="$l_pass passed, $l_fail failed"; [ -n "$lab_note" ] && lab=skipped
 status=ok; [ ${#failures[@]} -gt 0 ] && status="FAILED (${failures[*]})"
-printf '\nSUMMARY: %s | cargo test: %s passed, %s failed, %s ignored | #[ignore]d on this host: %s passed, %s failed | #[ignore]d in lab VMs: %s of %s ran%s | example training script: %s | lab scenarios: %s passed, %s failed | skips: %s%s\n' \
-  "$status" "$t_pass" "$t_fail" "$t_ign" "$h_pass" "$h_fail" "$l_ign" "$lab_only" \
-  "${l_where:+ $l_where}" "$example" "$l_pass" "$l_fail" "$skips" "${lab_note:+ ($lab_note)}"
+printf '\nSUMMARY: %s | cargo test: %s passed, %s failed, %s ignored | #[ignore]d on this host: %s passed, %s failed | #[ignore]d lab tests: %s of %s passed in a VM (%s runs%s) | example training script: %s | lab scenarios: %s | skips: %s%s\n' \
+  "$status" "$t_pass" "$t_fail" "$t_ign" "$h_pass" "$h_fail" "$((lab_only - lab_missing))" "$lab_only" \
+  "$l_ign" "${l_where:+: ${l_where:1:-1}}" "$example" "$lab" "$skips" "${lab_note:+ ($lab_note)}"
 [ ${#failures[@]} -eq 0 ]
