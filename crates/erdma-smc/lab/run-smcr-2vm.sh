@@ -12,7 +12,7 @@ export ERDMA_LAB_SUITE=${ERDMA_LAB_SUITE:-bookworm-backports}
 timed host-packages lab_packages
 cd "$REPO" || exit 2
 cargo build -q -p smcr-init && cargo build -q -p erdma-smc --example tcpbench || die "cargo build failed"
-dir=$(cargo_target_dir)/debug
+dir=${CARGO_TARGET_DIR:-$REPO/target}/debug
 timed kernel lab_kernel
 lab_workdir
 BINS=("$dir/smcr-init" "$dir/examples/tcpbench")
