@@ -8,10 +8,13 @@
 #   crates/erdma-driver/lab/run-driver.sh  module load/unload through PID 1's namespaces (7.3)
 # Prints each runner's PASS/FAIL/SKIP lines, then exactly "N passed, M failed"; a skip counts as a
 # failure (ERDMA_LAB_STRICT=1), and so does a runner that exits non-zero without a FAIL line.
+# Runners that run a cargo test binary in the VM (lab/guest/testbin.sh) also print its counts
+# ("TESTS: ...") and the #[ignore]d tests it ran ("RAN-IGNORED: SCEN NAME"); they are passed on,
+# and the line before the last says how many #[ignore]d tests ran in which VM.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export ERDMA_LAB_STRICT=1
-passed=0 failed=0
+passed=0 failed=0 ignored_ran=0 ignored_where=()
 run() {
   local name=$1; shift
   local out rc
@@ -27,6 +30,12 @@ run() {
   if [ "$rc" != 0 ] && [ "$f" = 0 ]; then echo "FAIL: $name (runner exited $rc)"; f=1; fi
   if [ "$p" = 0 ] && [ "$f" = 0 ]; then echo "FAIL: $name (no result)"; f=1; fi
   passed=$((passed + p)); failed=$((failed + f))
+  local ran n
+  ran=$(printf '%s\n' "$out" | grep -E '^RAN-IGNORED: ' || true)
+  printf '%s\n' "$out" | grep -E '^TESTS: ' | sed "s/^TESTS: /TESTS: $name: /" || true
+  [ -n "$ran" ] && printf '%s\n' "$ran" | sed "s/^RAN-IGNORED: [^ ]* /RAN-IGNORED: $name /"
+  n=$(printf '%s\n' "$ran" | grep -c '^RAN-IGNORED: ' || true)
+  if [ "$n" -gt 0 ]; then ignored_ran=$((ignored_ran + n)); ignored_where+=("$name $n"); fi
 }
 run scenarios bash lab/run.sh
 run smcr-6.12 bash crates/erdma-smc/lab/run-smcr.sh
@@ -34,5 +43,7 @@ run smcr-unsupported-7.3 env ERDMA_LAB_SUITE=trixie-backports bash crates/erdma-
 run smcr-2vm-6.12 bash crates/erdma-smc/lab/run-smcr-2vm.sh
 run pnet-6.12 bash crates/erdma-smc/lab/run-pnet.sh
 run driver bash crates/erdma-driver/lab/run-driver.sh
+where=$(IFS=,; echo "${ignored_where[*]:-}" | sed 's/,/, /g')
+echo "ignored tests run in lab VMs: $ignored_ran (${where:-none})"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

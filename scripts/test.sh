@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # The project's test command (README, second set-up command; `.ci/run` calls it).
 # Installs what the tests need on a fresh Debian 12 machine, then runs, in order:
-#   rustfmt check, clippy -D warnings, every workspace test, and the lab scenarios on a real kernel.
-# Set ERDMA_SKIP_LAB=1 to skip the lab (it needs ~1 GB of downloads on first run and qemu).
+#   rustfmt check, clippy -D warnings, every workspace test, the #[ignore]d tests that need root
+#   (run here with --ignored; CI runs as root), the example training script, and the lab scenarios
+#   on real kernels (which also run the #[ignore]d tests of the `::lab::` modules in the VMs).
+# Every stage runs even after an earlier one failed; the last line is one summary of all counts,
+# and the exit status is non-zero when any stage failed or an #[ignore]d test ran nowhere.
+# Set ERDMA_SKIP_LAB=1 to skip the lab (it needs ~1 GB of downloads on first run and qemu); the
+# summary then lists it, and the #[ignore]d lab tests, as skips.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,19 +24,76 @@ groups=(build test)
 [ "${ERDMA_SKIP_LAB:-0}" = 1 ] || groups+=(lab)
 bash scripts/host-deps.sh "${groups[@]}"
 
-log "rustfmt"
-cargo fmt --all --check
+LOGS=$(mktemp -d /tmp/erdma-test.XXXXXX)
+failures=()
+# stage NAME CMD...: runs CMD, its output also in $LOGS/NAME.log; a failure is recorded and the
+# script goes on with the next stage.
+stage() {
+  local name=$1; shift
+  log "$name"
+  "$@" 2>&1 | tee "$LOGS/$name.log" || failures+=("$name")
+}
+# libtest_sum LOG: "PASSED FAILED IGNORED", summed over libtest's `test result:` lines.
+libtest_sum() {
+  awk '/^test result: / { for (i = 2; i < NF; i++) {
+         if ($(i + 1) ~ /^passed;/) p += $i; if ($(i + 1) ~ /^failed;/) f += $i
+         if ($(i + 1) ~ /^ignored;/) g += $i } }
+       END { printf "%d %d %d\n", p, f, g }' "$1"
+}
+# The test targets: libraries, binaries and integration tests (doc tests have no #[ignore]d ones).
+targets=(--workspace --all-features --locked --lib --bins --tests)
 
-log "clippy"
-cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
+stage rustfmt cargo fmt --all --check
 
-log "cargo test"
-cargo test --workspace --all-features --locked --no-fail-fast
+stage clippy cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
-log "example training script on CPU (2 processes, gloo)"
-bash examples/pytorch-mnist/ci-test.sh
+stage cargo-test cargo test --workspace --all-features --locked --no-fail-fast
+read -r t_pass t_fail t_ign < <(libtest_sum "$LOGS/cargo-test.log")
 
-if [ "${ERDMA_SKIP_LAB:-0}" != 1 ]; then
-  log "lab scenarios (real kernel under qemu)"
-  bash lab/ci.sh
+# #[ignore]d tests that need root (namespaces, veth, mknod) or a kernel without SMC: this host.
+# Those in `::lab::` modules need a lab VM (BPF, SMC, kernel modules): lab/ci.sh runs them.
+stage ignored-on-host cargo test "${targets[@]}" --no-fail-fast -- --ignored --skip ::lab::
+read -r h_pass h_fail _ < <(libtest_sum "$LOGS/ignored-on-host.log")
+if [ "$h_pass" = 0 ] && [[ ! " ${failures[*]} " =~ " ignored-on-host " ]]; then
+  echo "FAIL: no #[ignore]d test ran on this host"; failures+=(ignored-on-host)
 fi
+# The #[ignore]d tests only the lab VMs can run (names, checked against what lab/ci.sh ran).
+{ cargo test "${targets[@]}" -q -- --list --ignored ::lab:: 2>/dev/null || true; } \
+  | sed -n 's/: test$//p' | sort -u > "$LOGS/lab-only.txt"
+lab_only=$(wc -l < "$LOGS/lab-only.txt")
+
+stage example bash examples/pytorch-mnist/ci-test.sh
+
+l_pass=- l_fail=- l_ign=0 l_where="" lab_note=""
+if [ "${ERDMA_SKIP_LAB:-0}" != 1 ]; then
+  stage lab bash lab/ci.sh
+  if counts=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$LOGS/lab.log" | tail -n 1) && [ -n "$counts" ]; then
+    l_pass=${counts%% passed*}; l_fail=${counts#*, }; l_fail=${l_fail%% failed}
+  fi
+  where=$(sed -n 's/^ignored tests run in lab VMs: //p' "$LOGS/lab.log" | tail -n 1)
+  l_ign=${where%% *}; l_ign=${l_ign:-0}; l_where=${where#* }
+  sed -n 's/^RAN-IGNORED: [^ ]* //p' "$LOGS/lab.log" | sort -u > "$LOGS/lab-ran.txt"
+  missing=$(comm -23 "$LOGS/lab-only.txt" "$LOGS/lab-ran.txt")
+  if [ -n "$missing" ]; then
+    echo "FAIL: #[ignore]d lab tests that did not run and pass in any lab VM:"; printf '  %s\n' $missing
+    failures+=(lab-ignored)
+  fi
+  lab_missing=$(printf '%s' "$missing" | grep -c . || true)
+else
+  log "lab scenarios skipped (ERDMA_SKIP_LAB=1)"
+  lab_missing=$lab_only lab_note="lab skipped (ERDMA_SKIP_LAB=1), $lab_only #[ignore]d lab tests not run"
+fi
+
+# Every #[ignore]d test of the cargo-test stage ran on this host or is a lab one.
+unrun=$((t_ign - h_pass - h_fail - lab_only))
+if [ "$unrun" -gt 0 ]; then
+  echo "FAIL: $unrun #[ignore]d tests ran neither on this host nor in a lab VM"; failures+=(ignored-unrun)
+fi
+skips=$(( (unrun > 0 ? unrun : 0) + lab_missing ))
+example=ok; [[ " ${failures[*]} " =~ " example " ]] && example=FAILED
+lab="$l_pass passed, $l_fail failed"; [ -n "$lab_note" ] && lab=skipped
+status=ok; [ ${#failures[@]} -gt 0 ] && status="FAILED (${failures[*]})"
+printf '\nSUMMARY: %s | cargo test: %s passed, %s failed, %s ignored | #[ignore]d on this host: %s passed, %s failed | #[ignore]d lab tests: %s of %s passed in a VM (%s runs%s) | example training script: %s | lab scenarios: %s | skips: %s%s\n' \
+  "$status" "$t_pass" "$t_fail" "$t_ign" "$h_pass" "$h_fail" "$((lab_only - lab_missing))" "$lab_only" \
+  "$l_ign" "${l_where:+: ${l_where:1:-1}}" "$example" "$lab" "$skips" "${lab_note:+ ($lab_note)}"
+[ ${#failures[@]} -eq 0 ]

@@ -333,6 +333,7 @@ mod tests {
     }
 
     #[tokio::test]
+    #[ignore = "needs root (creates a veth pair in the host's network namespace); run with --ignored by scripts/test.sh on the CI host, which runs as root"]
     async fn link_changes_wake_the_poller() {
         let wake = Arc::new(Notify::new());
         let cancel = CancellationToken::new();
@@ -347,10 +348,7 @@ mod tests {
             .output();
         match added {
             Ok(o) if o.status.success() => {}
-            other => {
-                eprintln!("skipping: cannot create a veth pair here ({other:?})");
-                return;
-            }
+            other => panic!("needs root and iproute2 to create the veth pair {name}: {other:?}"),
         }
         let woke = tokio::time::timeout(Duration::from_secs(2), wake.notified()).await;
         let _ = std::process::Command::new("ip")

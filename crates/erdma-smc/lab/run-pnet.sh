@@ -1,6 +1,7 @@
 #!/bin/bash
-# Runs the erdma-smc tests (pnet over SMC_PNETID generic netlink) inside the lab VM, on a kernel
-# with SMC (suite bookworm-backports) and Soft-RoCE devices. Reuses lab/lib (see lab/README.md).
+# Runs the erdma-smc tests (pnet over SMC_PNETID generic netlink), #[ignore]d ones included,
+# inside the lab VM, on a kernel with SMC (suite bookworm-backports) and Soft-RoCE devices.
+# Reuses lab/lib (see lab/README.md). Prints PASS/FAIL, then the test binary's counts.
 #   crates/erdma-smc/lab/run-pnet.sh      (root; needs what lab/run.sh needs)
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -19,6 +20,8 @@ cp "$HERE/pnet-guest.sh" "$WORK/share/guest/scenarios/pnet.sh"
 say "kernel $KVER ($SUITE), work dir $WORK"
 timed vm lab_boot main.sh pnet
 rm -rf "$stage"
-grep -vE "^\s*$" "$WORK/share/out/pnet-tests.txt" 2>/dev/null | tail -60 >&2
+grep -vE "^\s*$" "$WORK/share/out/pnet-"*-tests.txt 2>/dev/null | tail -60 >&2
+# The test binary's counts (lab/ci.sh sums them): TESTS and RAN-IGNORED lines.
+grep -E "^(TESTS|RAN-IGNORED): " "$WORK/share/out/tests.txt" 2>/dev/null
 grep -E "^(PASS|FAIL|SKIP): pnet" "$WORK/share/out/results.txt" || { echo "FAIL: pnet (no result; see $WORK/console.log)"; exit 1; }
 grep -q "^PASS: pnet" "$WORK/share/out/results.txt"

@@ -23,7 +23,9 @@ cp "$HERE/smcr-guest.sh" "$WORK/share/guest/scenarios/smcr.sh"
 say "kernel $KVER ($SUITE), work dir $WORK"
 timed vm lab_boot main.sh smcr
 rm -rf "$stage"
-grep -vE "^\s*$" "$WORK/share/out/smcr-tests.txt" 2>/dev/null | grep -E "^test |SKIP|test result|panicked" | tail -60 >&2
+grep -vE "^\s*$" "$WORK/share/out/smcr-"*-tests.txt 2>/dev/null | grep -E "^test |SKIP|test result|panicked" | tail -60 >&2
 lab_timings_report >&2
+# The test binary's counts (lab/ci.sh sums them): TESTS and RAN-IGNORED lines.
+grep -E "^(TESTS|RAN-IGNORED): " "$WORK/share/out/tests.txt" 2>/dev/null
 grep -E "^(PASS|FAIL|SKIP): smcr" "$WORK/share/out/results.txt" || { echo "FAIL: smcr (no result; see $WORK/console.log)"; exit 1; }
 grep -q "^PASS: smcr" "$WORK/share/out/results.txt"

@@ -154,6 +154,29 @@ pub(crate) mod tests_support {
         });
         (rx_path.recv().expect("path"), tx_stop)
     }
+
+    /// Fails the calling test unless this kernel cannot provide SMC: the `smc` module is neither
+    /// loaded nor installed (a module that is merely installed would be auto-loaded by the first
+    /// SMC socket or netlink request). Tests of the "SMC unsupported" path call it first.
+    pub(crate) fn require_kernel_without_smc() {
+        assert!(
+            !std::path::Path::new("/sys/module/smc").exists(),
+            "needs a kernel without SMC, but smc is loaded here; run this test on a kernel \
+             without SMC (the CI host, or the 7.3 lab VM: crates/erdma-smc/lab/run-smcr.sh)"
+        );
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        for dir in ["/lib/modules", "/usr/lib/modules"] {
+            let dep = std::path::Path::new(dir)
+                .join(release.trim())
+                .join("modules.dep");
+            let listed = std::fs::read_to_string(&dep).unwrap_or_default();
+            assert!(
+                !listed.lines().any(|l| l.contains("/smc.ko")),
+                "needs a kernel without SMC, but {} lists the smc module",
+                dep.display()
+            );
+        }
+    }
 }
 
 #[cfg(test)]
