@@ -17,8 +17,14 @@ use tokio_util::sync::CancellationToken;
 /// the cheap [`Inventory::refresh`] re-reads port state, operstate and char-device presence.
 const FULL_SCAN_EVERY: Duration = Duration::from_secs(5);
 
-/// Re-reads the inventory every `interval`, and at once when `wake` fires (netlink link events,
-/// `/dev/infiniband` changes), until `cancel` fires; publishes on `tx` only when it changed.
+/// After a wake-up, the inventory is read once more this much later. The kernel sends the
+/// rtnetlink message of `ip link set up/down` before it runs the netdev notifiers, in which an
+/// RDMA driver (rxe, for one) moves its port state; that move sends no message of its own.
+const SETTLE: Duration = Duration::from_millis(50);
+
+/// Re-reads the inventory every `interval`, at once when `wake` fires (netlink link events,
+/// `/dev/infiniband` changes) and again [`SETTLE`] after that, until `cancel` fires; publishes on
+/// `tx` only when it changed.
 pub async fn run(
     inventory: Inventory,
     tx: watch::Sender<NodeDevices>,
@@ -30,11 +36,14 @@ pub async fn run(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_full = tokio::time::Instant::now();
     let mut raw = tx.borrow().clone();
+    let mut settle: Option<tokio::time::Instant> = None;
     loop {
+        let settle_at = settle.unwrap_or_else(tokio::time::Instant::now);
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = ticker.tick() => {}
-            _ = wake.notified() => {}
+            _ = wake.notified() => settle = Some(tokio::time::Instant::now() + SETTLE),
+            _ = tokio::time::sleep_until(settle_at), if settle.is_some() => settle = None,
         }
         let full = last_full.elapsed() >= FULL_SCAN_EVERY;
         let inv = inventory.clone();
@@ -330,6 +339,99 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(2), wake.notified())
             .await
             .expect("woken by the new uverbs node");
+    }
+
+    /// A driver that moves its port state just after the reader looked (as rxe does in the netdev
+    /// notifier that runs after the rtnetlink message went out): the port file reads as it is, then
+    /// the fixture is switched to the next state.
+    struct PortMovesAfterRead {
+        inner: erdma_host::RootedSysfs,
+        tree: erdma_host::fake::NodeTree,
+        reads: std::sync::atomic::AtomicUsize,
+        then: std::sync::Mutex<Option<&'static str>>,
+    }
+    const PORT: &str = "class/infiniband/erdma_1/ports/1/state";
+    impl erdma_host::Sysfs for PortMovesAfterRead {
+        fn read_attr(&self, rel: &Path) -> Result<String, erdma_host::SysfsError> {
+            let v = self.inner.read_attr(rel);
+            if rel == Path::new(PORT) {
+                self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if let Some(next) = self.then.lock().unwrap().take() {
+                    self.tree.write(PORT, next);
+                }
+            }
+            v
+        }
+        fn read_link(&self, rel: &Path) -> Result<std::path::PathBuf, erdma_host::SysfsError> {
+            self.inner.read_link(rel)
+        }
+        fn list_dir(&self, rel: &Path) -> Result<Vec<String>, erdma_host::SysfsError> {
+            self.inner.list_dir(rel)
+        }
+        fn canonical(&self, rel: &Path) -> Result<std::path::PathBuf, erdma_host::SysfsError> {
+            self.inner.canonical(rel)
+        }
+        fn exists(&self, rel: &Path) -> bool {
+            self.inner.exists(rel)
+        }
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+        fn refresh(&self) {
+            self.inner.refresh()
+        }
+    }
+
+    /// One wake-up, and the port state that changed right after the woken read is still seen
+    /// (by the settle re-read), although the poll interval is an hour and nothing wakes again.
+    #[tokio::test]
+    async fn a_port_change_just_after_the_woken_read_is_seen_without_polling() {
+        use std::sync::atomic::Ordering;
+        let tree = erdma_host::fake::NodeTree::temp();
+        erdma_host::fixtures::erdma(&tree, false);
+        let sysfs = Arc::new(PortMovesAfterRead {
+            inner: erdma_host::RootedSysfs::new(tree.sys()),
+            tree: erdma_host::fake::NodeTree::at(tree.root()),
+            reads: Default::default(),
+            then: Default::default(),
+        });
+        let inv = Inventory::new(erdma_inventory::Sources {
+            sysfs: sysfs.clone(),
+            devfs: Arc::new(erdma_host::RootedDevFs::new(tree.dev())),
+            addrs: Arc::new(erdma_host::fake::FixedInterfaceAddrs::default()),
+        });
+        let first = inv.scan();
+        assert!(first.devices[1].health.is_healthy());
+        sysfs.reads.store(0, Ordering::SeqCst);
+        let (tx, mut rx) = watch::channel(first);
+        let wake = Arc::new(Notify::new());
+        let cancel = CancellationToken::new();
+        tokio::spawn(run(
+            inv,
+            tx,
+            Duration::from_secs(3600),
+            wake.clone(),
+            cancel.clone(),
+        ));
+        // The interval's first tick reads at once; wait for it so that only the wake-up follows.
+        while sysfs.reads.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tree.write(PORT, "1: DOWN\n");
+        *sysfs.then.lock().unwrap() = Some("4: ACTIVE\n");
+        wake.notify_one();
+        let hang_guard = Duration::from_secs(30);
+        tokio::time::timeout(hang_guard, rx.changed())
+            .await
+            .expect("the woken read publishes")
+            .unwrap();
+        assert!(!rx.borrow_and_update().devices[1].health.is_healthy());
+        tokio::time::timeout(hang_guard, rx.changed())
+            .await
+            .expect("the settle re-read publishes the port that came back")
+            .unwrap();
+        assert!(rx.borrow().devices[1].health.is_healthy());
+        cancel.cancel();
     }
 
     #[tokio::test]
