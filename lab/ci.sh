@@ -29,8 +29,8 @@ run() {
   passed=$((passed + p)); failed=$((failed + f))
 }
 run scenarios bash lab/run.sh
-run smcr-6.12 bash crates/erdma-smc/lab/run-smcr.sh
-run smcr-unsupported-7.3 env ERDMA_LAB_SUITE=trixie-backports bash crates/erdma-smc/lab/run-smcr.sh
+run smcr-6.12 env ERDMA_SMC_EXPECT=present bash crates/erdma-smc/lab/run-smcr.sh
+run smcr-unsupported-7.3 env ERDMA_LAB_SUITE=trixie-backports ERDMA_SMC_EXPECT=absent bash crates/erdma-smc/lab/run-smcr.sh
 run smcr-2vm-6.12 bash crates/erdma-smc/lab/run-smcr-2vm.sh
 run pnet-6.12 bash crates/erdma-smc/lab/run-pnet.sh
 run driver bash crates/erdma-driver/lab/run-driver.sh

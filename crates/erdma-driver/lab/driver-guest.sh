@@ -1,6 +1,9 @@
 #!/bin/sh
 # Lab guest scenario "driver": erdma-driver's real host (kmod through PID 1's namespaces) and the
 # reconciler against a real kernel.
+# Would fail if: an erdma-driver test failed against the real kernel (loading or unloading a
+# module through PID 1's namespaces, or the reconciler's reported status, went wrong), or, with
+# --strict/ERDMA_LAB_STRICT=1 as lab/ci.sh runs it, no unloaded test module was available.
 . /mnt/host/guest/lib.sh
 SCEN=driver
 KMOD=

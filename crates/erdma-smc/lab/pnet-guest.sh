@@ -1,5 +1,8 @@
 #!/bin/sh
 # Lab guest scenario "pnet": the SMC_PNETID client against a real kernel with SMC and rxe devices.
+# Would fail if: an erdma-smc test failed against the real kernel (the SMC_PNETID generic
+# netlink client could not add, list or remove pnet entries for the rxe device), or, with
+# --strict/ERDMA_LAB_STRICT=1 as lab/ci.sh runs it, the kernel had no SMC or no RDMA device.
 . /mnt/host/guest/lib.sh
 SCEN=pnet
 if ! modprobe smc 2>/dev/null; then skip pnet "kernel $(uname -r) has no smc module"; exit 0; fi
