@@ -25,6 +25,11 @@ const SETTLE: Duration = Duration::from_millis(50);
 /// Re-reads the inventory every `interval`, at once when `wake` fires (netlink link events,
 /// `/dev/infiniband` changes) and again [`SETTLE`] after that, until `cancel` fires; publishes on
 /// `tx` only when it changed.
+///
+/// The full scan (every [`FULL_SCAN_EVERY`]) reads every GID slot and can take seconds (rxe has
+/// 1024 slots per port; more so under emulation), so it runs beside the loop: link events keep
+/// being answered by the cheap refresh meanwhile, and the scan's result is refreshed once more when
+/// it arrives, so its port and link state are current, not those of when it started.
 pub async fn run(
     inventory: Inventory,
     tx: watch::Sender<NodeDevices>,
@@ -37,28 +42,39 @@ pub async fn run(
     let mut last_full = tokio::time::Instant::now();
     let mut raw = tx.borrow().clone();
     let mut settle: Option<tokio::time::Instant> = None;
+    let mut full_scan: Option<tokio::task::JoinHandle<NodeDevices>> = None;
     loop {
         let settle_at = settle.unwrap_or_else(tokio::time::Instant::now);
+        let mut scanned = None;
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = ticker.tick() => {}
             _ = wake.notified() => settle = Some(tokio::time::Instant::now() + SETTLE),
             _ = tokio::time::sleep_until(settle_at), if settle.is_some() => settle = None,
+            r = async { full_scan.as_mut().expect("guarded by is_some").await }, if full_scan.is_some() => {
+                full_scan = None;
+                scanned = Some(r);
+            }
         }
-        let full = last_full.elapsed() >= FULL_SCAN_EVERY;
-        let inv = inventory.clone();
-        let prev = raw.clone();
-        // sysfs reads block: keep them off the async workers.
-        let scanned =
-            tokio::task::spawn_blocking(move || if full { inv.scan() } else { inv.refresh(&prev) })
-                .await;
-        let Ok(next) = scanned else {
-            tracing::error!("inventory scan panicked; keeping the previous snapshot");
-            continue;
-        };
-        if full {
+        if full_scan.is_none() && scanned.is_none() && last_full.elapsed() >= FULL_SCAN_EVERY {
+            let inv = inventory.clone();
+            // sysfs reads block: keep them off the async workers.
+            full_scan = Some(tokio::task::spawn_blocking(move || inv.scan()));
             last_full = tokio::time::Instant::now();
         }
+        let base = match scanned {
+            Some(Ok(fresh)) => fresh,
+            Some(Err(_)) => {
+                tracing::error!("inventory scan panicked; keeping the previous snapshot");
+                raw.clone()
+            }
+            None => raw.clone(),
+        };
+        let inv = inventory.clone();
+        let Ok(next) = tokio::task::spawn_blocking(move || inv.refresh(&base)).await else {
+            tracing::error!("inventory refresh panicked; keeping the previous snapshot");
+            continue;
+        };
         raw = next;
         tx.send_if_modified(|cur| {
             if *cur == raw {
@@ -432,6 +448,105 @@ mod tests {
             .unwrap();
         assert!(rx.borrow().devices[1].health.is_healthy());
         cancel.cancel();
+    }
+
+    /// A full scan whose GID listing hangs until released, as a slow full scan does.
+    struct SlowGids {
+        inner: erdma_host::RootedSysfs,
+        blocked: std::sync::atomic::AtomicBool,
+        release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+    }
+    impl erdma_host::Sysfs for SlowGids {
+        fn read_attr(&self, rel: &Path) -> Result<String, erdma_host::SysfsError> {
+            self.inner.read_attr(rel)
+        }
+        fn read_link(&self, rel: &Path) -> Result<std::path::PathBuf, erdma_host::SysfsError> {
+            self.inner.read_link(rel)
+        }
+        fn list_dir(&self, rel: &Path) -> Result<Vec<String>, erdma_host::SysfsError> {
+            if rel.ends_with("gids") {
+                self.blocked
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = self.release.lock().unwrap().recv();
+                self.blocked
+                    .store(false, std::sync::atomic::Ordering::SeqCst);
+            }
+            self.inner.list_dir(rel)
+        }
+        fn canonical(&self, rel: &Path) -> Result<std::path::PathBuf, erdma_host::SysfsError> {
+            self.inner.canonical(rel)
+        }
+        fn exists(&self, rel: &Path) -> bool {
+            self.inner.exists(rel)
+        }
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+        fn refresh(&self) {
+            self.inner.refresh()
+        }
+    }
+
+    /// A link event is answered while the periodic full scan is still running.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_link_event_during_a_slow_full_scan_is_answered_at_once() {
+        use std::sync::atomic::Ordering;
+        let tree = erdma_host::fake::NodeTree::temp();
+        erdma_host::fixtures::erdma(&tree, false);
+        let first = Inventory::new(erdma_inventory::Sources {
+            sysfs: Arc::new(erdma_host::RootedSysfs::new(tree.sys())),
+            devfs: Arc::new(erdma_host::RootedDevFs::new(tree.dev())),
+            addrs: Arc::new(erdma_host::fake::FixedInterfaceAddrs::default()),
+        })
+        .scan();
+        assert!(first.devices[1].health.is_healthy());
+        let (release, gate) = std::sync::mpsc::channel();
+        let sysfs = Arc::new(SlowGids {
+            inner: erdma_host::RootedSysfs::new(tree.sys()),
+            blocked: Default::default(),
+            release: std::sync::Mutex::new(gate),
+        });
+        let inv = Inventory::new(erdma_inventory::Sources {
+            sysfs: sysfs.clone(),
+            devfs: Arc::new(erdma_host::RootedDevFs::new(tree.dev())),
+            addrs: Arc::new(erdma_host::fake::FixedInterfaceAddrs::default()),
+        });
+        let (tx, mut rx) = watch::channel(first);
+        let wake = Arc::new(Notify::new());
+        let cancel = CancellationToken::new();
+        tokio::spawn(run(
+            inv,
+            tx,
+            Duration::from_millis(100),
+            wake.clone(),
+            cancel.clone(),
+        ));
+        // The first full scan starts FULL_SCAN_EVERY after the start, and hangs in the GIDs.
+        while !sysfs.blocked.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tree.write(PORT, "1: DOWN\n");
+        wake.notify_one();
+        tokio::time::timeout(Duration::from_secs(30), rx.changed())
+            .await
+            .expect("the link event is answered during the scan")
+            .unwrap();
+        assert!(!rx.borrow_and_update().devices[1].health.is_healthy());
+        assert!(
+            sysfs.blocked.load(Ordering::SeqCst),
+            "answered while the full scan still ran"
+        );
+        // The scan finishes: its result is refreshed, so the port is still DOWN, not as it was
+        // when the scan started.
+        release.send(()).unwrap();
+        release.send(()).unwrap();
+        while sysfs.blocked.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!rx.borrow().devices[1].health.is_healthy());
+        cancel.cancel();
+        drop(release);
     }
 
     #[tokio::test]

@@ -11,7 +11,7 @@
 # node's free slots or must_include, or was not offered/used (the kubelet would then take the
 # first free slots: pod-b on node 0, pod-d and pod-e's app container split over rxe0 and rxe1).
 . /mnt/host/guest/lib.sh
-need erdma-fake-kubelet --reuse-from; need erdma-agent --kubelet-dir; need erdma-labpod
+need erdma-fake-kubelet; need erdma-agent --kubelet-dir; need erdma-labpod
 ck "the VM has two NUMA nodes" test -d /sys/devices/system/node/node1
 ck "eth0 is on NUMA node 0 and eth1 on node 1" sh -c "test $(numa_of_netdev eth0) = 0 && test $(numa_of_netdev eth1) = 1"
 start_kubelet || { fail "$SCEN" "fake kubelet did not start"; exit 0; }
