@@ -137,8 +137,10 @@ impl NetDev {
     /// `operstate`, where `unknown` counts as up (virtual links such as veth and some virtio setups
     /// report it while passing traffic).
     pub fn is_up(&self) -> bool {
-        self.link_up
-            .unwrap_or_else(|| matches!(self.operstate.as_deref(), Some("up") | Some("unknown")))
+        self.link_up.unwrap_or(matches!(
+            self.operstate.as_deref(),
+            Some("up") | Some("unknown")
+        ))
     }
 }
 
