@@ -67,6 +67,9 @@ enum Command {
     },
 }
 
+/// How often the state file is re-read when no inotify event came.
+const FALLBACK_REREAD: Duration = Duration::from_millis(100);
+
 fn watch(w: &Watch, start: Instant) -> anyhow::Result<Duration> {
     let cond = Condition {
         resource: w.resource.clone(),
@@ -79,7 +82,10 @@ fn watch(w: &Watch, start: Instant) -> anyhow::Result<Duration> {
         &cond,
         start,
         Duration::from_millis(w.timeout_ms),
-        Duration::from_millis(2),
+        // inotify wakes the wait at once; this re-read is a safety net only. A short one (it was
+        // 2 ms) made the probe parse the state file hundreds of times a second, taking CPU from
+        // the agent and kubelet it times in a 2-vCPU emulated VM.
+        FALLBACK_REREAD,
     )?)
 }
 
