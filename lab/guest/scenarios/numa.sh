@@ -9,7 +9,8 @@
 # the first free ones), so only the plugin's preference gives the expected devices.
 # Would fail if: GetPreferredAllocation answered with the first available IDs, ignored the NUMA
 # node's free slots or must_include, or was not offered/used (the kubelet would then take the
-# first free slots: pod-b on node 0, pod-d and pod-e's app container split over rxe0 and rxe1).
+# first free slots; shown with a first-available plugin: pod-b lands on node 0, pod-c straddles
+# rxe0 and rxe1, pod-e's init and app containers land on node 0).
 . /mnt/host/guest/lib.sh
 need erdma-fake-kubelet; need erdma-agent --kubelet-dir; need erdma-labpod
 ck "the VM has two NUMA nodes" test -d /sys/devices/system/node/node1
