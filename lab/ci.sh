@@ -11,6 +11,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export ERDMA_LAB_STRICT=1
+# CI runs on loaded machines: the health scenario reports its latency gate and fails only past 5 s
+# per flip; the strict gate (median <= 250 ms, every flip <= 1 s) is the benchmark's.
+export ERDMA_LAB_HEALTH_GATE=${ERDMA_LAB_HEALTH_GATE:-ci}
 passed=0 failed=0
 run() {
   local name=$1; shift

@@ -3,6 +3,11 @@
 # rxe0's slots Unhealthy on ListAndWatch (as the fake kubelet records it), and `up` makes them
 # Healthy again; rxe1 is untouched. FLIPS (20) down/up flips give the distribution (min, median,
 # p90, max in REPORT lines); the gate, for each direction: median <= 250 ms and every flip <= 1 s.
+# /mnt/host/guest/health-gate (lab/run.sh writes it from ERDMA_LAB_HEALTH_GATE) picks the mode:
+# "strict" (the default, and what the benchmark gate runs) fails the scenario when the gate is
+# missed; "ci" (lab/ci.sh: CI runs on loaded machines, where the emulated guest gets a fraction of
+# a CPU) reports whether the gate was met and fails only when a flip takes over 5 s, half the
+# agent's poll interval: a lost event path still fails it (a flip then waits for the 0-10 s poll).
 # The agent polls its inventory only every 10 s here (--poll-interval-ms 10000), so a flip seen in
 # well under a second was seen through the rtnetlink link event, not the poll.
 # A kubelet restart is survived: the agent re-registers, keeps serving allocations and keeps
@@ -13,6 +18,12 @@
 # marked rxe1 too, or did not re-register after a kubelet restart.
 . /mnt/host/guest/lib.sh
 MEDIAN_MS=250; MAX_MS=1000; FLIPS=${HEALTH_FLIPS:-20}; POLL_MS=10000
+MODE=$(cat /mnt/host/guest/health-gate 2>/dev/null || echo strict)
+case "$MODE" in
+  strict) ;;
+  ci) MEDIAN_MS=5000; MAX_MS=5000 ;;
+  *) fail "$SCEN" "unknown health gate mode '$MODE' (strict or ci)"; exit 0 ;;
+esac
 need erdma-fake-kubelet; need erdma-agent --kubelet-dir; need erdma-labprobe
 start_kubelet || { fail "$SCEN" "fake kubelet did not start"; exit 0; }
 start_agent --slots-per-device 2 --poll-interval-ms $POLL_MS || { fail "$SCEN" "agent did not register with the fake kubelet"; exit 0; }
@@ -62,8 +73,9 @@ dist() {
 field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 gate() {  # gate WHAT FILE
   s=$(dist "$2")
-  echo "REPORT: health: $1 over $FLIPS flips (agent --poll-interval-ms $POLL_MS): $s ms" >> "$OUT/report.txt"
   n=$(field n "$s"); med=$(field median "$s"); max=$(field max "$s")
+  met=no; [ "$n" -gt 0 ] && awk -v m="$med" -v x="$max" 'BEGIN { exit !(m <= 250 && x <= 1000) }' && met=yes
+  echo "REPORT: health: $1 over $FLIPS flips (agent --poll-interval-ms $POLL_MS): $s ms; gate (median <= 250 ms, every flip <= 1000 ms) met: $met ($MODE mode)" >> "$OUT/report.txt"
   if [ "$n" != "$FLIPS" ]; then bad "$1: only $n of $FLIPS flips completed"; fi
   if [ "$n" -gt 0 ] && awk -v m="$med" -v x="$max" -v lm=$MEDIAN_MS -v lx=$MAX_MS 'BEGIN { exit !(m <= lm && x <= lx) }'; then
     good "$1: $s ms (gate: median <= $MEDIAN_MS ms, every flip <= $MAX_MS ms)"
