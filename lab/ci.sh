@@ -14,6 +14,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export ERDMA_LAB_STRICT=1
+# CI runs on loaded machines: the health scenario reports its latency gate and fails only past 5 s
+# per flip; the strict gate (median <= 250 ms, every flip <= 1 s) is the benchmark's.
+export ERDMA_LAB_HEALTH_GATE=${ERDMA_LAB_HEALTH_GATE:-ci}
 passed=0 failed=0 ignored_ran=0 ignored_where=()
 run() {
   local name=$1; shift
@@ -38,8 +41,8 @@ run() {
   if [ "$n" -gt 0 ]; then ignored_ran=$((ignored_ran + n)); ignored_where+=("$name $n"); fi
 }
 run scenarios bash lab/run.sh
-run smcr-6.12 bash crates/erdma-smc/lab/run-smcr.sh
-run smcr-unsupported-7.3 env ERDMA_LAB_SUITE=trixie-backports bash crates/erdma-smc/lab/run-smcr.sh
+run smcr-6.12 env ERDMA_SMC_EXPECT=present bash crates/erdma-smc/lab/run-smcr.sh
+run smcr-unsupported-7.3 env ERDMA_LAB_SUITE=trixie-backports ERDMA_SMC_EXPECT=absent bash crates/erdma-smc/lab/run-smcr.sh
 run smcr-2vm-6.12 bash crates/erdma-smc/lab/run-smcr-2vm.sh
 run pnet-6.12 bash crates/erdma-smc/lab/run-pnet.sh
 run driver bash crates/erdma-driver/lab/run-driver.sh

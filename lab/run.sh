@@ -28,6 +28,8 @@ timed host-packages lab_packages
 timed cargo-build lab_build
 timed kernel lab_kernel
 lab_workdir
+# the health scenario's gate: strict (fail when missed) or ci (report it; fail only past 5 s)
+echo "${ERDMA_LAB_HEALTH_GATE:-strict}" > "$WORK/share/guest/health-gate"
 timed initramfs lab_initramfs
 say "kernel $KVER ($SUITE), work dir $WORK; booting for: ${SCENARIOS[*]}"
 timed vm lab_boot main.sh "${SCENARIOS[@]}"

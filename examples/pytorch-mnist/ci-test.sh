@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI check of the example workload: 2 processes, gloo on CPU, a few dozen steps; fails unless the
-# loss decreases and rank 0 prints its TRAIN_RESULT line. Then, when an erdmactl binary is given
-# (ERDMACTL=path), checks that `erdmactl nccl compare` reads the run's figures.
+# loss decreases and rank 0 prints its TRAIN_RESULT line. Then checks that `erdmactl nccl compare`
+# reads the run's figures: with the erdmactl binary given as ERDMACTL=path, or else the one it builds
+# with `cargo build -p erdmactl` (in cargo's target directory, which honours CARGO_TARGET_DIR).
 #
 # Needs python3 with venv (Debian: apt-get install python3-venv) and plain PyPI. torch comes from
 # PyPI: its Linux x86_64 wheels are CUDA builds that also run on CPU, but they pull the CUDA
@@ -42,10 +43,17 @@ assert r["loss_last"] < r["loss_first"], r
 print(f"ci-test: OK, loss {r['loss_first']} -> {r['loss_last']} over {r['steps']} steps, {r['step_ms_mean']} ms/step")
 PY
 
-if [ -n "${ERDMACTL:-}" ]; then
-    "$ERDMACTL" nccl compare -o json "$log" "$log" | "$venv/bin/python" -c '
+erdmactl="${ERDMACTL:-}"
+if [ -z "$erdmactl" ]; then
+    repo="$(cd "$here/../.." && pwd)"
+    (cd "$repo" && cargo build -q -p erdmactl) || { echo "ci-test: cargo build -p erdmactl failed" >&2; exit 1; }
+    target="$(cd "$repo" && cargo metadata --no-deps --format-version 1 | "$venv/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+    erdmactl="$target/debug/erdmactl"
+fi
+test -x "$erdmactl" || { echo "ci-test: no erdmactl binary at $erdmactl" >&2; exit 1; }
+"$erdmactl" nccl compare -o json "$log" "$log" | "$venv/bin/python" -c '
 import json, sys
 c = json.load(sys.stdin)
 assert c["steps"] is not None and c["steps"]["a_ms"] > 0, c
 print("ci-test: erdmactl nccl compare read step time", c["steps"]["a_ms"], "ms")'
-fi
+echo "ci-test: erdmactl check ran with $erdmactl"

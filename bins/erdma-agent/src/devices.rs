@@ -17,8 +17,19 @@ use tokio_util::sync::CancellationToken;
 /// the cheap [`Inventory::refresh`] re-reads port state, operstate and char-device presence.
 const FULL_SCAN_EVERY: Duration = Duration::from_secs(5);
 
-/// Re-reads the inventory every `interval`, and at once when `wake` fires (netlink link events,
-/// `/dev/infiniband` changes), until `cancel` fires; publishes on `tx` only when it changed.
+/// After a wake-up, the inventory is read once more this much later. The kernel sends the
+/// rtnetlink message of `ip link set up/down` before it runs the netdev notifiers, in which an
+/// RDMA driver (rxe, for one) moves its port state; that move sends no message of its own.
+const SETTLE: Duration = Duration::from_millis(50);
+
+/// Re-reads the inventory every `interval`, at once when `wake` fires (netlink link events,
+/// `/dev/infiniband` changes) and again [`SETTLE`] after that, until `cancel` fires; publishes on
+/// `tx` only when it changed.
+///
+/// The full scan (every [`FULL_SCAN_EVERY`]) reads every GID slot and can take seconds (rxe has
+/// 1024 slots per port; more so under emulation), so it runs beside the loop: link events keep
+/// being answered by the cheap refresh meanwhile, and the scan's result is refreshed once more when
+/// it arrives, so its port and link state are current, not those of when it started.
 pub async fn run(
     inventory: Inventory,
     tx: watch::Sender<NodeDevices>,
@@ -30,26 +41,40 @@ pub async fn run(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_full = tokio::time::Instant::now();
     let mut raw = tx.borrow().clone();
+    let mut settle: Option<tokio::time::Instant> = None;
+    let mut full_scan: Option<tokio::task::JoinHandle<NodeDevices>> = None;
     loop {
+        let settle_at = settle.unwrap_or_else(tokio::time::Instant::now);
+        let mut scanned = None;
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = ticker.tick() => {}
-            _ = wake.notified() => {}
+            _ = wake.notified() => settle = Some(tokio::time::Instant::now() + SETTLE),
+            _ = tokio::time::sleep_until(settle_at), if settle.is_some() => settle = None,
+            r = async { full_scan.as_mut().expect("guarded by is_some").await }, if full_scan.is_some() => {
+                full_scan = None;
+                scanned = Some(r);
+            }
         }
-        let full = last_full.elapsed() >= FULL_SCAN_EVERY;
-        let inv = inventory.clone();
-        let prev = raw.clone();
-        // sysfs reads block: keep them off the async workers.
-        let scanned =
-            tokio::task::spawn_blocking(move || if full { inv.scan() } else { inv.refresh(&prev) })
-                .await;
-        let Ok(next) = scanned else {
-            tracing::error!("inventory scan panicked; keeping the previous snapshot");
-            continue;
-        };
-        if full {
+        if full_scan.is_none() && scanned.is_none() && last_full.elapsed() >= FULL_SCAN_EVERY {
+            let inv = inventory.clone();
+            // sysfs reads block: keep them off the async workers.
+            full_scan = Some(tokio::task::spawn_blocking(move || inv.scan()));
             last_full = tokio::time::Instant::now();
         }
+        let base = match scanned {
+            Some(Ok(fresh)) => fresh,
+            Some(Err(_)) => {
+                tracing::error!("inventory scan panicked; keeping the previous snapshot");
+                raw.clone()
+            }
+            None => raw.clone(),
+        };
+        let inv = inventory.clone();
+        let Ok(next) = tokio::task::spawn_blocking(move || inv.refresh(&base)).await else {
+            tracing::error!("inventory refresh panicked; keeping the previous snapshot");
+            continue;
+        };
         raw = next;
         tx.send_if_modified(|cur| {
             if *cur == raw {
@@ -330,6 +355,198 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(2), wake.notified())
             .await
             .expect("woken by the new uverbs node");
+    }
+
+    /// A driver that moves its port state just after the reader looked (as rxe does in the netdev
+    /// notifier that runs after the rtnetlink message went out): the port file reads as it is, then
+    /// the fixture is switched to the next state.
+    struct PortMovesAfterRead {
+        inner: erdma_host::RootedSysfs,
+        tree: erdma_host::fake::NodeTree,
+        reads: std::sync::atomic::AtomicUsize,
+        then: std::sync::Mutex<Option<&'static str>>,
+    }
+    const PORT: &str = "class/infiniband/erdma_1/ports/1/state";
+    impl erdma_host::Sysfs for PortMovesAfterRead {
+        fn read_attr(&self, rel: &Path) -> Result<String, erdma_host::SysfsError> {
+            let v = self.inner.read_attr(rel);
+            if rel == Path::new(PORT) {
+                self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if let Some(next) = self.then.lock().unwrap().take() {
+                    self.tree.write(PORT, next);
+                }
+            }
+            v
+        }
+        fn read_link(&self, rel: &Path) -> Result<std::path::PathBuf, erdma_host::SysfsError> {
+            self.inner.read_link(rel)
+        }
+        fn list_dir(&self, rel: &Path) -> Result<Vec<String>, erdma_host::SysfsError> {
+            self.inner.list_dir(rel)
+        }
+        fn canonical(&self, rel: &Path) -> Result<std::path::PathBuf, erdma_host::SysfsError> {
+            self.inner.canonical(rel)
+        }
+        fn exists(&self, rel: &Path) -> bool {
+            self.inner.exists(rel)
+        }
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+        fn refresh(&self) {
+            self.inner.refresh()
+        }
+    }
+
+    /// One wake-up, and the port state that changed right after the woken read is still seen
+    /// (by the settle re-read), although the poll interval is an hour and nothing wakes again.
+    #[tokio::test]
+    async fn a_port_change_just_after_the_woken_read_is_seen_without_polling() {
+        use std::sync::atomic::Ordering;
+        let tree = erdma_host::fake::NodeTree::temp();
+        erdma_host::fixtures::erdma(&tree, false);
+        let sysfs = Arc::new(PortMovesAfterRead {
+            inner: erdma_host::RootedSysfs::new(tree.sys()),
+            tree: erdma_host::fake::NodeTree::at(tree.root()),
+            reads: Default::default(),
+            then: Default::default(),
+        });
+        let inv = Inventory::new(erdma_inventory::Sources {
+            sysfs: sysfs.clone(),
+            devfs: Arc::new(erdma_host::RootedDevFs::new(tree.dev())),
+            addrs: Arc::new(erdma_host::fake::FixedInterfaceAddrs::default()),
+        });
+        let first = inv.scan();
+        assert!(first.devices[1].health.is_healthy());
+        sysfs.reads.store(0, Ordering::SeqCst);
+        let (tx, mut rx) = watch::channel(first);
+        let wake = Arc::new(Notify::new());
+        let cancel = CancellationToken::new();
+        tokio::spawn(run(
+            inv,
+            tx,
+            Duration::from_secs(3600),
+            wake.clone(),
+            cancel.clone(),
+        ));
+        // The interval's first tick reads at once; wait for it so that only the wake-up follows.
+        while sysfs.reads.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tree.write(PORT, "1: DOWN\n");
+        *sysfs.then.lock().unwrap() = Some("4: ACTIVE\n");
+        wake.notify_one();
+        let hang_guard = Duration::from_secs(30);
+        tokio::time::timeout(hang_guard, rx.changed())
+            .await
+            .expect("the woken read publishes")
+            .unwrap();
+        assert!(!rx.borrow_and_update().devices[1].health.is_healthy());
+        tokio::time::timeout(hang_guard, rx.changed())
+            .await
+            .expect("the settle re-read publishes the port that came back")
+            .unwrap();
+        assert!(rx.borrow().devices[1].health.is_healthy());
+        cancel.cancel();
+    }
+
+    /// A full scan whose GID listing hangs until released, as a slow full scan does.
+    struct SlowGids {
+        inner: erdma_host::RootedSysfs,
+        blocked: std::sync::atomic::AtomicBool,
+        release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+    }
+    impl erdma_host::Sysfs for SlowGids {
+        fn read_attr(&self, rel: &Path) -> Result<String, erdma_host::SysfsError> {
+            self.inner.read_attr(rel)
+        }
+        fn read_link(&self, rel: &Path) -> Result<std::path::PathBuf, erdma_host::SysfsError> {
+            self.inner.read_link(rel)
+        }
+        fn list_dir(&self, rel: &Path) -> Result<Vec<String>, erdma_host::SysfsError> {
+            if rel.ends_with("gids") {
+                self.blocked
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = self.release.lock().unwrap().recv();
+                self.blocked
+                    .store(false, std::sync::atomic::Ordering::SeqCst);
+            }
+            self.inner.list_dir(rel)
+        }
+        fn canonical(&self, rel: &Path) -> Result<std::path::PathBuf, erdma_host::SysfsError> {
+            self.inner.canonical(rel)
+        }
+        fn exists(&self, rel: &Path) -> bool {
+            self.inner.exists(rel)
+        }
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+        fn refresh(&self) {
+            self.inner.refresh()
+        }
+    }
+
+    /// A link event is answered while the periodic full scan is still running.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_link_event_during_a_slow_full_scan_is_answered_at_once() {
+        use std::sync::atomic::Ordering;
+        let tree = erdma_host::fake::NodeTree::temp();
+        erdma_host::fixtures::erdma(&tree, false);
+        let first = Inventory::new(erdma_inventory::Sources {
+            sysfs: Arc::new(erdma_host::RootedSysfs::new(tree.sys())),
+            devfs: Arc::new(erdma_host::RootedDevFs::new(tree.dev())),
+            addrs: Arc::new(erdma_host::fake::FixedInterfaceAddrs::default()),
+        })
+        .scan();
+        assert!(first.devices[1].health.is_healthy());
+        let (release, gate) = std::sync::mpsc::channel();
+        let sysfs = Arc::new(SlowGids {
+            inner: erdma_host::RootedSysfs::new(tree.sys()),
+            blocked: Default::default(),
+            release: std::sync::Mutex::new(gate),
+        });
+        let inv = Inventory::new(erdma_inventory::Sources {
+            sysfs: sysfs.clone(),
+            devfs: Arc::new(erdma_host::RootedDevFs::new(tree.dev())),
+            addrs: Arc::new(erdma_host::fake::FixedInterfaceAddrs::default()),
+        });
+        let (tx, mut rx) = watch::channel(first);
+        let wake = Arc::new(Notify::new());
+        let cancel = CancellationToken::new();
+        tokio::spawn(run(
+            inv,
+            tx,
+            Duration::from_millis(100),
+            wake.clone(),
+            cancel.clone(),
+        ));
+        // The first full scan starts FULL_SCAN_EVERY after the start, and hangs in the GIDs.
+        while !sysfs.blocked.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tree.write(PORT, "1: DOWN\n");
+        wake.notify_one();
+        tokio::time::timeout(Duration::from_secs(30), rx.changed())
+            .await
+            .expect("the link event is answered during the scan")
+            .unwrap();
+        assert!(!rx.borrow_and_update().devices[1].health.is_healthy());
+        assert!(
+            sysfs.blocked.load(Ordering::SeqCst),
+            "answered while the full scan still ran"
+        );
+        // The scan finishes: its result is refreshed, so the port is still DOWN, not as it was
+        // when the scan started.
+        release.send(()).unwrap();
+        release.send(()).unwrap();
+        while sysfs.blocked.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!rx.borrow().devices[1].health.is_healthy());
+        cancel.cancel();
+        drop(release);
     }
 
     #[tokio::test]

@@ -58,6 +58,11 @@ pub struct AllocationOutput {
     pub resource: String,
     /// Device IDs given to the container.
     pub device_ids: Vec<String>,
+    /// IDs reused from an init container of the same pod (sent as `must_include_deviceIDs`).
+    pub reused: Vec<String>,
+    /// IDs offered to `GetPreferredAllocation` as `available_deviceIDs`, in the order sent (empty
+    /// when it was not called).
+    pub offered: Vec<String>,
     /// IDs the plugin preferred (empty when it does not offer preferred allocation).
     pub preferred: Vec<String>,
     /// Whether PreStartContainer was called.
@@ -103,9 +108,21 @@ async fn ledger_io<T: Send + 'static>(
 /// One-shot allocation reading the registered resources from the state file of a running
 /// fake kubelet in `dir`.
 pub async fn allocate(dir: &Path, opts: &AllocateOptions) -> Result<AllocationOutput> {
+    allocate_reusing(dir, opts, None).await
+}
+
+/// Like [`allocate`], for an app container that may reuse the devices of `init_container`, an
+/// init container of the same pod, as the kubelet does: the init container's devices that no
+/// other container of the pod holds are taken first, and the plugin's `GetPreferredAllocation`
+/// gets them as `must_include_deviceIDs` (and among `available_deviceIDs`).
+pub async fn allocate_reusing(
+    dir: &Path,
+    opts: &AllocateOptions,
+    init_container: Option<&str>,
+) -> Result<AllocationOutput> {
     let _lock = take_lock(dir).await?;
     let st = ledger_io(dir, state::read_state).await?;
-    allocate_locked(dir, &st.resources, opts, true).await
+    allocate_locked(dir, &st.resources, opts, init_container, true).await
 }
 
 impl FakeKubelet {
@@ -113,14 +130,21 @@ impl FakeKubelet {
     pub async fn allocate(&self, opts: &AllocateOptions) -> Result<AllocationOutput> {
         let _lock = take_lock(self.dir()).await?;
         let resources = self.shared().resources();
-        allocate_locked(self.dir(), &resources, opts, false).await
+        allocate_locked(self.dir(), &resources, opts, None, false).await
     }
 }
 
+/// The kubelet's choice of devices for one container (`devicesToAllocate` in the kubelet's
+/// device manager, without a topology-manager hint): reusable devices first; then, when the plugin
+/// offers it, `GetPreferredAllocation` over the free devices plus the reused ones (the reused
+/// ones as `must_include`), whose answer is used as far as it names free devices; the rest comes
+/// from the free devices. Where the kubelet walks a Go set (unspecified order), this takes the
+/// advertised order.
 async fn allocate_locked(
     dir: &Path,
     resources: &BTreeMap<String, ResourceState>,
     opts: &AllocateOptions,
+    init_container: Option<&str>,
     update_state_file: bool,
 ) -> Result<AllocationOutput> {
     let resource = resources.get(&opts.resource).ok_or_else(|| {
@@ -131,40 +155,69 @@ async fn allocate_locked(
         ))
     })?;
     let mut ledger = ledger_io(dir, state::read_ledger).await?;
-    let taken: BTreeSet<&str> = ledger
-        .iter()
-        .filter(|a| a.resource == opts.resource)
+    let of_resource = || ledger.iter().filter(|a| a.resource == opts.resource);
+    let taken: BTreeSet<&str> = of_resource()
         .flat_map(|a| a.device_ids.iter().map(String::as_str))
         .collect();
+    // Devices of the init container that no other container of the pod holds yet.
+    let reusable: Vec<String> = match init_container {
+        Some(init) => {
+            let held: BTreeSet<&str> = of_resource()
+                .filter(|a| a.pod == opts.pod && a.container != init)
+                .flat_map(|a| a.device_ids.iter().map(String::as_str))
+                .collect();
+            of_resource()
+                .filter(|a| a.pod == opts.pod && a.container == init)
+                .flat_map(|a| a.device_ids.iter())
+                .filter(|id| !held.contains(id.as_str()))
+                .cloned()
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    let mut chosen: Vec<String> = reusable.iter().take(opts.count).cloned().collect();
+    let needed = opts.count - chosen.len();
     let healthy: Vec<&str> = resource.healthy_ids().collect();
     let free: Vec<String> = healthy
         .iter()
         .filter(|id| !taken.contains(**id))
         .map(|s| s.to_string())
         .collect();
-    if free.len() < opts.count {
+    if free.len() < needed {
         return Err(FakeKubeletError::Refused(format!(
-            "not enough {}: requested {}, {} free ({} advertised, {} healthy, {} allocated)",
+            "not enough {}: requested {}, {} free ({} advertised, {} healthy, {} allocated{})",
             opts.resource,
             opts.count,
             free.len(),
             resource.devices.len(),
             healthy.len(),
-            taken.len()
+            taken.len(),
+            if chosen.is_empty() {
+                String::new()
+            } else {
+                format!(", {} reused from the init container", chosen.len())
+            }
         )));
     }
     let path = dir.join(&resource.endpoint);
     let channel = uds::connect(&path, opts.authority.clone(), Duration::from_secs(10)).await?;
     let mut client = DevicePluginClient::new(channel);
 
-    let mut chosen: Vec<String> = free.iter().take(opts.count).cloned().collect();
+    let mut offered = Vec::new();
     let mut preferred = Vec::new();
-    if resource.options.get_preferred_allocation_available && opts.count > 0 {
+    if needed > 0 && resource.options.get_preferred_allocation_available {
+        // available ∪ reused, in advertised order
+        offered = resource
+            .devices
+            .iter()
+            .map(|d| d.id.clone())
+            .filter(|id| free.contains(id) || chosen.contains(id))
+            .collect();
         let resp = client
             .get_preferred_allocation(api::PreferredAllocationRequest {
                 container_requests: vec![api::ContainerPreferredAllocationRequest {
-                    available_device_i_ds: free.clone(),
-                    must_include_device_i_ds: vec![],
+                    available_device_i_ds: offered.clone(),
+                    must_include_device_i_ds: chosen.clone(),
                     allocation_size: i32::try_from(opts.count).unwrap_or(i32::MAX),
                 }],
             })
@@ -177,17 +230,22 @@ async fn allocate_locked(
             .next()
             .map(|r| r.device_i_ds)
             .unwrap_or_default();
-        // Like the kubelet: use the preference only when it is a valid answer.
-        let valid = preferred.len() == opts.count
-            && preferred.iter().all(|id| free.contains(id))
-            && preferred.iter().collect::<BTreeSet<_>>().len() == preferred.len();
-        if valid {
-            chosen = preferred.clone();
-        } else {
+        if preferred.len() != opts.count || preferred.iter().any(|id| !offered.contains(id)) {
             tracing::warn!(
                 ?preferred,
-                "plugin's preferred allocation is not usable; falling back to the first free IDs"
+                size = opts.count,
+                "plugin's preferred allocation has the wrong size or names devices not offered; \
+                 using what it names among the free devices, then the first free ones"
             );
+        }
+    }
+    // Like the kubelet: the preferred devices that are free first, then the other free ones.
+    for id in preferred.iter().chain(free.iter()) {
+        if chosen.len() == opts.count {
+            break;
+        }
+        if free.contains(id) && !chosen.contains(id) {
+            chosen.push(id.clone());
         }
     }
     let resp = client
@@ -236,6 +294,8 @@ async fn allocate_locked(
         container: opts.container.clone(),
         resource: opts.resource.clone(),
         device_ids: chosen,
+        reused: reusable.into_iter().take(opts.count).collect(),
+        offered,
         preferred,
         pre_start_called,
         envs: c.envs,

@@ -7,8 +7,10 @@
 //!   `:authority` `localhost` or, as old kubelets did, the socket path);
 //! - consumes `ListAndWatch` and keeps the advertised devices; when the stream ends the devices
 //!   become `Unhealthy`, as the kubelet marks them;
-//! - allocates like kubelet admission for one container: picks free healthy IDs, calls
-//!   `GetPreferredAllocation` (when offered) and `Allocate`, records the result in its ledger (a
+//! - allocates like kubelet admission for one container: takes the devices it reuses from an
+//!   init container of the pod, calls `GetPreferredAllocation` (when offered) with the free
+//!   healthy IDs plus the reused ones as `must_include`, uses the preferred IDs that are free and
+//!   fills up from the free ones, then calls `Allocate`, records the result in its ledger (a
 //!   checkpoint file that survives restarts) *before* calling `PreStartContainer` (when required),
 //!   as the kubelet does, so a pre-start hook finds the pod through pod-resources; a failed
 //!   `PreStartContainer` removes the record again (the kubelet fails the container);
@@ -24,7 +26,7 @@ pub mod daemon;
 pub mod podresources;
 pub mod state;
 
-pub use client::{AllocateOptions, AllocationOutput, allocate, release};
+pub use client::{AllocateOptions, AllocationOutput, allocate, allocate_reusing, release};
 pub use daemon::{FakeKubelet, FakeKubeletConfig};
 pub use state::{AllocationRecord, DeviceState, OptionsState, ResourceState, StateFile};
 

@@ -17,7 +17,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-/// Advertises `dev/0`..`dev/3` (NUMA 0), prefers the highest IDs, counts PreStart calls. With
+/// Advertises `dev/0`..`dev/3` (NUMA 0), prefers the highest IDs (or answers `fixed_preference`),
+/// records each GetPreferredAllocation request in `preference_requests`, counts PreStart calls. With
 /// `pod_resources`, PreStart looks its `resource`'s devices up there first, as the agent's SMC-R hook does, and
 /// records the owning `namespace/name` (or `None`) in `owners`; with `fail_pre_start` it fails.
 #[derive(Clone, Default)]
@@ -28,6 +29,8 @@ struct StaticPlugin {
     resource: String,
     owners: Arc<std::sync::Mutex<Vec<Option<String>>>>,
     fail_pre_start: bool,
+    fixed_preference: Option<Vec<String>>,
+    preference_requests: Arc<std::sync::Mutex<Vec<api::ContainerPreferredAllocationRequest>>>,
 }
 
 type Stream =
@@ -63,10 +66,14 @@ impl DevicePlugin for StaticPlugin {
         r: Request<api::PreferredAllocationRequest>,
     ) -> Result<Response<api::PreferredAllocationResponse>, Status> {
         let c = &r.get_ref().container_requests[0];
+        self.preference_requests.lock().unwrap().push(c.clone());
         let mut ids = c.available_device_i_ds.clone();
         ids.sort();
         ids.reverse();
         ids.truncate(c.allocation_size as usize);
+        if let Some(fixed) = &self.fixed_preference {
+            ids = fixed.clone();
+        }
         Ok(Response::new(api::PreferredAllocationResponse {
             container_responses: vec![api::ContainerPreferredAllocationResponse {
                 device_i_ds: ids,
@@ -566,6 +573,102 @@ async fn prestart_finds_its_pod_in_pod_resources_and_a_failure_releases_it() {
     let again = k.allocate(&o).await.unwrap_err().to_string();
     assert!(again.contains("refused by the test"), "{again}");
     assert_eq!(failing.pre_starts.load(Ordering::SeqCst), 2);
+    cancel.cancel();
+    k.shutdown().await;
+}
+
+/// Like the kubelet's device manager: an app container reuses its init container's devices, which
+/// GetPreferredAllocation gets as must_include (and among the available IDs); the preferred IDs
+/// that are free are used even when the answer is short or names unknown IDs, and the rest is
+/// filled from the free IDs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reuse_from_an_init_container_and_partial_preferences_like_the_kubelet() {
+    let dir = short_dir();
+    let k = erdma_fake_kubelet::FakeKubelet::start(erdma_fake_kubelet::FakeKubeletConfig::new(
+        dir.path(),
+    ))
+    .await
+    .unwrap();
+    let cancel = CancellationToken::new();
+    let plugin = StaticPlugin::default();
+    serve_plugin(&dir.path().join("p.sock"), plugin.clone(), cancel.clone());
+    register(dir.path(), "v1beta1", "example.com/dev", "p.sock")
+        .await
+        .unwrap();
+    wait_until("example.com/dev in the state file", || {
+        read_state(dir.path())["resources"]["example.com/dev"]["devices"]
+            .as_array()
+            .is_some_and(|d| d.len() == 4)
+    })
+    .await;
+    let opts =
+        |resource: &str, pod: &str, container: &str, count| erdma_fake_kubelet::AllocateOptions {
+            resource: resource.into(),
+            count,
+            pod: pod.into(),
+            container: container.into(),
+            authority: ClientAuthority::Localhost,
+        };
+    let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+
+    let init =
+        erdma_fake_kubelet::allocate(dir.path(), &opts("example.com/dev", "ns/p", "init", 1))
+            .await
+            .unwrap();
+    assert_eq!(init.device_ids, ids(&["dev/3"]));
+    assert!(init.reused.is_empty());
+
+    let app = erdma_fake_kubelet::allocate_reusing(
+        dir.path(),
+        &opts("example.com/dev", "ns/p", "app", 2),
+        Some("init"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(app.reused, ids(&["dev/3"]));
+    assert_eq!(app.offered, ids(&["dev/0", "dev/1", "dev/2", "dev/3"]));
+    assert_eq!(app.preferred, ids(&["dev/3", "dev/2"]));
+    assert_eq!(app.device_ids, ids(&["dev/3", "dev/2"]));
+    {
+        let reqs = plugin.preference_requests.lock().unwrap();
+        let last = reqs.last().unwrap();
+        assert_eq!(last.must_include_device_i_ds, ids(&["dev/3"]));
+        assert_eq!(
+            last.available_device_i_ds,
+            ids(&["dev/0", "dev/1", "dev/2", "dev/3"])
+        );
+        assert_eq!(last.allocation_size, 2);
+    }
+    // A second app container finds nothing left to reuse: the first one holds dev/3.
+    let again = erdma_fake_kubelet::allocate_reusing(
+        dir.path(),
+        &opts("example.com/dev", "ns/p", "app2", 1),
+        Some("init"),
+    )
+    .await
+    .unwrap();
+    assert!(again.reused.is_empty(), "{again:?}");
+    assert_eq!(again.device_ids, ids(&["dev/1"]));
+
+    // A plugin answering one unknown and one free ID: the free one is used, the rest filled up.
+    let odd = StaticPlugin {
+        fixed_preference: Some(ids(&["dev/9", "dev/2"])),
+        ..Default::default()
+    };
+    serve_plugin(&dir.path().join("q.sock"), odd.clone(), cancel.clone());
+    register(dir.path(), "v1beta1", "example.com/odd", "q.sock")
+        .await
+        .unwrap();
+    wait_until("example.com/odd in the state file", || {
+        read_state(dir.path())["resources"]["example.com/odd"]["devices"]
+            .as_array()
+            .is_some_and(|d| d.len() == 4)
+    })
+    .await;
+    let out = erdma_fake_kubelet::allocate(dir.path(), &opts("example.com/odd", "ns/q", "c", 3))
+        .await
+        .unwrap();
+    assert_eq!(out.device_ids, ids(&["dev/2", "dev/0", "dev/1"]));
     cancel.cancel();
     k.shutdown().await;
 }

@@ -118,6 +118,7 @@ fn read_netdev(
     }
     let mac = notes.parsed(sysfs, &dir.join("address"), true, |s| s.parse::<MacAddr>());
     let operstate = notes.attr(sysfs, &dir.join("operstate"), true);
+    let link_up = live_link(sysfs, &name);
     let mtu = notes.parsed(sysfs, &dir.join("mtu"), true, |s| {
         s.trim()
             .parse::<u32>()
@@ -149,9 +150,28 @@ fn read_netdev(
         paired_by,
         mac,
         operstate,
+        link_up,
         mtu,
         ipv4,
         ipv4_source,
         pci_address,
+    }
+}
+
+/// The live link state of netdev `name` (see [`NetDev::link_up`]): `IFF_UP` from `flags` and
+/// `carrier`. The kernel answers `carrier` only while the interface is running (an error
+/// otherwise), so it is read only when `IFF_UP` is set. `None` when either cannot be read.
+pub(crate) fn live_link(sysfs: &dyn Sysfs, name: &str) -> Option<bool> {
+    const IFF_UP: u32 = 0x1;
+    let dir = PathBuf::from("class/net").join(name);
+    let flags = sysfs.read_attr(&dir.join("flags")).ok()?;
+    let flags = u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).ok()?;
+    if flags & IFF_UP == 0 {
+        return Some(false);
+    }
+    match sysfs.read_attr(&dir.join("carrier")).ok()?.trim() {
+        "1" => Some(true),
+        "0" => Some(false),
+        _ => None,
     }
 }

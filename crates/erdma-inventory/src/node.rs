@@ -214,6 +214,7 @@ pub(crate) fn refresh(sources: &Sources, previous: &NodeDevices) -> Option<NodeD
             n.operstate = sysfs
                 .read_attr(&PathBuf::from("class/net").join(&n.name).join("operstate"))
                 .ok();
+            n.link_up = crate::netdev::live_link(sysfs, &n.name);
         }
         let mut reasons = Vec::new();
         let name = uverbs
@@ -290,7 +291,10 @@ fn health_reasons(dev: &RdmaDevice, reasons: &mut Vec<String>) {
                     Some(n) if !n.is_up() => format!(
                         " because netdev {} is {}: bring it up (ip link set {} up)",
                         n.name,
-                        n.operstate.as_deref().unwrap_or("down"),
+                        n.operstate
+                            .as_deref()
+                            .filter(|_| n.link_up.is_none())
+                            .unwrap_or("down"),
                         n.name
                     ),
                     _ => String::new(),
@@ -300,8 +304,10 @@ fn health_reasons(dev: &RdmaDevice, reasons: &mut Vec<String>) {
             None => reasons.push(format!("port {} state is unreadable", port.number)),
         }
     }
+    // The live link state decides when it was read: operstate lags it by up to a second.
     if let Some(n) = &dev.netdev
-        && n.operstate.as_deref() == Some("down")
+        && n.link_up
+            .map_or(n.operstate.as_deref() == Some("down"), |up| !up)
         && !reasons.iter().any(|r| r.contains("netdev"))
     {
         reasons.push(format!(

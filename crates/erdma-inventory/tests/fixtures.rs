@@ -387,3 +387,50 @@ fn refresh_follows_health_changes_and_new_devices() {
     let grown = inv.refresh(&first);
     assert_eq!(grown.devices.len(), 3);
 }
+
+/// `operstate` lags the link by up to a second (the kernel's link-watch work); `flags` (IFF_UP) and
+/// `carrier` do not. When they can be read they decide the netdev's part of the health.
+#[test]
+fn the_live_link_state_wins_over_a_lagging_operstate() {
+    let tree = NodeTree::temp();
+    fixtures::erdma(&tree, false);
+    let inv = Inventory::new(Sources {
+        sysfs: Arc::new(RootedSysfs::new(tree.sys())),
+        devfs: Arc::new(RootedDevFs::new(tree.dev())),
+        addrs: Arc::new(FixedInterfaceAddrs::default()),
+    });
+    let first = inv.scan();
+    assert!(first.devices[1].health.is_healthy());
+    assert_eq!(first.devices[1].netdev.as_ref().unwrap().link_up, None);
+    // `ip link set eth2 up` a moment ago: the port is ACTIVE, the carrier is there, operstate
+    // still says down.
+    tree.set_operstate("eth2", "down");
+    tree.write("class/net/eth2/flags", "0x1003\n");
+    tree.write("class/net/eth2/carrier", "1\n");
+    for node in [inv.refresh(&first), inv.scan()] {
+        let d = &node.devices[1];
+        assert_eq!(d.netdev.as_ref().unwrap().link_up, Some(true));
+        assert!(d.health.is_healthy(), "{:?}", d.health);
+    }
+    // `ip link set eth2 down` a moment ago: IFF_UP is clear (the kernel refuses to read carrier
+    // then), operstate still says up, and this driver has not taken the port down yet.
+    tree.set_operstate("eth2", "up");
+    tree.write("class/net/eth2/flags", "0x1002\n");
+    tree.remove("class/net/eth2/carrier");
+    for node in [inv.refresh(&first), inv.scan()] {
+        let d = &node.devices[1];
+        assert_eq!(d.netdev.as_ref().unwrap().link_up, Some(false));
+        let reasons = d.health.reasons().join("\n");
+        assert!(reasons.contains("netdev eth2 is down"), "{reasons}");
+    }
+    // Up without carrier (cable pulled): down, and the port hint says so.
+    tree.write("class/net/eth2/flags", "0x1003\n");
+    tree.write("class/net/eth2/carrier", "0\n");
+    tree.write("class/infiniband/erdma_1/ports/1/state", "1: DOWN\n");
+    let d = &inv.refresh(&first).devices[1];
+    let reasons = d.health.reasons().join("\n");
+    assert!(
+        reasons.contains("port 1 is DOWN because netdev eth2 is down"),
+        "{reasons}"
+    );
+}

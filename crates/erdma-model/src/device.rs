@@ -110,9 +110,16 @@ pub struct NetDev {
     /// MAC address, when readable.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mac: Option<MacAddr>,
-    /// `operstate` (`up`, `down`, `unknown`, …).
+    /// `operstate` (`up`, `down`, `unknown`, …). The kernel updates it from its link-watch work,
+    /// which handles a non-urgent change at most once a second, so it can lag the link by up to
+    /// a second (`up` still shown after `ip link set down`, `down` after `up`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub operstate: Option<String>,
+    /// The link as the kernel has it now: `true` when the interface is administratively up
+    /// (`IFF_UP` in `flags`) and has carrier (`carrier` = 1), `false` when it is down or has no
+    /// carrier; absent when `flags` or `carrier` cannot be read. Unlike `operstate` it does not lag.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_up: Option<bool>,
     /// MTU in bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,
@@ -126,10 +133,14 @@ pub struct NetDev {
 }
 
 impl NetDev {
-    /// True when the interface is operationally up. `unknown` counts as up: virtual links such as
-    /// veth and some virtio setups report it while passing traffic.
+    /// True when the interface is up: `link_up` when the kernel's live link state was read, else
+    /// `operstate`, where `unknown` counts as up (virtual links such as veth and some virtio setups
+    /// report it while passing traffic).
     pub fn is_up(&self) -> bool {
-        matches!(self.operstate.as_deref(), Some("up") | Some("unknown"))
+        self.link_up.unwrap_or(matches!(
+            self.operstate.as_deref(),
+            Some("up") | Some("unknown")
+        ))
     }
 }
 

@@ -4,13 +4,32 @@
 #  2. scoping: pod A (annotated: smcr-init in its netns adds it to the pinned BPF policy) gets SMC
 #     sockets for an unmodified TCP client/server (TCP fallback for lack of a device, reason shown
 #     by `erdmactl smc status`), pod B stays plain TCP, releasing pod A removes the policy.
+# /mnt/host/guest/smc-expected (written by run-smcr.sh) says whether this kernel must have SMC:
+# "present" (6.12): SMC must load, and its absence is a FAIL; "absent" (the unsupported-kernel
+# run on 7.3): the kernel must lack SMC, and erdmactl and smcr-init must say "SMC unsupported".
+# Would fail if: on 6.12, `modprobe smc`/`smc_diag` failed, an erdma-smc test failed or was
+# skipped, smcr-init did not put pod A (only) under the BPF policy or was not idempotent, pod A got
+# no SMC sockets or no decoded fallback reason, pod B got SMC sockets, or the release left pod A on
+# SMC; on 7.3, SMC loaded after all, or the unsupported kernel was not reported clearly (erdmactl
+# exit 3, smcr-init starting the pod on TCP and failing it with --strict).
 . /mnt/host/guest/lib.sh
 . /mnt/host/guest/testbin.sh
 SCEN=smcr
 export RUST_BACKTRACE=1
-if ! modprobe smc 2>/dev/null || ! modprobe smc_diag 2>/dev/null; then
+expected=$(cat /mnt/host/guest/smc-expected 2>/dev/null || echo present)
+loaded=yes
+modprobe smc > /tmp/modprobe.err 2>&1 && modprobe smc_diag >> /tmp/modprobe.err 2>&1 || loaded=no
+if [ "$expected" = present ] && [ $loaded = no ]; then
+  fail "$SCEN" "kernel $(uname -r) must have SMC, but modprobe smc/smc_diag failed: $(tr '\n' ' ' < /tmp/modprobe.err)"
+  exit 0
+fi
+if [ "$expected" = absent ] && [ $loaded = yes ]; then
+  fail "$SCEN" "the unsupported-kernel run needs a kernel without SMC, but kernel $(uname -r) loaded smc"
+  exit 0
+fi
+if [ $loaded = no ]; then
   # A kernel without SMC (e.g. trixie-backports 7.3): everything must say so clearly.
-  log "kernel $(uname -r) has no SMC: checking the unsupported path"
+  log "kernel $(uname -r) has no SMC, as expected: checking the unsupported path"
   # With #[ignore]d ones: the BPF policy still loads (IPPROTO_SMC is refused), and the "SMC
   # unsupported" paths of configure and prestart.
   test_binary erdma-smc-nosmc /usr/local/bin/erdma-smc-tests diag:: probe:: configure:: prestart:: netns:: sysctl:: policy:: ueid::

@@ -2,6 +2,9 @@
 # Lab guest script for the two-VM SMC-R data path (Debian 6.12, rxe over one virtio NIC each).
 # Each VM stands for a node; the agent's BPF policy is applied to the VM's own (main) network
 # namespace with the lab-only --allow-host-netns. Usage: smcr2vm-guest.sh server|client
+# Would fail if: rxe, the UEID, the node pnet entry or the BPF policy could not be set up, the
+# unmodified TCP client's first connection was not in mode SMCR (SMC-R between the VMs broken),
+# or it stayed on SMC after the policy was released.
 . /mnt/host/guest/lib.sh
 ROLE=$1; SCEN=smcr2vm-$ROLE
 SHORT=5; MIB=32; PORT=7000; SERVER=192.168.80.1

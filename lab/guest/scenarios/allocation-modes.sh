@@ -4,6 +4,10 @@
 #   the spec the agent wrote, each pod still sees only its own device, and RDMA runs between them.
 # - --allocate-all-devices: a container that asks for one slot gets every usable device.
 # - --deviceplugin-prestart-container: the kubelet calls PreStartContainer before the pod starts.
+# Would fail if: CDI mode wrote no spec, answered with device nodes instead of CDI names, or its
+# spec granted a pod another pod's device or a device that does not work; --allocate-all-devices
+# gave a one-slot container fewer than all devices; or --deviceplugin-prestart-container did not
+# register pre_start_required or its PreStartContainer failed.
 . /mnt/host/guest/lib.sh
 need erdma-fake-kubelet; need erdma-agent --cdi-spec-dir; need erdma-labpod
 CDI=/var/run/cdi

@@ -3,6 +3,10 @@
 # kubelet; each pod's /dev/infiniband holds exactly what Allocate returned; RDMA traffic flows
 # between the two pods over exactly those devices; pod-c, without the resource, has no
 # /dev/infiniband and the same command fails there.
+# Would fail if: Allocate handed out the wrong or too many device nodes or envs, erdma-labpod
+# leaked a device into a pod that was not allocated it, the agent's DeviceSpecs did not make a
+# working RDMA device (ibv_rc_pingpong / ib_write_bw fail or the rxe packet counters of both
+# devices do not rise), or a pod without the resource could use RDMA.
 . /mnt/host/guest/lib.sh
 need erdma-fake-kubelet; need erdma-agent --kubelet-dir; need erdma-labpod
 start_kubelet || { fail "$SCEN" "fake kubelet did not start"; exit 0; }

@@ -1,6 +1,9 @@
 #!/bin/sh
 # inventory: `erdmactl devices` inside the VM lists rxe0 and rxe1 with the state, GIDs, NUMA
 # node, netdev, MAC and uverbs device that the kernel reports (ibv_devinfo, rdma, sysfs, /dev).
+# Would fail if: the inventory misread or left out any of these (port state, node GUID, a GID or
+# its type, the netdev pairing, MAC, NUMA node, uverbs path or major:minor), called a healthy
+# device unhealthy, or `erdmactl devices` dropped a device from its table or JSON.
 . /mnt/host/guest/lib.sh
 need erdmactl
 if ! erdmactl devices > /tmp/table.txt 2>&1; then fail "$SCEN" "erdmactl devices exited non-zero: $(tail -1 /tmp/table.txt)"; exit 0; fi

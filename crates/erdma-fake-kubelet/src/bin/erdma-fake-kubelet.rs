@@ -77,6 +77,10 @@ enum Cmd {
         /// Accepted for compatibility with lab scripts; the plugin's preferred allocation decides.
         #[arg(long)]
         numa_hint: Option<String>,
+        /// An init container of the same pod whose devices this container reuses, as the kubelet
+        /// does: they are taken first and sent to GetPreferredAllocation as must_include.
+        #[arg(long, value_name = "CONTAINER")]
+        reuse_from: Option<String>,
         /// `:authority` sent to the plugin.
         #[arg(long, value_enum, default_value = "localhost")]
         authority: Authority,
@@ -136,6 +140,7 @@ async fn main() -> anyhow::Result<()> {
             pod,
             container,
             numa_hint: _,
+            reuse_from,
             authority,
             output: Output::Json,
         } => {
@@ -147,7 +152,8 @@ async fn main() -> anyhow::Result<()> {
                 container,
                 authority: authority.into(),
             };
-            let out = erdma_fake_kubelet::allocate(&dir, &opts).await?;
+            let out =
+                erdma_fake_kubelet::allocate_reusing(&dir, &opts, reuse_from.as_deref()).await?;
             println!("{}", serde_json::to_string_pretty(&out)?);
             Ok(())
         }

@@ -67,6 +67,9 @@ enum Command {
     },
 }
 
+/// How often the state file is re-read when no inotify event came.
+const FALLBACK_REREAD: Duration = Duration::from_millis(100);
+
 fn watch(w: &Watch, start: Instant) -> anyhow::Result<Duration> {
     let cond = Condition {
         resource: w.resource.clone(),
@@ -79,7 +82,10 @@ fn watch(w: &Watch, start: Instant) -> anyhow::Result<Duration> {
         &cond,
         start,
         Duration::from_millis(w.timeout_ms),
-        Duration::from_millis(2),
+        // inotify wakes the wait at once; this re-read is a safety net only. A short one (it was
+        // 2 ms) made the probe parse the state file hundreds of times a second, taking CPU from
+        // the agent and kubelet it times in a 2-vCPU emulated VM.
+        FALLBACK_REREAD,
     )?)
 }
 
@@ -96,21 +102,30 @@ fn utc_time_of_day(t: std::time::SystemTime) -> String {
     )
 }
 
+/// Starts the clock: `started_utc=` (wall time, to line up with the agent's log) and the
+/// monotonic start the elapsed time is measured from, taken together.
+fn start_clock() -> Instant {
+    let start = Instant::now();
+    println!(
+        "started_utc={}",
+        utc_time_of_day(std::time::SystemTime::now())
+    );
+    start
+}
+
 fn main() {
-    let wall = std::time::SystemTime::now();
-    println!("started_utc={}", utc_time_of_day(wall));
     let result = match Cli::parse().command {
         Command::Link {
             netdev,
             set,
             watch: w,
         } => {
-            let start = Instant::now();
+            let start = start_clock();
             erdma_lab::link::set_link(&netdev, set == "up")
                 .map_err(anyhow::Error::from)
                 .and_then(|()| watch(&w, start))
         }
-        Command::Wait { watch: w } => watch(&w, Instant::now()),
+        Command::Wait { watch: w } => watch(&w, start_clock()),
     };
     match result {
         Ok(elapsed) => println!("elapsed_ms={}", elapsed.as_millis()),
