@@ -66,12 +66,17 @@ ck "pod A disable_ipv6" sh -c '[ "$(ip netns exec poda cat /proc/sys/net/ipv6/co
 
 # An unmodified TCP server and client in each pod (busybox nc); both ends keep their stdin open
 # (a pipe from sleep) so the connection is held while we look.
+# Waits for the state instead of fixed sleeps (a loaded CI machine starts processes late); the
+# pipes hold the connections 20 s, longer than any wait below.
+listening_on() { ip netns exec "$1" ss -Hltn | grep -q ":$2 "; }
+estab_on() { ip netns exec "$1" ss -tan | grep -q "ESTAB.*:$2 "; }
+smc_conns() { erdmactl smc status --netns "/run/netns/$1" -o json | jq -e '[.sockets[] | select(.state != "LISTEN")] | length >= 2'; }
 for p in a b; do
-  (sleep 8 | ip netns exec pod$p busybox nc -l -p 5000 > "$OUT/nc-server-$p.txt" 2>&1) &
-  sleep 0.5
-  (sleep 8 | ip netns exec pod$p busybox nc 10.99.0.1 5000 > "$OUT/nc-client-$p.txt" 2>&1) &
+  (sleep 20 | ip netns exec pod$p busybox nc -l -p 5000 > "$OUT/nc-server-$p.txt" 2>&1) &
+  wait_for 10 listening_on pod$p 5000 || log "pod $p: the server is not listening after 10 s"
+  (sleep 20 | ip netns exec pod$p busybox nc 10.99.0.1 5000 > "$OUT/nc-client-$p.txt" 2>&1) &
 done
-sleep 3
+wait_for 15 estab_on podb 5000; wait_for 15 smc_conns poda
 erdmactl smc status --netns /run/netns/poda -o json > "$OUT/smc-status-poda.json"; rca=$?
 erdmactl smc status --netns /run/netns/podb -o json > "$OUT/smc-status-podb.json"; rcb=$?
 erdmactl smc status --netns /run/netns/poda | sed 's/^/    /'
@@ -86,10 +91,10 @@ n=$(jq '[.sockets[] | select(.state != "LISTEN")] | length' "$OUT/smc-status-pod
 [ -s "$OUT/smc-status-podb.json" ] && jq -e '.summary.total == 0' "$OUT/smc-status-podb.json" >/dev/null && good "pod B: no SMC sockets (plain TCP)" || bad "pod B has SMC sockets"
 wait
 ck "release pod A from the policy" smcr-init policy release --pin-dir $PIN --netns /run/netns/poda
-(sleep 4 | ip netns exec poda busybox nc -l -p 5001 > /dev/null 2>&1) &
-sleep 0.5
-(sleep 4 | ip netns exec poda busybox nc 10.99.0.1 5001 > /dev/null 2>&1) &
-sleep 2
+(sleep 20 | ip netns exec poda busybox nc -l -p 5001 > /dev/null 2>&1) &
+wait_for 10 listening_on poda 5001 || log "pod a: the server is not listening after 10 s"
+(sleep 20 | ip netns exec poda busybox nc 10.99.0.1 5001 > /dev/null 2>&1) &
+wait_for 15 estab_on poda 5001
 ip netns exec poda ss -tan | sed 's/^/    pod A ss (released): /'
 ip netns exec poda ss -tan | grep -q 'ESTAB.*:5001 ' && good "pod A released: the TCP workload is connected" || bad "pod A released: the TCP workload did not connect"
 erdmactl smc status --netns /run/netns/poda -o json > "$OUT/smc-status-poda-released.json"

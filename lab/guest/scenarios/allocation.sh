@@ -37,9 +37,9 @@ ra0=$(pkts "$DA"); rb0=$(pkts "$DB")
 listening() { ip netns exec pod-a ss -Hltn | grep -q ":$1 "; }
 
 # ibv_rc_pingpong: server in pod-a, client in pod-b
-pod pod-a "$A" timeout 60 ibv_rc_pingpong -d "$DA" -g "$GA" -n 200 > /tmp/srv.out 2>&1 &
-srv=$!; wait_for 20 listening 18515
-pod pod-b "$B" timeout 60 ibv_rc_pingpong -d "$DB" -g "$GB" -n 200 10.88.0.11 > /tmp/cli.out 2>&1; crc=$?
+pod pod-a "$A" timeout 300 ibv_rc_pingpong -d "$DA" -g "$GA" -n 200 > /tmp/srv.out 2>&1 &
+srv=$!; wait_for 60 listening 18515
+pod pod-b "$B" timeout 300 ibv_rc_pingpong -d "$DB" -g "$GB" -n 200 10.88.0.11 > /tmp/cli.out 2>&1; crc=$?
 wait $srv; src=$?
 sed 's/^/        client| /' /tmp/cli.out; sed 's/^/        server| /' /tmp/srv.out
 ck "ibv_rc_pingpong pod-b -> pod-a: 200 iterations (client rc $crc, server rc $src)" \
@@ -51,9 +51,9 @@ ra1=$(pkts "$DA"); rb1=$(pkts "$DB")
 ck "RoCE packets went through $DA (+$((ra1 - ra0))) and $DB (+$((rb1 - rb0)))" sh -c "test $((ra1 - ra0)) -ge 200 && test $((rb1 - rb0)) -ge 200"
 
 # ib_write_bw: RDMA WRITE bandwidth pod-b -> pod-a
-pod pod-a "$A" timeout 60 ib_write_bw -d "$DA" -x "$GA" -F -n 1000 > /tmp/srv.out 2>&1 &
-srv=$!; wait_for 20 listening 18515
-pod pod-b "$B" timeout 60 ib_write_bw -d "$DB" -x "$GB" -F -n 1000 10.88.0.11 > /tmp/cli.out 2>&1; crc=$?
+pod pod-a "$A" timeout 300 ib_write_bw -d "$DA" -x "$GA" -F -u 20 -n 1000 > /tmp/srv.out 2>&1 &
+srv=$!; wait_for 60 listening 18515
+pod pod-b "$B" timeout 300 ib_write_bw -d "$DB" -x "$GB" -F -u 20 -n 1000 10.88.0.11 > /tmp/cli.out 2>&1; crc=$?
 wait $srv; src=$?
 bw=$(awk '/^ *65536 / {print $4}' /tmp/cli.out | tail -1)
 ck "ib_write_bw pod-b -> pod-a: ${bw:-?} MB/s (client rc $crc, server rc $src)" sh -c "test $crc = 0 && test $src = 0 && awk 'BEGIN { exit !(\"$bw\" + 0 > 0) }'"
@@ -61,13 +61,13 @@ echo "REPORT: ib_write_bw pod-b($DB) -> pod-a($DA) ${bw:-?} MB/s" >> "$OUT/repor
 
 # pod-c has no resource: no /dev/infiniband, and the same client command fails
 ck "pod-c has no /dev/infiniband" pod pod-c - sh -c '! test -e /dev/infiniband'
-pod pod-a "$A" timeout 60 ibv_rc_pingpong -d "$DA" -g "$GA" -n 50 > /tmp/srv.out 2>&1 &
-srv=$!; wait_for 20 listening 18515
+pod pod-a "$A" timeout 300 ibv_rc_pingpong -d "$DA" -g "$GA" -n 50 > /tmp/srv.out 2>&1 &
+srv=$!; wait_for 60 listening 18515
 pod pod-c - timeout 30 ibv_rc_pingpong -d "$DB" -g "$GB" -n 50 10.88.0.11 > /tmp/c.out 2>&1; ccrc=$?
 sed 's/^/        pod-c| /' /tmp/c.out
 ck "pod-c: the same ibv_rc_pingpong fails (rc $ccrc) for lack of devices" \
   sh -c "test $ccrc != 0 && grep -qiE 'no IB devices|not found' /tmp/c.out"
-pod pod-b "$B" timeout 60 ibv_rc_pingpong -d "$DB" -g "$GB" -n 50 10.88.0.11 > /tmp/cli.out 2>&1; crc=$?
+pod pod-b "$B" timeout 300 ibv_rc_pingpong -d "$DB" -g "$GB" -n 50 10.88.0.11 > /tmp/cli.out 2>&1; crc=$?
 wait $srv; src=$?
 ck "while pod-b, with its allocation, reaches the same server (rc $crc/$src)" sh -c "test $crc = 0 && test $src = 0"
 finish
