@@ -53,7 +53,6 @@ if [ -n "$(git status --porcelain --untracked-files=no)" ]; then commit="$commit
   echo "nproc=$(nproc)"
   echo "mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
   echo "kernel=$(uname -r)"
-  echo "cargo_target_dir=${CARGO_TARGET_DIR:-$REPO/target}"
 } > "$RUN/run.meta"
 echo "bench.sh: sections ${sections[*]}; commit $commit; $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg); output in $RUN" >&2
 

@@ -247,12 +247,12 @@ async fn bench_list_and_watch() {
     println!(
         "law_64x200_build            p50={} max={}",
         us(pct(build.clone(), 0.5)),
-        us(pct(build, 1.0))
+        us(pct(build.clone(), 1.0))
     );
     println!(
         "law_64x200_encode           p50={} max={} size={} bytes ({} device IDs)",
         us(pct(encode.clone(), 0.5)),
-        us(pct(encode, 1.0)),
+        us(pct(encode.clone(), 1.0)),
         size,
         devices * slots
     );
@@ -273,7 +273,11 @@ async fn bench_list_and_watch() {
     );
     let e2e = law_change_to_received(devices, slots, size, false).await;
     bench("law_change_to_decoded_p50", ms(pct(e2e.clone(), 0.5)), "ms");
-    bench("law_change_to_decoded_p99", ms(pct(e2e.clone(), 0.99)), "ms");
+    bench(
+        "law_change_to_decoded_p99",
+        ms(pct(e2e.clone(), 0.99)),
+        "ms",
+    );
     println!(
         "law_64x200_change_to_decoded p50={} p99={} (the same plus the client's protobuf decode)",
         us(pct(e2e.clone(), 0.5)),
