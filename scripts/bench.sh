@@ -72,7 +72,7 @@ command_of() {
 for s in "${sections[@]}"; do
   cmd=$(command_of "$s")
   echo "bench.sh: [$s] $cmd" >&2
-  load0=$(cut -d' ' -f1-3 /proc/loadavg); t0=$(date +%s.%N)
+  load0=$(cut -d' ' -f1-3 /proc/loadavg); t0=$(date +%s.%N); started=$(date -u '+%Y-%m-%d %H:%M UTC')
   case "$s" in
     lab-*|smcr) rm -rf "$RUN/$s.work" ;;
   esac
@@ -84,6 +84,7 @@ for s in "${sections[@]}"; do
   for f in "$RUN/$s.work"/console*.log; do [ -f "$f" ] && cp "$f" "$RUN/$s.$(basename "$f")"; done
   {
     echo "command=$cmd"
+    echo "started=$started"
     echo "rc=$rc"
     echo "wall_s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.0f", b - a}')"
     echo "load_before=$load0"
