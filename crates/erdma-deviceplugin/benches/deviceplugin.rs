@@ -6,6 +6,9 @@
 //!    snapshot-change → message received by the fake kubelet (target ≤ 5 ms).
 //! 3. Health change → ListAndWatch update seen by the fake kubelet (target ≤ 250 ms).
 //! 4. Kubelet restart → re-registered with devices (target ≤ 1 s).
+//!
+//! Besides the human lines, each figure is printed as `BENCH deviceplugin.KEY=VALUE UNIT` for
+//! `scripts/bench.sh`.
 
 use erdma_deviceplugin::devices::ServedSet;
 use erdma_deviceplugin::{Metrics, Plugin, PluginConfig};
@@ -97,6 +100,19 @@ fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
     v.sort();
     let i = ((v.len() as f64 - 1.0) * p).round() as usize;
     v[i]
+}
+
+/// A machine-readable line for `scripts/bench.sh`: `BENCH deviceplugin.KEY=VALUE UNIT`.
+fn bench(key: &str, value: f64, unit: &str) {
+    println!("BENCH deviceplugin.{key}={value:.3} {unit}");
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
 }
 
 fn us(d: Duration) -> String {
@@ -199,6 +215,15 @@ async fn bench_allocate() {
         "allocate_p99_over_empty_p99 ratio={:.2} (target <= 2)",
         ap99.as_secs_f64() / ep99.as_secs_f64()
     );
+    bench("allocate_p50", micros(ap50), "us");
+    bench("allocate_p99", micros(ap99), "us");
+    bench("empty_p50", micros(ep50), "us");
+    bench("empty_p99", micros(ep99), "us");
+    bench(
+        "allocate_ratio",
+        ap99.as_secs_f64() / ep99.as_secs_f64(),
+        "x",
+    );
     s.stop().await;
 }
 
@@ -222,25 +247,37 @@ async fn bench_list_and_watch() {
     println!(
         "law_64x200_build            p50={} max={}",
         us(pct(build.clone(), 0.5)),
-        us(pct(build, 1.0))
+        us(pct(build.clone(), 1.0))
     );
     println!(
         "law_64x200_encode           p50={} max={} size={} bytes ({} device IDs)",
         us(pct(encode.clone(), 0.5)),
-        us(pct(encode, 1.0)),
+        us(pct(encode.clone(), 1.0)),
         size,
         devices * slots
     );
+    bench("law_build_p50", ms(pct(build.clone(), 0.5)), "ms");
+    bench("law_encode_p50", ms(pct(encode.clone(), 0.5)), "ms");
+    bench("law_size", size as f64, "bytes");
+    bench("law_ids", f64::from(devices * slots), "IDs");
     // Change → received, with a direct ListAndWatch stream on the plugin socket and no fake
     // kubelet (only the plugin and this client run). Raw: the client keeps the bytes (the
     // plugin's build + encode + send); decoded: the client also decodes the protobuf.
     let sent = law_change_to_received(devices, slots, size, true).await;
+    bench("law_change_to_bytes_p50", ms(pct(sent.clone(), 0.5)), "ms");
+    bench("law_change_to_bytes_p99", ms(pct(sent.clone(), 0.99)), "ms");
     println!(
         "law_64x200_change_to_bytes_received p50={} p99={} (build+encode+send over UDS; target <= 5 ms)",
         us(pct(sent.clone(), 0.5)),
         us(pct(sent, 0.99))
     );
     let e2e = law_change_to_received(devices, slots, size, false).await;
+    bench("law_change_to_decoded_p50", ms(pct(e2e.clone(), 0.5)), "ms");
+    bench(
+        "law_change_to_decoded_p99",
+        ms(pct(e2e.clone(), 0.99)),
+        "ms",
+    );
     println!(
         "law_64x200_change_to_decoded p50={} p99={} (the same plus the client's protobuf decode)",
         us(pct(e2e.clone(), 0.5)),
@@ -348,10 +385,14 @@ async fn bench_health() {
         lat.push(t.elapsed());
     }
     println!(
-        "health_change_to_update     n=100 p50={} p99={} (target <= 250 ms)",
+        "health_change_to_update     n=100 p50={} p99={} max={} (target <= 250 ms)",
         us(pct(lat.clone(), 0.5)),
-        us(pct(lat, 0.99))
+        us(pct(lat.clone(), 0.99)),
+        us(pct(lat.clone(), 1.0))
     );
+    bench("health_p50", ms(pct(lat.clone(), 0.5)), "ms");
+    bench("health_p99", ms(pct(lat.clone(), 0.99)), "ms");
+    bench("health_max", ms(pct(lat, 1.0)), "ms");
     s.stop().await;
 }
 
@@ -376,8 +417,10 @@ async fn bench_restart() {
     println!(
         "kubelet_restart_to_registered n=20 p50={} max={} (target <= 1 s)",
         us(pct(lat.clone(), 0.5)),
-        us(pct(lat, 1.0))
+        us(pct(lat.clone(), 1.0))
     );
+    bench("restart_p50", ms(pct(lat.clone(), 0.5)), "ms");
+    bench("restart_max", ms(pct(lat, 1.0)), "ms");
     s.stop().await;
 }
 
@@ -390,6 +433,9 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    println!(
+        "BENCHCONF deviceplugin the plugin server (erdma_deviceplugin::Plugin) in the bench process on a Unix socket in /tmp, 2 tokio worker threads; the fake kubelet (erdma-fake-kubelet) or a direct gRPC client on the same socket"
+    );
     rt.block_on(async {
         if run("allocate") {
             bench_allocate().await;

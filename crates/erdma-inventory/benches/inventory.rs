@@ -1,7 +1,8 @@
 //! Inventory scan time on a fixture tree of 64 eRDMA devices × 2 ports × 16 GIDs.
 //!
 //! `cargo bench -p erdma-inventory --bench inventory` (add `-- DEVICES PORTS GIDS ITERATIONS` to
-//! change the shape). Prints min / median / p99 per full scan.
+//! change the shape). Prints min / median / p99 per full scan, and each figure as
+//! `BENCH inventory.KEY=VALUE UNIT` for `scripts/bench.sh`.
 
 use erdma_host::fake::{FixedInterfaceAddrs, NodeTree};
 use erdma_host::{RootedDevFs, RootedSysfs, fixtures};
@@ -44,11 +45,14 @@ fn main() {
     let scan = measure(iters, || {
         std::hint::black_box(inv.scan());
     });
-    report(&format!("full scan ({shape})"), &scan);
+    println!(
+        "BENCHCONF inventory {devices} eRDMA devices x {ports} ports x {gids} RoCE v2 GIDs, {iters} runs, synthetic tree (erdma_host::fixtures::large) in a temp dir"
+    );
+    report("scan", &format!("full scan ({shape})"), &scan);
     let refresh = measure(iters, || {
         std::hint::black_box(inv.refresh(&first));
     });
-    report(&format!("health refresh ({shape})"), &refresh);
+    report("refresh", &format!("health refresh ({shape})"), &refresh);
     // The floor: reading the same attribute files with plain std::fs::read, no parsing.
     let floor = measure(iters, || {
         for f in &files {
@@ -56,16 +60,17 @@ fn main() {
         }
     });
     report(
+        "floor",
         &format!(
             "floor: std::fs::read of the {} attribute files a scan reads",
             files.len()
         ),
         &floor,
     );
-    println!(
-        "ratio full scan / floor (median): {:.2}",
-        scan[scan.len() / 2] / floor[floor.len() / 2]
-    );
+    let ratio = scan[scan.len() / 2] / floor[floor.len() / 2];
+    println!("ratio full scan / floor (median): {ratio:.2}");
+    println!("BENCH inventory.scan_over_floor={ratio:.3} x");
+    println!("BENCH inventory.files={} files", files.len());
 }
 
 /// Every regular file under the device, port and GID directories the scan reads.
@@ -100,7 +105,7 @@ fn measure(iters: u32, mut f: impl FnMut()) -> Vec<f64> {
     times
 }
 
-fn report(what: &str, times: &[f64]) {
+fn report(key: &str, what: &str, times: &[f64]) {
     let pct = |p: f64| times[((times.len() as f64 - 1.0) * p).round() as usize];
     println!(
         "{what}: min {:.3} ms, median {:.3} ms, p99 {:.3} ms",
@@ -108,4 +113,7 @@ fn report(what: &str, times: &[f64]) {
         pct(0.5),
         pct(0.99)
     );
+    for (name, p) in [("min", 0.0), ("median", 0.5), ("p99", 0.99)] {
+        println!("BENCH inventory.{key}_{name}={:.3} ms", pct(p));
+    }
 }

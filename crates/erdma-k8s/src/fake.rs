@@ -212,7 +212,43 @@ impl FakeApiServer {
         let _ = self.events.send(ev);
     }
 
-    async fn handle(&self, req: Request<kube::client::Body>) -> Response<Body> {
+    /// Serves this API server over plain HTTP/1.1 on `listener` until `cancel`, for a client in
+    /// another process (e.g. the real `erdma-agent` binary in a benchmark); [`kubeconfig`] writes
+    /// the file that points such a client here. Watch streams stay open until the client drops
+    /// them or the process ends.
+    pub async fn serve_http(
+        self,
+        listener: tokio::net::TcpListener,
+        cancel: tokio_util::sync::CancellationToken,
+    ) {
+        loop {
+            let stream = tokio::select! {
+                _ = cancel.cancelled() => return,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        tracing::warn!("fake API server: accept failed: {e}");
+                        continue;
+                    }
+                },
+            };
+            let me = self.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    let me = me.clone();
+                    async move { Ok::<_, Infallible>(me.handle(req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    }
+
+    async fn handle<B>(&self, req: Request<B>) -> Response<Body>
+    where
+        B: hyper::body::Body,
+    {
         let method = req.method().as_str().to_string();
         let path = req.uri().path().to_string();
         let query: BTreeMap<String, String> = req
@@ -724,6 +760,17 @@ fn merge(target: &mut Value, patch: &Value) {
         }
         other => *target = other.clone(),
     }
+}
+
+/// Writes a kubeconfig at `path` pointing at a [`FakeApiServer::serve_http`] listener on `addr`
+/// (plain HTTP, no credentials, namespace `default`).
+pub fn kubeconfig(path: &std::path::Path, addr: std::net::SocketAddr) -> std::io::Result<()> {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{addr}\n\
+         contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\n\
+         current-context: fake\nusers:\n- name: fake\n  user: {{}}\n"
+    );
+    std::fs::write(path, text)
 }
 
 fn ok(code: u16, v: &Value) -> Response<Body> {

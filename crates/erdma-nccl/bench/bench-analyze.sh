@@ -2,16 +2,32 @@
 # Benchmark of `erdmactl nccl analyze` on a generated 1 GiB log, against `grep -c NCCL` on the same
 # file in the same run (both read it from the page cache after a warm-up read).
 #   crates/erdma-nccl/bench/bench-analyze.sh [SIZE_MIB]
-# Prints throughput (MB/s, 10^6 bytes), max RSS and the time ratio. The log goes to /tmp and is
-# deleted afterwards; never commit it.
+# Builds erdmactl in release mode first and times the binary cargo reports for that build (so it
+# honours CARGO_TARGET_DIR and never times a stale copy). Prints throughput (MB/s, 10^6 bytes),
+# max RSS and the time ratio, then `BENCH nccl.KEY=VALUE UNIT` lines for scripts/bench.sh. The log
+# goes to /tmp and is deleted afterwards; never commit it. Exits 1 when the target is missed.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 size_mib="${1:-1024}"
 log="${BENCH_LOG:-/tmp/erdma-nccl-bench.log}"
-trap 'rm -f "$log"' EXIT
+tmp=$(mktemp -d /tmp/erdma-nccl-bench.XXXXXX)
+trap 'rm -rf "$log" "$tmp"' EXIT
 
-cargo build --release -q -p erdmactl
-bin=target/release/erdmactl
+# The executable of the build just made, as cargo reports it.
+bin=$(cargo build --release -p erdmactl --bin erdmactl --message-format=json-render-diagnostics \
+  | python3 -c '
+import json, sys
+exe = ""
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("target", {}).get("name") == "erdmactl" and m.get("executable"):
+        exe = m["executable"]
+print(exe)')
+[ -x "$bin" ] || { echo "bench-analyze: cargo reported no erdmactl executable" >&2; exit 2; }
+echo "binary: $bin (built $(date -u -r "$bin" +%FT%TZ))"
 python3 crates/erdma-nccl/bench/gen-log.py "$log" "$size_mib"
 bytes=$(stat -c %s "$log")
 cat "$log" > /dev/null   # warm the page cache
@@ -20,8 +36,8 @@ measure() {  # best of 3 by wall time: prints "wall_s cpu_s max_rss_kib"
     local best=""
     for _ in 1 2 3; do
         # Not /dev/null: GNU grep stops at the first match when its output is /dev/null.
-        /usr/bin/time -f "%e %U %S %M" -o /tmp/erdma-bench-time "$@" > /tmp/erdma-bench-out
-        read -r e u s m < /tmp/erdma-bench-time
+        /usr/bin/time -f "%e %U %S %M" -o "$tmp/time" "$@" > "$tmp/out"
+        read -r e u s m < "$tmp/time"
         line="$e $(python3 -c "print($u + $s)") $m"
         if [ -z "$best" ] || python3 -c "import sys; sys.exit(0 if $e < ${best%% *} else 1)"; then best="$line"; fi
     done
@@ -38,10 +54,19 @@ b, gs, gc, gk, a_s, ac, ak, ts, tc, tk = (float(x) for x in sys.argv[1:])
 mb = b / 1e6
 print(f"file: {b:.0f} bytes ({b / 2**30:.2f} GiB); best of 3 runs each, page cache warm")
 print(f"{'command':32} {'wall s':>7} {'MB/s':>6} {'cpu s':>7} {'MB/cpu-s':>9} {'max RSS MiB':>12}")
-for name, w, c, k in (("grep -c NCCL", gs, gc, gk), ("erdmactl nccl analyze -o json", a_s, ac, ak),
-                      ("erdmactl nccl analyze (table)", ts, tc, tk)):
+rows = (("grep", "grep -c NCCL", gs, gc, gk), ("json", "erdmactl nccl analyze -o json", a_s, ac, ak),
+        ("table", "erdmactl nccl analyze (table)", ts, tc, tk))
+for key, name, w, c, k in rows:
     print(f"{name:32} {w:7.2f} {mb / w:6.0f} {c:7.2f} {mb / c:9.0f} {k / 1024:12.1f}")
 print(f"ratio analyze/grep: wall {a_s / gs:.2f}x, cpu {ac / gc:.2f}x")
+print(f"BENCH nccl.file_bytes={b:.0f} bytes")
+for key, name, w, c, k in rows:
+    print(f"BENCH nccl.{key}_wall={w:.2f} s")
+    print(f"BENCH nccl.{key}_mbps={mb / w:.0f} MB/s")
+    print(f"BENCH nccl.{key}_cpu={c:.2f} s")
+    print(f"BENCH nccl.{key}_rss={k / 1024:.1f} MiB")
+print(f"BENCH nccl.ratio_wall={a_s / gs:.2f} x")
+print(f"BENCH nccl.ratio_cpu={ac / gc:.2f} x")
 ok = mb / a_s >= 300 and ak / 1024 < 50
 print("target (>= 300 MB/s wall, < 50 MiB RSS):", "met" if ok else "NOT met")
 sys.exit(0 if ok else 1)
