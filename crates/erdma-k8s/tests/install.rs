@@ -96,10 +96,14 @@ fn missing_credentials_warn_and_still_render() {
     v.credentials.kind = "oidc_role_arn".into();
     assert!(v.warnings()[0].contains("pod-identity.alibabacloud.com/role-name"));
     v.config.local_eri_discovery = true;
+    let w = v.warnings();
     assert!(
-        v.warnings().is_empty(),
-        "local discovery needs no credentials"
+        !w.iter().any(|w| w.contains("credentials")),
+        "local discovery needs no credentials: {w:?}"
     );
+    // The only warning left is the original's `i-XXX` placeholder, which local discovery applies.
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].contains("i-XXX"), "{w:?}");
 }
 
 #[test]
