@@ -223,6 +223,14 @@ pub fn pem_blocks(bundle: &str) -> Vec<String> {
         .collect()
 }
 
+/// The time (Unix seconds) of an acknowledgement `<fingerprint> <time>`; 0 when unreadable.
+fn ack_time(v: &str) -> u64 {
+    v.split_whitespace()
+        .nth(1)
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0)
+}
+
 fn data_text(s: &Secret, key: &str) -> Option<String> {
     s.data
         .as_ref()?
@@ -381,19 +389,26 @@ impl CertManager {
     /// Asks for a rotation now (what `kubectl annotate secret … erdma.alibabacloud.com/rotate=now`
     /// does); the next tick of any replica starts it.
     pub async fn request_rotation(&self) -> anyhow::Result<()> {
-        self.annotate(ANNOTATION_ROTATE, "now").await
+        self.annotate(ANNOTATION_ROTATE, "now", false).await
     }
 
     /// Sets one annotation on the Secret by read-modify-`update` (the controller's Role grants
     /// `get`/`update` on this one Secret, no `patch`), re-reading on a conflict.
-    async fn annotate(&self, key: &str, value: &str) -> anyhow::Result<()> {
+    /// With `prune_stale`, other replicas' acknowledgements older than `ack_stale_after` are
+    /// removed in the same write (pods get new names on restart; the annotations must not pile up).
+    async fn annotate(&self, key: &str, value: &str, prune_stale: bool) -> anyhow::Result<()> {
         let api = self.secrets();
+        let now = unix(SystemTime::now());
         for _ in 0..5 {
             let mut s = self.secret().await?;
-            s.metadata
-                .annotations
-                .get_or_insert_with(BTreeMap::new)
-                .insert(key.to_string(), value.to_string());
+            let ann = s.metadata.annotations.get_or_insert_with(BTreeMap::new);
+            if prune_stale {
+                ann.retain(|k, v| {
+                    !k.starts_with(ANNOTATION_SERVING_PREFIX)
+                        || ack_time(v) + self.ack_stale_after.as_secs() >= now
+                });
+            }
+            ann.insert(key.to_string(), value.to_string());
             match api
                 .replace(&self.secret_name, &PostParams::default(), &s)
                 .await
@@ -429,7 +444,7 @@ impl CertManager {
             unix(SystemTime::now())
         );
         let key = format!("{ANNOTATION_SERVING_PREFIX}{}", self.identity);
-        self.annotate(&key, &ack).await?;
+        self.annotate(&key, &ack, true).await?;
         out.bundle_extended = self.extend_bundle(&secret_cas(&secret)).await?;
         out.advanced = self.advance().await?;
         out.bundle_pruned = self.prune_bundle().await?;
@@ -595,10 +610,8 @@ impl CertManager {
                     let Some(who) = k.strip_prefix(ANNOTATION_SERVING_PREFIX) else {
                         continue;
                     };
-                    let mut parts = v.split_whitespace();
-                    let fp = parts.next().unwrap_or("");
-                    let at: u64 = parts.next().and_then(|t| t.parse().ok()).unwrap_or(0);
-                    if at + stale < now {
+                    let fp = v.split_whitespace().next().unwrap_or("");
+                    if ack_time(v) + stale < now {
                         stale_keys.push(k.clone());
                         continue;
                     }

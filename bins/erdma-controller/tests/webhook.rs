@@ -546,6 +546,31 @@ async fn a_gone_replicas_stale_acknowledgement_does_not_block_the_rotation() {
     assert!(!ann.contains_key(ANNOTATION_ROTATE), "request consumed");
 }
 
+#[tokio::test]
+async fn stale_acknowledgements_do_not_pile_up_between_rotations() {
+    let api = FakeApiServer::new();
+    webhook_config(&api);
+    let a = replica(&api, "controller-0").await;
+    let mut s: Secret = api.get(Some("kube-system"), SECRET).unwrap();
+    let ann = s.metadata.annotations.as_mut().unwrap();
+    ann.insert(
+        format!("{ANNOTATION_SERVING_PREFIX}controller-gone"),
+        "00ff 1000".into(),
+    );
+    api.put(&s);
+    let t = a.mgr.tick(&a.slot).await.unwrap();
+    assert_eq!(t.advanced, None, "no rotation needed");
+    let s: Secret = api.get(Some("kube-system"), SECRET).unwrap();
+    let acks: Vec<String> = s
+        .metadata
+        .annotations
+        .unwrap()
+        .into_keys()
+        .filter(|k| k.starts_with(ANNOTATION_SERVING_PREFIX))
+        .collect();
+    assert_eq!(acks, [format!("{ANNOTATION_SERVING_PREFIX}controller-0")]);
+}
+
 /// Two replicas tick at different paces while a client keeps making admission calls to both,
 /// each time trusting exactly the `caBundle` in the configuration at that moment. Three
 /// rotations; not one call may fail.
