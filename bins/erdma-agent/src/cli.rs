@@ -75,6 +75,25 @@ pub struct Flags {
     /// eRDMA driver installer version, run only when the driver is missing [default: 1.5.9].
     #[arg(long, value_name = "VERSION")]
     pub erdma_installer_version: Option<String>,
+    /// SHA-256 (64 hex digits, as `sha256sum` prints) of the standard installer tarball of
+    /// --erdma-installer-version. Required before the agent runs that installer; there is no
+    /// built-in value (docs/operations.md, "Driver installer trust").
+    #[arg(long, value_name = "HEX")]
+    pub driver_installer_sha256: Option<String>,
+    /// SHA-256 of `env_setup.sh` (the GPU/OFED installer); required before it runs.
+    #[arg(long, value_name = "HEX")]
+    pub gpu_installer_sha256: Option<String>,
+    /// Base URL of the installers (`<base>/erdma_installer-<version>.tar.gz`,
+    /// `<base>/env_setup.sh`) [default: https://mirrors.cloud.aliyuncs.com/erdma].
+    #[arg(long, value_name = "URL")]
+    pub driver_installer_base_url: Option<String>,
+    /// Extra CA certificates (PEM) trusted for the installer download, besides the Mozilla roots.
+    #[arg(long, value_name = "FILE")]
+    pub driver_installer_ca_file: Option<PathBuf>,
+    /// Accept a plain http:// installer base URL (logged as insecure; the SHA-256 pin is still
+    /// required and checked). [default: false]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub allow_insecure_driver_download: Option<bool>,
     /// Reload the erdma module for a mode change even while pods hold `aliyun/erdma` (breaks
     /// their RDMA connections; logged loudly).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
@@ -168,6 +187,11 @@ pub struct FileConfig {
     log_format: Option<String>,
     #[serde(alias = "erdmaInstallerVersion")]
     erdma_installer_version: Option<String>,
+    driver_installer_sha256: Option<String>,
+    gpu_installer_sha256: Option<String>,
+    driver_installer_base_url: Option<String>,
+    driver_installer_ca_file: Option<PathBuf>,
+    allow_insecure_driver_download: Option<bool>,
     force_driver_reload: Option<bool>,
     setup_eri_netdev: Option<bool>,
     setup_smc_pnet: Option<bool>,
@@ -310,7 +334,50 @@ impl Settings {
             .force_driver_reload
             .or(file.force_driver_reload)
             .unwrap_or(false);
-        let driver = erdma_driver::DriverConfig::from_flags(&prefer, &installer, force)?;
+        let mut driver = erdma_driver::DriverConfig::from_flags(&prefer, &installer, force)?;
+        let pin = |flag: &str, v: Option<String>| -> anyhow::Result<_> {
+            v.map(|h| erdma_driver::fetch::Sha256Pin::parse(&h))
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("--{flag}: {e}"))
+        };
+        let trust = &mut driver.installer_trust;
+        trust.standard_sha256 = pin(
+            "driver-installer-sha256",
+            flags
+                .driver_installer_sha256
+                .or(file.driver_installer_sha256),
+        )?;
+        trust.gpu_sha256 = pin(
+            "gpu-installer-sha256",
+            flags.gpu_installer_sha256.or(file.gpu_installer_sha256),
+        )?;
+        if let Some(url) = flags
+            .driver_installer_base_url
+            .or(file.driver_installer_base_url)
+        {
+            trust.base_url = url;
+        }
+        trust.allow_insecure_http = flags
+            .allow_insecure_driver_download
+            .or(file.allow_insecure_driver_download)
+            .unwrap_or(false);
+        let secure = trust.base_url.starts_with("https://");
+        let opted_in = trust.allow_insecure_http && trust.base_url.starts_with("http://");
+        if !secure && !opted_in {
+            anyhow::bail!(
+                "--driver-installer-base-url {:?} must be https:// (plain http:// only with --allow-insecure-driver-download)",
+                trust.base_url
+            );
+        }
+        if let Some(ca) = flags
+            .driver_installer_ca_file
+            .or(file.driver_installer_ca_file)
+        {
+            trust.extra_ca_pem = Some(
+                std::fs::read_to_string(&ca)
+                    .with_context(|| format!("--driver-installer-ca-file {}", ca.display()))?,
+            );
+        }
         let prefer_driver: DriverMode = driver.mode;
         let local_eri_discovery = flags
             .local_eri_discovery
@@ -489,6 +556,40 @@ mod tests {
         let mut v = vec!["erdma-agent"];
         v.extend_from_slice(args);
         Settings::resolve(Flags::try_parse_from(v)?)
+    }
+
+    #[test]
+    fn installer_pins_and_https_are_enforced_at_startup() {
+        let d = parse(&[]).unwrap().driver.installer_trust;
+        assert_eq!(d.base_url, "https://mirrors.cloud.aliyuncs.com/erdma");
+        assert_eq!(d.standard_sha256, None, "no built-in pin");
+        assert!(!d.allow_insecure_http);
+        let hex = "466CE7F2C27B137672429FE48143FD75BD1C98D7278E041F0BF33C00396EC3BE";
+        let s = parse(&["--driver-installer-sha256", hex]).unwrap();
+        assert_eq!(
+            s.driver.installer_trust.standard_sha256.unwrap().as_str(),
+            "466ce7f2c27b137672429fe48143fd75bd1c98d7278e041f0bf33c00396ec3be"
+        );
+        let e = parse(&["--driver-installer-sha256", "abc"]).unwrap_err();
+        assert!(e.to_string().contains("--driver-installer-sha256"), "{e}");
+        let http = [
+            "--driver-installer-base-url",
+            "http://mirrors.cloud.aliyuncs.com/erdma",
+        ];
+        let e = parse(&http).unwrap_err();
+        assert!(
+            e.to_string().contains("--allow-insecure-driver-download"),
+            "{e}"
+        );
+        let mut opted = http.to_vec();
+        opted.push("--allow-insecure-driver-download");
+        assert!(
+            parse(&opted)
+                .unwrap()
+                .driver
+                .installer_trust
+                .allow_insecure_http
+        );
     }
 
     #[test]

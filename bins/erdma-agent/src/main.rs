@@ -93,8 +93,14 @@ async fn run(s: Settings) -> anyhow::Result<()> {
         Some(p) => KubeletPodResources::new(p),
         None => KubeletPodResources::default(),
     };
+    if driver_cfg.installer_trust.allow_insecure_http {
+        tracing::warn!(
+            "INSECURE: --allow-insecure-driver-download is set; a driver installer may be downloaded over plain HTTP (its SHA-256 pin is still checked)"
+        );
+    }
+    let host = NodeHost::new().with_installer_trust(driver_cfg.installer_trust.clone());
     let (driver_rx, _driver_tx, reconciler) =
-        driver::start(NodeHost::new(), usage, driver_cfg, cancel.clone());
+        driver::start(host, usage, driver_cfg, cancel.clone());
     tasks.push(tokio::spawn(driver::observe(
         driver_rx.clone(),
         state.clone(),

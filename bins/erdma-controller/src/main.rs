@@ -88,19 +88,20 @@ async fn main() -> anyhow::Result<()> {
     ));
 
     if cfg.enable_webhook {
-        let mgr = CertManager {
-            client: client.clone(),
-            namespace: cfg.controller_namespace.clone(),
-            secret_name: format!("{}-webhook-cert", cfg.controller_name),
-            webhook_name: cfg.controller_name.clone(),
-            names: dns_names(
+        let mgr = CertManager::new(
+            client.clone(),
+            &cfg.controller_namespace,
+            &format!("{}-webhook-cert", cfg.controller_name),
+            &cfg.controller_name,
+            dns_names(
                 &cfg.controller_name,
                 &cfg.controller_namespace,
                 &cfg.cluster_domain,
             ),
-        };
+            &args.identity,
+        );
         let bundle = loop {
-            match mgr.ensure(false).await {
+            match mgr.current().await {
                 Ok(b) => break b,
                 Err(e) => {
                     tracing::warn!(error = %e, "webhook certificate not available yet");
@@ -118,8 +119,12 @@ async fn main() -> anyhow::Result<()> {
             image: cfg.smc_init_image().to_string(),
             metrics: metrics.clone(),
         };
+        // Acknowledge what this replica serves before serving it (a rotation waits for it).
+        if let Err(e) = mgr.tick(&slot).await {
+            tracing::warn!(error = %e, "webhook certificate check failed");
+        }
         tasks.spawn(serve(listener, slot.clone(), opts, cancel.clone()));
-        tasks.spawn(cert_loop(mgr, slot, bundle.cert_pem, cancel.clone()));
+        tasks.spawn(cert_loop(mgr, slot, cancel.clone()));
     }
 
     if cfg.local_eri_discovery {
@@ -193,32 +198,16 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Rotates (any replica creates if missing; rotation is harmless when two race: a 409 re-reads),
-/// reloads the served certificate, and keeps the caBundle patched.
-async fn cert_loop(
-    mgr: CertManager,
-    slot: Arc<CertSlot>,
-    mut served: String,
-    cancel: CancellationToken,
-) {
+/// Every replica ticks its [`CertManager`]: hot reload, acknowledgement, `caBundle` upkeep and the
+/// rotation's next step (see `erdma_controller::cert`).
+async fn cert_loop(mgr: CertManager, slot: Arc<CertSlot>, cancel: CancellationToken) {
     loop {
-        match mgr.ensure(true).await {
-            Ok(b) => {
-                if b.cert_pem != served {
-                    match slot.replace(&b.cert_pem, &b.key_pem) {
-                        Ok(()) => served = b.cert_pem.clone(),
-                        Err(e) => tracing::warn!(error = %e, "cannot load the rotated certificate"),
-                    }
-                }
-                if let Err(e) = mgr.patch_ca_bundle(&b.ca_pem).await {
-                    tracing::warn!(error = %e, "patching caBundle failed");
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "webhook certificate check failed"),
-        }
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(600)) => {}
+            _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+        }
+        if let Err(e) = mgr.tick(&slot).await {
+            tracing::warn!(error = %e, "webhook certificate check failed");
         }
     }
 }

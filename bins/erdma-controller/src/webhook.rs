@@ -168,20 +168,25 @@ pub fn review(body: &[u8], opts: &InjectOptions) -> Value {
 
 /// The certificate the server presents; replaced in place on rotation.
 #[derive(Debug)]
-pub struct CertSlot(RwLock<Arc<rustls::sign::CertifiedKey>>);
+pub struct CertSlot(RwLock<(Arc<rustls::sign::CertifiedKey>, String)>);
 
 impl CertSlot {
     /// A slot holding `cert_pem`/`key_pem`.
     pub fn new(cert_pem: &str, key_pem: &str) -> anyhow::Result<Arc<Self>> {
-        Ok(Arc::new(Self(RwLock::new(certified_key(
-            cert_pem, key_pem,
-        )?))))
+        Ok(Arc::new(Self(RwLock::new((
+            certified_key(cert_pem, key_pem)?,
+            cert_pem.to_string(),
+        )))))
     }
     /// Replaces the certificate (rotation); new handshakes use it at once.
     pub fn replace(&self, cert_pem: &str, key_pem: &str) -> anyhow::Result<()> {
         let k = certified_key(cert_pem, key_pem)?;
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = k;
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = (k, cert_pem.to_string());
         Ok(())
+    }
+    /// The certificate (PEM) new handshakes present.
+    pub fn cert_pem(&self) -> String {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).1.clone()
     }
 }
 
@@ -206,7 +211,7 @@ impl rustls::server::ResolvesServerCert for CertSlot {
         &self,
         _hello: rustls::server::ClientHello<'_>,
     ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        Some(self.0.read().unwrap_or_else(|p| p.into_inner()).clone())
+        Some(self.0.read().unwrap_or_else(|p| p.into_inner()).0.clone())
     }
 }
 

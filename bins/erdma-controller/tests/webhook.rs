@@ -4,7 +4,10 @@
 
 use base64::Engine;
 use bytes::Bytes;
-use erdma_controller::cert::{ANNOTATION_NOT_AFTER, CertManager, dns_names, generate};
+use erdma_controller::cert::{
+    ANNOTATION_NOT_AFTER, ANNOTATION_PHASE, ANNOTATION_ROTATE, ANNOTATION_SERVING_PREFIX,
+    CertManager, PHASE_PROMOTED, PHASE_STAGED, Tick, dns_names, generate, pem_blocks,
+};
 use erdma_controller::leader::LeaderElector;
 use erdma_controller::webhook::{CertSlot, InjectOptions, serve};
 use erdma_k8s::fake::FakeApiServer;
@@ -328,12 +331,13 @@ async fn rotated_certificates_are_served_without_restart() {
     );
 }
 
-#[tokio::test]
-async fn cert_manager_creates_rotates_and_patches_the_ca_bundle() {
-    let api = FakeApiServer::new();
+const SECRET: &str = "alibabacloud-erdma-controller-webhook-cert";
+const MWC: &str = "alibabacloud-erdma-controller";
+
+fn webhook_config(api: &FakeApiServer) {
     api.put(&MutatingWebhookConfiguration {
         metadata: ObjectMeta {
-            name: Some("alibabacloud-erdma-controller".into()),
+            name: Some(MWC.into()),
             ..Default::default()
         },
         webhooks: Some(vec![MutatingWebhook {
@@ -344,54 +348,328 @@ async fn cert_manager_creates_rotates_and_patches_the_ca_bundle() {
             ..Default::default()
         }]),
     });
-    let mgr = CertManager {
-        client: api.client(),
-        namespace: "kube-system".into(),
-        secret_name: "alibabacloud-erdma-controller-webhook-cert".into(),
-        webhook_name: "alibabacloud-erdma-controller".into(),
-        names: dns_names(
+}
+
+fn manager(api: &FakeApiServer, identity: &str) -> CertManager {
+    CertManager::new(
+        api.client(),
+        "kube-system",
+        SECRET,
+        MWC,
+        dns_names(
             "alibabacloud-erdma-controller",
             "kube-system",
             "cluster.local",
         ),
-    };
-    let first = mgr.ensure(false).await.unwrap();
-    assert_eq!(mgr.ensure(true).await.unwrap(), first, "valid: kept");
-    let secret: Secret = api
-        .get(
-            Some("kube-system"),
-            "alibabacloud-erdma-controller-webhook-cert",
-        )
-        .unwrap();
-    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
-    assert!(mgr.patch_ca_bundle(&first.ca_pem).await.unwrap());
-    assert!(
-        !mgr.patch_ca_bundle(&first.ca_pem).await.unwrap(),
-        "already patched"
-    );
-    let mwc: MutatingWebhookConfiguration = api.get(None, "alibabacloud-erdma-controller").unwrap();
-    assert_eq!(
-        mwc.webhooks.unwrap()[0]
-            .client_config
-            .ca_bundle
-            .as_ref()
-            .unwrap()
-            .0,
-        first.ca_pem.as_bytes()
-    );
+        identity,
+    )
+}
 
-    // Near expiry: a non-leader keeps it, the rotating replica replaces it.
-    let mut s = secret.clone();
+/// The `caBundle` as the API server would read it now.
+fn ca_bundle(api: &FakeApiServer) -> String {
+    let mwc: MutatingWebhookConfiguration = api.get(None, MWC).unwrap();
+    mwc.webhooks.unwrap()[0]
+        .client_config
+        .ca_bundle
+        .as_ref()
+        .map(|b| String::from_utf8(b.0.clone()).unwrap())
+        .unwrap_or_default()
+}
+
+fn secret_phase(api: &FakeApiServer) -> Option<String> {
+    let s: Secret = api.get(Some("kube-system"), SECRET).unwrap();
+    s.metadata
+        .annotations
+        .unwrap()
+        .get(ANNOTATION_PHASE)
+        .cloned()
+}
+
+/// One replica: its own manager, certificate slot and TLS listener.
+struct Replica {
+    mgr: CertManager,
+    slot: Arc<CertSlot>,
+    addr: std::net::SocketAddr,
+    _cancel: tokio_util::sync::DropGuard,
+}
+
+async fn replica(api: &FakeApiServer, identity: &str) -> Replica {
+    let mgr = manager(api, identity);
+    let b = mgr.current().await.unwrap();
+    let slot = CertSlot::new(&b.cert_pem, &b.key_pem).unwrap();
+    mgr.tick(&slot).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cancel = CancellationToken::new();
+    tokio::spawn(serve(listener, slot.clone(), opts(), cancel.clone()));
+    Replica {
+        mgr,
+        slot,
+        addr,
+        _cancel: cancel.drop_guard(),
+    }
+}
+
+/// An admission call as the API server makes it: trusting exactly the current `caBundle`.
+async fn admit(api: &FakeApiServer, addr: std::net::SocketAddr) -> Result<Value, String> {
+    let bundle = ca_bundle(api);
+    post(
+        addr,
+        &bundle,
+        "/mutate-pod",
+        &review("admission.k8s.io/v1", &pod(None, false, vec![])),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn first_tick_creates_the_secret_and_patches_the_ca_bundle() {
+    let api = FakeApiServer::new();
+    webhook_config(&api);
+    let r = replica(&api, "controller-0").await;
+    let secret: Secret = api.get(Some("kube-system"), SECRET).unwrap();
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+    let ca = String::from_utf8(secret.data.unwrap()["ca.crt"].0.clone()).unwrap();
+    assert_eq!(pem_blocks(&ca_bundle(&api)), pem_blocks(&ca));
+    let again = r.mgr.tick(&r.slot).await.unwrap();
+    assert_eq!(again, Tick::default(), "valid and patched: nothing to do");
+    assert!(admit(&api, r.addr).await.is_ok());
+}
+
+#[tokio::test]
+async fn old_ca_stays_trusted_until_every_replica_serves_the_new_certificate() {
+    let api = FakeApiServer::new();
+    webhook_config(&api);
+    let a = replica(&api, "controller-0").await;
+    let b = replica(&api, "controller-1").await;
+    let old_ca = pem_blocks(&ca_bundle(&api));
+    assert_eq!(old_ca.len(), 1);
+    let old_cert = b.slot.cert_pem();
+
+    // Near expiry: replica a drives the rotation; replica b does not tick yet.
+    let mut s: Secret = api.get(Some("kube-system"), SECRET).unwrap();
     s.metadata
         .annotations
         .as_mut()
         .unwrap()
         .insert(ANNOTATION_NOT_AFTER.into(), "1000".into());
     api.put(&s);
-    assert_eq!(mgr.ensure(false).await.unwrap().cert_pem, first.cert_pem);
-    let rotated = mgr.ensure(true).await.unwrap();
-    assert_ne!(rotated.cert_pem, first.cert_pem);
-    assert!(mgr.patch_ca_bundle(&rotated.ca_pem).await.unwrap());
+    let t = a.mgr.tick(&a.slot).await.unwrap();
+    assert_eq!(t.advanced, Some(PHASE_STAGED));
+    assert_eq!(
+        a.slot.cert_pem(),
+        old_cert,
+        "staged: still the old certificate"
+    );
+    let t = a.mgr.tick(&a.slot).await.unwrap();
+    assert!(
+        t.bundle_extended,
+        "the new CA is added before anything serves it"
+    );
+    assert_eq!(t.advanced, Some(PHASE_PROMOTED));
+    assert_eq!(pem_blocks(&ca_bundle(&api)).len(), 2);
+    let t = a.mgr.tick(&a.slot).await.unwrap();
+    assert!(t.reloaded);
+    assert_ne!(a.slot.cert_pem(), old_cert);
+    // b still serves the old certificate: a keeps ticking, the old CA stays.
+    for _ in 0..3 {
+        let t = a.mgr.tick(&a.slot).await.unwrap();
+        assert_eq!(
+            t.advanced, None,
+            "b has not acknowledged the new certificate"
+        );
+    }
+    let bundle = pem_blocks(&ca_bundle(&api));
+    assert_eq!(bundle.len(), 2);
+    assert!(bundle.contains(&old_ca[0]));
+    assert_eq!(b.slot.cert_pem(), old_cert);
+    assert!(
+        admit(&api, a.addr).await.is_ok(),
+        "a: new certificate, new CA trusted"
+    );
+    assert!(
+        admit(&api, b.addr).await.is_ok(),
+        "b: old certificate, old CA still trusted"
+    );
+    assert_eq!(secret_phase(&api).as_deref(), Some(PHASE_PROMOTED));
+
+    // b reloads and acknowledges; the next tick (either replica) releases and drops the old CA.
+    let t = b.mgr.tick(&b.slot).await.unwrap();
+    assert!(t.reloaded);
+    assert_eq!(t.advanced, Some("stable"));
+    assert!(t.bundle_pruned);
+    let bundle = pem_blocks(&ca_bundle(&api));
+    assert_eq!(bundle.len(), 1);
+    assert_ne!(bundle, old_ca);
+    assert_eq!(secret_phase(&api), None);
+    assert!(admit(&api, a.addr).await.is_ok());
+    assert!(admit(&api, b.addr).await.is_ok());
+    let s: Secret = api.get(Some("kube-system"), SECRET).unwrap();
+    let data = s.data.unwrap();
+    for k in [
+        "previous-ca.crt",
+        "next-ca.crt",
+        "next-tls.crt",
+        "next-tls.key",
+    ] {
+        assert!(!data.contains_key(k), "{k} left behind");
+    }
+}
+
+#[tokio::test]
+async fn a_gone_replicas_stale_acknowledgement_does_not_block_the_rotation() {
+    let api = FakeApiServer::new();
+    webhook_config(&api);
+    let a = replica(&api, "controller-0").await;
+    // A replica that died long ago, serving some other certificate.
+    let mut s: Secret = api.get(Some("kube-system"), SECRET).unwrap();
+    let ann = s.metadata.annotations.as_mut().unwrap();
+    ann.insert(
+        format!("{ANNOTATION_SERVING_PREFIX}controller-old"),
+        "00ff 1000".into(),
+    );
+    ann.insert(ANNOTATION_ROTATE.into(), "now".into());
+    api.put(&s);
+    let mut phases = Vec::new();
+    for _ in 0..4 {
+        if let Some(p) = a.mgr.tick(&a.slot).await.unwrap().advanced {
+            phases.push(p);
+        }
+    }
+    assert_eq!(phases, [PHASE_STAGED, PHASE_PROMOTED, "stable"]);
+    let s: Secret = api.get(Some("kube-system"), SECRET).unwrap();
+    let ann = s.metadata.annotations.unwrap();
+    assert!(
+        !ann.contains_key(&format!("{ANNOTATION_SERVING_PREFIX}controller-old")),
+        "stale acknowledgement removed"
+    );
+    assert!(!ann.contains_key(ANNOTATION_ROTATE), "request consumed");
+}
+
+#[tokio::test]
+async fn stale_acknowledgements_do_not_pile_up_between_rotations() {
+    let api = FakeApiServer::new();
+    webhook_config(&api);
+    let a = replica(&api, "controller-0").await;
+    let mut s: Secret = api.get(Some("kube-system"), SECRET).unwrap();
+    let ann = s.metadata.annotations.as_mut().unwrap();
+    ann.insert(
+        format!("{ANNOTATION_SERVING_PREFIX}controller-gone"),
+        "00ff 1000".into(),
+    );
+    api.put(&s);
+    let t = a.mgr.tick(&a.slot).await.unwrap();
+    assert_eq!(t.advanced, None, "no rotation needed");
+    let s: Secret = api.get(Some("kube-system"), SECRET).unwrap();
+    let acks: Vec<String> = s
+        .metadata
+        .annotations
+        .unwrap()
+        .into_keys()
+        .filter(|k| k.starts_with(ANNOTATION_SERVING_PREFIX))
+        .collect();
+    assert_eq!(acks, [format!("{ANNOTATION_SERVING_PREFIX}controller-0")]);
+}
+
+/// Two replicas tick at different paces while a client keeps making admission calls to both,
+/// each time trusting exactly the `caBundle` in the configuration at that moment. Three
+/// rotations; not one call may fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rotation_with_two_replicas_never_fails_an_admission_call() {
+    let api = FakeApiServer::new();
+    webhook_config(&api);
+    let replicas = [
+        replica(&api, "controller-0").await,
+        replica(&api, "controller-1").await,
+    ];
+    let addrs: Vec<_> = replicas.iter().map(|r| r.addr).collect();
+    let stop = CancellationToken::new();
+    let mut tickers = Vec::new();
+    // Paced by the client's progress, not by the clock: replica 0 ticks after every 5 calls,
+    // replica 1 after every 30, so every phase of every rotation sees admission calls.
+    let calls_made = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    for (r, pace) in replicas.iter().zip([5u64, 30]) {
+        let (mgr, slot, stop) = (r.mgr.clone(), r.slot.clone(), stop.clone());
+        let calls_made = calls_made.clone();
+        tickers.push(tokio::spawn(async move {
+            let mut phases = Vec::new();
+            while !stop.is_cancelled() {
+                match mgr.tick(&slot).await {
+                    Ok(t) => phases.extend(t.advanced),
+                    Err(e) => panic!("{}: tick failed: {e}", mgr.identity),
+                }
+                let from = calls_made.load(std::sync::atomic::Ordering::SeqCst);
+                while calls_made.load(std::sync::atomic::Ordering::SeqCst) < from + pace
+                    && !stop.is_cancelled()
+                {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+            phases
+        }));
+    }
+    // The client: one admission call after another, alternating replicas, each trusting the
+    // caBundle read just before it.
+    let client = {
+        let (api, stop, calls_made) = (api.clone(), stop.clone(), calls_made.clone());
+        tokio::spawn(async move {
+            let (mut calls, mut failures, mut max_cas) = (0u64, Vec::new(), 0);
+            while !stop.is_cancelled() {
+                for addr in &addrs {
+                    calls += 1;
+                    calls_made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    max_cas = max_cas.max(pem_blocks(&ca_bundle(&api)).len());
+                    match admit(&api, *addr).await {
+                        Ok(v) => assert_eq!(v["response"]["allowed"], true),
+                        Err(e) => failures.push(format!("call {calls} to {addr}: {e}")),
+                    }
+                }
+            }
+            (calls, failures, max_cas)
+        })
+    };
+    let mut cas_seen = std::collections::BTreeSet::from([pem_blocks(&ca_bundle(&api)).remove(0)]);
+    let mut rotations = 0;
+    while rotations < 3 {
+        if secret_phase(&api).is_none() {
+            let cas = pem_blocks(&ca_bundle(&api));
+            if cas.len() == 1 {
+                if cas_seen.insert(cas[0].clone()) {
+                    rotations += 1;
+                }
+                if rotations < 3 {
+                    replicas[0].mgr.request_rotation().await.unwrap();
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    let (calls, failures, max_cas) = client.await.unwrap();
+    let mut phases = Vec::new();
+    for t in tickers {
+        phases.extend(t.await.unwrap());
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {calls} admission calls failed: {failures:?}",
+        failures.len()
+    );
+    assert_eq!(
+        max_cas, 2,
+        "the bundle held the old and the new CA during rotations"
+    );
+    assert_eq!(
+        phases.iter().filter(|p| **p == "stable").count(),
+        3,
+        "{phases:?}"
+    );
+    let final_ca = pem_blocks(&ca_bundle(&api));
+    assert_eq!(final_ca.len(), 1);
+    for r in &replicas {
+        assert!(admit(&api, r.addr).await.is_ok());
+    }
+    eprintln!("{calls} admission calls over 3 rotations, none failed");
 }
 
 #[tokio::test]

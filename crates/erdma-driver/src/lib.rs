@@ -30,6 +30,7 @@ mod matrix_tests;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 
+pub mod fetch;
 pub use execute::{Executed, execute};
 pub use host::{Host, HostError, ModuleInfo};
 pub use kubelet::{KubeletPodResources, holders_in};

@@ -194,7 +194,8 @@ impl HostNamespaces {
     }
 }
 
-/// The standard installer (seed §8): leave the agent's cgroup, download, install build
+/// The standard installer (seed §8): leave the agent's cgroup, unpack the tarball the agent
+/// downloaded and verified (`ERDMA_INSTALLER_TARBALL`, see [`crate::fetch`]), install build
 /// dependencies, `install.sh --batch`. Inputs come from the environment, never spliced into the text.
 const STANDARD_INSTALLER: &str = r#"set -eu
 if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
@@ -203,10 +204,8 @@ if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
 else
   for c in cpu memory; do [ -f /sys/fs/cgroup/$c/tasks ] && echo $$ > /sys/fs/cgroup/$c/tasks || true; done
 fi
-dir=$(mktemp -d /tmp/erdma-installer.XXXXXX)
-cd "$dir"
-wget -q -O installer.tar.gz "http://mirrors.cloud.aliyuncs.com/erdma/erdma_installer-${ERDMA_INSTALLER_VERSION}.tar.gz"
-tar -xzf installer.tar.gz
+cd "$(dirname "$ERDMA_INSTALLER_TARBALL")"
+tar -xzf "$ERDMA_INSTALLER_TARBALL"
 if command -v yum >/dev/null 2>&1; then
   yum install -y "kernel-devel-$(uname -r)" gcc-c++ dkms cmake
 elif command -v apt-get >/dev/null 2>&1; then
@@ -217,10 +216,8 @@ ERDMA_CM_NO_BOUND_IF=1 ./install.sh --batch
 "#;
 
 const GPU_INSTALLER: &str = r#"set -eu
-dir=$(mktemp -d /tmp/erdma-env-setup.XXXXXX)
-cd "$dir"
-wget -q -O env_setup.sh http://mirrors.cloud.aliyuncs.com/erdma/env_setup.sh
-bash env_setup.sh --egs
+cd "$(dirname "$ERDMA_ENV_SETUP")"
+bash "$ERDMA_ENV_SETUP" --egs
 "#;
 
 const CONTAINER_OS_INSTALLER: &str = r#"set -eu
@@ -239,6 +236,7 @@ pub struct NodeHost {
     exec: HostNamespaces,
     module_timeout: Duration,
     installer_timeout: Duration,
+    trust: crate::fetch::InstallerTrust,
 }
 
 impl Default for NodeHost {
@@ -257,6 +255,7 @@ impl NodeHost {
             exec: HostNamespaces::host(),
             module_timeout: Duration::from_secs(120),
             installer_timeout: Duration::from_secs(30 * 60),
+            trust: crate::fetch::InstallerTrust::default(),
         }
     }
 
@@ -274,6 +273,76 @@ impl NodeHost {
             exec,
             ..Self::new()
         }
+    }
+
+    /// Where installers come from and the pins they must match.
+    pub fn with_installer_trust(mut self, trust: crate::fetch::InstallerTrust) -> Self {
+        self.trust = trust;
+        self
+    }
+
+    /// Runs `script` with `env` plus `file_env` = the host path of the verified download of
+    /// `url`, in a fresh 0700 directory under the host's `/tmp` (removed afterwards).
+    #[allow(clippy::too_many_arguments)]
+    fn run_downloaded(
+        &self,
+        step: &str,
+        script: &str,
+        env: &[(&str, &str)],
+        url: &str,
+        pin: Option<&crate::fetch::Sha256Pin>,
+        flag: &'static str,
+        file_name: &str,
+        file_env: &'static str,
+    ) -> Result<(), HostError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let refused = |e: crate::fetch::FetchError| {
+            HostError::Command {
+            step: step.to_string(),
+            detail: e.to_string(),
+            fix: match e {
+                crate::fetch::FetchError::MissingPin { .. } => format!("set {flag} to the installer's verified SHA-256 (docs/operations.md, driver installer trust)"),
+                crate::fetch::FetchError::Mismatch { .. } => format!("verify the new installer and update {flag}, or find out who changed it"),
+                crate::fetch::FetchError::InsecureUrl { .. } => "use an https:// --driver-installer-base-url".to_string(),
+                crate::fetch::FetchError::Transport { .. } => "check that the node reaches the installer URL over HTTPS (--driver-installer-base-url, --driver-installer-ca-file)".to_string(),
+            },
+        }
+        };
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let name = format!("erdma-installer.{}.{nanos}", std::process::id());
+        let local = self.host_root.join("tmp").join(&name);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&local)
+            .map_err(|e| Self::read_error(&local, e))?;
+        let host_path = format!("/tmp/{name}/{file_name}");
+        let result = crate::fetch::fetch_then_run(
+            url,
+            pin,
+            flag,
+            &self.trust,
+            &local,
+            file_name,
+            |_| {
+                let mut env = env.to_vec();
+                env.push((file_env, host_path.as_str()));
+                self.exec
+                    .run_ok(
+                        step,
+                        "bash",
+                        &["-c", script],
+                        &env,
+                        self.installer_timeout,
+                        "the installer's log is in the error above; check the node's package repositories",
+                    )
+                    .map(|_| ())
+            },
+        );
+        let _ = std::fs::remove_dir_all(&local);
+        result.map_err(refused)?
     }
 
     /// Overrides how long module commands and installers may run.
@@ -358,16 +427,40 @@ impl Host for NodeHost {
 
     fn run_installer(&self, installer: &Installer) -> Result<(), HostError> {
         let step = crate::plan::Step::Install(installer.clone()).to_string();
-        let fix = "check that the node reaches mirrors.cloud.aliyuncs.com and has package repositories; the installer log is in the error above";
+        let fix =
+            "check that the node has package repositories; the installer log is in the error above";
+        let base = self.trust.base_url.trim_end_matches('/');
         let (script, env): (&str, Vec<(&str, &str)>) = match installer {
             Installer::Standard { version, force_mad } => {
                 let mut env = vec![("ERDMA_INSTALLER_VERSION", version.as_str())];
                 if *force_mad {
                     env.push(("ERDMA_FORCE_MAD_ENABLE", "1"));
                 }
-                (STANDARD_INSTALLER, env)
+                let url = format!("{base}/erdma_installer-{}.tar.gz", version.as_str());
+                return self.run_downloaded(
+                    &step,
+                    STANDARD_INSTALLER,
+                    &env,
+                    &url,
+                    self.trust.standard_sha256.as_ref(),
+                    "--driver-installer-sha256",
+                    "installer.tar.gz",
+                    "ERDMA_INSTALLER_TARBALL",
+                );
             }
-            Installer::Gpu => (GPU_INSTALLER, Vec::new()),
+            Installer::Gpu => {
+                let url = format!("{base}/env_setup.sh");
+                return self.run_downloaded(
+                    &step,
+                    GPU_INSTALLER,
+                    &[],
+                    &url,
+                    self.trust.gpu_sha256.as_ref(),
+                    "--gpu-installer-sha256",
+                    "env_setup.sh",
+                    "ERDMA_ENV_SETUP",
+                );
+            }
             Installer::ContainerOs => (CONTAINER_OS_INSTALLER, Vec::new()),
         };
         self.exec

@@ -29,6 +29,8 @@ pub struct DriverConfig {
     pub backoff_max: Duration,
     /// The resource whose holders block a reload.
     pub resource: String,
+    /// Where installers come from and the SHA-256 pins they must match.
+    pub installer_trust: crate::fetch::InstallerTrust,
 }
 
 impl Default for DriverConfig {
@@ -41,6 +43,7 @@ impl Default for DriverConfig {
             backoff_initial: Duration::from_secs(5),
             backoff_max: Duration::from_secs(300),
             resource: RESOURCE_NAME.to_string(),
+            installer_trust: crate::fetch::InstallerTrust::default(),
         }
     }
 }
