@@ -58,7 +58,7 @@ impl Attributes {
         };
         format!(
             "{}{} is forbidden: User \"{}\" cannot {} resource \"{}\" in API group \"{}\" {scope}",
-            self.full_resource(),
+            self.resource,
             if self.name.is_empty() {
                 String::new()
             } else {
