@@ -334,8 +334,9 @@ pub fn coverage(authz: &Authorizer, user: &str, records: &[Recorded]) -> Coverag
 /// A markdown table of `c`: one row per permission (verbs of the same rule, resource and names
 /// that the same steps used are joined), with the steps that need it.
 pub fn markdown_table(c: &Coverage) -> String {
-    let mut verbs: BTreeMap<(String, String, String, String, String, String), Vec<String>> =
-        BTreeMap::new();
+    /// Role, scope, group, resource, name, steps.
+    type Row = (String, String, String, String, String, String);
+    let mut verbs: BTreeMap<Row, Vec<String>> = BTreeMap::new();
     for (p, steps) in &c.used_by {
         let needed = if steps.is_empty() {
             "**unused**".to_string()
