@@ -14,6 +14,8 @@ mod devices;
 mod driver;
 mod health;
 mod hostsetup;
+#[cfg(test)]
+mod rbac_tests;
 mod smcr;
 #[cfg(test)]
 mod smcr_tests;

@@ -2,6 +2,8 @@
 //! (signing, retries, JSON) and the credential providers. Mocked at the HTTP boundary: the
 //! Kubernetes API server (`erdma_k8s::fake::FakeApiServer`, in memory) and the ECS/STS/metadata
 //! services (`erdma_cloud::emulator::EcsEmulator`, `erdma_netdev::emulator::MetadataEmulator`).
+//! The reconcilers talk to the API server as the controller's ServiceAccount, with the RBAC that
+//! the install renders enforced (a missing permission is a 403, as in a cluster).
 
 use erdma_cloud::credentials::{OidcRole, aes_cbc_encrypt};
 use erdma_cloud::emulator::{EcsEmulator, EmuInstance, EmuInstanceType};
@@ -93,10 +95,12 @@ async fn world() -> World {
             gpus: 0,
         });
     }
-    World {
-        api: FakeApiServer::new(),
-        emu,
-    }
+    let api = FakeApiServer::new();
+    let mut v = erdma_k8s::install::Values::default();
+    v.credentials.kind = "ram_role_sts".into();
+    let objects = erdma_k8s::install::render(&v).unwrap();
+    api.enforce(erdma_k8s::rbac::Authorizer::from_manifests(&objects).unwrap());
+    World { api, emu }
 }
 
 fn instance(w: &World, id: &str, ty: &str, ip: &str, jumbo: Option<bool>) -> String {
@@ -121,7 +125,17 @@ fn ctx_with(w: &World, source: CredentialSource) -> Arc<Ctx> {
         Arc::new(CredentialProvider::new(source)),
     )
     .unwrap();
-    Arc::new(Ctx::new(w.api.client(), ecs, Config::default()))
+    Arc::new(Ctx::new(
+        w.api.client_as(&controller()),
+        ecs,
+        Config::default(),
+    ))
+}
+
+/// The controller's ServiceAccount as the install renders it.
+fn controller() -> String {
+    let v = erdma_k8s::install::Values::default();
+    erdma_k8s::rbac::service_account_user(&v.namespace, &v.controller_sa())
 }
 
 fn ctx(w: &World) -> Arc<Ctx> {
@@ -668,7 +682,7 @@ async fn every_credential_type_provisions_a_node() {
         ..Default::default()
     });
     let sts = CredentialSource::StsSecret(Arc::new(KubeSecretSource::new(
-        w.api.client(),
+        w.api.client_as(&controller()),
         "kube-system",
         "addon.network.token",
     )));

@@ -1,16 +1,43 @@
 //! An in-memory Kubernetes API server, served as a tower service to `kube::Client::new`: the
 //! client, its serialisation, URL building, errors and watch streaming all run for real; only the
-//! API server behind the HTTP boundary is replaced.
+//! API server behind the HTTP boundary is replaced. It is a test double: it behaves like an API
+//! server where erdma's code depends on it, and no further.
 //!
-//! Modelled: GET (object, list with `labelSelector` equality terms and `fieldSelector`
-//! `metadata.name=`), watch streams (`watch=true`, from a resourceVersion), POST (409 when it
-//! exists), PUT (409 on a stale resourceVersion), PATCH (merge, strategic-merge treated as merge,
-//! server-side apply treated as create-or-merge), the `/status` subresource (only status changes;
-//! main-resource writes keep status), DELETE with finalizers (sets `deletionTimestamp`; removal
-//! when the last finalizer goes), resourceVersion/uid/creationTimestamp, injected failures, and a
-//! request log. Not modelled: admission, validation against schemas, garbage collection by
-//! ownerReferences, field managers.
+//! Modelled:
+//! - GET (object, list with `labelSelector` equality terms and `fieldSelector` `metadata.name=`),
+//!   POST (409 `AlreadyExists`), PUT, PATCH, DELETE with finalizers (sets `deletionTimestamp`;
+//!   removal when the last finalizer goes), resourceVersion/uid/creationTimestamp.
+//! - Optimistic concurrency: PUT or PATCH carrying a stale `metadata.resourceVersion` gets 409
+//!   `Conflict` (without one, PUT is unconditional, as for every resource erdma writes).
+//! - Patches: JSON merge patch (RFC 7386); strategic merge patch for built-in kinds with the merge
+//!   keys erdma's patches touch ([`SMP_LISTS`]: Node `status.conditions` and `status.addresses`
+//!   by `type`, `metadata.ownerReferences` by `uid`, `metadata.finalizers` as a set; other lists
+//!   are replaced, `$patch: delete` removes a keyed element); strategic merge patch on a custom
+//!   resource is refused with 415, as the API server does; server-side apply treated as
+//!   create-or-merge; JSON patch refused (415).
+//! - The `/status` subresource: only status changes; main-resource writes keep status.
+//! - Validation on create/update/patch: the resulting object must deserialise into its
+//!   k8s-openapi type (or [`ERdmaDevice`]), else 422 `Invalid` naming the error; `metadata.name`
+//!   is required.
+//! - Watches from a resourceVersion; [`FakeApiServer::compact`] forgets the history, after which a
+//!   watch from an older resourceVersion gets an `ERROR` event with a 410 `Expired` Status (as the
+//!   watch cache sends it), and [`FakeApiServer::close_watches`] ends open watch streams (as the
+//!   API server's watch timeout does).
+//! - Identity and RBAC: [`FakeApiServer::client_as`] gives a client a user name; every request is
+//!   recorded with the attributes the API server's authorizer sees ([`crate::rbac::Attributes`]:
+//!   verb, API group, resource, subresource, namespace, name, user) and the current test step
+//!   ([`FakeApiServer::set_step`]); with [`FakeApiServer::enforce`] a request of a named user that
+//!   the rendered RBAC objects do not allow gets 403 `Forbidden` with the API server's message.
+//!   [`FakeApiServer::client`] is an unrestricted administrator (test set-up, `erdmactl`).
+//! - Injected failures and a request log.
+//!
+//! Not modelled: admission webhooks and semantic validation beyond deserialisation (immutable
+//! fields, name formats, CRD structural schemas and pruning), garbage collection by
+//! ownerReferences, field managers and apply conflicts, pagination (`limit`/`continue` are
+//! ignored), bookmarks, set-based label selectors, `resourceVersionMatch`, strategic merge
+//! directives other than `$patch: delete`, and lists outside [`SMP_LISTS`].
 
+use crate::rbac::{Attributes, Authorizer, Recorded};
 use bytes::Bytes;
 use futures::StreamExt;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
@@ -55,8 +82,19 @@ pub struct FakeState {
     pub requests: Vec<String>,
     /// Failures answered once each, first match first.
     pub failures: Vec<Failure>,
+    /// Every request of a client with an identity ([`FakeApiServer::client_as`]), as the
+    /// authorizer sees it, with the step it was made in.
+    pub audit: Vec<Recorded>,
+    /// The current step, recorded with each request ([`FakeApiServer::set_step`]).
+    pub step: String,
+    /// When set, requests of identified clients are authorized against it (403 when denied).
+    pub authorizer: Option<Authorizer>,
     rv: u64,
+    /// History before this resourceVersion is forgotten (410 for watches from before it).
+    compacted: u64,
     history: Vec<WatchEvent>,
+    /// Open watch streams end when this is cancelled.
+    watches: tokio_util::sync::CancellationToken,
 }
 
 /// The fake API server. Cheap to clone (shared state).
@@ -91,14 +129,57 @@ impl FakeApiServer {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A kube client talking to this server (default namespace `default`).
+    /// A kube client talking to this server (default namespace `default`) as an unrestricted
+    /// administrator: test set-up and `erdmactl`; its requests are not audited.
     pub fn client(&self) -> kube::Client {
+        self.client_for(None)
+    }
+
+    /// A kube client authenticated as `user` (e.g. [`crate::rbac::service_account_user`]): its
+    /// requests are audited and, with [`FakeApiServer::enforce`], authorized.
+    pub fn client_as(&self, user: &str) -> kube::Client {
+        self.client_for(Some(user.to_string()))
+    }
+
+    fn client_for(&self, user: Option<String>) -> kube::Client {
         let me = self.clone();
         let svc = tower::service_fn(move |req: Request<kube::client::Body>| {
             let me = me.clone();
-            async move { Ok::<_, Infallible>(me.handle(req).await) }
+            let user = user.clone();
+            async move { Ok::<_, Infallible>(me.handle(req, user.as_deref()).await) }
         });
         kube::Client::new(svc, "default")
+    }
+
+    /// Authorizes every request of an identified client against `authz` from now on.
+    pub fn enforce(&self, authz: Authorizer) {
+        self.state().authorizer = Some(authz);
+    }
+
+    /// Sets the step recorded with the following requests (what the code under test is doing).
+    pub fn set_step(&self, step: &str) {
+        self.state().step = step.to_string();
+    }
+
+    /// The audited requests so far.
+    pub fn audit(&self) -> Vec<Recorded> {
+        self.state().audit.clone()
+    }
+
+    /// Forgets the watch history up to now (etcd compaction): a later watch from an older
+    /// resourceVersion gets 410 Gone and the client has to list again.
+    pub fn compact(&self) {
+        let mut st = self.state();
+        st.compacted = st.rv;
+        st.history.clear();
+    }
+
+    /// Ends every open watch stream (as the API server's watch timeout does); clients re-watch
+    /// from the last resourceVersion they saw.
+    pub fn close_watches(&self) {
+        let mut st = self.state();
+        st.watches.cancel();
+        st.watches = tokio_util::sync::CancellationToken::new();
     }
 
     /// Stores `obj` (create or replace), as if another client had written it.
@@ -236,7 +317,7 @@ impl FakeApiServer {
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                     let me = me.clone();
-                    async move { Ok::<_, Infallible>(me.handle(req).await) }
+                    async move { Ok::<_, Infallible>(me.handle(req, None).await) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
@@ -245,7 +326,7 @@ impl FakeApiServer {
         }
     }
 
-    async fn handle<B>(&self, req: Request<B>) -> Response<Body>
+    async fn handle<B>(&self, req: Request<B>, user: Option<&str>) -> Response<Body>
     where
         B: hyper::body::Body,
     {
@@ -289,6 +370,22 @@ impl FakeApiServer {
             {
                 let f = st.failures.remove(i);
                 return status(f.status, "InternalError", "injected by the fake API server");
+            }
+            if let (Some(user), Some(attrs)) = (user, attributes(&method, &path, &query)) {
+                let attrs = Attributes {
+                    user: user.to_string(),
+                    ..attrs
+                };
+                let step = st.step.clone();
+                st.audit.push(Recorded {
+                    attributes: attrs.clone(),
+                    step,
+                });
+                if let Some(a) = &st.authorizer
+                    && a.authorize(&attrs).is_empty()
+                {
+                    return status(403, "Forbidden", &attrs.forbidden_message());
+                }
             }
         }
         if method == "GET"
@@ -340,38 +437,58 @@ impl FakeApiServer {
             .and_then(|r| r.parse().ok())
             .unwrap_or(0);
         let mut rx = self.events.subscribe();
-        let backlog: Vec<WatchEvent> = self
-            .state()
-            .history
-            .iter()
-            .filter(|e| e.rv > from && e.collection == route.collection)
-            .cloned()
-            .collect();
+        let (backlog, expired, closed) = {
+            let st = self.state();
+            let backlog: Vec<WatchEvent> = st
+                .history
+                .iter()
+                .filter(|e| e.rv > from && e.collection == route.collection)
+                .cloned()
+                .collect();
+            (
+                backlog,
+                from != 0 && from < st.compacted,
+                st.watches.clone(),
+            )
+        };
         let last = backlog.last().map(|e| e.rv).unwrap_or(from);
         let (tx, out) = tokio::sync::mpsc::channel::<Bytes>(64);
         let coll = route.collection.clone();
         let query = query.clone();
-        tokio::spawn(async move {
-            let line = |e: &WatchEvent| {
-                let mut s = json!({"type": e.kind, "object": e.object}).to_string();
-                s.push('\n');
-                Bytes::from(s)
-            };
-            for e in &backlog {
-                if selected(&e.object, &query) && tx.send(line(e)).await.is_err() {
-                    return;
+        let line = |v: Value| {
+            let mut s = v.to_string();
+            s.push('\n');
+            Bytes::from(s)
+        };
+        if expired {
+            // As the watch cache answers: 200, then one ERROR event carrying a 410 Status.
+            let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
+                "metadata": {}, "status": "Failure", "reason": "Expired", "code": 410,
+                "message": format!("too old resource version: {from}")}});
+            let _ = tx.try_send(line(gone));
+        } else {
+            tokio::spawn(async move {
+                let ev = |e: &WatchEvent| line(json!({"type": e.kind, "object": e.object}));
+                for e in &backlog {
+                    if selected(&e.object, &query) && tx.send(ev(e)).await.is_err() {
+                        return;
+                    }
                 }
-            }
-            while let Ok(e) = rx.recv().await {
-                if e.rv > last
-                    && e.collection == coll
-                    && selected(&e.object, &query)
-                    && tx.send(line(&e)).await.is_err()
-                {
-                    return;
+                loop {
+                    let e = tokio::select! {
+                        _ = closed.cancelled() => return,
+                        r = rx.recv() => match r { Ok(e) => e, Err(_) => return },
+                    };
+                    if e.rv > last
+                        && e.collection == coll
+                        && selected(&e.object, &query)
+                        && tx.send(ev(&e)).await.is_err()
+                    {
+                        return;
+                    }
                 }
-            }
-        });
+            });
+        }
         let stream = futures::stream::unfold(out, |mut rx| async move {
             rx.recv()
                 .await
@@ -409,6 +526,9 @@ impl FakeApiServer {
         }
         if let Some(ns) = &route.namespace {
             v["metadata"]["namespace"] = json!(ns);
+        }
+        if let Err(e) = validate(route, &v) {
+            return invalid(route, &name, &e);
         }
         self.store(&mut st, &route.collection, &name, v, "ADDED");
         ok(201, &st.objects[&route.collection][&name])
@@ -454,6 +574,9 @@ impl FakeApiServer {
             v["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
             v
         };
+        if let Err(e) = validate(route, &merged) {
+            return invalid(route, name, &e);
+        }
         self.finish_write(&mut st, route, name, merged)
     }
 
@@ -469,6 +592,18 @@ impl FakeApiServer {
             );
         }
         let apply = content_type.starts_with("application/apply-patch");
+        let strategic = content_type.starts_with("application/strategic-merge-patch");
+        if strategic && route.is_custom() {
+            // What the API server answers: custom resources have no patch strategies.
+            return status(
+                415,
+                "UnsupportedMediaType",
+                &format!(
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (strategic merge patch is not supported for {})",
+                    route.resource
+                ),
+            );
+        }
         let mut st = self.state();
         let old = st
             .objects
@@ -500,16 +635,26 @@ impl FakeApiServer {
                 "the object has been modified; please apply your changes to the latest version and try again",
             );
         }
+        let apply_patch = |target: &mut Value, patch: &Value, path: &str| {
+            if strategic {
+                strategic_merge(target, patch, path);
+            } else {
+                merge(target, patch);
+            }
+        };
         if route.subresource.as_deref() == Some("status") {
             if let Some(s) = p.get("status") {
-                merge(&mut v["status"], s);
+                apply_patch(&mut v["status"], s, "status");
             }
         } else {
             let mut p = p.clone();
             if let Some(o) = p.as_object_mut() {
                 o.remove("status");
             }
-            merge(&mut v, &p);
+            apply_patch(&mut v, &p, "");
+        }
+        if let Err(e) = validate(route, &v) {
+            return invalid(route, name, &e);
         }
         self.finish_write(&mut st, route, name, v)
     }
@@ -653,6 +798,7 @@ fn discovery(path: &str) -> Option<Value> {
 /// A parsed resource URL.
 #[derive(Debug)]
 struct Route {
+    group: String,
     collection: String,
     resource: String,
     namespace: Option<String>,
@@ -663,9 +809,10 @@ struct Route {
 impl Route {
     fn parse(path: &str) -> Option<Self> {
         let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-        let (prefix, rest) = match *segs.first()? {
-            "api" => (format!("/api/{}", segs.get(1)?), &segs[2..]),
+        let (group, prefix, rest) = match *segs.first()? {
+            "api" => (String::new(), format!("/api/{}", segs.get(1)?), &segs[2..]),
             "apis" => (
+                segs.get(1)?.to_string(),
                 format!("/apis/{}/{}", segs.get(1)?, segs.get(2)?),
                 &segs[3..],
             ),
@@ -682,12 +829,190 @@ impl Route {
             None => format!("{prefix}/{resource}"),
         };
         Some(Self {
+            group,
             collection,
             resource,
             namespace,
             name: rest.get(1).map(|s| s.to_string()),
             subresource: rest.get(2).map(|s| s.to_string()),
         })
+    }
+}
+
+impl Route {
+    /// A custom resource (a group served by a CRD, not by Kubernetes itself).
+    fn is_custom(&self) -> bool {
+        self.group.contains('.') && !self.group.ends_with(".k8s.io")
+    }
+}
+
+/// The authorizer's view of a request (user left empty); `None` for non-resource URLs.
+fn attributes(method: &str, path: &str, query: &BTreeMap<String, String>) -> Option<Attributes> {
+    let route = Route::parse(path)?;
+    let watch = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let verb = match (method, route.name.is_some()) {
+        ("GET", _) if watch => "watch",
+        ("GET", true) => "get",
+        ("GET", false) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => return None,
+    };
+    // As the API server: a list or watch narrowed to one name by a field selector carries it.
+    let from_selector = || {
+        query
+            .get("fieldSelector")?
+            .split(',')
+            .find_map(|t| t.strip_prefix("metadata.name="))
+            .map(|n| n.trim_start_matches('=').to_string())
+    };
+    let name = match (&route.name, verb) {
+        (Some(n), _) => n.clone(),
+        (None, "list" | "watch") => from_selector().unwrap_or_default(),
+        _ => String::new(),
+    };
+    Some(Attributes {
+        user: String::new(),
+        verb: verb.into(),
+        api_group: route.group,
+        resource: route.resource,
+        subresource: route.subresource.unwrap_or_default(),
+        namespace: route.namespace.unwrap_or_default(),
+        name,
+    })
+}
+
+/// Checks that `v` deserialises into the type the route serves (the API server decodes every
+/// write into its Go type and rejects what does not fit).
+fn validate(route: &Route, v: &Value) -> Result<(), String> {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::{
+        ConfigMap, Namespace, Node, Pod, Secret, Service, ServiceAccount,
+    };
+    use k8s_openapi::api::events::v1::Event;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    fn de<T: DeserializeOwned>(v: &Value) -> Result<(), String> {
+        serde_json::from_value::<T>(v.clone())
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+    match (route.group.as_str(), route.resource.as_str()) {
+        ("", "nodes") => de::<Node>(v),
+        ("", "pods") => de::<Pod>(v),
+        ("", "secrets") => de::<Secret>(v),
+        ("", "configmaps") => de::<ConfigMap>(v),
+        ("", "services") => de::<Service>(v),
+        ("", "serviceaccounts") => de::<ServiceAccount>(v),
+        ("", "namespaces") => de::<Namespace>(v),
+        ("apps", "deployments") => de::<Deployment>(v),
+        ("apps", "daemonsets") => de::<DaemonSet>(v),
+        ("coordination.k8s.io", "leases") => de::<Lease>(v),
+        ("events.k8s.io", "events") => de::<Event>(v),
+        ("rbac.authorization.k8s.io", "clusterroles") => de::<ClusterRole>(v),
+        ("rbac.authorization.k8s.io", "clusterrolebindings") => de::<ClusterRoleBinding>(v),
+        ("rbac.authorization.k8s.io", "roles") => de::<Role>(v),
+        ("rbac.authorization.k8s.io", "rolebindings") => de::<RoleBinding>(v),
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations") => {
+            de::<MutatingWebhookConfiguration>(v)
+        }
+        ("apiextensions.k8s.io", "customresourcedefinitions") => de::<CustomResourceDefinition>(v),
+        ("network.alibabacloud.com", "erdmadevices") => de::<crate::crd::ERdmaDevice>(v),
+        (g, r) => Err(format!(
+            "the fake API server does not know the type of {r} in API group {g:?}; add it to validate()"
+        )),
+    }
+}
+
+fn invalid(route: &Route, name: &str, why: &str) -> Response<Body> {
+    status(
+        422,
+        "Invalid",
+        &format!("{} \"{name}\" is invalid: {why}", route.resource),
+    )
+}
+
+/// The lists a strategic merge patch merges (path from the object's root, merge key; an empty key
+/// merges a list of strings as a set), as the patch strategies of the Kubernetes types define
+/// them. Every other list is replaced.
+pub const SMP_LISTS: &[(&str, &str)] = &[
+    ("status.conditions", "type"),
+    ("status.addresses", "type"),
+    ("metadata.ownerReferences", "uid"),
+    ("metadata.finalizers", ""),
+];
+
+/// Strategic merge patch of `patch` into `target` at `path` (see [`SMP_LISTS`]).
+fn strategic_merge(target: &mut Value, patch: &Value, path: &str) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let Value::Object(t) = target else {
+        return;
+    };
+    for (k, v) in p {
+        if k.starts_with('$') {
+            continue;
+        }
+        if v.is_null() {
+            t.remove(k);
+            continue;
+        }
+        let child = if path.is_empty() {
+            k.clone()
+        } else {
+            format!("{path}.{k}")
+        };
+        let key = SMP_LISTS
+            .iter()
+            .find(|(p, _)| *p == child)
+            .map(|(_, key)| *key);
+        match (key, v, t.get_mut(k)) {
+            (Some(key), Value::Array(items), Some(Value::Array(have))) => {
+                merge_list(have, items, key)
+            }
+            (_, Value::Object(_), Some(existing)) => strategic_merge(existing, v, &child),
+            _ => {
+                let mut fresh = Value::Null;
+                strategic_merge(&mut fresh, v, &child);
+                t.insert(k.clone(), if v.is_object() { fresh } else { v.clone() });
+            }
+        }
+    }
+}
+
+fn merge_list(have: &mut Vec<Value>, items: &[Value], key: &str) {
+    for item in items {
+        if key.is_empty() {
+            if !have.contains(item) {
+                have.push(item.clone());
+            }
+            continue;
+        }
+        let id = item.get(key).cloned();
+        let pos = have
+            .iter()
+            .position(|h| h.get(key).cloned() == id && id.is_some());
+        let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
+        match (pos, delete) {
+            (Some(i), true) => drop(have.remove(i)),
+            (None, true) => {}
+            (Some(i), false) => strategic_merge(&mut have[i], item, ""),
+            (None, false) => {
+                let mut fresh = Value::Null;
+                strategic_merge(&mut fresh, item, "");
+                have.push(fresh);
+            }
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! The Kubernetes side of erdma (kube-rs): the `ERdmaDevice` CRD with the original's fields, the
 //! agent's view of it ([`agent`]), shared names ([`labels`]), typed install manifests
-//! ([`install`]) and, with the `fake` feature, an in-memory API server for tests ([`fake`]).
+//! ([`install`]) and, with the `fake` feature, an in-memory API server for tests ([`fake`]) and RBAC evaluated
+//! as the API server does ([`rbac`]).
 //!
 //! This library does not pick a k8s-openapi version feature; binaries do.
 
@@ -10,6 +11,8 @@ pub mod crd;
 pub mod fake;
 pub mod install;
 pub mod labels;
+#[cfg(feature = "fake")]
+pub mod rbac;
 pub mod yaml;
 
 pub use crd::{

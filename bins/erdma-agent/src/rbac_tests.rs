@@ -1,0 +1,222 @@
+//! RBAC proven by use (the agent's half; the controller's is `erdma-controller`'s `tests/rbac.rs`),
+//! and the agent's node-condition patch against a strategic-merge-patching API server.
+//!
+//! Every code path of the agent that talks to the API server runs here against
+//! `erdma_k8s::fake::FakeApiServer` as the agent's ServiceAccount, with the RBAC objects that
+//! `erdma_k8s::install::render` (and, by the chart test, the Helm chart) renders enforced: a
+//! missing permission is a 403 and fails the step. Afterwards every recorded request must be
+//! allowed and every granted permission must have been used by some step (a surplus permission
+//! fails too). The table "permission → steps that need it" is kept in `docs/operations.md`
+//! (`UPDATE=1 cargo test -p erdma-agent rbac` regenerates it).
+
+use crate::cluster::{Cluster, PodRef};
+use erdma_driver::{DriverStatus, PendingChange, RunningMode, StatusCode};
+use erdma_k8s::fake::FakeApiServer;
+use erdma_k8s::install::{Values, render};
+use erdma_k8s::rbac::{
+    Authorizer, check_doc_section, coverage, markdown_table, service_account_user,
+};
+use erdma_k8s::{DeviceInfo, ERdmaDevice, ERdmaDeviceSpec};
+use erdma_model::DriverMode;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::path::Path;
+
+/// Permissions granted although no step here uses them, each with the reason no test can.
+const ALLOWED_UNUSED: &[(&str, &str, &str)] = &[];
+
+fn kubelet_condition(ty: &str, status: &str) -> NodeCondition {
+    NodeCondition {
+        type_: ty.into(),
+        status: status.into(),
+        reason: Some(format!("Kubelet{ty}")),
+        message: Some(format!("kubelet reports {ty}")),
+        ..Default::default()
+    }
+}
+
+/// A node as the kubelet keeps it: its own four conditions.
+fn kubelet_node(name: &str) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        status: Some(NodeStatus {
+            conditions: Some(vec![
+                kubelet_condition("MemoryPressure", "False"),
+                kubelet_condition("DiskPressure", "False"),
+                kubelet_condition("PIDPressure", "False"),
+                kubelet_condition("Ready", "True"),
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn pending() -> DriverStatus {
+    let mut s = DriverStatus::starting(DriverMode::Default);
+    s.running = RunningMode::Mode(DriverMode::Compat);
+    s.ready = true;
+    s.code = StatusCode::ModeChangePending;
+    s.reason = "mode change to default refused: pods hold aliyun/erdma".into();
+    s.pending = Some(PendingChange {
+        from: s.running,
+        to: DriverMode::Default,
+        holders: vec![],
+        blocked_by: "pods hold aliyun/erdma".into(),
+    });
+    s
+}
+
+fn converged() -> DriverStatus {
+    let mut s = DriverStatus::starting(DriverMode::Default);
+    s.running = RunningMode::Mode(DriverMode::Default);
+    s.ready = true;
+    s.code = StatusCode::Converged;
+    s.reason = "driver in mode default".into();
+    s
+}
+
+fn conditions(api: &FakeApiServer, node: &str) -> Vec<(String, String, Option<String>)> {
+    api.get::<Node>(None, node)
+        .and_then(|n| n.status)
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (c.type_, c.status, c.reason))
+        .collect()
+}
+
+#[tokio::test]
+async fn every_agent_api_call_is_allowed_and_every_permission_is_used() {
+    let v = Values::default();
+    let objects = render(&v).unwrap();
+    let authz = Authorizer::from_manifests(&objects).unwrap();
+    let user = service_account_user(&v.namespace, &v.agent_sa());
+    let api = FakeApiServer::new();
+    api.enforce(authz.clone());
+    api.put(&kubelet_node("n1"));
+    let cluster = Cluster {
+        client: api.client_as(&user),
+        node: "n1".into(),
+    };
+
+    api.set_step("Driver state: node labels, `ERdmaDriverReady` condition, pending Event");
+    cluster.publish_driver(None, &pending()).await.unwrap();
+    api.set_step("Driver state: the change is done (Event)");
+    cluster
+        .publish_driver(Some(&pending()), &converged())
+        .await
+        .unwrap();
+
+    api.set_step("SMC-R pre-start: Event on the pod");
+    cluster
+        .pod_event(
+            &PodRef {
+                namespace: "team-a".into(),
+                name: "trainer-0".into(),
+                uid: "uid-trainer-0".into(),
+            },
+            "Normal",
+            "SmcrEnabled",
+            "SMC-R enabled",
+        )
+        .await
+        .unwrap();
+
+    api.set_step("ERIs: this node's ERdmaDevice (label selector)");
+    let mut o = ERdmaDevice::new(
+        "n1",
+        ERdmaDeviceSpec {
+            devices: vec![DeviceInfo {
+                instance_id: "i-abc".into(),
+                mac: "00:16:3e:00:00:01".into(),
+                is_primary_eni: false,
+                id: "eni-1".into(),
+                network_card_index: 0,
+                queue_pair: 8,
+            }],
+            jumbo_frame: false,
+        },
+    );
+    o.metadata.labels = Some(erdma_k8s::labels::erdma_device_labels("n1", "i-abc"));
+    api.put(&o);
+    let eris = erdma_k8s::agent::find_node_eris(&cluster.client, "n1")
+        .await
+        .unwrap()
+        .expect("found");
+
+    api.set_step("ERIs: report devices this node cannot use (status)");
+    erdma_k8s::agent::report_device_problems(
+        &cluster.client,
+        &eris.object_name,
+        &[("eni-1".into(), "no local device".into())],
+    )
+    .await
+    .unwrap();
+
+    let c = coverage(&authz, &user, &api.audit());
+    assert!(
+        c.denied.is_empty(),
+        "requests the rendered RBAC does not allow (add the permission to erdma_k8s::install and the chart):\n{:#?}",
+        c.denied
+    );
+    let unused: Vec<_> = c
+        .unused()
+        .into_iter()
+        .filter(|p| {
+            !ALLOWED_UNUSED
+                .iter()
+                .any(|(r, verb, _)| *r == p.resource && *verb == p.verb)
+        })
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "permissions nothing used (remove them from erdma_k8s::install and the chart, or justify them in ALLOWED_UNUSED):\n{unused:#?}"
+    );
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md");
+    let table = format!(
+        "Agent, as `{user}` (values: defaults):\n\n{}",
+        markdown_table(&c)
+    );
+    check_doc_section(&doc, "agent", &table).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The agent's condition patch is a strategic merge patch: the API server merges
+/// `status.conditions` by `type`, so the kubelet's conditions stay and the agent's is updated in
+/// place. (A JSON merge patch would replace the list and drop `Ready`.)
+#[tokio::test]
+async fn kubelet_conditions_survive_the_agent_condition_patch() {
+    let api = FakeApiServer::new();
+    api.put(&kubelet_node("n1"));
+    let cluster = Cluster {
+        client: api.client(),
+        node: "n1".into(),
+    };
+    cluster.publish_driver(None, &pending()).await.unwrap();
+    cluster
+        .publish_driver(Some(&pending()), &converged())
+        .await
+        .unwrap();
+    let want = |r: &str| Some(format!("Kubelet{r}"));
+    assert_eq!(
+        conditions(&api, "n1"),
+        vec![
+            (
+                "MemoryPressure".into(),
+                "False".into(),
+                want("MemoryPressure")
+            ),
+            ("DiskPressure".into(), "False".into(), want("DiskPressure")),
+            ("PIDPressure".into(), "False".into(), want("PIDPressure")),
+            ("Ready".into(), "True".into(), want("Ready")),
+            (
+                "ERdmaDriverReady".into(),
+                "True".into(),
+                Some("Converged".into())
+            ),
+        ]
+    );
+}

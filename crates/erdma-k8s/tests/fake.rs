@@ -1,0 +1,437 @@
+//! The fake API server behaves like one where erdma depends on it: strategic merge patches,
+//! optimistic concurrency, expired watches, validation on write, and RBAC with identities. Each
+//! expectation is the documented behaviour of the Kubernetes API server, written out here.
+
+use erdma_k8s::fake::FakeApiServer;
+use erdma_k8s::install::{Values, render};
+use erdma_k8s::rbac::{Attributes, Authorizer, service_account_user};
+use erdma_k8s::{ERdmaDevice, ERdmaDeviceSpec};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, Secret};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::json;
+use std::time::Duration;
+
+fn node(name: &str, conditions: &[(&str, &str)]) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        status: Some(NodeStatus {
+            conditions: Some(
+                conditions
+                    .iter()
+                    .map(|(t, s)| NodeCondition {
+                        type_: (*t).into(),
+                        status: (*s).into(),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn conditions(api: &FakeApiServer, name: &str) -> Vec<(String, String)> {
+    api.get::<Node>(None, name)
+        .and_then(|n| n.status?.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (c.type_, c.status))
+        .collect()
+}
+
+fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+    v.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+fn api_code(e: kube::Error) -> u16 {
+    match e {
+        kube::Error::Api(s) => s.code,
+        other => panic!("not an API error: {other}"),
+    }
+}
+
+#[tokio::test]
+async fn strategic_merge_patch_merges_conditions_by_type_and_merge_patch_replaces_them() {
+    let api = FakeApiServer::new();
+    api.put(&node("n1", &[("Ready", "True"), ("DiskPressure", "False")]));
+    let nodes: Api<Node> = Api::all(api.client());
+    let smp = json!({"status": {"conditions": [
+        {"type": "DiskPressure", "status": "True"},
+        {"type": "ERdmaDriverReady", "status": "False"}]}});
+    nodes
+        .patch_status("n1", &PatchParams::default(), &Patch::Strategic(&smp))
+        .await
+        .unwrap();
+    assert_eq!(
+        conditions(&api, "n1"),
+        pairs(&[
+            ("Ready", "True"),
+            ("DiskPressure", "True"),
+            ("ERdmaDriverReady", "False")
+        ])
+    );
+    // `$patch: delete` removes one element by its key.
+    let del = json!({"status": {"conditions": [{"type": "DiskPressure", "$patch": "delete"}]}});
+    nodes
+        .patch_status("n1", &PatchParams::default(), &Patch::Strategic(&del))
+        .await
+        .unwrap();
+    assert_eq!(
+        conditions(&api, "n1"),
+        pairs(&[("Ready", "True"), ("ERdmaDriverReady", "False")])
+    );
+    // A JSON merge patch replaces the list (RFC 7386).
+    let merge = json!({"status": {"conditions": [{"type": "ERdmaDriverReady", "status": "True"}]}});
+    nodes
+        .patch_status("n1", &PatchParams::default(), &Patch::Merge(&merge))
+        .await
+        .unwrap();
+    assert_eq!(
+        conditions(&api, "n1"),
+        pairs(&[("ERdmaDriverReady", "True")])
+    );
+    // Finalizers merge as a set.
+    let f = json!({"metadata": {"finalizers": ["a", "b"]}});
+    nodes
+        .patch("n1", &PatchParams::default(), &Patch::Strategic(&f))
+        .await
+        .unwrap();
+    let f = json!({"metadata": {"finalizers": ["b", "c"]}});
+    nodes
+        .patch("n1", &PatchParams::default(), &Patch::Strategic(&f))
+        .await
+        .unwrap();
+    assert_eq!(
+        api.get::<Node>(None, "n1").unwrap().metadata.finalizers,
+        Some(vec!["a".to_string(), "b".into(), "c".into()])
+    );
+}
+
+#[tokio::test]
+async fn strategic_merge_patch_on_a_custom_resource_is_unsupported_media_type() {
+    let api = FakeApiServer::new();
+    api.put(&ERdmaDevice::new("n1", ERdmaDeviceSpec::default()));
+    let crs: Api<ERdmaDevice> = Api::all(api.client());
+    let e = crs
+        .patch(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Strategic(&json!({"spec": {"jumboFrame": true}})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(e), 415);
+}
+
+#[tokio::test]
+async fn a_stale_resource_version_conflicts_on_update_and_patch() {
+    let api = FakeApiServer::new();
+    let secrets: Api<Secret> = Api::namespaced(api.client(), "ns");
+    let mut s = Secret {
+        metadata: ObjectMeta {
+            name: Some("s".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let created = secrets.create(&PostParams::default(), &s).await.unwrap();
+    s.metadata.resource_version = created.metadata.resource_version.clone();
+    s.string_data = None;
+    secrets
+        .replace("s", &PostParams::default(), &s)
+        .await
+        .unwrap();
+    // `s` still carries the first resourceVersion: another writer came in between.
+    assert_eq!(
+        api_code(
+            secrets
+                .replace("s", &PostParams::default(), &s)
+                .await
+                .unwrap_err()
+        ),
+        409
+    );
+    let stale = json!({"metadata": {"resourceVersion": created.metadata.resource_version}});
+    assert_eq!(
+        api_code(
+            secrets
+                .patch("s", &PatchParams::default(), &Patch::Merge(&stale))
+                .await
+                .unwrap_err()
+        ),
+        409
+    );
+}
+
+#[tokio::test]
+async fn writes_that_do_not_deserialise_into_their_type_are_invalid() {
+    let api = FakeApiServer::new();
+    api.put(&node("n1", &[("Ready", "True")]));
+    let nodes: Api<Node> = Api::all(api.client());
+    // NodeCondition.status is a string.
+    let bad = json!({"status": {"conditions": [{"type": "X", "status": 1}]}});
+    let e = nodes
+        .patch_status("n1", &PatchParams::default(), &Patch::Strategic(&bad))
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(e), 422);
+    assert_eq!(
+        conditions(&api, "n1"),
+        pairs(&[("Ready", "True")]),
+        "unchanged"
+    );
+    // An ERdmaDevice whose devices are not a list.
+    let crs: Api<ERdmaDevice> = Api::all(api.client());
+    api.put(&ERdmaDevice::new("n1", ERdmaDeviceSpec::default()));
+    let e = crs
+        .patch(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"devices": "eni-1"}})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(api_code(e), 422);
+}
+
+type NodeEvents = futures::stream::BoxStream<'static, Result<watcher::Event<Node>, watcher::Error>>;
+
+/// Reads watcher events until a node named `want` was applied.
+async fn until_seen(stream: &mut NodeEvents, seen: &mut Vec<String>, want: &str) {
+    while !seen.iter().any(|n| n == want) {
+        let ev = tokio::time::timeout(Duration::from_secs(20), stream.next())
+            .await
+            .expect("an event")
+            .expect("stream open");
+        if let Ok(watcher::Event::InitApply(n) | watcher::Event::Apply(n)) = ev {
+            seen.push(n.metadata.name.unwrap_or_default());
+        }
+    }
+}
+
+/// After compaction a watch from an older resourceVersion gets 410 Gone; kube's watcher then lists
+/// again and so still sees the object created meanwhile.
+#[tokio::test]
+async fn an_expired_watch_makes_the_client_list_again() {
+    let api = FakeApiServer::new();
+    api.put(&node("a", &[]));
+    let nodes: Api<Node> = Api::all(api.client_as("watcher"));
+    let mut stream: NodeEvents = watcher(nodes, watcher::Config::default()).boxed();
+    let mut seen: Vec<String> = Vec::new();
+    until_seen(&mut stream, &mut seen, "a").await;
+    let lists = |api: &FakeApiServer| {
+        api.audit()
+            .iter()
+            .filter(|r| r.attributes.verb == "list" && r.attributes.resource == "nodes")
+            .count()
+    };
+    assert_eq!(lists(&api), 1);
+    // b is created, then the history is compacted and open watches end: the watcher's next watch
+    // starts from the list's resourceVersion, which is now too old.
+    api.put(&node("b", &[]));
+    api.compact();
+    api.close_watches();
+    until_seen(&mut stream, &mut seen, "b").await;
+    assert_eq!(lists(&api), 2, "re-listed after 410 Gone");
+}
+
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str], names: &[&str]) -> PolicyRule {
+    let s = |x: &[&str]| x.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    PolicyRule {
+        api_groups: Some(s(groups)),
+        resources: Some(s(resources)),
+        verbs: s(verbs),
+        resource_names: (!names.is_empty()).then(|| s(names)),
+        ..Default::default()
+    }
+}
+
+fn attrs(
+    user: &str,
+    verb: &str,
+    group: &str,
+    res: &str,
+    sub: &str,
+    ns: &str,
+    name: &str,
+) -> Attributes {
+    Attributes {
+        user: user.into(),
+        verb: verb.into(),
+        api_group: group.into(),
+        resource: res.into(),
+        subresource: sub.into(),
+        namespace: ns.into(),
+        name: name.into(),
+    }
+}
+
+#[test]
+fn rbac_rules_are_evaluated_as_the_api_server_does() {
+    let sa = service_account_user("ops", "bot");
+    let meta = |name: &str, ns: Option<&str>| ObjectMeta {
+        name: Some(name.into()),
+        namespace: ns.map(str::to_string),
+        ..Default::default()
+    };
+    let subject = Subject {
+        kind: "ServiceAccount".into(),
+        name: "bot".into(),
+        namespace: Some("ops".into()),
+        ..Default::default()
+    };
+    let objs = vec![
+        serde_json::to_value(ClusterRole {
+            metadata: meta("cr", None),
+            rules: Some(vec![
+                rule(&[""], &["nodes"], &["get"], &[]),
+                rule(&["apps"], &["*"], &["*"], &[]),
+                rule(&[""], &["*/log"], &["get"], &[]),
+            ]),
+            ..Default::default()
+        })
+        .unwrap(),
+        serde_json::to_value(ClusterRoleBinding {
+            metadata: meta("crb", None),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+                name: "cr".into(),
+            },
+            subjects: Some(vec![subject.clone()]),
+        })
+        .unwrap(),
+        serde_json::to_value(Role {
+            metadata: meta("r", Some("ops")),
+            rules: Some(vec![rule(
+                &[""],
+                &["secrets"],
+                &["get", "update"],
+                &["mine"],
+            )]),
+        })
+        .unwrap(),
+        serde_json::to_value(RoleBinding {
+            metadata: meta("rb", Some("ops")),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "Role".into(),
+                name: "r".into(),
+            },
+            subjects: Some(vec![subject]),
+        })
+        .unwrap(),
+    ];
+    let a = Authorizer::from_manifests(&objs).unwrap();
+    let allowed = |x: Attributes| !a.authorize(&x).is_empty();
+    assert!(allowed(attrs(&sa, "get", "", "nodes", "", "", "n1")));
+    assert!(
+        !allowed(attrs(&sa, "get", "", "nodes", "status", "", "n1")),
+        "subresource needs its own rule"
+    );
+    assert!(
+        !allowed(attrs(&sa, "list", "", "nodes", "", "", "")),
+        "verb"
+    );
+    assert!(
+        allowed(attrs(
+            &sa,
+            "delete",
+            "apps",
+            "deployments",
+            "scale",
+            "x",
+            "d"
+        )),
+        "* resource and verb"
+    );
+    assert!(
+        allowed(attrs(&sa, "get", "", "pods", "log", "x", "p")),
+        "*/subresource"
+    );
+    assert!(
+        !allowed(attrs(&sa, "get", "", "pods", "", "x", "p")),
+        "*/subresource is not the resource"
+    );
+    assert!(allowed(attrs(
+        &sa, "update", "", "secrets", "", "ops", "mine"
+    )));
+    assert!(
+        !allowed(attrs(&sa, "get", "", "secrets", "", "ops", "other")),
+        "resourceNames"
+    );
+    assert!(
+        !allowed(attrs(&sa, "get", "", "secrets", "", "kube-system", "mine")),
+        "RoleBinding is namespaced"
+    );
+    assert!(
+        !allowed(attrs(&sa, "create", "", "secrets", "", "ops", "")),
+        "a create has no name"
+    );
+    assert!(
+        !allowed(attrs(
+            "system:serviceaccount:other:bot",
+            "get",
+            "",
+            "nodes",
+            "",
+            "",
+            "n1"
+        )),
+        "subject"
+    );
+}
+
+#[tokio::test]
+async fn an_identified_client_is_denied_what_its_rbac_does_not_allow() {
+    let v = Values::default();
+    let api = FakeApiServer::new();
+    api.enforce(Authorizer::from_manifests(&render(&v).unwrap()).unwrap());
+    api.put(&node("n1", &[]));
+    let agent = service_account_user(&v.namespace, &v.agent_sa());
+    let nodes: Api<Node> = Api::all(api.client_as(&agent));
+    let e = nodes.delete("n1", &Default::default()).await.unwrap_err();
+    match e {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 403);
+            assert_eq!(
+                s.message,
+                format!(
+                    "nodes \"n1\" is forbidden: User \"{agent}\" cannot delete resource \"nodes\" in API group \"\" at the cluster scope"
+                )
+            );
+        }
+        other => panic!("{other}"),
+    }
+    nodes
+        .patch(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"a": "b"}}})),
+        )
+        .await
+        .expect("the agent may label nodes");
+    let recorded = api.audit();
+    assert_eq!(
+        recorded
+            .iter()
+            .map(|r| r.attributes.clone())
+            .collect::<Vec<_>>(),
+        vec![
+            attrs(&agent, "delete", "", "nodes", "", "", "n1"),
+            attrs(&agent, "patch", "", "nodes", "", "", "n1"),
+        ]
+    );
+}
