@@ -14,10 +14,11 @@ use erdma_cloud::{
     CredentialProvider, CredentialSource, Credentials, EcsClient, EcsConfig, RetryPolicy,
     SignatureVersion,
 };
-use erdma_controller::cert::{ANNOTATION_NOT_AFTER, CertManager, dns_names};
+use erdma_controller::cert::{CertManager, dns_names};
 use erdma_controller::config::{Config, KubeSecretSource};
 use erdma_controller::leader::LeaderElector;
 use erdma_controller::reconcile::{Ctx, reconcile_device, reconcile_node, run_controllers};
+use erdma_controller::webhook::CertSlot;
 use erdma_k8s::ERdmaDevice;
 use erdma_k8s::fake::FakeApiServer;
 use erdma_k8s::install::{CONTROLLER_NAME, Values, render};
@@ -212,25 +213,27 @@ async fn every_controller_api_call_is_allowed_and_every_permission_is_used() {
         }]),
     });
     let secret_name = format!("{CONTROLLER_NAME}-webhook-cert");
-    let mgr = CertManager {
-        client: client.clone(),
-        namespace: v.namespace.clone(),
-        secret_name: secret_name.clone(),
-        webhook_name: CONTROLLER_NAME.into(),
-        names: dns_names(CONTROLLER_NAME, &v.namespace, "cluster.local"),
-    };
-    let first = mgr.ensure(true).await.unwrap();
-    let mut s: Secret = api.get(Some(&v.namespace), &secret_name).unwrap();
-    s.metadata
-        .annotations
-        .get_or_insert_with(BTreeMap::new)
-        .insert(ANNOTATION_NOT_AFTER.into(), "1000".into());
-    api.put(&s);
-    let rotated = mgr.ensure(true).await.unwrap();
-    assert_ne!(rotated.cert_pem, first.cert_pem);
+    let mgr = CertManager::new(
+        client.clone(),
+        &v.namespace,
+        &secret_name,
+        CONTROLLER_NAME,
+        dns_names(CONTROLLER_NAME, &v.namespace, "cluster.local"),
+        "controller-pod-a",
+    );
+    // The Secret is created on first use; the replica serves it, records that it does and puts
+    // the CA into the MutatingWebhookConfiguration.
+    let first = mgr.current().await.unwrap();
+    let slot = CertSlot::new(&first.cert_pem, &first.key_pem).unwrap();
+    mgr.tick(&slot).await.unwrap();
 
-    api.set_step("Webhook certificate: CA bundle into the MutatingWebhookConfiguration");
-    assert!(mgr.patch_ca_bundle(&rotated.ca_pem).await.unwrap());
+    api.set_step("Webhook certificate: rotation (CA bundle into the MutatingWebhookConfiguration)");
+    mgr.request_rotation().await.unwrap();
+    for _ in 0..10 {
+        mgr.tick(&slot).await.unwrap();
+    }
+    let rotated = mgr.current().await.unwrap();
+    assert_ne!(rotated.cert_pem, first.cert_pem, "the rotation completed");
 
     api.set_step("Credentials ram_role_sts: the ACK add-on token Secret");
     let key = b"0123456789abcdef";
