@@ -299,6 +299,38 @@ pub struct Coverage {
 }
 
 impl Coverage {
+    /// The verdict a test asserts: `Err` naming every denied request (a missing permission) and
+    /// every unused permission (a surplus one) except those in `allowed_unused`
+    /// (`(resource, verb, why)`: a path no test can exercise, with its reason).
+    pub fn verdict(&self, allowed_unused: &[(&str, &str, &str)]) -> Result<(), String> {
+        let mut problems = Vec::new();
+        if !self.denied.is_empty() {
+            problems.push(format!(
+                "requests the rendered RBAC does not allow (add the permission to erdma_k8s::install and the chart):\n{:#?}",
+                self.denied
+            ));
+        }
+        let unused: Vec<_> = self
+            .unused()
+            .into_iter()
+            .filter(|p| {
+                !allowed_unused
+                    .iter()
+                    .any(|(r, verb, _)| *r == p.resource && *verb == p.verb)
+            })
+            .collect();
+        if !unused.is_empty() {
+            problems.push(format!(
+                "permissions nothing used (remove them from erdma_k8s::install and the chart, or justify them as allowed unused):\n{unused:#?}"
+            ));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("\n"))
+        }
+    }
+
     /// The permissions nothing used.
     pub fn unused(&self) -> Vec<&Permission> {
         self.used_by
