@@ -396,7 +396,8 @@ def main():
     for name, what, measured, limit, ok in all_gates:
         print(f"  {'ok  ' if ok else 'MISS'} [{name}] {what}: {measured} (target {limit})", file=sys.stderr)
         failed |= not ok
-    print(f"bench.sh: {'FAILED' if failed else 'all gates met'} ({len(all_gates)} gates)", file=sys.stderr)
+    missed = sum(1 for g in all_gates if not g[-1])
+    print(f"bench.sh: {'FAILED' if failed else 'all gates met'} ({missed} of {len(all_gates)} gates missed)", file=sys.stderr)
     return 1 if failed else 0
 
 
