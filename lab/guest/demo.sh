@@ -15,13 +15,10 @@ SCEN=demo
 R="$OUT/demo-report.txt"; : > "$R"
 rep() { echo "$*" >> "$R"; }
 die() { rep ""; rep "DEMO FAILED: $*"; echo "REPORT: failed: $*"; exit 1; }
-# verdict lines: vck DESCRIPTION CMD... records "ok"/"FAIL" with the description (numbers included)
-V=/tmp/verdict.txt; : > "$V"; VFAILED=""
-vck() {
-  _d=$1; shift
-  if "$@" > /dev/null 2>&1; then echo "  ok    $_d" >> "$V"
-  else echo "  FAIL  $_d" >> "$V"; VFAILED="${VFAILED:+$VFAILED; }$_d"; fi
-}
+# The verdict's checks go through lib.sh's `ck` (which collects FAILED) into the verdict file:
+# vck DESCRIPTION CMD... (the description carries the numbers)
+V=/tmp/verdict.txt; : > "$V"
+vck() { ck "$@" >> "$V"; }
 num_gt0() { awk -v x="$1" 'BEGIN { exit !(x + 0 > 0) }'; }
 for b in erdmactl erdma-fake-kubelet erdma-agent erdma-labpod; do
   command -v $b >/dev/null || die "$b is not in the guest image (lab_build did not build it)"
@@ -117,4 +114,4 @@ for f in /tmp/bw-cli.out /tmp/bw-srv.out /tmp/pp-cli.out /tmp/pp-srv.out; do cp 
   echo "REPORT: demo ib_write_bw_MBps=${bw:-} pingpong_us=${lat:-}"
   echo "REPORT: demo pkts $DA.sent=$a_tx $DA.rcvd=$a_rx $DB.sent=$b_tx $DB.rcvd=$b_rx"
 } >> "$OUT/report.txt"
-if [ -z "$VFAILED" ]; then echo "REPORT: ok"; else echo "REPORT: failed: $VFAILED"; exit 1; fi
+if [ -z "$FAILED" ]; then echo "REPORT: ok"; else echo "REPORT: failed: $FAILED"; exit 1; fi
