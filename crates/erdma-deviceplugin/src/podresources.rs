@@ -1,4 +1,4 @@
-//! Slots in use, from the kubelet's pod-resources API.
+//! Slots in use and the devices the kubelet holds, from the kubelet's pod-resources API.
 
 use erdma_kubelet::podresources::v1 as pr;
 use erdma_kubelet::podresources::v1::pod_resources_lister_client::PodResourcesListerClient;
@@ -10,12 +10,10 @@ use std::time::Duration;
 
 /// Counts, per device, the distinct slots of `resource` that pods hold now.
 pub async fn used_slots(socket: &Path, resource: &str) -> Result<BTreeMap<String, u32>, String> {
-    let ch = uds::connect(socket, ClientAuthority::Localhost, Duration::from_secs(1))
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut client = client(socket).await?;
     let resp = tokio::time::timeout(
         Duration::from_secs(2),
-        PodResourcesListerClient::new(ch).list(pr::ListPodResourcesRequest {}),
+        client.list(pr::ListPodResourcesRequest {}),
     )
     .await
     .map_err(|_| format!("pod-resources List on {} timed out", socket.display()))?
@@ -38,4 +36,43 @@ pub async fn used_slots(socket: &Path, resource: &str) -> Result<BTreeMap<String
         *out.entry(s.device).or_default() += 1;
     }
     Ok(out)
+}
+
+/// The device IDs of `resource` the kubelet holds (`GetAllocatableResources`): the device list of
+/// whichever plugin fed the kubelet last.
+pub async fn allocatable_ids(socket: &Path, resource: &str) -> Result<Vec<String>, String> {
+    let mut client = client(socket).await?;
+    let resp = tokio::time::timeout(
+        Duration::from_secs(2),
+        client.get_allocatable_resources(pr::AllocatableResourcesRequest {}),
+    )
+    .await
+    .map_err(|_| {
+        format!(
+            "pod-resources GetAllocatableResources on {} timed out",
+            socket.display()
+        )
+    })?
+    .map_err(|e| {
+        format!(
+            "pod-resources GetAllocatableResources on {}: {e}",
+            socket.display()
+        )
+    })?
+    .into_inner();
+    Ok(resp
+        .devices
+        .into_iter()
+        .filter(|d| d.resource_name == resource)
+        .flat_map(|d| d.device_ids)
+        .collect())
+}
+
+async fn client(
+    socket: &Path,
+) -> Result<PodResourcesListerClient<tonic::transport::Channel>, String> {
+    let ch = uds::connect(socket, ClientAuthority::Localhost, Duration::from_secs(1))
+        .await
+        .map_err(|e| format!("pod-resources socket {}: {e}", socket.display()))?;
+    Ok(PodResourcesListerClient::new(ch))
 }

@@ -1,11 +1,13 @@
 //! Doors to the node.
 //!
 //! Every way erdma touches the host goes through a small trait here, with one real implementation
-//! and, behind the `fake` feature, one fake for tests. Nothing else in the workspace reads host
+//! and, behind the `fake` feature, one fake for tests (the device-plugin directory needs no fake: a
+//! temporary directory with real sockets is the test double). Nothing else in the workspace reads host
 //! files or calls host APIs directly.
 
 pub mod addrs;
 pub mod devfs;
+pub mod plugin_dir;
 pub mod rooted;
 pub mod sysfs;
 

@@ -6,6 +6,7 @@
 
 pub mod address;
 pub mod allocation;
+pub mod coexistence;
 pub mod device;
 pub mod driver;
 pub mod eri_selector;
