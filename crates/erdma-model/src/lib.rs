@@ -11,6 +11,7 @@ pub mod device;
 pub mod driver;
 pub mod eri_selector;
 pub mod health;
+pub mod installer;
 pub mod node;
 pub mod pnet;
 pub mod port;
