@@ -11,11 +11,15 @@ use std::time::Duration;
 /// erdma node agent: serves eRDMA devices to pods through the kubelet device-plugin API
 /// (`aliyun/erdma`), with NUMA-aware preferred allocation, health and kubelet-restart handling.
 ///
-/// Every value may also come from `--config FILE` (YAML or JSON; keys are the flag names, e.g.
+/// Every value may also come from `--config-path FILE` (YAML or JSON; keys are the flag names, e.g.
 /// `kubelet-dir`, or the Helm names `preferDriver`, `allocateAllDevices`, `exposedLocalERIs`,
 /// `jumboFrameMTU`, `localERIDiscovery`); flags win over the file.
 #[derive(Debug, Parser, Default)]
-#[command(name = "erdma-agent", version)]
+#[command(
+    name = "erdma-agent",
+    version,
+    after_help = "Exit status: 0 stopped cleanly (SIGTERM/SIGINT); 1 a fatal runtime error; 2 invalid flags or config file."
+)]
 pub struct Flags {
     /// sysfs root to read devices from [default: /sys].
     #[arg(long, value_name = "DIR")]
@@ -147,8 +151,9 @@ pub struct Flags {
     /// `erdma_smc::policy::PIN_DIR` and `smcr-init` use].
     #[arg(long, value_name = "DIR")]
     pub bpf_pin_dir: Option<PathBuf>,
-    /// Config file (YAML or JSON) with the same settings; flags win.
-    #[arg(long, value_name = "FILE")]
+    /// Config file (YAML or JSON) with the same settings; flags win. The controller's flag name;
+    /// `--config` is accepted too.
+    #[arg(long = "config-path", alias = "config", value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
 

@@ -1044,8 +1044,8 @@ fn controller_deployment(v: &Values) -> Result<Deployment, Error> {
         image: Some(v.controller.image.reference("controller")?),
         image_pull_policy: Some(v.controller.image.pull_policy.clone()),
         args: Some(vec![
-            "--config=/etc/erdma-controller/config.json".into(),
-            "--credentials=/etc/erdma-controller-credential/credential.json".into(),
+            "--config-path=/etc/erdma-controller/config.json".into(),
+            "--credential-path=/etc/erdma-controller-credential/credential.json".into(),
         ]),
         env: Some(vec![field_env("POD_NAME", "metadata.name")]),
         ports: Some(vec![
