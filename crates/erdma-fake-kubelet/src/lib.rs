@@ -16,7 +16,9 @@
 //!   `PreStartContainer` removes the record again (the kubelet fails the container);
 //! - simulates kubelet restarts: deletes every socket in the directory and re-creates
 //!   `kubelet.sock`;
-//! - serves the pod-resources v1 API (List / Get / GetAllocatableResources) from its ledger.
+//! - serves the pod-resources v1 API (List / Get / GetAllocatableResources) from its ledger;
+//! - runs pods on a real container runtime over CRI after admission ([`pods`]): sandbox,
+//!   allocation, container with the Allocate response's devices, mounts, envs and CDI names.
 //!
 //! Everything it knows is written to `<dir>/fake-kubelet-state.json` whenever it changes, so a
 //! test or a lab script can read it.
@@ -24,6 +26,7 @@
 pub mod client;
 pub mod daemon;
 pub mod podresources;
+pub mod pods;
 pub mod state;
 
 pub use client::{AllocateOptions, AllocationOutput, allocate, allocate_reusing, release};
@@ -73,6 +76,9 @@ pub enum FakeKubeletError {
         /// The status.
         status: Box<tonic::Status>,
     },
+    /// A container runtime (CRI) call failed.
+    #[error(transparent)]
+    Cri(#[from] erdma_cri::CriError),
     /// The request cannot be satisfied.
     #[error("{0}")]
     Refused(String),
