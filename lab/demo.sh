@@ -18,6 +18,7 @@ done
 timed host-packages lab_packages
 timed cargo-build lab_build
 timed kernel lab_kernel
+timed runtime lab_runtime
 lab_workdir
 timed initramfs lab_initramfs
 say "booting kernel $KVER ($SUITE); work dir $WORK"

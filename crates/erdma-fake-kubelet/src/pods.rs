@@ -281,6 +281,12 @@ pub async fn run_pod(dir: &Path, cri: &mut CriClient, spec: &PodSpec) -> Result<
         .unwrap_or(0);
     let uid = format!("{}-{nanos:x}", spec.pod.replace('/', "-"));
     let sandbox = sandbox_config(spec, &uid)?;
+    // The kubelet creates the pod's log directory before the sandbox.
+    std::fs::create_dir_all(&sandbox.log_directory).map_err(|source| FakeKubeletError::Io {
+        what: "create the pod log directory",
+        path: PathBuf::from(&sandbox.log_directory),
+        source,
+    })?;
     let t = Instant::now();
     let sandbox_id = cri.run_pod_sandbox(sandbox.clone()).await?;
     timings.insert("sandbox".to_string(), ms(t));
