@@ -56,6 +56,8 @@ pub struct PodSpec {
     pub host_network: bool,
     /// `:authority` sent to the device plugin.
     pub authority: ClientAuthority,
+    /// Where pod log directories are made (the kubelet's `/var/log/pods`).
+    pub log_root: PathBuf,
 }
 
 /// A pod the lab's kubelet started, as recorded in `<dir>/pods/`.
@@ -161,7 +163,11 @@ pub fn sandbox_config(spec: &PodSpec, uid: &str) -> Result<cri::PodSandboxConfig
             attempt: 0,
         }),
         hostname: name.to_string(),
-        log_directory: format!("/var/log/pods/{ns}_{name}_{uid}"),
+        log_directory: spec
+            .log_root
+            .join(format!("{ns}_{name}_{uid}"))
+            .display()
+            .to_string(),
         labels,
         annotations: spec.annotations.clone(),
         linux: Some(cri::LinuxPodSandboxConfig {

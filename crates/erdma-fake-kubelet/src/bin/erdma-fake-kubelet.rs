@@ -173,6 +173,9 @@ enum PodCmd {
         /// `:authority` sent to the plugin.
         #[arg(long, value_enum, default_value = "localhost")]
         authority: Authority,
+        /// Where pod log directories are made.
+        #[arg(long, default_value = "/var/log/pods")]
+        log_root: PathBuf,
         /// The container's command (default: the image's).
         #[arg(last = true)]
         command: Vec<String>,
@@ -306,6 +309,7 @@ async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
             annotations,
             host_network,
             authority,
+            log_root,
             command,
         } => {
             valid_pod(&pod)?;
@@ -322,6 +326,7 @@ async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
                 annotations: parse_annotations(&annotations)?,
                 host_network,
                 authority: authority.into(),
+                log_root,
             };
             let mut cri = cri_client(&target).await?;
             let record = pods::run_pod(&target.dir, &mut cri, &spec).await?;
