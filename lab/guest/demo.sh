@@ -42,6 +42,7 @@ cpod pod-a 1 > /dev/null || die "pod-a did not start: $(tail -1 /tmp/pod-a.pod.e
 cpod pod-b 1 > /dev/null || die "pod-b did not start: $(tail -1 /tmp/pod-b.pod.err)"
 cpod pod-c 0 > /dev/null || die "pod-c did not start: $(tail -1 /tmp/pod-c.pod.err)"
 A=/tmp/pod-a.json; B=/tmp/pod-b.json
+for p in a b c; do echo "pod-run-pod-$p $(jq -r '.timings_ms.total / 1000' /tmp/pod-$p.pod.json)" >> "$OUT/timings.txt"; done
 jq .allocation /tmp/pod-a.pod.json > "$A"; jq .allocation /tmp/pod-b.pod.json > "$B"
 IPA=$(cpod_ip pod-a)
 DA=$(ibdevs "$A"); DB=$(ibdevs "$B")

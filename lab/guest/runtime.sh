@@ -19,26 +19,26 @@ RUNTIME_CFG=/mnt/host/guest/runtime
 runtime_up() {
   ctr version > /dev/null 2>&1 && return 0
   command -v containerd > /dev/null || { log "no container runtime in the guest image (lab_runtime did not run)"; return 1; }
-  _t=$(now)
+  _rt=$(now)
   modprobe overlay || log "modprobe overlay failed"
   # cgroup v2 (mounted by /init): the controllers runc sets up for containers; the device
   # "controller" of v2 is an eBPF program runc attaches to each container's cgroup.
   echo "+cpu +memory +pids +rdma" > /sys/fs/cgroup/cgroup.subtree_control || log "cgroup.subtree_control: $(cat /sys/fs/cgroup/cgroup.controllers)"
   mkdir -p /var/lib/containerd /etc/containerd /etc/cni/net.d /opt/cni/bin /var/run/cdi /etc/cdi /var/log/pods /var/run/netns
   # overlayfs cannot use the initramfs (rootfs) as its upper layer's file system
-  mountpoint -q /var/lib/containerd || mount -t tmpfs tmpfs /var/lib/containerd
+  grep -q " /var/lib/containerd " /proc/mounts || mount -t tmpfs tmpfs /var/lib/containerd
   [ -e /etc/resolv.conf ] || : > /etc/resolv.conf
   cp "$RUNTIME_CFG/config.toml" /etc/containerd/config.toml
   cp "$RUNTIME_CFG/10-lab.conflist" /etc/cni/net.d/
   # its own session: the scenario sessions are killed when a scenario ends, the runtime stays
   setsid containerd --config /etc/containerd/config.toml > "$OUT/containerd.log" 2>&1 < /dev/null &
   wait_for 60 ctr version || { log "containerd did not answer in 60 s:"; tail -20 "$OUT/containerd.log"; return 1; }
-  echo "runtime-start $(awk -v a="$_t" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')" >> "$OUT/timings.txt"
+  echo "runtime-start $(awk -v a="$_rt" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')" >> "$OUT/timings.txt"
   log "runtime: $(containerd --version | cut -d' ' -f1-3), $(runc --version | head -1)"
-  _t=$(now)
+  _rt=$(now)
   ctr -n k8s.io images import /var/lib/erdma-lab/rdma-tools.oci.tar > /tmp/import.out 2>&1 \
     || { log "image import failed:"; cat /tmp/import.out; return 1; }
-  echo "runtime-image-import $(awk -v a="$_t" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')" >> "$OUT/timings.txt"
+  echo "runtime-image-import $(awk -v a="$_rt" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')" >> "$OUT/timings.txt"
   log "runtime: images $(ctr -n k8s.io images ls -q | tr '\n' ' ')"
 }
 
