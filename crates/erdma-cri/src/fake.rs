@@ -75,63 +75,81 @@ impl RuntimeService for FakeRuntime {
         &self,
         _: Request<cri::RunPodSandboxRequest>,
     ) -> Result<Response<cri::RunPodSandboxResponse>, Status> {
-        Err(Status::unimplemented("FakeRuntime serves only the calls the agent makes"))
+        Err(Status::unimplemented(
+            "FakeRuntime serves only the calls the agent makes",
+        ))
     }
 
     async fn stop_pod_sandbox(
         &self,
         _: Request<cri::StopPodSandboxRequest>,
     ) -> Result<Response<cri::StopPodSandboxResponse>, Status> {
-        Err(Status::unimplemented("FakeRuntime serves only the calls the agent makes"))
+        Err(Status::unimplemented(
+            "FakeRuntime serves only the calls the agent makes",
+        ))
     }
 
     async fn remove_pod_sandbox(
         &self,
         _: Request<cri::RemovePodSandboxRequest>,
     ) -> Result<Response<cri::RemovePodSandboxResponse>, Status> {
-        Err(Status::unimplemented("FakeRuntime serves only the calls the agent makes"))
+        Err(Status::unimplemented(
+            "FakeRuntime serves only the calls the agent makes",
+        ))
     }
 
     async fn create_container(
         &self,
         _: Request<cri::CreateContainerRequest>,
     ) -> Result<Response<cri::CreateContainerResponse>, Status> {
-        Err(Status::unimplemented("FakeRuntime serves only the calls the agent makes"))
+        Err(Status::unimplemented(
+            "FakeRuntime serves only the calls the agent makes",
+        ))
     }
 
     async fn start_container(
         &self,
         _: Request<cri::StartContainerRequest>,
     ) -> Result<Response<cri::StartContainerResponse>, Status> {
-        Err(Status::unimplemented("FakeRuntime serves only the calls the agent makes"))
+        Err(Status::unimplemented(
+            "FakeRuntime serves only the calls the agent makes",
+        ))
     }
 
     async fn stop_container(
         &self,
         _: Request<cri::StopContainerRequest>,
     ) -> Result<Response<cri::StopContainerResponse>, Status> {
-        Err(Status::unimplemented("FakeRuntime serves only the calls the agent makes"))
+        Err(Status::unimplemented(
+            "FakeRuntime serves only the calls the agent makes",
+        ))
     }
 
     async fn remove_container(
         &self,
         _: Request<cri::RemoveContainerRequest>,
     ) -> Result<Response<cri::RemoveContainerResponse>, Status> {
-        Err(Status::unimplemented("FakeRuntime serves only the calls the agent makes"))
+        Err(Status::unimplemented(
+            "FakeRuntime serves only the calls the agent makes",
+        ))
     }
 
     async fn container_status(
         &self,
         _: Request<cri::ContainerStatusRequest>,
     ) -> Result<Response<cri::ContainerStatusResponse>, Status> {
-        Err(Status::unimplemented("FakeRuntime serves only the calls the agent makes"))
+        Err(Status::unimplemented(
+            "FakeRuntime serves only the calls the agent makes",
+        ))
     }
 
     async fn exec_sync(
         &self,
         _: Request<cri::ExecSyncRequest>,
     ) -> Result<Response<cri::ExecSyncResponse>, Status> {
-        Err(Status::unimplemented("FakeRuntime serves only the calls the agent makes"))
+        Err(Status::unimplemented(
+            "FakeRuntime serves only the calls the agent makes",
+        ))
     }
 }
 
@@ -281,7 +299,9 @@ impl RuntimeService for RecordingRuntime {
         st.calls.push(Recorded::RunPodSandbox(config.clone()));
         let id = format!("s{}", st.calls.len());
         st.sandboxes.insert(id.clone(), config);
-        Ok(Response::new(cri::RunPodSandboxResponse { pod_sandbox_id: id }))
+        Ok(Response::new(cri::RunPodSandboxResponse {
+            pod_sandbox_id: id,
+        }))
     }
 
     async fn stop_pod_sandbox(
@@ -330,7 +350,9 @@ impl RuntimeService for RecordingRuntime {
             id.clone(),
             (r.pod_sandbox_id, cri::ContainerState::ContainerCreated),
         );
-        Ok(Response::new(cri::CreateContainerResponse { container_id: id }))
+        Ok(Response::new(cri::CreateContainerResponse {
+            container_id: id,
+        }))
     }
 
     async fn start_container(

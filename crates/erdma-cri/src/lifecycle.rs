@@ -67,9 +67,11 @@ impl CriClient {
 
     /// `RemovePodSandbox` (idempotent in the runtime).
     pub async fn remove_pod_sandbox(&mut self, id: &str) -> Result<(), CriError> {
-        let fut = self.client.remove_pod_sandbox(cri::RemovePodSandboxRequest {
-            pod_sandbox_id: id.to_string(),
-        });
+        let fut = self
+            .client
+            .remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                pod_sandbox_id: id.to_string(),
+            });
         timed(&self.socket, "RemovePodSandbox", LIFECYCLE_TIMEOUT, fut).await?;
         Ok(())
     }
@@ -172,7 +174,6 @@ impl CriClient {
                 pod_sandbox_id: id.to_string(),
                 verbose,
             });
-        timed(&self.socket, "PodSandboxStatus", crate::CALL_TIMEOUT, fut)
-            .await
+        timed(&self.socket, "PodSandboxStatus", crate::CALL_TIMEOUT, fut).await
     }
 }

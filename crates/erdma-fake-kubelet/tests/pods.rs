@@ -114,7 +114,11 @@ fn sandbox_config_sets_the_kubelet_labels_and_network_mode() {
     let c = pods::sandbox_config(&s, "uid-1").unwrap();
     let meta = c.metadata.clone().unwrap();
     assert_eq!(
-        (meta.namespace.as_str(), meta.name.as_str(), meta.uid.as_str()),
+        (
+            meta.namespace.as_str(),
+            meta.name.as_str(),
+            meta.uid.as_str()
+        ),
         ("lab", "pod-a", "uid-1")
     );
     assert_eq!(c.labels["io.kubernetes.pod.uid"], "uid-1");
@@ -163,7 +167,9 @@ async fn run_exec_and_delete_a_pod_over_cri() {
     );
     assert_eq!(record.allocation, None);
     assert!(
-        d.path().join(format!("logs/lab_pod-c_{}", record.uid)).is_dir(),
+        d.path()
+            .join(format!("logs/lab_pod-c_{}", record.uid))
+            .is_dir(),
         "the pod's log directory is created before the sandbox"
     );
     assert_eq!(
@@ -216,7 +222,10 @@ async fn run_exec_and_delete_a_pod_over_cri() {
     };
     assert_eq!(sandbox, &record.sandbox_id);
     assert_eq!(config.command, ["sleep", "100"]);
-    assert_eq!(config.image.as_ref().unwrap().image, "lab.local/rdma-tools:1");
+    assert_eq!(
+        config.image.as_ref().unwrap().image,
+        "lab.local/rdma-tools:1"
+    );
     assert!(runtime.sandboxes().is_empty() && runtime.containers().is_empty());
     assert!(pods::recorded_pods(d.path()).unwrap().is_empty());
     assert!(pods::read_record(d.path(), "lab/pod-c").is_err());
