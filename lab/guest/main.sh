@@ -3,7 +3,7 @@
 # own session (killed after LIMIT seconds), cleaning up pods and daemons in between.
 # Results: out/results.txt (PASS/FAIL/SKIP lines); timings: out/timings.txt.
 . /mnt/host/guest/lib.sh
-LIMIT=${LIMIT:-240}
+LIMIT=${LIMIT:-480}
 : > "$OUT/results.txt"; : > "$OUT/timings.txt"
 t=$(now); echo "boot-to-script $t" >> "$OUT/timings.txt"
 log "kernel $(uname -r), $(nproc) CPUs, NUMA nodes: $(ls -d /sys/devices/system/node/node* | wc -l)"

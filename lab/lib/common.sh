@@ -104,7 +104,7 @@ lab_boot() {
   local script=$1; shift
   local try
   for try in 1 2 3; do
-    LAB_TIMEOUT=${LAB_TIMEOUT:-780} "$LAB/lib/vm.sh" "$KROOT" "$INITRD" "$WORK/share" "guest/$script" "$@" \
+    LAB_TIMEOUT=${LAB_TIMEOUT:-1800} "$LAB/lib/vm.sh" "$KROOT" "$INITRD" "$WORK/share" "guest/$script" "$@" \
       < /dev/null 2>&1 | tee "$WORK/console.log" | grep --line-buffered -E '^(PASS|FAIL|SKIP|REPORT)' >&2 || true
     # Multi-threaded TCG occasionally oopses while the kernel patches its own code during early
     # boot (int3 from text_poke), before /init runs. That is the emulator, not the code under test:

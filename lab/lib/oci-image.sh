@@ -14,9 +14,11 @@ L="$ROOT/layer"; B="$ROOT/oci/blobs/sha256"; mkdir -p "$L" "$B"
 
 declare -A SEEN
 norm() { local p; p=$(readlink -f "$1"); case "$p" in /lib/*|/lib64/*|/bin/*|/sbin/*) p=/usr$p;; esac; echo "$p"; }
-add() {  # add FILE: FILE (resolved) at its /usr-merged path, and its libraries
-  local src dst lib
+add() {  # add FILE: FILE (resolved) at its /usr-merged path, a link at the path it was named by
+  local src dst alt lib    # (the ELF interpreter is named /lib64/ld-linux...), and its libraries
   src=$(readlink -f "$1"); dst=$(norm "$1")
+  alt=$(echo "$1" | sed -E 's#^/(lib|lib64|bin|sbin)/#/usr/\1/#')
+  if [ "$alt" != "$dst" ] && [ ! -e "$L$alt" ]; then mkdir -p "$L$(dirname "$alt")"; ln -s "$dst" "$L$alt"; fi
   [ -n "${SEEN[$dst]:-}" ] && return 0; SEEN[$dst]=1
   mkdir -p "$L$(dirname "$dst")"; cp -L "$src" "$L$dst"
   for lib in $(ldd "$src" 2>/dev/null | awk '/=>/ {print $3} /^\t\/.*ld-linux/ {print $1}'); do
