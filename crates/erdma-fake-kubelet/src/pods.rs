@@ -162,7 +162,13 @@ pub fn sandbox_config(spec: &PodSpec, uid: &str) -> Result<cri::PodSandboxConfig
             namespace: ns.to_string(),
             attempt: 0,
         }),
-        hostname: name.to_string(),
+        // The kubelet sets a hostname only for pods with their own network (and UTS) namespace;
+        // runc refuses a hostname in the node's UTS namespace.
+        hostname: if spec.host_network {
+            String::new()
+        } else {
+            name.to_string()
+        },
         log_directory: spec
             .log_root
             .join(format!("{ns}_{name}_{uid}"))

@@ -131,9 +131,11 @@ fn sandbox_config_sets_the_kubelet_labels_and_network_mode() {
             .map(|o| o.network)
     };
     assert_eq!(mode(&c), Some(cri::NamespaceMode::Pod as i32));
+    assert_eq!(c.hostname, "pod-a");
     s.host_network = true;
     let c = pods::sandbox_config(&s, "uid-1").unwrap();
     assert_eq!(mode(&c), Some(cri::NamespaceMode::Node as i32));
+    assert_eq!(c.hostname, "", "no hostname in the node's UTS namespace");
     assert!(pods::sandbox_config(&spec("no-namespace", CdiForm::Field), "u").is_err());
 }
 
