@@ -16,7 +16,6 @@ use erdma_kubelet::dra::v1 as api;
 use erdma_model::NodeDevices;
 use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use tokio::sync::{Mutex, watch};
 
 /// The driver's claim handling: configuration, API client, the served inventory, and the
@@ -24,7 +23,7 @@ use tokio::sync::{Mutex, watch};
 pub struct Driver {
     cfg: DraConfig,
     client: kube::Client,
-    served: watch::Receiver<Arc<NodeDevices>>,
+    served: watch::Receiver<NodeDevices>,
     state: Mutex<Checkpoint>,
 }
 
@@ -50,7 +49,7 @@ impl Driver {
     pub fn new(
         cfg: DraConfig,
         client: kube::Client,
-        served: watch::Receiver<Arc<NodeDevices>>,
+        served: watch::Receiver<NodeDevices>,
     ) -> crate::Result<Driver> {
         cfg.validate().map_err(crate::DraError::Config)?;
         let dir = cfg.plugin_dir();

@@ -6,7 +6,6 @@ use erdma_deviceplugin::devices::DeviceMemory;
 use erdma_model::NodeDevices;
 use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
 use kube::api::{DeleteParams, ListParams, PostParams};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -149,7 +148,7 @@ pub fn publishable(
 pub async fn run(
     client: kube::Client,
     cfg: DraConfig,
-    mut served: watch::Receiver<Arc<NodeDevices>>,
+    mut served: watch::Receiver<NodeDevices>,
     instance_id: Option<String>,
     status: watch::Sender<Result<SyncOutcome, String>>,
     cancel: CancellationToken,

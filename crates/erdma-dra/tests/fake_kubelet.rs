@@ -125,11 +125,7 @@ struct Running {
     kubelet: DraDriverClient,
 }
 
-async fn start(
-    cfg: &DraConfig,
-    api: &FakeApiServer,
-    inv: watch::Receiver<Arc<NodeDevices>>,
-) -> Running {
+async fn start(cfg: &DraConfig, api: &FakeApiServer, inv: watch::Receiver<NodeDevices>) -> Running {
     let driver = Arc::new(Driver::new(cfg.clone(), api.client(), inv).expect("driver starts"));
     let servers = server::serve(driver.clone(), &CancellationToken::new()).expect("sockets bound");
     let kubelet = kubelet::register(&cfg.kubelet_dir.join("plugins_registry"), DRIVER)
@@ -162,7 +158,7 @@ async fn shared_capacity_prepare_refusal_and_restart_idempotency() {
     let tmp = tempfile::tempdir().expect("tmp");
     let cfg = config(tmp.path());
     let api = FakeApiServer::new();
-    let (_inv_tx, inv) = watch::channel(Arc::new(inventory(true)));
+    let (_inv_tx, inv) = watch::channel(inventory(true));
 
     let run = start(&cfg, &api, inv.clone()).await;
     // Registration as the kubelet sees it.
@@ -327,7 +323,7 @@ async fn prepare_refuses_what_the_node_cannot_serve() {
     let tmp = tempfile::tempdir().expect("tmp");
     let cfg = config(tmp.path());
     let api = FakeApiServer::new();
-    let (_inv_tx, inv) = watch::channel(Arc::new(inventory(false)));
+    let (_inv_tx, inv) = watch::channel(inventory(false));
     let run = start(&cfg, &api, inv).await;
     scheduler_allocates(&api, "sick", "uid-s", "erdma-1", 1, 4);
     scheduler_allocates(&api, "ghost", "uid-g", "erdma-9", 1, 4);
