@@ -13,6 +13,8 @@ mod cli;
 mod cluster;
 mod coexistence;
 mod devices;
+#[cfg(test)]
+mod dra_wiring_tests;
 mod driver;
 mod health;
 mod hostsetup;
