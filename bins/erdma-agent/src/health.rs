@@ -38,6 +38,9 @@ pub struct HealthView {
     /// [`crate::smcr::RECENT_DECISIONS`]); empty without `--deviceplugin-prestart-container`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub smcr: Vec<crate::smcr::Decision>,
+    /// The NRI plugin: mode, whether it is used and connected, and the SMC-R path of this node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nri: Option<NriView>,
     /// Whether another device plugin serves the resource on this node (after the first look).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_plugin_conflict: Option<crate::coexistence::ConflictView>,
@@ -47,6 +50,24 @@ pub struct HealthView {
     /// The DRA driver's state, when DRA serves this node.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dra: Option<crate::resource_api::DraView>,
+}
+
+/// The NRI part of `/healthz`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NriView {
+    /// `--nri`: auto, on or off.
+    pub mode: String,
+    /// The runtime's NRI socket.
+    pub socket: String,
+    /// Whether this agent runs the NRI plugin (auto: the socket existed at start).
+    pub used: bool,
+    /// How SMC-R pods are configured on this node: `nri` (at sandbox creation), `prestart`
+    /// (PreStartContainer) or `none` (the webhook's init container, or SMC-R off).
+    pub smcr_path: String,
+    /// Whether the plugin is registered with the runtime now.
+    pub connected: bool,
+    /// The last session error.
+    pub last_error: Option<String>,
 }
 
 /// The agent's metrics (prefix `erdma_agent`) and the SMC-R metrics (prefix `erdma_smc`).

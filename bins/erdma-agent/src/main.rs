@@ -18,6 +18,7 @@ mod dra_wiring_tests;
 mod driver;
 mod health;
 mod hostsetup;
+mod nri;
 #[cfg(test)]
 mod rbac_tests;
 mod resource_api;
@@ -290,13 +291,37 @@ async fn run(s: Settings) -> anyhow::Result<()> {
     cfg.resource_name = s.resource_name.clone();
     cfg.slots_per_device = s.slots_per_device;
     cfg.allocate_all_devices = allocate_all;
-    cfg.pre_start_required = s.prestart_container;
+    let use_nri = match s.nri {
+        cli::NriMode::Off => false,
+        cli::NriMode::On => true,
+        cli::NriMode::Auto => s.nri_socket.exists(),
+    };
+    // With NRI, SMC-R happens at sandbox creation: the kubelet need not call PreStartContainer.
+    cfg.pre_start_required = s.prestart_container && !use_nri;
+    state.update(|v| {
+        v.nri = Some(health::NriView {
+            mode: format!("{:?}", s.nri).to_lowercase(),
+            socket: s.nri_socket.display().to_string(),
+            used: use_nri,
+            smcr_path: match (s.prestart_container, use_nri) {
+                (false, _) => "none".into(),
+                (true, true) => "nri".into(),
+                (true, false) => "prestart".into(),
+            },
+            connected: false,
+            last_error: None,
+        })
+    });
     cfg.pod_resources_socket = s.pod_resources_socket.clone();
     cfg.cdi = s.cdi_spec_dir.clone().map(|spec_dir| CdiConfig {
         spec_dir,
         kind: "aliyun.com/erdma".into(),
     });
     let observer = erdma_deviceplugin::coexistence::Observer::new(&cfg);
+    let pod_resources = cfg
+        .pod_resources_socket
+        .clone()
+        .unwrap_or_else(|| erdma_kubelet::podresources::v1::DEFAULT_SOCKET.into());
     let mut plugin = Plugin::new(cfg, served_rx.clone(), metrics);
     if api == resource_api::ResourceApi::Dra {
         let dra = resource_api::run_dra(
@@ -338,6 +363,7 @@ async fn run(s: Settings) -> anyhow::Result<()> {
         state.clone(),
         cancel.clone(),
     )));
+    let mut smcr_for_nri = None;
     if s.prestart_container {
         let pin_dir = s.bpf_pin_dir.clone();
         let policy = tokio::task::spawn_blocking(move || smcr::open_policy(&pin_dir))
@@ -357,7 +383,7 @@ async fn run(s: Settings) -> anyhow::Result<()> {
                 strict: s.smcr_strict,
             },
             Arc::new(smc),
-            served_rx,
+            served_rx.clone(),
             cluster.clone(),
             state.clone(),
         ));
@@ -370,7 +396,35 @@ async fn run(s: Settings) -> anyhow::Result<()> {
         tasks.push(tokio::spawn(
             hook.clone().reap(smcr::REAP_EVERY, cancel.clone()),
         ));
-        plugin = plugin.with_pre_start(hook);
+        if use_nri {
+            smcr_for_nri = Some(hook);
+        } else {
+            plugin = plugin.with_pre_start(hook);
+        }
+    }
+    if use_nri {
+        let handler = Arc::new(nri::AgentNri {
+            policy: s.nri_policy.clone(),
+            resource: s.resource_name.clone(),
+            pod_resources_socket: pod_resources,
+            proc_root: "/proc".into(),
+            served: served_rx.clone(),
+            smcr: smcr_for_nri,
+            cluster: cluster.clone(),
+            state: state.clone(),
+        });
+        tasks.push(tokio::spawn(nri::run(
+            erdma_nri::plugin::PluginConfig {
+                socket: s.nri_socket.clone(),
+                name: "erdma".into(),
+                idx: "10".into(),
+                events: nri::EVENTS.to_vec(),
+                budget: nri::BUDGET,
+            },
+            handler,
+            state.clone(),
+            cancel.clone(),
+        )));
     }
     let plugin = plugin.run(cancel.clone()).await;
     cancel.cancel();

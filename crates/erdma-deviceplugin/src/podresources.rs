@@ -76,3 +76,30 @@ async fn client(
         .map_err(|e| format!("pod-resources socket {}: {e}", socket.display()))?;
     Ok(PodResourcesListerClient::new(ch))
 }
+
+/// The device IDs of `resource` that pod `namespace/name` holds, over all its containers.
+pub async fn pod_device_ids(
+    socket: &Path,
+    resource: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<String>, String> {
+    let mut client = client(socket).await?;
+    let resp = tokio::time::timeout(
+        Duration::from_secs(2),
+        client.list(pr::ListPodResourcesRequest {}),
+    )
+    .await
+    .map_err(|_| format!("pod-resources List on {} timed out", socket.display()))?
+    .map_err(|e| format!("pod-resources List on {}: {e}", socket.display()))?
+    .into_inner();
+    Ok(resp
+        .pod_resources
+        .into_iter()
+        .filter(|p| p.namespace == namespace && p.name == name)
+        .flat_map(|p| p.containers)
+        .flat_map(|c| c.devices)
+        .filter(|d| d.resource_name == resource)
+        .flat_map(|d| d.device_ids)
+        .collect())
+}

@@ -15,6 +15,7 @@ pub mod installer;
 pub mod node;
 pub mod pnet;
 pub mod port;
+pub mod rdma_limit;
 pub mod selection;
 pub mod slot;
 
