@@ -130,6 +130,32 @@ impl Checkpoint {
     }
 }
 
+/// Prepared claims (`namespace/name`) per ib device, for `erdmactl devices` and `doctor`.
+pub fn claims_by_device(cp: &Checkpoint) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for c in cp.claims.values() {
+        let who = format!("{}/{}", c.namespace, c.name);
+        for d in &c.devices {
+            let v = out.entry(d.ibdev.clone()).or_default();
+            if !v.contains(&who) {
+                v.push(who.clone());
+            }
+        }
+    }
+    for v in out.values_mut() {
+        v.sort();
+    }
+    out
+}
+
+/// Where the checkpoint of `driver` lives under a kubelet root directory.
+pub fn path_under(kubelet_root: &Path, driver: &str) -> PathBuf {
+    kubelet_root
+        .join("plugins")
+        .join(driver)
+        .join("checkpoint.json")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,5 +209,9 @@ mod tests {
         assert_eq!(all["erdma-0"].hca_handle, 8);
         assert_eq!(all["erdma-0"].claims, 2);
         assert_eq!(back.used(Some("b"))["erdma-0"].shares, 1);
+        assert_eq!(
+            claims_by_device(&back)["erdma_0"],
+            ["ns/a".to_string(), "ns/b".to_string()]
+        );
     }
 }
