@@ -40,6 +40,29 @@ fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> crate::DraEr
     }
 }
 
+/// Annotation on the slice with the digest of the devices this driver wrote.
+pub const ANNOTATION_DIGEST: &str = "erdma.alibabacloud.com/devices-digest";
+
+/// FNV-1a 64 of the devices' JSON (deterministic: maps are ordered), as 16 hex digits.
+pub fn digest(devices: &[Device]) -> String {
+    let text = serde_json::to_vec(devices).unwrap_or_default();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+fn with_digest(mut s: ResourceSlice) -> ResourceSlice {
+    let d = digest(s.spec.devices.as_deref().unwrap_or_default());
+    s.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ANNOTATION_DIGEST.to_string(), d);
+    s
+}
+
 /// True when `s` was written by this driver for `node`.
 pub fn is_ours(s: &ResourceSlice, cfg: &DraConfig) -> bool {
     s.spec.driver == cfg.driver_name && s.spec.node_name.as_deref() == Some(cfg.node_name.as_str())
@@ -77,7 +100,7 @@ pub async fn sync(
         .find(|s| s.metadata.name.as_deref() == Some(name.as_str()));
     let (action, generation) = match existing {
         None => {
-            let want = slice::resource_slice(devices, cfg, 1);
+            let want = with_digest(slice::resource_slice(devices, cfg, 1));
             api.create(&PostParams::default(), &want)
                 .await
                 .map_err(kube_err(format!("create ResourceSlice {name}")))?;
@@ -85,13 +108,21 @@ pub async fn sync(
         }
         Some(have) => {
             let current = have.spec.pool.generation;
-            let same = have.spec.devices.as_deref().unwrap_or_default() == devices.as_slice()
+            // Compared by the digest of what was written, not field by field: the API server
+            // adds fields (a taint's timeAdded) and drops those of features that are off (e.g.
+            // consumable capacity without its gate), which must not look like a change.
+            let same = have
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION_DIGEST))
+                .is_some_and(|d| *d == digest(&devices))
                 && have.spec.pool.name == cfg.pool_name()
                 && have.spec.pool.resource_slice_count == 1;
             if same {
                 (SliceAction::Unchanged, current)
             } else {
-                let mut want = slice::resource_slice(devices, cfg, current + 1);
+                let mut want = with_digest(slice::resource_slice(devices, cfg, current + 1));
                 want.metadata.resource_version = have.metadata.resource_version.clone();
                 api.replace(&name, &PostParams::default(), &want)
                     .await
