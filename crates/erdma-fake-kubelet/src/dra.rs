@@ -189,3 +189,34 @@ impl DraDriverClient {
         Ok(resp)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registration_is_validated_like_the_kubelet() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let sock = dir.path().join("dra.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+        let good = reg::PluginInfo {
+            r#type: reg::DRA_PLUGIN.into(),
+            name: "erdma.alibabacloud.com".into(),
+            endpoint: sock.display().to_string(),
+            supported_versions: vec!["v1.DRAPlugin".into()],
+        };
+        assert_eq!(validate_info(&good), Ok(()));
+        let with = |f: &dyn Fn(&mut reg::PluginInfo)| {
+            let mut i = good.clone();
+            f(&mut i);
+            validate_info(&i).expect_err("refused")
+        };
+        assert!(with(&|i| i.r#type = "DevicePlugin".into()).contains("is not DRAPlugin"));
+        assert!(
+            with(&|i| i.supported_versions = vec!["v1beta1.DRAPlugin".into()])
+                .contains("none of the versions")
+        );
+        assert!(with(&|i| i.endpoint = "dra.sock".into()).contains("not an absolute path"));
+        assert!(with(&|i| i.name.clear()).contains("name is empty"));
+    }
+}
