@@ -172,6 +172,16 @@ pub struct Flags {
     /// `--config` is accepted too.
     #[arg(long = "config-path", alias = "config", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// How this node serves the resource: `device-plugin` (the kubelet device-plugin API), `dra`
+    /// (the DRA driver erdma.alibabacloud.com: ResourceSlices, per-claim CDI specs), or
+    /// `node-label` (this node's label erdma.alibabacloud.com/resource-api=dra|device-plugin,
+    /// read at start; absent = device-plugin). Never both on one node. [default: device-plugin]
+    #[arg(long, value_name = "API")]
+    pub resource_api: Option<String>,
+    /// The kubelet's root directory, holding plugins_registry/ and plugins/ for DRA
+    /// [default: /var/lib/kubelet].
+    #[arg(long, value_name = "DIR")]
+    pub kubelet_root_dir: Option<PathBuf>,
 }
 
 /// Where the SMC-R BPF policy is pinned by default: the same directory as
@@ -226,6 +236,9 @@ pub struct FileConfig {
     smcr_strict: Option<bool>,
     smcr_keep_ipv6: Option<bool>,
     bpf_pin_dir: Option<PathBuf>,
+    #[serde(alias = "resourceAPI")]
+    resource_api: Option<String>,
+    kubelet_root_dir: Option<PathBuf>,
 }
 
 /// A comma-separated string or a list.
@@ -316,6 +329,10 @@ pub struct Settings {
     pub smcr_keep_ipv6: bool,
     /// bpffs pin directory of the SMC-R BPF policy.
     pub bpf_pin_dir: PathBuf,
+    /// How the resource is served on this node (`--resource-api`).
+    pub resource_api: crate::resource_api::Choice,
+    /// The kubelet's root directory (DRA sockets).
+    pub kubelet_root_dir: PathBuf,
     /// NRI plugin mode.
     pub nri: NriMode,
     /// The runtime's NRI socket.
@@ -600,6 +617,18 @@ impl Settings {
                 .bpf_pin_dir
                 .or(file.bpf_pin_dir)
                 .unwrap_or_else(|| DEFAULT_BPF_PIN_DIR.into()),
+            resource_api: crate::resource_api::Choice::parse(
+                flags
+                    .resource_api
+                    .or(file.resource_api)
+                    .as_deref()
+                    .unwrap_or("device-plugin"),
+            )
+            .map_err(|e| anyhow::anyhow!("--resource-api: {e}"))?,
+            kubelet_root_dir: flags
+                .kubelet_root_dir
+                .or(file.kubelet_root_dir)
+                .unwrap_or_else(|| "/var/lib/kubelet".into()),
             nri,
             nri_socket: flags
                 .nri_socket

@@ -44,6 +44,12 @@ pub struct HealthView {
     /// Whether another device plugin serves the resource on this node (after the first look).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_plugin_conflict: Option<crate::coexistence::ConflictView>,
+    /// Which API serves the devices on this node (`device-plugin` or `dra`), once decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource_api: Option<crate::resource_api::ResourceApi>,
+    /// The DRA driver's state, when DRA serves this node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dra: Option<crate::resource_api::DraView>,
 }
 
 /// The NRI part of `/healthz`.
@@ -211,10 +217,16 @@ impl AgentState {
             #[serde(flatten)]
             view: HealthView,
         }
+        let view = self.view();
+        // With DRA the registration that counts is the DRA driver's with the kubelet.
+        let registered = match &view.dra {
+            Some(d) => d.registration == "registered",
+            None => plugin.is_registered(),
+        };
         let out = Out {
             ok: true,
-            registered: plugin.is_registered(),
-            view: self.view(),
+            registered,
+            view,
         };
         let mut s = serde_json::to_string(&out)
             .unwrap_or_else(|e| format!("{{\"ok\":true,\"registered\":false,\"error\":\"{e}\"}}"));

@@ -5,19 +5,23 @@
 //! discovery or this node's ERdmaDevice) and the instance ID; the publisher that turns these
 //! into the served snapshot through `erdma_model::DeviceSelection`; ERI netdev and SMC-R pnet
 //! host setup; SMC-R for annotated pods in PreStartContainer (`--deviceplugin-prestart-container`);
-//! the kubelet device plugin and the watch for another plugin serving the same resource;
+//! the kubelet device plugin and the watch for another plugin serving the same resource, or (per
+//! node, `--resource-api`) the DRA driver instead;
 //! `/metrics` and `/healthz`; SIGTERM/SIGINT → graceful shutdown.
 
 mod cli;
 mod cluster;
 mod coexistence;
 mod devices;
+#[cfg(test)]
+mod dra_wiring_tests;
 mod driver;
 mod health;
 mod hostsetup;
 mod nri;
 #[cfg(test)]
 mod rbac_tests;
+mod resource_api;
 mod smcr;
 #[cfg(test)]
 mod smcr_tests;
@@ -89,6 +93,30 @@ async fn run(s: Settings) -> anyhow::Result<()> {
             None
         }
     };
+
+    // Device plugin or DRA on this node (never both).
+    let api = resource_api::resolve(s.resource_api, cluster.as_ref()).await?;
+    if api == resource_api::ResourceApi::Dra && cluster.is_none() {
+        anyhow::bail!(
+            "--resource-api dra needs the Kubernetes API (NODE_NAME and in-cluster config or --kubeconfig) to publish ResourceSlices and read claims"
+        );
+    }
+    state.update(|v| v.resource_api = Some(api));
+    tracing::info!(
+        resource_api = api.name(),
+        "serving eRDMA devices through {}",
+        api.name()
+    );
+    if let Some(c) = &cluster {
+        if let Err(e) = resource_api::publish_condition(c, api, &s.resource_name).await {
+            tracing::warn!("{e}");
+        }
+        if api == resource_api::ResourceApi::DevicePlugin
+            && s.resource_api == resource_api::Choice::NodeLabel
+        {
+            resource_api::retire_dra(c).await;
+        }
+    }
 
     // Driver manager (readiness gate).
     let mut driver_cfg = s.driver.clone();
@@ -295,6 +323,35 @@ async fn run(s: Settings) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| erdma_kubelet::podresources::v1::DEFAULT_SOCKET.into());
     let mut plugin = Plugin::new(cfg, served_rx.clone(), metrics);
+    if api == resource_api::ResourceApi::Dra {
+        let dra = resource_api::run_dra(
+            resource_api::DraSettings {
+                kubelet_root_dir: s.kubelet_root_dir.clone(),
+                cdi_dir: s
+                    .cdi_spec_dir
+                    .clone()
+                    .unwrap_or_else(|| "/var/run/cdi".into()),
+                sysfs: s.sysfs_root.clone(),
+            },
+            cluster.clone().context("DRA needs the Kubernetes API")?,
+            served_rx.clone(),
+            s.instance_id.clone(),
+            state.clone(),
+            cancel.clone(),
+        )
+        .await;
+        cancel.cancel();
+        if let Some(r) = reconciler {
+            let _ = r.await;
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        drop(source_tx);
+        dra.context("DRA driver")?;
+        tracing::info!("erdma-agent stopped");
+        return Ok(());
+    }
     tasks.push(tokio::spawn(coexistence::run(
         coexistence::Config {
             observer,

@@ -102,7 +102,112 @@ async fn every_agent_api_call_is_allowed_and_every_permission_is_used() {
         client: api.client_as(&user),
         node: "n1".into(),
     };
+    device_plugin_node_steps(&api, &cluster).await;
 
+    let c = coverage(&authz, &user, &api.audit());
+    c.verdict(ALLOWED_UNUSED).unwrap_or_else(|e| panic!("{e}"));
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md");
+    let table = format!(
+        "Agent, as `{user}` (values: defaults):\n\n{}",
+        markdown_table(&c)
+    );
+    check_doc_section(&doc, "agent", &table).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// With `dra.enabled`: the steps of every agent plus the DRA driver's (node label, condition,
+/// ResourceSlice publishing, claim reads, retiring the slices on a device-plugin node).
+#[tokio::test]
+async fn with_dra_every_agent_api_call_is_allowed_and_every_permission_is_used() {
+    use erdma_dra::publish;
+    let mut v = Values::default();
+    v.dra.enabled = true;
+    let objects = render(&v).unwrap();
+    let authz = Authorizer::from_manifests(&objects).unwrap();
+    let user = service_account_user(&v.namespace, &v.agent_sa());
+    let api = FakeApiServer::new();
+    api.enforce(authz.clone());
+    let mut node = kubelet_node("n1");
+    node.metadata.labels = Some(std::collections::BTreeMap::from([(
+        crate::resource_api::NODE_LABEL.to_string(),
+        "dra".to_string(),
+    )]));
+    api.put(&node);
+    let cluster = Cluster {
+        client: api.client_as(&user),
+        node: "n1".into(),
+    };
+    device_plugin_node_steps(&api, &cluster).await;
+
+    api.set_step("DRA: this node's `erdma.alibabacloud.com/resource-api` label");
+    let chosen =
+        crate::resource_api::resolve(crate::resource_api::Choice::NodeLabel, Some(&cluster))
+            .await
+            .unwrap();
+    assert_eq!(chosen, crate::resource_api::ResourceApi::Dra);
+
+    api.set_step("DRA: `ERdmaResourceAPI` condition");
+    crate::resource_api::publish_condition(&cluster, chosen, "aliyun/erdma")
+        .await
+        .unwrap();
+
+    api.set_step("DRA: this node's ResourceSlice (create, update, stale slices removed)");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cfg = erdma_dra::DraConfig::new("n1");
+    cfg.kubelet_dir = tmp.path().join("kubelet");
+    cfg.cdi_dir = tmp.path().join("cdi");
+    cfg.sysfs = tmp.path().join("sys");
+    let mut stale = erdma_dra::slice::resource_slice(vec![], &cfg, 1);
+    stale.metadata.name = Some("n1-stale".into());
+    api.put(&stale);
+    let mut dev = erdma_model::RdmaDevice::named("erdma_0", erdma_model::DeviceKind::Erdma);
+    let mut inv = erdma_model::NodeDevices::empty();
+    inv.devices = vec![dev.clone()];
+    let mut memory = erdma_deviceplugin::devices::DeviceMemory::default();
+    let devs = publish::publishable(&mut memory, &inv, &cfg, None);
+    publish::sync(&cluster.client, &cfg, devs).await.unwrap();
+    dev.health = erdma_model::Health::from_reasons(vec!["port 1 is DOWN".into()]);
+    inv.devices = vec![dev];
+    let devs = publish::publishable(&mut memory, &inv, &cfg, None);
+    publish::sync(&cluster.client, &cfg, devs).await.unwrap();
+
+    api.set_step("DRA: NodePrepareResources reads the ResourceClaim");
+    let (_tx, rx) = tokio::sync::watch::channel(inv);
+    let driver = erdma_dra::Driver::new(cfg.clone(), cluster.client.clone(), rx).unwrap();
+    let r = driver
+        .prepare(&[erdma_kubelet::dra::v1::Claim {
+            namespace: "team-a".into(),
+            name: "absent".into(),
+            uid: "uid-1".into(),
+        }])
+        .await;
+    assert!(
+        r.claims["uid-1"]
+            .error
+            .contains("reading the ResourceClaim failed"),
+        "{:?}",
+        r.claims["uid-1"].error
+    );
+    assert!(
+        !r.claims["uid-1"].error.contains("forbidden"),
+        "{:?}",
+        r.claims["uid-1"].error
+    );
+
+    api.set_step("DRA: a node back on the device plugin removes its ResourceSlices");
+    crate::resource_api::retire_dra(&cluster).await;
+
+    let c = coverage(&authz, &user, &api.audit());
+    c.verdict(ALLOWED_UNUSED).unwrap_or_else(|e| panic!("{e}"));
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md");
+    let table = format!(
+        "Agent with `dra.enabled`, as `{user}`:\n\n{}",
+        markdown_table(&c)
+    );
+    check_doc_section(&doc, "agent-dra", &table).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// What every agent in a cluster does with the API server.
+async fn device_plugin_node_steps(api: &FakeApiServer, cluster: &Cluster) {
     api.set_step("Driver state: node labels, `ERdmaDriverReady` condition, pending Event");
     cluster.publish_driver(None, &pending()).await.unwrap();
     api.set_step("Driver state: the change is done (Event)");
@@ -178,15 +283,6 @@ async fn every_agent_api_call_is_allowed_and_every_permission_is_used() {
     )
     .await
     .unwrap();
-
-    let c = coverage(&authz, &user, &api.audit());
-    c.verdict(ALLOWED_UNUSED).unwrap_or_else(|e| panic!("{e}"));
-    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/operations.md");
-    let table = format!(
-        "Agent, as `{user}` (values: defaults):\n\n{}",
-        markdown_table(&c)
-    );
-    check_doc_section(&doc, "agent", &table).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// The agent's condition patch is a strategic merge patch: the API server merges

@@ -31,6 +31,23 @@ pub struct Args {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     pub output: Format,
+    /// The kubelet's root directory, for the DRA driver's prepared claims
+    /// (`plugins/erdma.alibabacloud.com/checkpoint.json`). Default: `/var/lib/kubelet` for the
+    /// live `/sys`; not read for another sysfs root unless given.
+    #[arg(long, value_name = "DIR")]
+    pub kubelet_root_dir: Option<PathBuf>,
+}
+
+/// The DRA driver's state on this node, from its checkpoint (no API server needed).
+#[derive(Debug, Serialize)]
+pub struct DraLocal {
+    /// The checkpoint file read.
+    pub checkpoint: String,
+    /// Prepared claims (`namespace/name`) per ib device.
+    pub prepared: std::collections::BTreeMap<String, Vec<String>>,
+    /// Why the checkpoint could not be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The machine-readable result of `erdmactl devices`.
@@ -45,6 +62,26 @@ pub struct Report {
     /// The inventory.
     #[serde(flatten)]
     pub node: NodeDevices,
+    /// The DRA driver's prepared claims, when its checkpoint exists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dra: Option<DraLocal>,
+}
+
+/// Reads the DRA checkpoint under `kubelet_root`, when it exists.
+pub fn dra_local(kubelet_root: &Path) -> Option<DraLocal> {
+    let path = erdma_dra::checkpoint::path_under(kubelet_root, erdma_dra::DRIVER_NAME);
+    if !path.exists() {
+        return None;
+    }
+    let (prepared, error) = match erdma_dra::checkpoint::Checkpoint::load(&path) {
+        Ok(cp) => (erdma_dra::checkpoint::claims_by_device(&cp), None),
+        Err(e) => (Default::default(), Some(e.to_string())),
+    };
+    Some(DraLocal {
+        checkpoint: path.display().to_string(),
+        prepared,
+        error,
+    })
 }
 
 /// Picks the dev root: explicit, `/dev` for the live sysfs, or `<sysfs-root>/../dev` for a tree.
@@ -88,11 +125,16 @@ pub fn scan(args: &Args) -> Report {
                 .any(|f| f == d.driver_key() || Some(f.as_str()) == d.driver.as_deref())
         });
     }
+    let kubelet_root = args
+        .kubelet_root_dir
+        .clone()
+        .or_else(|| is_live(&args.sysfs_root).then(|| PathBuf::from("/var/lib/kubelet")));
     Report {
         sysfs_root: args.sysfs_root.display().to_string(),
         dev_root: dev_root.display().to_string(),
         usable: node.usable().count(),
         node,
+        dra: kubelet_root.as_deref().and_then(dra_local),
     }
 }
 
@@ -201,6 +243,23 @@ pub fn render_table(report: &Report) -> String {
     let mut out = output::table(&header, &rows);
     if let Some(cm) = &report.node.rdma_cm {
         out.push_str(&format!("rdma_cm: {}\n", cm.path));
+    }
+    if let Some(dra) = &report.dra {
+        out.push_str(&format!("DRA claims prepared ({}):", dra.checkpoint));
+        if let Some(e) = &dra.error {
+            out.push_str(&format!(" unreadable: {e}\n"));
+        } else if dra.prepared.is_empty() {
+            out.push_str(" none\n");
+        } else {
+            out.push('\n');
+            for (dev, claims) in &dra.prepared {
+                out.push_str(&format!(
+                    "  {dev}: {} ({})\n",
+                    claims.len(),
+                    claims.join(", ")
+                ));
+            }
+        }
     }
     let mut findings = Vec::new();
     // Info-level findings (e.g. placeholder device nodes in fixture trees) are in -o json/yaml only.

@@ -5,7 +5,7 @@ use crate::output::{self, Format};
 use crate::submit::{KubeArgs, kube_client, runtime};
 use erdma_doctor::cluster::{self, Exec, PodTarget};
 use erdma_doctor::{Check, Report};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 /// Arguments of `erdmactl doctor`. Without `--node`/`--pod` it checks this machine (`--local`).
@@ -114,6 +114,7 @@ fn local_checks(args: &Args) -> Vec<Check> {
         dev_root: args.dev_root.clone(),
         driver: vec![],
         output: Format::Table,
+        kubelet_root_dir: args.kubelet_dir.parent().map(Path::to_path_buf),
     });
     let mut checks = erdma_doctor::local::checks(&report.node);
     let sockets = erdma_host::plugin_dir::sockets(&args.kubelet_dir)
@@ -124,6 +125,7 @@ fn local_checks(args: &Args) -> Vec<Check> {
         sockets,
     ));
     let mut nri_view = None;
+    let mut dra_view = None;
     if args.agent_addr != "off" {
         let answer = args
             .agent_addr
@@ -136,6 +138,9 @@ fn local_checks(args: &Args) -> Vec<Check> {
             nri_view = serde_json::from_str::<serde_json::Value>(body.trim())
                 .ok()
                 .and_then(|v| v.get("nri").cloned());
+            dra_view = serde_json::from_str::<serde_json::Value>(body.trim())
+                .ok()
+                .and_then(|v| v.get("dra").cloned());
         }
         checks.push(erdma_doctor::agent_health::check(&args.agent_addr, answer));
     }
@@ -144,7 +149,86 @@ fn local_checks(args: &Args) -> Vec<Check> {
         args.nri_socket.exists(),
         nri_view.as_ref(),
     ));
+    if let Some(c) = dra_check(dra_view.as_ref(), report.dra.as_ref()) {
+        checks.push(c);
+    }
     checks
+}
+
+/// `local.dra`, when this node runs the DRA driver (the agent's `/healthz` has `dra`) or has its
+/// checkpoint: registration, the ResourceSlice, claims prepared per device.
+pub fn dra_check(
+    view: Option<&serde_json::Value>,
+    local: Option<&devices::DraLocal>,
+) -> Option<Check> {
+    const ID: &str = "local.dra";
+    let prepared = |m: &serde_json::Map<String, serde_json::Value>| {
+        if m.is_empty() {
+            "none".to_string()
+        } else {
+            m.iter()
+                .map(|(d, n)| format!("{d}: {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    match (view, local) {
+        (Some(v), _) => {
+            let reg = v["registration"].as_str().unwrap_or("unknown");
+            let slice = v["slice"].as_str().unwrap_or("unknown");
+            let claims = v["prepared_claims"]
+                .as_object()
+                .map(prepared)
+                .unwrap_or_else(|| "unknown".into());
+            let msg = format!(
+                "DRA driver {}: kubelet registration {reg}; ResourceSlice {slice}; claims prepared per device: {claims}",
+                v["driver"].as_str().unwrap_or("erdma.alibabacloud.com")
+            );
+            if reg != "registered" {
+                Some(Check::warn(
+                    ID,
+                    msg,
+                    "the kubelet has not accepted the driver: check that the agent mounts /var/lib/kubelet/plugins_registry and /var/lib/kubelet/plugins (chart dra.enabled) and that the kubelet is 1.34+ (v1.DRAPlugin)",
+                ))
+            } else if !["created", "updated", "unchanged"]
+                .iter()
+                .any(|p| slice.starts_with(p))
+            {
+                Some(Check::warn(
+                    ID,
+                    msg,
+                    "the ResourceSlice is not published: check the agent's RBAC for resource.k8s.io resourceslices (chart dra.enabled) and that the API server serves resource.k8s.io/v1",
+                ))
+            } else {
+                Some(Check::pass(ID, msg))
+            }
+        }
+        (None, Some(l)) => {
+            let claims: Vec<String> = l
+                .prepared
+                .iter()
+                .map(|(d, c)| format!("{d}: {}", c.len()))
+                .collect();
+            Some(Check::info(
+                ID,
+                format!(
+                    "DRA checkpoint {}: claims prepared per device: {}{}",
+                    l.checkpoint,
+                    if claims.is_empty() {
+                        "none".into()
+                    } else {
+                        claims.join(", ")
+                    },
+                    l.error
+                        .as_ref()
+                        .map(|e| format!(" (unreadable: {e})"))
+                        .unwrap_or_default()
+                ),
+                "the agent's /healthz was not read (--agent-addr); it shows the registration and the ResourceSlice",
+            ))
+        }
+        (None, None) => None,
+    }
 }
 
 /// Runs the command: exit 0 when nothing failed, 1 when a check failed (or warned, with
@@ -192,4 +276,34 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         f => print!("{}", output::render(&report, f)?),
     }
     Ok(ExitCode::from(report.exit_status(args.strict)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use erdma_doctor::check::Status;
+
+    #[test]
+    fn dra_state_from_the_agent_healthz() {
+        let ok = serde_json::json!({"driver": "erdma.alibabacloud.com", "registration": "registered",
+            "slice": "unchanged generation 2", "prepared_claims": {"erdma-0": 2}});
+        let c = dra_check(Some(&ok), None).expect("check");
+        assert_eq!(c.status, Status::Pass);
+        assert!(c.message.contains("erdma-0: 2"), "{}", c.message);
+        let unpublished = serde_json::json!({"registration": "registered",
+            "slice": "list ResourceSlices: forbidden", "prepared_claims": {}});
+        let c = dra_check(Some(&unpublished), None).expect("check");
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.hint.unwrap_or_default().contains("RBAC"));
+        let pending =
+            serde_json::json!({"registration": "pending", "slice": "created generation 1"});
+        assert_eq!(
+            dra_check(Some(&pending), None).expect("check").status,
+            Status::Warn
+        );
+        assert!(
+            dra_check(None, None).is_none(),
+            "nothing on a device-plugin node"
+        );
+    }
 }

@@ -133,3 +133,36 @@ fn unknown_output_format_is_rejected_by_name() {
         .code(2)
         .stderr(predicate::str::contains("xml"));
 }
+
+#[test]
+fn dra_claims_prepared_per_device_come_from_the_driver_checkpoint() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("plugins/erdma.alibabacloud.com");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The checkpoint as erdma-dra writes it (format version 1): two claims share erdma_0.
+    let device = |ibdev: &str, uid: &str| {
+        serde_json::json!({"request": "rdma", "pool": "n1", "device": ibdev.replace('_', "-"),
+            "ibdev": ibdev, "cdi_ids": [format!("erdma.alibabacloud.com/claim={uid}-{ibdev}")],
+            "shares": 1, "limits": {"hca_handle": 4, "hca_object": 8000}})
+    };
+    let cp = serde_json::json!({"version": 1, "claims": {
+        "uid-a": {"namespace": "team", "name": "a", "devices": [device("erdma_0", "uid-a")], "cdi_spec": "/x"},
+        "uid-b": {"namespace": "team", "name": "b", "devices": [device("erdma_0", "uid-b")], "cdi_spec": "/y"},
+    }});
+    std::fs::write(dir.join("checkpoint.json"), cp.to_string()).unwrap();
+    let root_arg = root.path().display().to_string();
+    let a = devices("erdma-iwarp", &["--kubelet-root-dir", &root_arg]).success();
+    let out = stdout(&a);
+    assert!(out.contains("DRA claims prepared ("), "{out}");
+    assert!(out.contains("  erdma_0: 2 (team/a, team/b)"), "{out}");
+    let a = devices(
+        "erdma-iwarp",
+        &["--kubelet-root-dir", &root_arg, "-o", "json"],
+    )
+    .success();
+    let v: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    assert_eq!(
+        v["dra"]["prepared"]["erdma_0"],
+        serde_json::json!(["team/a", "team/b"])
+    );
+}

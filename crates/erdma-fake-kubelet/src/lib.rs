@@ -21,13 +21,16 @@
 //!   allocation, container with the Allocate response's devices, mounts, envs and CDI names;
 //! - accepts a second plugin for a resource as the kubelet does (it becomes the endpoint, every
 //!   open stream keeps feeding the device list, any stream ending marks the resource unhealthy);
-//!   [`other_plugin`] is a stand-in for such a plugin (terway's eRDMA ENI plugin).
+//!   [`other_plugin`] is a stand-in for such a plugin (terway's eRDMA ENI plugin);
+//! - plays the kubelet's side of DRA ([`dra`]): plugin-watcher registration of a DRA driver and
+//!   NodePrepareResources / NodeUnprepareResources over its sockets.
 //!
 //! Everything it knows is written to `<dir>/fake-kubelet-state.json` whenever it changes, so a
 //! test or a lab script can read it.
 
 pub mod client;
 pub mod daemon;
+pub mod dra;
 pub mod other_plugin;
 pub mod podresources;
 pub mod pods;

@@ -18,7 +18,9 @@
 //! - The `/status` subresource: only status changes; main-resource writes keep status.
 //! - Validation on create/update/patch: the resulting object must deserialise into its
 //!   k8s-openapi type (or [`ERdmaDevice`]), else 422 `Invalid` naming the error; `metadata.name`
-//!   is required.
+//!   is required. Kinds known: core and apps objects erdma touches, RBAC, leases, events, webhook
+//!   configurations, CRDs, `ERdmaDevice`, and DRA's `resource.k8s.io/v1` ResourceSlice,
+//!   ResourceClaim and DeviceClass.
 //! - Watches from a resourceVersion; [`FakeApiServer::compact`] forgets the history, after which a
 //!   watch from an older resourceVersion gets an `ERROR` event with a 410 `Expired` Status (as the
 //!   watch cache sends it), and [`FakeApiServer::close_watches`] ends open watch streams (as the
@@ -764,6 +766,19 @@ const DISCOVERY: &[(&str, &str, &str, bool)] = &[
     ("coordination.k8s.io/v1", "leases", "Lease", true),
     ("events.k8s.io/v1", "events", "Event", true),
     (
+        "resource.k8s.io/v1",
+        "resourceslices",
+        "ResourceSlice",
+        false,
+    ),
+    (
+        "resource.k8s.io/v1",
+        "resourceclaims",
+        "ResourceClaim",
+        true,
+    ),
+    ("resource.k8s.io/v1", "deviceclasses", "DeviceClass", false),
+    (
         "network.alibabacloud.com/v1",
         "erdmadevices",
         "ERdmaDevice",
@@ -896,6 +911,7 @@ fn validate(route: &Route, v: &Value) -> Result<(), String> {
     };
     use k8s_openapi::api::events::v1::Event;
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     fn de<T: DeserializeOwned>(v: &Value) -> Result<(), String> {
         serde_json::from_value::<T>(v.clone())
@@ -922,6 +938,9 @@ fn validate(route: &Route, v: &Value) -> Result<(), String> {
             de::<MutatingWebhookConfiguration>(v)
         }
         ("apiextensions.k8s.io", "customresourcedefinitions") => de::<CustomResourceDefinition>(v),
+        ("resource.k8s.io", "resourceslices") => de::<ResourceSlice>(v),
+        ("resource.k8s.io", "resourceclaims") => de::<ResourceClaim>(v),
+        ("resource.k8s.io", "deviceclasses") => de::<DeviceClass>(v),
         ("network.alibabacloud.com", "erdmadevices") => de::<crate::crd::ERdmaDevice>(v),
         (g, r) => Err(format!(
             "the fake API server does not know the type of {r} in API group {g:?}; add it to validate()"

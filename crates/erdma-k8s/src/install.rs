@@ -31,6 +31,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
+use k8s_openapi::api::resource::v1::{
+    CELDeviceSelector, DeviceClass, DeviceClassSpec, DeviceSelector,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -355,7 +358,27 @@ pub struct Values {
     pub config: ConfigValues,
     /// Cloud credentials.
     pub credentials: CredentialValues,
+    /// (new) The DRA driver.
+    pub dra: DraValues,
 }
+
+/// `dra.*` (new): the DRA driver `erdma.alibabacloud.com`. Off by default. When on, the install
+/// adds the DeviceClass (with `extendedResourceName: aliyun/erdma`, so pods asking
+/// `aliyun/erdma` are served through DRA on DRA nodes), the agent's RBAC for ResourceSlices,
+/// ResourceClaims and reading its Node, the kubelet plugin directories and `/var/run/cdi`, and
+/// runs the agent with `--resource-api=node-label`: nodes labelled
+/// `erdma.alibabacloud.com/resource-api=dra` use DRA, every other node the device plugin.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DraValues {
+    /// Enable the DRA driver (per node, by label).
+    pub enabled: bool,
+}
+
+/// The DRA driver name.
+pub const DRA_DRIVER: &str = "erdma.alibabacloud.com";
+/// The extended resource the DeviceClass maps to DRA (KEP-5004).
+pub const DRA_EXTENDED_RESOURCE: &str = "aliyun/erdma";
 
 impl Default for Values {
     fn default() -> Self {
@@ -377,6 +400,7 @@ impl Default for Values {
             webhook_timeout_seconds: 10,
             config: ConfigValues::default(),
             credentials: CredentialValues::default(),
+            dra: DraValues::default(),
         }
     }
 }
@@ -678,6 +702,39 @@ pub fn agent_cluster_rules() -> Vec<PolicyRule> {
     ]
 }
 
+/// The agent's extra cluster-wide rules with `dra.enabled` (proven by `rbac_tests`): read its
+/// Node (the `erdma.alibabacloud.com/resource-api` label), publish this node's ResourceSlice,
+/// read the claims it prepares.
+pub fn agent_dra_rules() -> Vec<PolicyRule> {
+    vec![
+        rule(&[""], &["nodes"], &["get"], &[]),
+        rule(
+            &["resource.k8s.io"],
+            &["resourceslices"],
+            &["list", "create", "update", "delete"],
+            &[],
+        ),
+        rule(&["resource.k8s.io"], &["resourceclaims"], &["get"], &[]),
+    ]
+}
+
+/// The DeviceClass of the DRA driver: every device of `erdma.alibabacloud.com`, and requests for
+/// the extended resource `aliyun/erdma` (KEP-5004) on nodes where DRA serves it.
+pub fn dra_device_class(v: &Values) -> DeviceClass {
+    DeviceClass {
+        metadata: meta(DRA_DRIVER, None, labels(v, "agent")),
+        spec: DeviceClassSpec {
+            selectors: Some(vec![DeviceSelector {
+                cel: Some(CELDeviceSelector {
+                    expression: format!("device.driver == \"{DRA_DRIVER}\""),
+                }),
+            }]),
+            extended_resource_name: Some(DRA_EXTENDED_RESOURCE.into()),
+            config: None,
+        },
+    }
+}
+
 fn to_value<T: Serialize>(t: &T) -> Result<Value, Error> {
     serde_json::to_value(t).map_err(|e| Error::Serialize(e.to_string()))
 }
@@ -756,6 +813,9 @@ pub fn agent_args(v: &Values) -> Vec<String> {
     }
     if v.config.local_eri_discovery {
         args.push("--local-eri-discovery".into());
+    }
+    if v.dra.enabled {
+        args.push("--resource-api=node-label".into());
     }
     if agent_prestart(v) {
         args.push("--deviceplugin-prestart-container".into());
@@ -907,9 +967,13 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
         }
     }
     let agent_rbac = v.agent_rbac();
+    let mut agent_rules = agent_cluster_rules();
+    if v.dra.enabled {
+        agent_rules.extend(agent_dra_rules());
+    }
     out.push(to_value(&ClusterRole {
         metadata: meta(&agent_rbac, None, labels(v, "agent")),
-        rules: Some(agent_cluster_rules()),
+        rules: Some(agent_rules),
         ..Default::default()
     })?);
     out.push(to_value(&ClusterRoleBinding {
@@ -921,6 +985,9 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
         },
         subjects: Some(vec![bind(&v.agent_sa())]),
     })?);
+    if v.dra.enabled {
+        out.push(to_value(&dra_device_class(v))?);
+    }
     if v.runs_controller() {
         out.push(to_value(&controller_deployment(v)?)?);
         // Headless, as the original's (clusterIP cannot change on upgrade); port name and target
@@ -1259,6 +1326,26 @@ pub fn agent_host_paths(v: &Values) -> Vec<AgentHostPath> {
             "bpffs",
             "/sys/fs/bpf",
             "Directory",
+            false,
+        ));
+    }
+    if v.dra.enabled {
+        p.push(AgentHostPath::same(
+            "plugins-registry",
+            "/var/lib/kubelet/plugins_registry",
+            "DirectoryOrCreate",
+            false,
+        ));
+        p.push(AgentHostPath::same(
+            "kubelet-plugins",
+            "/var/lib/kubelet/plugins",
+            "DirectoryOrCreate",
+            false,
+        ));
+        p.push(AgentHostPath::same(
+            "cdi",
+            "/var/run/cdi",
+            "DirectoryOrCreate",
             false,
         ));
     }

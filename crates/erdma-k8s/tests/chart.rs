@@ -9,6 +9,7 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::api::resource::v1::DeviceClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -98,6 +99,7 @@ fn every_rendered_object_deserialises_into_its_k8s_openapi_type() {
                 "ConfigMap" => round_trip::<ConfigMap>(c, obj),
                 "Secret" => round_trip::<Secret>(c, obj),
                 "ClusterRole" => round_trip::<ClusterRole>(c, obj),
+                "DeviceClass" => round_trip::<DeviceClass>(c, obj),
                 "ClusterRoleBinding" => round_trip::<ClusterRoleBinding>(c, obj),
                 "Role" => round_trip::<Role>(c, obj),
                 "RoleBinding" => round_trip::<RoleBinding>(c, obj),

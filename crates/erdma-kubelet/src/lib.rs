@@ -3,6 +3,9 @@
 //! - [`deviceplugin::v1beta1`]: the device-plugin API (Registration on `kubelet.sock`, the
 //!   DevicePlugin service a plugin serves), including `cdi_devices`.
 //! - [`podresources::v1`]: the pod-resources API the kubelet serves.
+//! - [`pluginregistration::v1`]: the plugin-watcher registration API a plugin serves on a socket in
+//!   `plugins_registry/` (used by DRA drivers).
+//! - [`dra::v1`]: the DRA kubelet plugin API (`NodePrepareResources` / `NodeUnprepareResources`).
 //!
 //! The Rust code is generated from `proto/**/*.proto` and checked in under `src/gen/`, so normal
 //! builds need neither protoc nor prost-build; the test `generated_code_is_fresh` fails when it is
@@ -45,6 +48,38 @@ pub mod podresources {
 
         /// Default socket of the pod-resources API.
         pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+    }
+}
+
+/// Plugin-watcher registration API.
+pub mod pluginregistration {
+    /// `package pluginregistration` (`k8s.io/kubelet/pkg/apis/pluginregistration/v1`).
+    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    pub mod v1 {
+        include!("gen/pluginregistration_v1.rs");
+
+        /// `PluginInfo.type` of a DRA driver.
+        pub const DRA_PLUGIN: &str = "DRAPlugin";
+        /// `PluginInfo.type` of a device plugin registering through the plugin watcher.
+        pub const DEVICE_PLUGIN: &str = "DevicePlugin";
+        /// `PluginInfo.type` of a CSI driver.
+        pub const CSI_PLUGIN: &str = "CSIPlugin";
+        /// Default directory the kubelet watches for registration sockets.
+        pub const PLUGINS_REGISTRY_PATH: &str = "/var/lib/kubelet/plugins_registry/";
+    }
+}
+
+/// DRA kubelet plugin API.
+pub mod dra {
+    /// `package k8s.io.kubelet.pkg.apis.dra.v1` (`k8s.io/kubelet/pkg/apis/dra/v1`).
+    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    pub mod v1 {
+        include!("gen/dra_v1.rs");
+
+        /// The service name a driver lists in `PluginInfo.supported_versions` for this API.
+        pub const DRA_PLUGIN_SERVICE: &str = "v1.DRAPlugin";
+        /// Default parent directory of a driver's service socket (`<this>/<driver>/dra.sock`).
+        pub const PLUGINS_PATH: &str = "/var/lib/kubelet/plugins/";
     }
 }
 

@@ -14,6 +14,16 @@ const APIS: &[(&str, &str, &str)] = &[
         "deviceplugin_v1beta1.rs",
     ),
     ("podresources/v1/api.proto", "v1.rs", "podresources_v1.rs"),
+    (
+        "pluginregistration/v1/api.proto",
+        "pluginregistration.rs",
+        "pluginregistration_v1.rs",
+    ),
+    (
+        "dra/v1/api.proto",
+        "k8s.io.kubelet.pkg.apis.dra.v1.rs",
+        "dra_v1.rs",
+    ),
 ];
 
 fn generate(proto: &str, out: &Path) {

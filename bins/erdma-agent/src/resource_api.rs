@@ -1,0 +1,279 @@
+//! Which kubelet API serves the eRDMA devices on this node: the device plugin (`aliyun/erdma`
+//! through the device-plugin API) or the DRA driver (`erdma.alibabacloud.com` ResourceSlices;
+//! pods asking `aliyun/erdma` are served through the DeviceClass's `extendedResourceName`).
+//! Exactly one per node, never both for one resource; the choice is reported in `/healthz` and
+//! in the `ERdmaResourceAPI` node condition.
+
+use crate::cluster::Cluster;
+use crate::health::AgentState;
+use erdma_dra::publish::{self, SyncOutcome};
+use erdma_dra::server::{self, RegistrationState};
+use erdma_dra::{DraConfig, Driver};
+use erdma_model::NodeDevices;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api as KubeApi, Patch, PatchParams};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// Node label that picks the API with `--resource-api=node-label`.
+pub const NODE_LABEL: &str = "erdma.alibabacloud.com/resource-api";
+/// Node condition naming the API in use.
+pub const CONDITION: &str = "ERdmaResourceAPI";
+
+/// `--resource-api`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// Always the device plugin.
+    DevicePlugin,
+    /// Always DRA.
+    Dra,
+    /// From the node label [`NODE_LABEL`] (absent: the device plugin).
+    NodeLabel,
+}
+
+impl Choice {
+    /// Parses the flag value.
+    pub fn parse(s: &str) -> Result<Choice, String> {
+        match s.trim() {
+            "device-plugin" => Ok(Choice::DevicePlugin),
+            "dra" => Ok(Choice::Dra),
+            "node-label" => Ok(Choice::NodeLabel),
+            other => Err(format!("{other:?} is not device-plugin, dra or node-label")),
+        }
+    }
+}
+
+/// The API in use on this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ResourceApi {
+    /// The kubelet device-plugin API.
+    DevicePlugin,
+    /// DRA.
+    Dra,
+}
+
+impl ResourceApi {
+    /// The label value / flag spelling.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ResourceApi::DevicePlugin => "device-plugin",
+            ResourceApi::Dra => "dra",
+        }
+    }
+}
+
+/// What `/healthz` shows of the DRA driver.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DraView {
+    /// Driver name.
+    pub driver: String,
+    /// `pending`, `registered` or the kubelet's refusal.
+    pub registration: String,
+    /// The last ResourceSlice sync: `created|updated|unchanged generation N`, or its error.
+    pub slice: String,
+    /// Prepared claims per DRA device name.
+    pub prepared_claims: std::collections::BTreeMap<String, usize>,
+}
+
+/// Resolves the choice for this node. `node-label` needs the Kubernetes API (it reads this
+/// node's labels once, at start; relabelling takes effect when the agent pod restarts).
+pub async fn resolve(choice: Choice, cluster: Option<&Cluster>) -> anyhow::Result<ResourceApi> {
+    match choice {
+        Choice::DevicePlugin => Ok(ResourceApi::DevicePlugin),
+        Choice::Dra => Ok(ResourceApi::Dra),
+        Choice::NodeLabel => {
+            let c = cluster.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--resource-api=node-label needs the Kubernetes API (NODE_NAME and a config)"
+                )
+            })?;
+            let nodes: KubeApi<Node> = KubeApi::all(c.client.clone());
+            let node = nodes
+                .get(&c.node)
+                .await
+                .map_err(|e| anyhow::anyhow!("read node {} for label {NODE_LABEL}: {e}", c.node))?;
+            let value = node
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(NODE_LABEL))
+                .map(String::as_str);
+            match value {
+                None | Some("device-plugin") => Ok(ResourceApi::DevicePlugin),
+                Some("dra") => Ok(ResourceApi::Dra),
+                Some(other) => anyhow::bail!(
+                    "node {} has {NODE_LABEL}={other:?}; expected dra or device-plugin",
+                    c.node
+                ),
+            }
+        }
+    }
+}
+
+/// The `ERdmaResourceAPI` condition: (type, status, reason, message).
+pub fn condition(
+    api: ResourceApi,
+    resource: &str,
+    driver: &str,
+) -> (&'static str, &'static str, &'static str, String) {
+    match api {
+        ResourceApi::DevicePlugin => (
+            CONDITION,
+            "True",
+            "DevicePlugin",
+            format!(
+                "{resource} is served by the erdma device plugin; the DRA driver {driver} is off on this node"
+            ),
+        ),
+        ResourceApi::Dra => (
+            CONDITION,
+            "True",
+            "DRA",
+            format!(
+                "eRDMA devices are served by the DRA driver {driver} (ResourceSlices; {resource} requests through the DeviceClass extendedResourceName); the device plugin is off on this node"
+            ),
+        ),
+    }
+}
+
+/// Sets the condition on this node (strategic merge by type).
+pub async fn publish_condition(
+    cluster: &Cluster,
+    api: ResourceApi,
+    resource: &str,
+) -> Result<(), String> {
+    let (ty, st, reason, message) = condition(api, resource, erdma_dra::DRIVER_NAME);
+    let now = serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::now(),
+    ))
+    .unwrap_or(serde_json::Value::Null);
+    let patch = serde_json::json!({"status": {"conditions": [{
+        "type": ty, "status": st, "reason": reason, "message": message,
+        "lastHeartbeatTime": now, "lastTransitionTime": now,
+    }]}});
+    let nodes: KubeApi<Node> = KubeApi::all(cluster.client.clone());
+    nodes
+        .patch_status(
+            &cluster.node,
+            &PatchParams::default(),
+            &Patch::Strategic(&patch),
+        )
+        .await
+        .map(drop)
+        .map_err(|e| format!("patch condition {ty} of node {}: {e}", cluster.node))
+}
+
+/// The DRA driver's settings from the agent's.
+pub struct DraSettings {
+    /// Kubelet root directory.
+    pub kubelet_root_dir: PathBuf,
+    /// CDI spec directory.
+    pub cdi_dir: PathBuf,
+    /// sysfs root.
+    pub sysfs: PathBuf,
+}
+
+/// Runs the DRA driver until `cancel`: the sockets, ResourceSlice publishing, and its state in
+/// `/healthz`.
+pub async fn run_dra(
+    settings: DraSettings,
+    cluster: Cluster,
+    served: watch::Receiver<NodeDevices>,
+    instance_id: Option<String>,
+    state: Arc<AgentState>,
+    cancel: CancellationToken,
+) -> anyhow::Result<()> {
+    let mut cfg = DraConfig::new(cluster.node.clone());
+    cfg.kubelet_dir = settings.kubelet_root_dir;
+    cfg.cdi_dir = settings.cdi_dir;
+    cfg.sysfs = settings.sysfs;
+    let driver = Arc::new(Driver::new(
+        cfg.clone(),
+        cluster.client.clone(),
+        served.clone(),
+    )?);
+    let servers = server::serve(driver.clone(), &cancel)?;
+    let (status_tx, mut status_rx) =
+        watch::channel::<Result<SyncOutcome, String>>(Err("not published yet".into()));
+    let publisher = tokio::spawn(publish::run(
+        cluster.client.clone(),
+        cfg.clone(),
+        served,
+        instance_id,
+        status_tx,
+        cancel.clone(),
+    ));
+    let mut registration = servers.registration.clone();
+    loop {
+        let prepared = driver.prepared().await;
+        let mut per_device = std::collections::BTreeMap::new();
+        for c in prepared.claims.values() {
+            for d in &c.devices {
+                *per_device.entry(d.device.clone()).or_insert(0usize) += 1;
+            }
+        }
+        let reg = match &*registration.borrow() {
+            RegistrationState::Pending => "pending".to_string(),
+            RegistrationState::Registered => "registered".to_string(),
+            RegistrationState::Refused(e) => format!("refused: {e}"),
+        };
+        let slice = match &*status_rx.borrow() {
+            Ok(o) => format!("{:?} generation {}", o.action, o.generation).to_lowercase(),
+            Err(e) => e.clone(),
+        };
+        state.update(|v| {
+            v.dra = Some(DraView {
+                driver: cfg.driver_name.clone(),
+                registration: reg,
+                slice,
+                prepared_claims: per_device,
+            })
+        });
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = registration.changed() => {}
+            _ = status_rx.changed() => {}
+            _ = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+        }
+    }
+    servers.shutdown().await;
+    let _ = publisher.await;
+    Ok(())
+}
+
+/// On a node that moved back to the device plugin: removes this node's ResourceSlices of the
+/// driver, so the scheduler stops placing claims here (best effort; logged).
+pub async fn retire_dra(cluster: &Cluster) {
+    let cfg = DraConfig::new(cluster.node.clone());
+    match publish::remove_all(&cluster.client, &cfg).await {
+        Ok(gone) if !gone.is_empty() => {
+            tracing::info!(
+                ?gone,
+                "node uses the device plugin: removed its DRA ResourceSlices"
+            )
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!("removing this node's DRA ResourceSlices failed: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choices() {
+        assert_eq!(Choice::parse("dra"), Ok(Choice::Dra));
+        assert_eq!(Choice::parse("device-plugin"), Ok(Choice::DevicePlugin));
+        assert_eq!(Choice::parse("node-label"), Ok(Choice::NodeLabel));
+        assert!(Choice::parse("both").is_err());
+        let (ty, st, reason, msg) =
+            condition(ResourceApi::Dra, "aliyun/erdma", "erdma.alibabacloud.com");
+        assert_eq!((ty, st, reason), ("ERdmaResourceAPI", "True", "DRA"));
+        assert!(msg.contains("device plugin is off"));
+    }
+}

@@ -1,0 +1,227 @@
+//! Per-claim CDI specs.
+//!
+//! Each prepared claim gets its own spec file `<cdi_dir>/<driver>-claim_<uid>.json` (CDI 0.6.0,
+//! kind `<driver>/claim`) with one CDI device per allocated RDMA device, named
+//! `<claim uid>-<device>`, so two claims sharing one device have separate specs, separate CDI
+//! IDs and separate limits. A device's container edits carry its char devices (uverbs, umad) and
+//! `rdma_cm`, the same env variables the device plugin sets, and the rdma cgroup limits the claim
+//! consumed: as the env `ERDMA_RDMA_MAX` and as the CDI device annotation
+//! `erdma.alibabacloud.com/rdma.max` (the hand-off to the runtime-side NRI plugin, which writes
+//! them into the container's `rdma.max`).
+
+use erdma_deviceplugin::service::{ENV_ERDMA_DEVICES, ENV_ERDMA_NCCL_IB_HCA, ENV_SMCR_PNET};
+use erdma_model::{CharDevice, RdmaDevice};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+/// CDI specification version written.
+pub const CDI_VERSION: &str = "0.6.0";
+/// Env variable with the claim's rdma cgroup limits: `<ibdev> hca_handle=N hca_object=M`, one
+/// entry per device, `;`-separated (the `rdma.max` line format).
+pub const ENV_RDMA_MAX: &str = "ERDMA_RDMA_MAX";
+/// Env variable with the claim UID, so a container can tell which claim it runs under.
+pub const ENV_CLAIM_UID: &str = "ERDMA_DRA_CLAIM_UID";
+/// Annotation (on the CDI device) with the device's `rdma.max` line for the NRI plugin.
+pub const ANNOTATION_RDMA_MAX: &str = "erdma.alibabacloud.com/rdma.max";
+
+/// rdma cgroup limits one claim consumed on one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RdmaLimits {
+    /// `hca_handle`.
+    pub hca_handle: u64,
+    /// `hca_object`.
+    pub hca_object: u64,
+}
+
+impl RdmaLimits {
+    /// The `rdma.max` line for `ibdev`.
+    pub fn line(&self, ibdev: &str) -> String {
+        format!(
+            "{ibdev} hca_handle={} hca_object={}",
+            self.hca_handle, self.hca_object
+        )
+    }
+}
+
+/// One device of a claim as the spec needs it.
+#[derive(Debug, Clone)]
+pub struct ClaimDevice<'a> {
+    /// The inventoried device.
+    pub device: &'a RdmaDevice,
+    /// The limits the claim consumed on it.
+    pub limits: RdmaLimits,
+}
+
+/// The CDI kind of the per-claim specs: `<driver>/claim`.
+pub fn kind(driver: &str) -> String {
+    format!("{driver}/claim")
+}
+
+/// The spec file of a claim.
+pub fn spec_path(cdi_dir: &Path, driver: &str, claim_uid: &str) -> PathBuf {
+    cdi_dir.join(format!("{driver}-claim_{claim_uid}.json"))
+}
+
+/// The CDI device name of a device of a claim (`<uid>-<ibdev>`).
+pub fn device_name(claim_uid: &str, ibdev: &str) -> String {
+    format!("{claim_uid}-{ibdev}")
+}
+
+/// The fully qualified CDI ID of a device of a claim.
+pub fn qualified_name(driver: &str, claim_uid: &str, ibdev: &str) -> String {
+    format!("{}={}", kind(driver), device_name(claim_uid, ibdev))
+}
+
+/// True when a claim UID can be part of a file name and a CDI device name (letters, digits,
+/// `-`, `_`, `.`; as API-server UIDs are).
+pub fn valid_uid(uid: &str) -> bool {
+    !uid.is_empty()
+        && uid.len() <= 128
+        && uid
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && uid.as_bytes()[0].is_ascii_alphanumeric()
+}
+
+fn node(c: &CharDevice) -> Value {
+    json!({"path": c.path, "permissions": "rw"})
+}
+
+/// The spec document of a claim. `devices` is sorted by ib device name by the caller.
+pub fn spec(
+    driver: &str,
+    claim_uid: &str,
+    devices: &[ClaimDevice<'_>],
+    rdma_cm: Option<&CharDevice>,
+) -> Value {
+    let names: Vec<&str> = devices.iter().map(|d| d.device.name.as_str()).collect();
+    let mut env = vec![
+        format!("{ENV_ERDMA_DEVICES}={}", names.join(",")),
+        format!(
+            "{ENV_ERDMA_NCCL_IB_HCA}={}",
+            format_args!("={}", names.join(","))
+        ),
+        format!("{ENV_CLAIM_UID}={claim_uid}"),
+        format!(
+            "{ENV_RDMA_MAX}={}",
+            devices
+                .iter()
+                .map(|d| d.limits.line(&d.device.name))
+                .collect::<Vec<_>>()
+                .join(";")
+        ),
+    ];
+    if let Some(pnet) = devices.iter().find_map(|d| d.device.pnet_id.as_ref()) {
+        env.push(format!("{ENV_SMCR_PNET}={}", pnet.as_str()));
+    }
+    let cdi_devices: Vec<Value> = devices
+        .iter()
+        .map(|d| {
+            let nodes: Vec<Value> = d.device.char_devices.all().map(node).collect();
+            json!({
+                "name": device_name(claim_uid, &d.device.name),
+                "annotations": {ANNOTATION_RDMA_MAX: d.limits.line(&d.device.name)},
+                "containerEdits": {"deviceNodes": nodes},
+            })
+        })
+        .collect();
+    let mut edits = json!({"env": env});
+    if let Some(cm) = rdma_cm {
+        edits["deviceNodes"] = json!([node(cm)]);
+    }
+    json!({
+        "cdiVersion": CDI_VERSION,
+        "kind": kind(driver),
+        "annotations": {"erdma.alibabacloud.com/claim-uid": claim_uid},
+        "devices": cdi_devices,
+        "containerEdits": edits,
+    })
+}
+
+/// Writes a claim's spec atomically.
+pub fn write(path: &Path, doc: &Value) -> crate::Result<()> {
+    let mut text = serde_json::to_vec_pretty(doc).map_err(|source| crate::DraError::Json {
+        what: "CDI spec",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    text.push(b'\n');
+    crate::write_atomic(path, &text)
+}
+
+/// Removes a claim's spec; a missing file is fine.
+pub fn remove(path: &Path) -> crate::Result<()> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(crate::io_err("remove CDI spec", path)(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use erdma_model::DeviceKind;
+
+    #[test]
+    fn claim_spec_has_devices_envs_and_limits() {
+        let mut d = RdmaDevice::named("erdma_0", DeviceKind::Erdma);
+        d.char_devices.uverbs = Some(CharDevice {
+            path: "/dev/infiniband/uverbs0".into(),
+            major: Some(231),
+            minor: Some(192),
+            present: true,
+        });
+        let cm = CharDevice {
+            path: "/dev/infiniband/rdma_cm".into(),
+            major: Some(10),
+            minor: Some(58),
+            present: true,
+        };
+        let limits = RdmaLimits {
+            hca_handle: 4,
+            hca_object: 8000,
+        };
+        let doc = spec(
+            "erdma.alibabacloud.com",
+            "uid-1",
+            &[ClaimDevice { device: &d, limits }],
+            Some(&cm),
+        );
+        assert_eq!(doc["kind"], "erdma.alibabacloud.com/claim");
+        assert_eq!(doc["devices"][0]["name"], "uid-1-erdma_0");
+        assert_eq!(
+            doc["devices"][0]["containerEdits"]["deviceNodes"][0]["path"],
+            "/dev/infiniband/uverbs0"
+        );
+        assert_eq!(
+            doc["devices"][0]["annotations"][ANNOTATION_RDMA_MAX],
+            "erdma_0 hca_handle=4 hca_object=8000"
+        );
+        let env: Vec<&str> = doc["containerEdits"]["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        assert!(env.contains(&"ERDMA_DEVICES=erdma_0"));
+        assert!(env.contains(&"ERDMA_NCCL_IB_HCA==erdma_0"));
+        assert!(env.contains(&"ERDMA_RDMA_MAX=erdma_0 hca_handle=4 hca_object=8000"));
+        assert_eq!(
+            doc["containerEdits"]["deviceNodes"][0]["path"],
+            "/dev/infiniband/rdma_cm"
+        );
+        assert_eq!(
+            qualified_name("erdma.alibabacloud.com", "uid-1", "erdma_0"),
+            "erdma.alibabacloud.com/claim=uid-1-erdma_0"
+        );
+    }
+
+    #[test]
+    fn uids_safe_for_files() {
+        assert!(valid_uid("0b1c6f5e-1f6b-4a57-9d0e-1a2b3c4d5e6f"));
+        assert!(!valid_uid("../etc"));
+        assert!(!valid_uid(""));
+        assert!(!valid_uid("a/b"));
+    }
+}

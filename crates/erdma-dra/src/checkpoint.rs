@@ -1,0 +1,217 @@
+//! The checkpoint of prepared claims: what NodePrepareResources answered for each claim UID and
+//! what it consumed, so a repeated call (the kubelet retries and re-prepares after its own
+//! restart) answers the same, and a restarted agent still knows which capacity is taken.
+
+use crate::cdi::RdmaLimits;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Format version of the file.
+pub const VERSION: u32 = 1;
+
+/// One allocated device of a prepared claim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedDevice {
+    /// The claim's request this device serves.
+    pub request: String,
+    /// Pool name.
+    pub pool: String,
+    /// ResourceSlice device name (`erdma-0`).
+    pub device: String,
+    /// ib device name (`erdma_0`).
+    pub ibdev: String,
+    /// CDI IDs returned to the kubelet.
+    pub cdi_ids: Vec<String>,
+    /// The allocation's share ID (consumable capacity), when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_id: Option<String>,
+    /// Shares consumed.
+    pub shares: u64,
+    /// rdma cgroup limits consumed.
+    pub limits: RdmaLimits,
+}
+
+/// A prepared claim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedClaim {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Devices, in allocation order.
+    pub devices: Vec<PreparedDevice>,
+    /// The claim's CDI spec file.
+    pub cdi_spec: PathBuf,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// Format version.
+    pub version: u32,
+    /// Prepared claims by UID.
+    pub claims: BTreeMap<String, PreparedClaim>,
+}
+
+/// What one device has given out, summed over prepared claims.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Used {
+    /// Shares.
+    pub shares: u64,
+    /// `hca_handle`.
+    pub hca_handle: u64,
+    /// `hca_object`.
+    pub hca_object: u64,
+    /// Claims holding a part of the device.
+    pub claims: usize,
+}
+
+impl Checkpoint {
+    /// Reads the checkpoint; a missing file is an empty checkpoint, an unreadable or corrupt one
+    /// an error (never silently forgotten: it would double-book capacity).
+    pub fn load(path: &Path) -> crate::Result<Checkpoint> {
+        let text = match std::fs::read(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Checkpoint {
+                    version: VERSION,
+                    claims: BTreeMap::new(),
+                });
+            }
+            Err(e) => return Err(crate::io_err("read checkpoint", path)(e)),
+        };
+        let cp: Checkpoint =
+            serde_json::from_slice(&text).map_err(|source| crate::DraError::Json {
+                what: "DRA checkpoint",
+                path: path.to_path_buf(),
+                source,
+            })?;
+        if cp.version != VERSION {
+            return Err(crate::DraError::Config(format!(
+                "{} has checkpoint version {} (this agent reads {VERSION})",
+                path.display(),
+                cp.version
+            )));
+        }
+        Ok(cp)
+    }
+
+    /// Writes the checkpoint atomically.
+    pub fn save(&self, path: &Path) -> crate::Result<()> {
+        let mut text = serde_json::to_vec_pretty(self).map_err(|source| crate::DraError::Json {
+            what: "DRA checkpoint",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        text.push(b'\n');
+        crate::write_atomic(path, &text)
+    }
+
+    /// What each ResourceSlice device has given out, over every claim except `except_uid`.
+    pub fn used(&self, except_uid: Option<&str>) -> BTreeMap<String, Used> {
+        let mut out: BTreeMap<String, Used> = BTreeMap::new();
+        for (uid, c) in &self.claims {
+            if Some(uid.as_str()) == except_uid {
+                continue;
+            }
+            let mut counted = std::collections::BTreeSet::new();
+            for d in &c.devices {
+                let u = out.entry(d.device.clone()).or_default();
+                u.shares += d.shares;
+                u.hca_handle += d.limits.hca_handle;
+                u.hca_object += d.limits.hca_object;
+                if counted.insert(d.device.clone()) {
+                    u.claims += 1;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Prepared claims (`namespace/name`) per ib device, for `erdmactl devices` and `doctor`.
+pub fn claims_by_device(cp: &Checkpoint) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for c in cp.claims.values() {
+        let who = format!("{}/{}", c.namespace, c.name);
+        for d in &c.devices {
+            let v = out.entry(d.ibdev.clone()).or_default();
+            if !v.contains(&who) {
+                v.push(who.clone());
+            }
+        }
+    }
+    for v in out.values_mut() {
+        v.sort();
+    }
+    out
+}
+
+/// Where the checkpoint of `driver` lives under a kubelet root directory.
+pub fn path_under(kubelet_root: &Path, driver: &str) -> PathBuf {
+    kubelet_root
+        .join("plugins")
+        .join(driver)
+        .join("checkpoint.json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_is_empty_corrupt_is_an_error() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("checkpoint.json");
+        assert!(Checkpoint::load(&p).expect("missing").claims.is_empty());
+        std::fs::write(&p, "{not json").expect("write");
+        assert!(Checkpoint::load(&p).is_err());
+    }
+
+    #[test]
+    fn round_trip_and_usage() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("sub/checkpoint.json");
+        let dev = |shares| PreparedDevice {
+            request: "rdma".into(),
+            pool: "n".into(),
+            device: "erdma-0".into(),
+            ibdev: "erdma_0".into(),
+            cdi_ids: vec!["x/claim=a".into()],
+            share_id: None,
+            shares,
+            limits: RdmaLimits {
+                hca_handle: 4,
+                hca_object: 10,
+            },
+        };
+        let mut cp = Checkpoint {
+            version: VERSION,
+            ..Default::default()
+        };
+        for (uid, shares) in [("a", 1), ("b", 3)] {
+            cp.claims.insert(
+                uid.into(),
+                PreparedClaim {
+                    namespace: "ns".into(),
+                    name: uid.into(),
+                    devices: vec![dev(shares)],
+                    cdi_spec: PathBuf::from("/x"),
+                },
+            );
+        }
+        cp.save(&p).expect("save");
+        let back = Checkpoint::load(&p).expect("load");
+        assert_eq!(back, cp);
+        let all = back.used(None);
+        assert_eq!(all["erdma-0"].shares, 4);
+        assert_eq!(all["erdma-0"].hca_handle, 8);
+        assert_eq!(all["erdma-0"].claims, 2);
+        assert_eq!(back.used(Some("b"))["erdma-0"].shares, 1);
+        assert_eq!(
+            claims_by_device(&back)["erdma_0"],
+            ["ns/a".to_string(), "ns/b".to_string()]
+        );
+    }
+}

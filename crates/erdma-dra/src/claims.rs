@@ -1,0 +1,357 @@
+//! NodePrepareResources / NodeUnprepareResources.
+//!
+//! Prepare reads the claim's allocation from the API server (the kubelet sends only the claim's
+//! identity), keeps the results of this driver and this node's pool, checks each device against
+//! the served inventory and against its capacity (the scheduler's accounting should already
+//! ensure it; this is the node's own guard, so an over-booked device is refused with a clear
+//! error rather than silently oversubscribed), writes the claim's CDI spec, records the claim in
+//! the checkpoint, and answers with the CDI IDs. A claim already in the checkpoint is answered
+//! from it. Unprepare removes the spec and the record; an unknown claim is already unprepared.
+
+use crate::cdi::{self, ClaimDevice, RdmaLimits};
+use crate::checkpoint::{Checkpoint, PreparedClaim, PreparedDevice, Used};
+use crate::config::DraConfig;
+use crate::slice::{CAP_HCA_HANDLE, CAP_HCA_OBJECT, CAP_SHARES, find_device};
+use erdma_kubelet::dra::v1 as api;
+use erdma_model::NodeDevices;
+use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
+use std::collections::BTreeMap;
+use tokio::sync::{Mutex, watch};
+
+/// The driver's claim handling: configuration, API client, the served inventory, and the
+/// checkpoint (guarded: one prepare or unprepare at a time).
+pub struct Driver {
+    cfg: DraConfig,
+    client: kube::Client,
+    served: watch::Receiver<NodeDevices>,
+    state: Mutex<Checkpoint>,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("driver", &self.cfg.driver_name)
+            .field("node", &self.cfg.node_name)
+            .finish()
+    }
+}
+
+/// The amounts one allocation result consumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Consumed {
+    shares: u64,
+    limits: RdmaLimits,
+}
+
+impl Driver {
+    /// Loads the checkpoint (creating the plugin directory) and removes CDI specs of this driver
+    /// that no prepared claim owns (left by a crash between writing a spec and the checkpoint).
+    pub fn new(
+        cfg: DraConfig,
+        client: kube::Client,
+        served: watch::Receiver<NodeDevices>,
+    ) -> crate::Result<Driver> {
+        cfg.validate().map_err(crate::DraError::Config)?;
+        let dir = cfg.plugin_dir();
+        std::fs::create_dir_all(&dir).map_err(crate::io_err("create directory", &dir))?;
+        let cp = Checkpoint::load(&cfg.checkpoint_path())?;
+        remove_orphan_specs(&cfg, &cp);
+        Ok(Driver {
+            cfg,
+            client,
+            served,
+            state: Mutex::new(cp),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DraConfig {
+        &self.cfg
+    }
+
+    /// A copy of the prepared claims.
+    pub async fn prepared(&self) -> Checkpoint {
+        self.state.lock().await.clone()
+    }
+
+    /// Prepares each claim; every claim gets an entry (a failure is that claim's `error`).
+    pub async fn prepare(&self, claims: &[api::Claim]) -> api::NodePrepareResourcesResponse {
+        let mut out = BTreeMap::new();
+        for c in claims {
+            let r = match self.prepare_one(c).await {
+                Ok(devices) => api::NodePrepareResourceResponse {
+                    devices,
+                    error: String::new(),
+                },
+                Err(error) => {
+                    tracing::warn!(claim = %format!("{}/{}", c.namespace, c.name), uid = %c.uid, "prepare refused: {error}");
+                    api::NodePrepareResourceResponse {
+                        devices: Vec::new(),
+                        error,
+                    }
+                }
+            };
+            out.insert(c.uid.clone(), r);
+        }
+        api::NodePrepareResourcesResponse { claims: out }
+    }
+
+    /// Unprepares each claim; every claim gets an entry.
+    pub async fn unprepare(&self, claims: &[api::Claim]) -> api::NodeUnprepareResourcesResponse {
+        let mut out = BTreeMap::new();
+        for c in claims {
+            let error = match self.unprepare_one(&c.uid).await {
+                Ok(()) => String::new(),
+                Err(e) => e,
+            };
+            out.insert(c.uid.clone(), api::NodeUnprepareResourceResponse { error });
+        }
+        api::NodeUnprepareResourcesResponse { claims: out }
+    }
+
+    fn answer(prepared: &PreparedClaim) -> Vec<api::Device> {
+        prepared
+            .devices
+            .iter()
+            .map(|d| api::Device {
+                request_names: vec![d.request.clone()],
+                pool_name: d.pool.clone(),
+                device_name: d.device.clone(),
+                cdi_device_ids: d.cdi_ids.clone(),
+            })
+            .collect()
+    }
+
+    async fn prepare_one(&self, c: &api::Claim) -> Result<Vec<api::Device>, String> {
+        let who = format!("claim {}/{} (uid {})", c.namespace, c.name, c.uid);
+        if !cdi::valid_uid(&c.uid) || c.namespace.is_empty() || c.name.is_empty() {
+            return Err(format!(
+                "{who}: namespace, name and a UID of letters, digits, '-', '_' or '.' are required"
+            ));
+        }
+        let mut state = self.state.lock().await;
+        if let Some(p) = state.claims.get(&c.uid) {
+            if p.cdi_spec.exists() {
+                tracing::debug!(%who, "already prepared; answering from the checkpoint");
+                return Ok(Self::answer(p));
+            }
+            tracing::warn!(%who, spec = %p.cdi_spec.display(), "prepared claim lost its CDI spec; preparing it again");
+        }
+        let claim = self.fetch(c).await.map_err(|e| format!("{who}: {e}"))?;
+        let results: Vec<DeviceRequestAllocationResult> = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref())
+            .and_then(|d| d.results.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|r| r.driver == self.cfg.driver_name)
+            .collect();
+        if results.is_empty() {
+            return Err(format!(
+                "{who} has no devices of driver {} allocated (is it allocated yet?)",
+                self.cfg.driver_name
+            ));
+        }
+        let served = self.served.borrow().clone();
+        let mut used = state.used(Some(&c.uid));
+        let mut devices: Vec<PreparedDevice> = Vec::new();
+        let mut per_ibdev: BTreeMap<String, RdmaLimits> = BTreeMap::new();
+        for r in &results {
+            if r.pool != self.cfg.pool_name() {
+                return Err(format!(
+                    "{who}: device {} is from pool {:?}, not this node's pool {:?}",
+                    r.device,
+                    r.pool,
+                    self.cfg.pool_name()
+                ));
+            }
+            let dev = find_device(&served, &r.device).ok_or_else(|| {
+                format!(
+                    "{who}: device {} is not served on node {} (served: {})",
+                    r.device,
+                    self.cfg.node_name,
+                    served
+                        .devices
+                        .iter()
+                        .filter_map(|d| crate::slice::device_name(&d.name))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?;
+            if !dev.health.is_healthy() {
+                return Err(format!(
+                    "{who}: device {} ({}) is unhealthy: {}",
+                    r.device,
+                    dev.name,
+                    dev.health.reasons().join("; ")
+                ));
+            }
+            let want = self.consumed(r).map_err(|e| format!("{who}: {e}"))?;
+            let u = used.entry(r.device.clone()).or_default();
+            self.check_capacity(&who, &r.device, u, &want)?;
+            u.shares += want.shares;
+            u.hca_handle += want.limits.hca_handle;
+            u.hca_object += want.limits.hca_object;
+            let l = per_ibdev.entry(dev.name.clone()).or_insert(RdmaLimits {
+                hca_handle: 0,
+                hca_object: 0,
+            });
+            l.hca_handle += want.limits.hca_handle;
+            l.hca_object += want.limits.hca_object;
+            devices.push(PreparedDevice {
+                request: r.request.clone(),
+                pool: r.pool.clone(),
+                device: r.device.clone(),
+                ibdev: dev.name.clone(),
+                cdi_ids: vec![cdi::qualified_name(
+                    &self.cfg.driver_name,
+                    &c.uid,
+                    &dev.name,
+                )],
+                share_id: r.share_id.clone(),
+                shares: want.shares,
+                limits: want.limits,
+            });
+        }
+        let claim_devices: Vec<ClaimDevice<'_>> = per_ibdev
+            .iter()
+            .filter_map(|(ibdev, limits)| {
+                Some(ClaimDevice {
+                    device: served.device(ibdev)?,
+                    limits: *limits,
+                })
+            })
+            .collect();
+        let spec_path = cdi::spec_path(&self.cfg.cdi_dir, &self.cfg.driver_name, &c.uid);
+        let doc = cdi::spec(
+            &self.cfg.driver_name,
+            &c.uid,
+            &claim_devices,
+            served.rdma_cm.as_ref().filter(|cm| cm.present),
+        );
+        cdi::write(&spec_path, &doc).map_err(|e| format!("{who}: {e}"))?;
+        let prepared = PreparedClaim {
+            namespace: c.namespace.clone(),
+            name: c.name.clone(),
+            devices,
+            cdi_spec: spec_path.clone(),
+        };
+        let answer = Self::answer(&prepared);
+        state.claims.insert(c.uid.clone(), prepared);
+        if let Err(e) = state.save(&self.cfg.checkpoint_path()) {
+            state.claims.remove(&c.uid);
+            let _ = cdi::remove(&spec_path);
+            return Err(format!("{who}: {e}"));
+        }
+        tracing::info!(%who, devices = ?answer.iter().map(|d| &d.device_name).collect::<Vec<_>>(), "prepared");
+        Ok(answer)
+    }
+
+    async fn unprepare_one(&self, uid: &str) -> Result<(), String> {
+        if !cdi::valid_uid(uid) {
+            return Err(format!("claim UID {uid:?} is not a valid UID"));
+        }
+        let mut state = self.state.lock().await;
+        let spec = match state.claims.get(uid) {
+            Some(p) => p.cdi_spec.clone(),
+            None => cdi::spec_path(&self.cfg.cdi_dir, &self.cfg.driver_name, uid),
+        };
+        cdi::remove(&spec).map_err(|e| e.to_string())?;
+        if let Some(old) = state.claims.remove(uid) {
+            if let Err(e) = state.save(&self.cfg.checkpoint_path()) {
+                state.claims.insert(uid.to_string(), old);
+                return Err(e.to_string());
+            }
+            tracing::info!(uid, "unprepared");
+        }
+        Ok(())
+    }
+
+    async fn fetch(&self, c: &api::Claim) -> Result<ResourceClaim, String> {
+        let api: kube::Api<ResourceClaim> =
+            kube::Api::namespaced(self.client.clone(), &c.namespace);
+        let claim = api
+            .get(&c.name)
+            .await
+            .map_err(|e| format!("reading the ResourceClaim failed: {e}"))?;
+        let uid = claim.metadata.uid.as_deref().unwrap_or("");
+        if uid != c.uid {
+            return Err(format!(
+                "the ResourceClaim now has UID {uid:?} (deleted and re-created?); not preparing"
+            ));
+        }
+        Ok(claim)
+    }
+
+    fn consumed(&self, r: &DeviceRequestAllocationResult) -> Result<Consumed, String> {
+        let cap = &self.cfg.capacity;
+        let get = |name: &str, default: u64| -> Result<u64, String> {
+            match r.consumed_capacity.as_ref().and_then(|m| m.get(name)) {
+                Some(q) => crate::quantity::parse(&q.0)
+                    .map_err(|e| format!("consumed capacity {name} of device {}: {e}", r.device)),
+                None => Ok(default),
+            }
+        };
+        Ok(Consumed {
+            shares: get(CAP_SHARES, 1)?,
+            limits: RdmaLimits {
+                hca_handle: get(CAP_HCA_HANDLE, cap.hca_handles_default)?,
+                hca_object: get(CAP_HCA_OBJECT, cap.hca_objects_default)?,
+            },
+        })
+    }
+
+    fn check_capacity(
+        &self,
+        who: &str,
+        device: &str,
+        used: &Used,
+        want: &Consumed,
+    ) -> Result<(), String> {
+        let cap = &self.cfg.capacity;
+        let checks = [
+            (CAP_SHARES, used.shares, want.shares, cap.shares),
+            (
+                CAP_HCA_HANDLE,
+                used.hca_handle,
+                want.limits.hca_handle,
+                cap.hca_handles,
+            ),
+            (
+                CAP_HCA_OBJECT,
+                used.hca_object,
+                want.limits.hca_object,
+                cap.hca_objects,
+            ),
+        ];
+        for (name, have, ask, total) in checks {
+            if have.saturating_add(ask) > total {
+                return Err(format!(
+                    "{who}: device {device} has {name}={total}; {} prepared claim(s) hold {have} and this claim asks {ask}, which exceeds the capacity (refused; the scheduler's accounting and the node disagree)",
+                    used.claims
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Removes `<cdi_dir>/<driver>-claim_*.json` files that no prepared claim owns.
+fn remove_orphan_specs(cfg: &DraConfig, cp: &Checkpoint) {
+    let prefix = format!("{}-claim_", cfg.driver_name);
+    let Ok(entries) = std::fs::read_dir(&cfg.cdi_dir) else {
+        return;
+    };
+    let owned: std::collections::BTreeSet<&std::path::Path> =
+        cp.claims.values().map(|c| c.cdi_spec.as_path()).collect();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let path = e.path();
+        if name.starts_with(&prefix) && name.ends_with(".json") && !owned.contains(path.as_path()) {
+            tracing::info!(spec = %path.display(), "removing a CDI spec no prepared claim owns");
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}

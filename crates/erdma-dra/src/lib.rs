@@ -1,0 +1,101 @@
+//! DRA (Dynamic Resource Allocation, `resource.k8s.io/v1`) kubelet plugin for eRDMA.
+//!
+//! - [`slice`]: the pure mapping inventory → ResourceSlice devices: one device per eRDMA device
+//!   (same [`erdma_model::DeviceSelection`] rules as the device plugin), attributes, consumable
+//!   capacity (`shares`, `hcaHandle`, `hcaObject`; KEP-5075) with `allowMultipleAllocations`, and
+//!   a device taint (KEP-5055) instead of vanishing when a device is unhealthy.
+//! - [`publish`]: keeps this node's ResourceSlice in the API server equal to the mapping
+//!   (create / update on change, stale slices of this driver on this node removed).
+//! - [`claims`]: NodePrepareResources / NodeUnprepareResources: reads the allocation of a claim,
+//!   checks it against the inventory and the device's capacity, writes a per-claim CDI spec
+//!   ([`cdi`]) and records the claim in a checkpoint file ([`checkpoint`]) so repeated calls and
+//!   restarts of the kubelet or the agent are idempotent.
+//! - [`server`]: the plugin-watcher registration socket and the DRA service socket.
+//!
+//! Driver name: `erdma.alibabacloud.com` — the domain of the eRDMA product's owner, the same
+//! domain as erdma's CRD group (`network.alibabacloud.com`), and distinct from dranet's
+//! `dra.net`, so both can run on one cluster without claiming each other's devices.
+
+pub mod cdi;
+pub mod checkpoint;
+pub mod claims;
+pub mod config;
+pub mod publish;
+pub mod quantity;
+pub mod server;
+pub mod slice;
+
+pub use claims::Driver;
+pub use config::{CapacityModel, DraConfig};
+
+/// Default driver name.
+pub const DRIVER_NAME: &str = "erdma.alibabacloud.com";
+
+/// Errors of the DRA driver.
+#[derive(Debug, thiserror::Error)]
+pub enum DraError {
+    /// File I/O failed.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A file could not be parsed.
+    #[error("{path} is not a valid {what}: {source}")]
+    Json {
+        /// What the file should be.
+        what: &'static str,
+        /// The path.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: serde_json::Error,
+    },
+    /// The API server refused or failed a request.
+    #[error("{what}: {source}")]
+    Kube {
+        /// The request.
+        what: String,
+        /// The cause.
+        source: Box<kube::Error>,
+    },
+    /// Socket helper error.
+    #[error(transparent)]
+    Uds(#[from] erdma_kubelet::uds::UdsError),
+    /// Invalid configuration.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Result alias.
+pub type Result<T, E = DraError> = std::result::Result<T, E>;
+
+pub(crate) fn io_err(
+    what: &'static str,
+    path: &std::path::Path,
+) -> impl FnOnce(std::io::Error) -> DraError {
+    let path = path.to_path_buf();
+    move |source| DraError::Io { what, path, source }
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename.
+pub(crate) fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+    }
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    let mut f = std::fs::File::create(&tmp).map_err(io_err("create", &tmp))?;
+    f.write_all(bytes).map_err(io_err("write", &tmp))?;
+    f.sync_all().map_err(io_err("fsync", &tmp))?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(io_err("rename into place", path))?;
+    Ok(())
+}

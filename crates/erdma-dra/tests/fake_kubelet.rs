@@ -1,0 +1,461 @@
+//! The DRA driver end to end against the fake kubelet (registration, prepare, unprepare over the
+//! real Unix sockets) and the fake API server (ResourceSlice publishing, ResourceClaim reads).
+//!
+//! The scheduler is not modelled: each claim's allocation — what kube-scheduler's DRA plugin would
+//! write into `status.allocation` — is written by the test ([`scheduler_allocates`]).
+
+use erdma_dra::cdi::ANNOTATION_RDMA_MAX;
+use erdma_dra::publish::{self, SliceAction};
+use erdma_dra::server::{self, RegistrationState};
+use erdma_dra::{CapacityModel, DraConfig, Driver};
+use erdma_fake_kubelet::dra::{self as kubelet, DraDriverClient};
+use erdma_k8s::fake::FakeApiServer;
+use erdma_model::device::NumaNode;
+use erdma_model::{CharDevice, DeviceKind, Health, NodeDevices, RdmaDevice};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult, ResourceClaim,
+    ResourceClaimSpec, ResourceClaimStatus, ResourceSlice,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+const DRIVER: &str = "erdma.alibabacloud.com";
+const NODE: &str = "node-a";
+
+fn chardev(path: &str, minor: u32) -> CharDevice {
+    CharDevice {
+        path: path.into(),
+        major: Some(231),
+        minor: Some(minor),
+        present: true,
+    }
+}
+
+fn inventory(erdma1_healthy: bool) -> NodeDevices {
+    let mut a = RdmaDevice::named("erdma_0", DeviceKind::Erdma);
+    a.driver = Some("erdma".into());
+    a.numa_node = NumaNode(Some(0));
+    a.char_devices.uverbs = Some(chardev("/dev/infiniband/uverbs0", 192));
+    let mut b = RdmaDevice::named("erdma_1", DeviceKind::Erdma);
+    b.driver = Some("erdma".into());
+    b.char_devices.uverbs = Some(chardev("/dev/infiniband/uverbs1", 193));
+    if !erdma1_healthy {
+        b.health = Health::from_reasons(vec!["port 1 is DOWN (netdev eth2 is down)".into()]);
+    }
+    let mut n = NodeDevices::empty();
+    n.devices = vec![a, b];
+    n.rdma_cm = Some(CharDevice {
+        path: "/dev/infiniband/rdma_cm".into(),
+        major: Some(10),
+        minor: Some(58),
+        present: true,
+    });
+    n
+}
+
+fn config(root: &Path) -> DraConfig {
+    let mut cfg = DraConfig::new(NODE);
+    cfg.kubelet_dir = root.join("kubelet");
+    cfg.cdi_dir = root.join("cdi");
+    cfg.sysfs = root.join("sys");
+    // Two shares per device so that a third claim exceeds the capacity.
+    cfg.capacity = CapacityModel {
+        shares: 2,
+        hca_handles: 16,
+        hca_handles_default: 4,
+        hca_objects: 100_000,
+        hca_objects_default: 8000,
+    };
+    cfg
+}
+
+/// Writes a ResourceClaim with the allocation kube-scheduler's DRA plugin would make: one request
+/// `rdma` satisfied by `device` of this node's pool with the given consumed capacity (TEST-WRITTEN
+/// ALLOCATION; the scheduler is not part of this test).
+fn scheduler_allocates(
+    api: &FakeApiServer,
+    name: &str,
+    uid: &str,
+    device: &str,
+    shares: u32,
+    handles: u32,
+) {
+    let claim = ResourceClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(uid.into()),
+            ..Default::default()
+        },
+        spec: ResourceClaimSpec::default(),
+        status: Some(ResourceClaimStatus {
+            allocation: Some(AllocationResult {
+                devices: Some(DeviceAllocationResult {
+                    results: Some(vec![DeviceRequestAllocationResult {
+                        driver: DRIVER.into(),
+                        pool: NODE.into(),
+                        device: device.into(),
+                        request: "rdma".into(),
+                        share_id: Some(format!("share-{uid}")),
+                        consumed_capacity: Some(BTreeMap::from([
+                            ("shares".to_string(), Quantity(shares.to_string())),
+                            ("hcaHandle".to_string(), Quantity(handles.to_string())),
+                            ("hcaObject".to_string(), Quantity("8k".into())),
+                        ])),
+                        ..Default::default()
+                    }]),
+                    config: None,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    };
+    api.put(&claim);
+}
+
+struct Running {
+    driver: Arc<Driver>,
+    servers: server::Servers,
+    kubelet: DraDriverClient,
+}
+
+async fn start(cfg: &DraConfig, api: &FakeApiServer, inv: watch::Receiver<NodeDevices>) -> Running {
+    let driver = Arc::new(Driver::new(cfg.clone(), api.client(), inv).expect("driver starts"));
+    let servers = server::serve(driver.clone(), &CancellationToken::new()).expect("sockets bound");
+    let kubelet = kubelet::register(&cfg.kubelet_dir.join("plugins_registry"), DRIVER)
+        .await
+        .expect("the kubelet registers the driver");
+    Running {
+        driver,
+        servers,
+        kubelet,
+    }
+}
+
+fn spec_of(cfg: &DraConfig, uid: &str) -> serde_json::Value {
+    let p = cfg.cdi_dir.join(format!("{DRIVER}-claim_{uid}.json"));
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&text).expect("spec is JSON")
+}
+
+fn env_of(spec: &serde_json::Value) -> Vec<String> {
+    spec["containerEdits"]["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test]
+async fn shared_capacity_prepare_refusal_and_restart_idempotency() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let cfg = config(tmp.path());
+    let api = FakeApiServer::new();
+    let (_inv_tx, inv) = watch::channel(inventory(true));
+
+    let run = start(&cfg, &api, inv.clone()).await;
+    // Registration as the kubelet sees it.
+    assert_eq!(run.kubelet.info.r#type, "DRAPlugin");
+    assert_eq!(run.kubelet.info.supported_versions, ["v1.DRAPlugin"]);
+    assert_eq!(
+        Path::new(&run.kubelet.info.endpoint),
+        tmp.path()
+            .join("kubelet/plugins/erdma.alibabacloud.com/dra.sock")
+    );
+    assert_eq!(
+        run.kubelet.registration_socket,
+        tmp.path()
+            .join("kubelet/plugins_registry/erdma.alibabacloud.com-reg.sock")
+    );
+    assert_eq!(
+        *run.servers.registration.borrow(),
+        RegistrationState::Registered
+    );
+
+    scheduler_allocates(&api, "claim-a", "uid-a", "erdma-0", 1, 4);
+    scheduler_allocates(&api, "claim-b", "uid-b", "erdma-0", 1, 6);
+    scheduler_allocates(&api, "claim-c", "uid-c", "erdma-0", 1, 4);
+
+    // Two claims share erdma-0 by capacity: each gets its own spec, CDI ID and limits.
+    let resp = run
+        .kubelet
+        .prepare(vec![
+            kubelet::claim("default", "claim-a", "uid-a"),
+            kubelet::claim("default", "claim-b", "uid-b"),
+        ])
+        .await
+        .expect("prepare answers");
+    for uid in ["uid-a", "uid-b"] {
+        let r = &resp.claims[uid];
+        assert_eq!(r.error, "", "{uid}");
+        assert_eq!(r.devices.len(), 1);
+        assert_eq!(r.devices[0].pool_name, NODE);
+        assert_eq!(r.devices[0].device_name, "erdma-0");
+        assert_eq!(r.devices[0].request_names, ["rdma"]);
+        assert_eq!(
+            r.devices[0].cdi_device_ids,
+            [format!("erdma.alibabacloud.com/claim={uid}-erdma_0")]
+        );
+    }
+    let a = spec_of(&cfg, "uid-a");
+    let b = spec_of(&cfg, "uid-b");
+    assert_eq!(a["kind"], "erdma.alibabacloud.com/claim");
+    assert_eq!(a["devices"][0]["name"], "uid-a-erdma_0");
+    assert_eq!(b["devices"][0]["name"], "uid-b-erdma_0");
+    for s in [&a, &b] {
+        assert_eq!(
+            s["devices"][0]["containerEdits"]["deviceNodes"],
+            serde_json::json!([{"path": "/dev/infiniband/uverbs0", "permissions": "rw"}]),
+            "only the allocated device's char device"
+        );
+        assert_eq!(
+            s["containerEdits"]["deviceNodes"][0]["path"],
+            "/dev/infiniband/rdma_cm"
+        );
+        assert!(env_of(s).contains(&"ERDMA_DEVICES=erdma_0".to_string()));
+        assert!(env_of(s).contains(&"ERDMA_NCCL_IB_HCA==erdma_0".to_string()));
+    }
+    assert_eq!(
+        a["devices"][0]["annotations"][ANNOTATION_RDMA_MAX],
+        "erdma_0 hca_handle=4 hca_object=8000"
+    );
+    assert_eq!(
+        b["devices"][0]["annotations"][ANNOTATION_RDMA_MAX],
+        "erdma_0 hca_handle=6 hca_object=8000"
+    );
+    assert!(
+        env_of(&b).contains(&"ERDMA_RDMA_MAX=erdma_0 hca_handle=6 hca_object=8000".to_string())
+    );
+
+    // A third claim on the full device is refused with a clear error, and leaves nothing behind.
+    let resp = run
+        .kubelet
+        .prepare(vec![kubelet::claim("default", "claim-c", "uid-c")])
+        .await
+        .expect("prepare answers");
+    let err = &resp.claims["uid-c"].error;
+    assert!(
+        err.contains("device erdma-0 has shares=2") && err.contains("exceeds the capacity"),
+        "{err}"
+    );
+    assert!(resp.claims["uid-c"].devices.is_empty());
+    assert!(
+        !cfg.cdi_dir
+            .join(format!("{DRIVER}-claim_uid-c.json"))
+            .exists()
+    );
+
+    // Restart of the agent (driver and sockets) and of the kubelet (a new registration).
+    run.servers.shutdown().await;
+    drop(run.driver);
+    assert!(
+        !cfg.registration_socket().exists(),
+        "deregistered on shutdown"
+    );
+    let run = start(&cfg, &api, inv.clone()).await;
+    let again = run
+        .kubelet
+        .prepare(vec![kubelet::claim("default", "claim-a", "uid-a")])
+        .await
+        .expect("prepare answers");
+    assert_eq!(
+        again.claims["uid-a"].devices[0].cdi_device_ids,
+        ["erdma.alibabacloud.com/claim=uid-a-erdma_0"],
+        "the same answer from the checkpoint"
+    );
+    // The capacity held by a and b survived the restart.
+    let still = run
+        .kubelet
+        .prepare(vec![kubelet::claim("default", "claim-c", "uid-c")])
+        .await
+        .expect("prepare answers");
+    assert!(still.claims["uid-c"].error.contains("exceeds the capacity"));
+    let prepared = run.driver.prepared().await;
+    assert_eq!(
+        prepared.claims.keys().collect::<Vec<_>>(),
+        ["uid-a", "uid-b"]
+    );
+    assert_eq!(
+        prepared.claims["uid-b"].devices[0].share_id.as_deref(),
+        Some("share-uid-b")
+    );
+
+    // Unprepare frees the capacity; unpreparing again (or an unknown claim) succeeds.
+    let un = run
+        .kubelet
+        .unprepare(vec![
+            kubelet::claim("default", "claim-a", "uid-a"),
+            kubelet::claim("default", "claim-z", "uid-z"),
+        ])
+        .await
+        .expect("unprepare answers");
+    assert_eq!(un.claims["uid-a"].error, "");
+    assert_eq!(un.claims["uid-z"].error, "");
+    assert!(
+        !cfg.cdi_dir
+            .join(format!("{DRIVER}-claim_uid-a.json"))
+            .exists()
+    );
+    let un = run
+        .kubelet
+        .unprepare(vec![kubelet::claim("default", "claim-a", "uid-a")])
+        .await
+        .expect("unprepare answers");
+    assert_eq!(un.claims["uid-a"].error, "");
+    let now = run
+        .kubelet
+        .prepare(vec![kubelet::claim("default", "claim-c", "uid-c")])
+        .await
+        .expect("prepare answers");
+    assert_eq!(now.claims["uid-c"].error, "");
+    run.servers.shutdown().await;
+}
+
+#[tokio::test]
+async fn prepare_refuses_what_the_node_cannot_serve() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let cfg = config(tmp.path());
+    let api = FakeApiServer::new();
+    let (_inv_tx, inv) = watch::channel(inventory(false));
+    let run = start(&cfg, &api, inv).await;
+    scheduler_allocates(&api, "sick", "uid-s", "erdma-1", 1, 4);
+    scheduler_allocates(&api, "ghost", "uid-g", "erdma-9", 1, 4);
+    scheduler_allocates(&api, "greedy", "uid-h", "erdma-0", 1, 17);
+    let resp = run
+        .kubelet
+        .prepare(vec![
+            kubelet::claim("default", "sick", "uid-s"),
+            kubelet::claim("default", "ghost", "uid-g"),
+            kubelet::claim("default", "greedy", "uid-h"),
+            kubelet::claim("default", "absent", "uid-x"),
+            // The claim was re-created: the UID the kubelet has is not the object's any more.
+            kubelet::claim("default", "sick", "uid-old"),
+        ])
+        .await
+        .expect("prepare answers");
+    let err = |u: &str| resp.claims[u].error.clone();
+    assert!(
+        err("uid-s").contains("is unhealthy: port 1 is DOWN"),
+        "{}",
+        err("uid-s")
+    );
+    assert!(
+        err("uid-g").contains("device erdma-9 is not served on node node-a"),
+        "{}",
+        err("uid-g")
+    );
+    assert!(err("uid-h").contains("hcaHandle=16"), "{}", err("uid-h"));
+    assert!(
+        err("uid-x").contains("reading the ResourceClaim failed"),
+        "{}",
+        err("uid-x")
+    );
+    assert!(
+        err("uid-old").contains("deleted and re-created"),
+        "{}",
+        err("uid-old")
+    );
+    assert!(run.driver.prepared().await.claims.is_empty());
+    run.servers.shutdown().await;
+}
+
+#[tokio::test]
+async fn slices_follow_the_inventory_with_taints_and_stale_slices_go() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let cfg = config(tmp.path());
+    let api = FakeApiServer::new();
+    let client = api.client();
+    // A slice an earlier agent wrote under another name for this node and driver, and one of
+    // another node, which must stay.
+    let mut stale = erdma_dra::slice::resource_slice(vec![], &cfg, 7);
+    stale.metadata.name = Some("node-a-old".into());
+    api.put(&stale);
+    let mut other_cfg = cfg.clone();
+    other_cfg.node_name = "node-b".into();
+    api.put(&erdma_dra::slice::resource_slice(vec![], &other_cfg, 1));
+
+    let mut memory = erdma_deviceplugin::devices::DeviceMemory::default();
+    let devs = publish::publishable(&mut memory, &inventory(true), &cfg, Some("i-1".into()));
+    let o = publish::sync(&client, &cfg, devs.clone())
+        .await
+        .expect("sync");
+    assert_eq!(o.action, SliceAction::Created);
+    assert_eq!(o.deleted, ["node-a-old"]);
+    let names: Vec<String> = api
+        .list::<ResourceSlice>(None)
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "node-a-erdma.alibabacloud.com",
+            "node-b-erdma.alibabacloud.com"
+        ]
+    );
+    // The API server adds a taint's timeAdded and drops fields of disabled features: not a change.
+    let mut stored: ResourceSlice = api
+        .get(None, "node-a-erdma.alibabacloud.com")
+        .expect("slice stored");
+    if let Some(d) = stored.spec.devices.as_mut() {
+        d[1].allow_multiple_allocations = None;
+    }
+    api.put(&stored);
+    let o = publish::sync(&client, &cfg, devs).await.expect("sync");
+    assert_eq!(o.action, SliceAction::Unchanged);
+    assert_eq!(o.generation, 1);
+
+    // Link down on erdma_1: the device stays, tainted, under a new pool generation.
+    let devs = publish::publishable(&mut memory, &inventory(false), &cfg, Some("i-1".into()));
+    let o = publish::sync(&client, &cfg, devs).await.expect("sync");
+    assert_eq!(o.action, SliceAction::Updated);
+    assert_eq!(o.generation, 2);
+    let slice: ResourceSlice = api
+        .get(None, "node-a-erdma.alibabacloud.com")
+        .expect("slice stored");
+    assert_eq!(slice.spec.pool.generation, 2);
+    let devices = slice.spec.devices.expect("devices");
+    assert_eq!(devices.len(), 2);
+    assert!(devices[0].taints.is_none());
+    let t = &devices[1].taints.as_ref().expect("erdma-1 tainted")[0];
+    assert_eq!(
+        (t.key.as_str(), t.effect.as_str()),
+        ("erdma.alibabacloud.com/unhealthy", "NoSchedule")
+    );
+    assert_eq!(devices[1].allow_multiple_allocations, Some(true));
+    assert_eq!(
+        devices[0]
+            .attributes
+            .as_ref()
+            .and_then(|a| a.get("instanceId"))
+            .and_then(|a| a.string.clone())
+            .as_deref(),
+        Some("i-1")
+    );
+
+    // The device vanishes from the inventory: still published, tainted as gone.
+    let mut only_a = inventory(true);
+    only_a.devices.truncate(1);
+    let devs = publish::publishable(&mut memory, &only_a, &cfg, None);
+    assert_eq!(devs.len(), 2);
+    assert_eq!(
+        devs[1]
+            .taints
+            .as_ref()
+            .and_then(|t| t[0].value.clone())
+            .as_deref(),
+        Some("device-gone")
+    );
+
+    // Switching the node back to the device plugin removes the driver's slices of this node only.
+    let removed = publish::remove_all(&client, &cfg).await.expect("remove");
+    assert_eq!(removed, ["node-a-erdma.alibabacloud.com"]);
+    assert_eq!(api.list::<ResourceSlice>(None).len(), 1);
+}
