@@ -19,9 +19,7 @@ use crate::cluster::{Cluster, PodRef};
 use crate::health::AgentState;
 use erdma_cri::CriClient;
 use erdma_deviceplugin::PreStartHook;
-use erdma_kubelet::podresources::v1 as pr;
-use erdma_kubelet::podresources::v1::pod_resources_lister_client::PodResourcesListerClient;
-use erdma_kubelet::uds::{self, ClientAuthority};
+use erdma_kubelet::podresources::{Holder, PodResourcesClient};
 use erdma_model::{NodeDevices, PnetId, SlotId};
 use erdma_smc::annotation::SmcRequest;
 use erdma_smc::configure::{PodOptions, SmcConfigurator, SocketPolicy};
@@ -424,7 +422,11 @@ impl SmcrHook {
         if self.tracked().is_empty() {
             return Ok(Vec::new());
         }
-        let live = live_pods(&self.cfg.pod_resources_socket, &self.cfg.resource).await?;
+        let holders = PodResourcesClient::new(&self.cfg.pod_resources_socket)
+            .list(&self.cfg.resource)
+            .await
+            .map_err(|e| e.to_string())?;
+        let live = live_pods(&holders);
         let gone: Vec<(String, u64)> = {
             let mut t = self.tracked.lock().unwrap_or_else(|p| p.into_inner());
             let gone: Vec<(String, u64)> = t
@@ -482,35 +484,12 @@ fn without_pnet(sandbox: &PodSandbox, device_ids: &[String]) -> PreStartOutcome 
     }
 }
 
-/// `namespace/name` of the pods holding `resource` devices, from the kubelet.
-async fn live_pods(socket: &Path, resource: &str) -> Result<BTreeSet<String>, String> {
-    let ch = uds::connect(socket, ClientAuthority::Localhost, Duration::from_secs(2))
-        .await
-        .map_err(|e| {
-            format!(
-                "cannot connect to the kubelet pod-resources API at {}: {e}",
-                socket.display()
-            )
-        })?;
-    let mut client = PodResourcesListerClient::new(ch);
-    let call = client.list(pr::ListPodResourcesRequest {});
-    let pods = tokio::time::timeout(erdma_cri::CALL_TIMEOUT, call)
-        .await
-        .map_err(|_| format!("pod-resources List on {} timed out", socket.display()))?
-        .map_err(|s| format!("pod-resources List on {}: {s}", socket.display()))?
-        .into_inner()
-        .pod_resources;
-    Ok(pods
-        .into_iter()
-        .filter(|p| {
-            p.containers.iter().any(|c| {
-                c.devices
-                    .iter()
-                    .any(|d| d.resource_name == resource && !d.device_ids.is_empty())
-            })
-        })
-        .map(|p| format!("{}/{}", p.namespace, p.name))
-        .collect())
+/// `namespace/name` of the pods among `holders`.
+fn live_pods(holders: &[Holder]) -> BTreeSet<String> {
+    holders
+        .iter()
+        .map(|h| format!("{}/{}", h.namespace, h.pod))
+        .collect()
 }
 
 #[tonic::async_trait]

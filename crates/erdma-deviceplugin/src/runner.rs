@@ -12,6 +12,7 @@ use crate::metrics::Metrics;
 use crate::service::{DevicePluginService, NoopPreStart, PluginState, PreStartHook};
 use erdma_kubelet::deviceplugin::v1beta1 as api;
 use erdma_kubelet::deviceplugin::v1beta1::registration_client::RegistrationClient;
+use erdma_kubelet::podresources::PodResourcesClient;
 use erdma_kubelet::uds::{self, ClientAuthority};
 use erdma_model::NodeDevices;
 use std::os::unix::fs::MetadataExt;
@@ -134,8 +135,8 @@ async fn track_usage(
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        match crate::podresources::used_slots(&socket, &resource).await {
-            Ok(used) => metrics.set_slots_in_use(&used),
+        match PodResourcesClient::new(&socket).list(&resource).await {
+            Ok(holders) => metrics.set_slots_in_use(&crate::podresources::used_slots(&holders)),
             Err(e) => tracing::debug!("pod-resources unavailable for the slots metric: {e}"),
         }
     }

@@ -5,6 +5,7 @@ use crate::config::PluginConfig;
 use crate::devices::{ServedDevice, ServedSet};
 use crate::metrics::Metrics;
 use erdma_kubelet::deviceplugin::v1beta1 as api;
+use erdma_kubelet::podresources::PodResourcesClient;
 use erdma_model::allocation::{DeviceLoad, PreferenceRequest, preferred_allocation};
 use erdma_model::{CharDevice, SlotId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -257,14 +258,15 @@ impl api::device_plugin_server::DevicePlugin for DevicePluginService {
             )));
         }
         let pod_used = match &cfg.pod_resources_socket {
-            Some(p) => crate::podresources::used_slots(p, &cfg.resource_name)
-                .await
-                .unwrap_or_else(|e| {
+            Some(p) => match PodResourcesClient::new(p).list(&cfg.resource_name).await {
+                Ok(holders) => crate::podresources::used_slots(&holders),
+                Err(e) => {
                     tracing::warn!(
                         "pod-resources unavailable, counting from the kubelet's offer: {e}"
                     );
                     BTreeMap::new()
-                }),
+                }
+            },
             None => BTreeMap::new(),
         };
         let mut responses = Vec::with_capacity(req.container_requests.len());

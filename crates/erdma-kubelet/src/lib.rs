@@ -2,7 +2,8 @@
 //!
 //! - [`deviceplugin::v1beta1`]: the device-plugin API (Registration on `kubelet.sock`, the
 //!   DevicePlugin service a plugin serves), including `cdi_devices`.
-//! - [`podresources::v1`]: the pod-resources API the kubelet serves.
+//! - [`podresources::v1`]: the pod-resources API the kubelet serves, and
+//!   [`podresources::PodResourcesClient`], the one client of it (`list(resource)` → holders).
 //!
 //! The Rust code is generated from `proto/**/*.proto` and checked in under `src/gen/`, so normal
 //! builds need neither protoc nor prost-build; the test `generated_code_is_fresh` fails when it is
@@ -46,6 +47,9 @@ pub mod podresources {
         /// Default socket of the pod-resources API.
         pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
     }
+
+    mod client;
+    pub use client::{Holder, ListError, PodResourcesClient, TIMEOUT, holders_in};
 }
 
 /// True when `name` is an extended resource name the kubelet accepts from a device plugin:
