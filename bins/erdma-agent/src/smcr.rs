@@ -21,9 +21,8 @@ use erdma_cri::CriClient;
 use erdma_deviceplugin::PreStartHook;
 use erdma_kubelet::podresources::{Holder, PodResourcesClient};
 use erdma_model::{NodeDevices, PnetId, SlotId};
-use erdma_smc::annotation::SmcRequest;
 use erdma_smc::configure::{PodOptions, SmcConfigurator, SocketPolicy};
-use erdma_smc::prestart::{PodSandbox, PreStartOutcome};
+use erdma_smc::prestart::{EventType, OutcomeKind, PodSandbox, PreStartOutcome};
 use erdma_smc::probe::Mechanism;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -48,9 +47,8 @@ pub struct Decision {
     pub pod: Option<String>,
     /// The device IDs of the `PreStartContainer` call.
     pub devices: Vec<String>,
-    /// `not_requested`, `invalid_annotation`, `host_network`, `configured`, `unsupported`,
-    /// `failed`, or `lookup_failed` (pod-resources or CRI unavailable).
-    pub outcome: String,
+    /// What was decided (`lookup_failed`: pod-resources or CRI unavailable).
+    pub outcome: OutcomeKind,
     /// The Event / log text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -77,8 +75,8 @@ pub struct HookConfig {
 
 /// The SMC-R work on a pod namespace (blocking calls; the hook runs them in `spawn_blocking`).
 pub trait PodConfigurator: Send + Sync + 'static {
-    /// The pre-start decision for `pod` with `pnetid` on its interface.
-    fn prestart(&self, pod: &PodSandbox, pnetid: &PnetId) -> PreStartOutcome;
+    /// The pre-start decision for `pod` with `pnetid` (of the granted device) on its interface.
+    fn prestart(&self, pod: &PodSandbox, pnetid: Option<&PnetId>) -> PreStartOutcome;
     /// Removes a namespace cookie from the BPF policy; true when it was there.
     fn release_pod(&self, netns_cookie: u64) -> Result<bool, String>;
     /// Namespaces in the BPF policy now (`None` without a policy).
@@ -103,7 +101,7 @@ impl Smc {
 }
 
 impl PodConfigurator for Smc {
-    fn prestart(&self, pod: &PodSandbox, pnetid: &PnetId) -> PreStartOutcome {
+    fn prestart(&self, pod: &PodSandbox, pnetid: Option<&PnetId>) -> PreStartOutcome {
         self.configurator.prestart(pod, pnetid)
     }
 
@@ -237,16 +235,6 @@ impl std::fmt::Debug for SmcrHook {
     }
 }
 
-/// `(type, reason)` of the Event for an outcome.
-fn event_kind(o: &PreStartOutcome) -> (&'static str, &'static str) {
-    match o {
-        PreStartOutcome::Configured { .. } => ("Normal", "SmcrEnabled"),
-        PreStartOutcome::InvalidAnnotation { .. } => ("Warning", "SmcrInvalidAnnotation"),
-        PreStartOutcome::Unsupported { .. } => ("Warning", "SmcrUnsupported"),
-        _ => ("Warning", "SmcrFailed"),
-    }
-}
-
 impl SmcrHook {
     /// A hook; `cluster` is used for pod Events (without it they are logged).
     pub fn new(
@@ -312,7 +300,7 @@ impl SmcrHook {
                 return self.remember(Decision {
                     pod: None,
                     devices: device_ids.to_vec(),
-                    outcome: "lookup_failed".into(),
+                    outcome: OutcomeKind::LookupFailed,
                     message: Some(message),
                     failed_container: self.cfg.strict,
                 });
@@ -324,27 +312,22 @@ impl SmcrHook {
             host_network: info.host_network,
             netns: info.netns.clone(),
             annotations: info.annotations.clone(),
+            devices: device_ids.to_vec(),
         };
         let pnet = pnet_of(&self.served.borrow(), device_ids);
-        let outcome = match pnet {
-            Some(pnet) => {
-                let smc = self.smc.clone();
-                let sb = sandbox.clone();
-                tokio::task::spawn_blocking(move || smc.prestart(&sb, &pnet))
-                    .await
-                    .unwrap_or_else(|e| PreStartOutcome::Failed {
-                        pod: pod.clone(),
-                        error: format!("SMC-R configuration task failed: {e}"),
-                    })
-            }
-            None => without_pnet(&sandbox, device_ids),
-        };
+        let smc = self.smc.clone();
+        let outcome = tokio::task::spawn_blocking(move || smc.prestart(&sandbox, pnet.as_ref()))
+            .await
+            .unwrap_or_else(|e| PreStartOutcome::Failed {
+                pod: pod.clone(),
+                error: format!("SMC-R configuration task failed: {e}"),
+            });
         self.state.metrics.smc.record(&outcome);
         self.track(&pod, &outcome);
         let message = outcome.event_message();
         if let Some(m) = &message {
-            let (kind, reason) = event_kind(&outcome);
-            if kind == "Normal" {
+            let (kind, reason) = outcome.event_reason();
+            if kind == EventType::Normal {
                 tracing::info!(pod = %pod, reason, "{m}");
             } else {
                 tracing::warn!(pod = %pod, reason, "{m}");
@@ -358,7 +341,7 @@ impl SmcrHook {
                 let m = m.clone();
                 // The kubelet waits for PreStartContainer: do not make it wait for the API.
                 tokio::spawn(async move {
-                    if let Err(e) = cluster.pod_event(&target, kind, reason, &m).await {
+                    if let Err(e) = cluster.pod_event(&target, kind.as_str(), reason, &m).await {
                         tracing::warn!("{e}");
                     }
                 });
@@ -367,7 +350,7 @@ impl SmcrHook {
         self.remember(Decision {
             pod: Some(pod),
             devices: device_ids.to_vec(),
-            outcome: outcome.label().into(),
+            outcome: outcome.kind(),
             message,
             failed_container: outcome.fails_container(self.cfg.strict),
         })
@@ -459,28 +442,6 @@ impl SmcrHook {
                 tracing::warn!("SMC-R: cannot check for deleted pods ({e}); retrying");
             }
         }
-    }
-}
-
-/// The decision when no granted device has a PNET ID.
-fn without_pnet(sandbox: &PodSandbox, device_ids: &[String]) -> PreStartOutcome {
-    let request = SmcRequest::from_annotations(&sandbox.annotations);
-    if let Some(problem) = request.problem(&sandbox.pod) {
-        return PreStartOutcome::InvalidAnnotation { problem };
-    }
-    if !request.enabled() {
-        return PreStartOutcome::NotRequested;
-    }
-    if sandbox.host_network || sandbox.netns.is_none() {
-        return PreStartOutcome::HostNetwork {
-            pod: sandbox.pod.clone(),
-        };
-    }
-    PreStartOutcome::Failed {
-        pod: sandbox.pod.clone(),
-        error: format!(
-            "none of the granted devices {device_ids:?} has a PNET ID (sysfs ports/1/pnetid or the ERI's MAC); SMC-R needs one to pair the pod's eth0 with the RDMA device"
-        ),
     }
 }
 

@@ -19,7 +19,7 @@ use erdma_kubelet::uds::{self, ClientAuthority};
 use erdma_model::{NodeDevices, PnetId};
 use erdma_smc::annotation::SMCR_ANNOTATION;
 use erdma_smc::configure::PodReport;
-use erdma_smc::prestart::{PodSandbox, PreStartOutcome};
+use erdma_smc::prestart::{OutcomeKind, PodSandbox, PreStartOutcome};
 use erdma_smc::probe::Mechanism;
 use k8s_openapi::api::events::v1::Event;
 use std::collections::BTreeMap;
@@ -104,11 +104,14 @@ impl Recorder {
 }
 
 impl PodConfigurator for Recorder {
-    fn prestart(&self, pod: &PodSandbox, pnetid: &PnetId) -> PreStartOutcome {
-        self.calls
-            .lock()
-            .unwrap()
-            .push((pod.pod.clone(), pnetid.as_str().to_string()));
+    fn prestart(&self, pod: &PodSandbox, pnetid: Option<&PnetId>) -> PreStartOutcome {
+        // Only a call with a PNET ID can configure anything.
+        if let Some(p) = pnetid {
+            self.calls
+                .lock()
+                .unwrap()
+                .push((pod.pod.clone(), p.as_str().to_string()));
+        }
         match self.scripted.lock().unwrap().clone() {
             Some(o) => o,
             None => self.real.prestart(pod, pnetid),
@@ -293,7 +296,7 @@ async fn annotated_pod_is_configured_with_the_granted_devices_pnet_id() {
     assert!(!d.failed_container);
     let smc_loaded = Path::new("/sys/module/smc").exists();
     if !smc_loaded {
-        assert_eq!(d.outcome, "unsupported", "{d:?}");
+        assert_eq!(d.outcome, OutcomeKind::Unsupported, "{d:?}");
         let m = d.message.clone().unwrap();
         assert!(m.starts_with("SMC unsupported: "), "{m}");
         let ev = events_for(&api, "web", 1).await;
@@ -318,7 +321,7 @@ async fn annotated_pod_is_configured_with_the_granted_devices_pnet_id() {
         // A kernel with SMC: the pod was configured, or failed with a reason (the lab covers
         // the details); never "unsupported".
         assert!(
-            matches!(d.outcome.as_str(), "configured" | "failed"),
+            matches!(d.outcome, OutcomeKind::Configured | OutcomeKind::Failed),
             "{d:?}"
         );
     }
@@ -353,22 +356,22 @@ async fn unannotated_invalid_and_host_network_pods_are_left_alone() {
     for id in ["erdma_0/1", "erdma_0/2", "erdma_0/3", "erdma_0/4"] {
         hook.pre_start(&ids(&[id])).await.expect("starts");
     }
-    let outcomes: Vec<(Option<String>, String)> = state
+    let outcomes: Vec<(Option<String>, OutcomeKind)> = state
         .view()
         .smcr
         .into_iter()
         .map(|d| (d.pod, d.outcome))
         .collect();
     let want = [
-        ("default/plain", "not_requested"),
-        ("default/off", "not_requested"),
-        ("default/typo", "invalid_annotation"),
-        ("default/hostnet", "host_network"),
+        ("default/plain", OutcomeKind::NotRequested),
+        ("default/off", OutcomeKind::NotRequested),
+        ("default/typo", OutcomeKind::InvalidAnnotation),
+        ("default/hostnet", OutcomeKind::HostNetwork),
     ];
     assert_eq!(
         outcomes,
         want.iter()
-            .map(|(p, o)| (Some(p.to_string()), o.to_string()))
+            .map(|(p, o)| (Some(p.to_string()), *o))
             .collect::<Vec<_>>()
     );
     let ev = events_for(&api, "typo", 1).await;
@@ -406,7 +409,7 @@ async fn annotated_pod_without_a_pnet_id_is_reported() {
     hook.pre_start(&ids(&["erdma_0/1"])).await.expect("starts");
     assert!(rec.calls().is_empty());
     let d = state.view().smcr.pop().unwrap();
-    assert_eq!(d.outcome, "failed");
+    assert_eq!(d.outcome, OutcomeKind::Failed);
     let ev = events_for(&api, "web", 1).await;
     assert_eq!(ev[0].reason.as_deref(), Some("SmcrFailed"));
     let note = ev[0].note.clone().unwrap();
@@ -433,7 +436,7 @@ async fn unavailable_runtime_or_unknown_pod_is_reported_and_fails_only_when_stri
     let (hook, state) = w.hook(cfg.clone(), rec.clone(), None);
     hook.pre_start(&ids(&["erdma_0/1"])).await.expect("starts");
     let d = state.view().smcr.pop().unwrap();
-    assert_eq!(d.outcome, "lookup_failed");
+    assert_eq!(d.outcome, OutcomeKind::LookupFailed);
     let m = d.message.unwrap();
     assert!(
         m.contains("container runtime unavailable") && m.contains(missing.to_str().unwrap()),
@@ -588,7 +591,7 @@ async fn prestart_through_the_plugin_without_a_runtime_succeeds() {
         .expect("allocation with PreStartContainer");
     assert!(out.pre_start_called);
     let d = state.view().smcr.pop().unwrap();
-    assert_eq!(d.outcome, "lookup_failed");
+    assert_eq!(d.outcome, OutcomeKind::LookupFailed);
     assert!(!d.failed_container);
     cancel.cancel();
     let _ = plugin.await;
