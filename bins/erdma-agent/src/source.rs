@@ -202,13 +202,6 @@ pub async fn follow_cluster(
     }
 }
 
-/// Whether `id` looks like an ECS instance ID.
-pub fn valid_instance_id(id: &str) -> bool {
-    id.starts_with("i-")
-        && id.len() <= 64
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-}
-
 /// Asks the metadata service for the instance ID until it answers (backoff from `initial`
 /// doubling to 60 s), then publishes it on `tx`. Never gives up; the agent serves only `i-*`
 /// allow-list entries meanwhile.
@@ -226,7 +219,7 @@ pub async fn fetch_instance_id(
             r = metadata.get(INSTANCE_ID_PATH) => r,
         };
         let err = match got {
-            Ok(body) if valid_instance_id(body.trim()) => {
+            Ok(body) if erdma_model::names::is_instance_id(body.trim()) => {
                 let id = body.trim().to_string();
                 tracing::info!(instance_id = %id, "instance ID from the metadata service; applying --exposed-local-eris");
                 state.update(|v| {

@@ -142,7 +142,7 @@ pub fn instance_from_provider_id(provider_id: &str) -> Option<String> {
     provider_id
         .rsplit('.')
         .next()
-        .filter(|s| s.starts_with("i-") && s.len() > 2)
+        .filter(|s| erdma_model::names::is_instance_id(s))
         .map(str::to_string)
 }
 

@@ -2,8 +2,7 @@
 
 use std::future::Future;
 
-/// The extended resource erdma serves.
-pub const RESOURCE_NAME: &str = "aliyun/erdma";
+pub use erdma_model::names::RESOURCE as RESOURCE_NAME;
 
 pub use erdma_kubelet::podresources::Holder;
 

@@ -390,21 +390,18 @@ impl Values {
                 self.webhook_timeout_seconds
             ));
         }
+        // The same parsers the agent applies to --jumbo-frame-mtu and --exposed-local-eris.
         let mtu = self.agent.jumbo_frame_mtu;
-        if mtu != 0 && !(1280..=9000).contains(&mtu) {
+        if mtu != 0
+            && let Err(e) = erdma_model::names::check_jumbo_mtu(mtu.into())
+        {
             return bad(format!(
-                "agent.jumboFrameMTU {mtu} must be within 1280..9000, or 0 to leave the MTU alone"
+                "agent.jumboFrameMTU: {e}; or 0 to leave --jumbo-frame-mtu out (the agent's default, {})",
+                erdma_model::names::DEFAULT_JUMBO_MTU
             ));
         }
-        for e in &self.agent.exposed_local_eris {
-            let mut parts = e.split_whitespace();
-            let ok = matches!((parts.next(), parts.next(), parts.next()), (Some(i), Some(devs), None)
-                if i.starts_with("i-") && devs.split('/').all(|d| !d.is_empty()));
-            if !ok || e.contains(',') {
-                return bad(format!(
-                    "agent.exposedLocalERIs entry {e:?} is not `<instance-id|i-*> <ibdev>[/<ibdev>...]`"
-                ));
-            }
+        if let Err(e) = erdma_model::EriSelector::from_entries(&self.agent.exposed_local_eris) {
+            return bad(format!("agent.{e}"));
         }
         let cri = self.agent.cri_socket.as_str();
         if !cri.is_empty() {

@@ -10,6 +10,7 @@ pub mod device;
 pub mod driver;
 pub mod eri_selector;
 pub mod health;
+pub mod names;
 pub mod node;
 pub mod pnet;
 pub mod port;

@@ -3,10 +3,7 @@
 //! seed's benchmark recipe); nothing here is folklore. `NCCL_IB_TIMEOUT` / `NCCL_IB_RETRY_CNT` are
 //! deliberately absent: eRDMA does not program them into hardware.
 
-/// The extended resource the erdma device plugin advertises.
-pub const RESOURCE: &str = "aliyun/erdma";
-/// The pod annotation that asks for SMC-R (transparent TCP over RDMA).
-pub const SMCR_ANNOTATION: &str = "network.alibabacloud.com/erdma-smcr";
+pub use erdma_model::names::{RESOURCE, SMCR_ANNOTATION};
 /// The capability `ibv_reg_mr` needs unless the memlock limit is raised.
 pub const IPC_LOCK: &str = "IPC_LOCK";
 

@@ -18,8 +18,7 @@ pub static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/smc_policy.
 #[doc(hidden)]
 pub static REJECTED_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rejected.bpf.o"));
 
-/// Default bpffs directory for the pinned link and map.
-pub const PIN_DIR: &str = "/sys/fs/bpf/erdma-smc";
+pub use erdma_model::names::BPF_PIN_DIR as PIN_DIR;
 /// File name of the pinned map in the pin directory.
 pub const MAP_PIN: &str = "smc_netns";
 /// File name of the pinned link.
