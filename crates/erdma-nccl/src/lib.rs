@@ -1,4 +1,5 @@
-//! NCCL log analysis for erdma (`erdmactl nccl analyze|compare`).
+//! NCCL log analysis for erdma (the library behind `erdmactl nccl analyze|compare`; the CLI and
+//! its text rendering live in erdmactl).
 //!
 //! - [`reader`]: bounded, allocation-free line reading (constant memory, non-UTF-8 tolerated);
 //! - [`line`](mod@line): the `host:pid:tid [dev] NCCL INFO` prefix;
@@ -7,9 +8,7 @@
 //! - [`model`]: the streaming analyser and job grouping;
 //! - [`report`]: the `-o json` shape and the "eRDMA used" verdict;
 //! - [`perf`] and [`compare`]: nccl-tests tables, probe/training figures, and A/B comparison;
-//! - [`render`]: text output; [`cli`]: clap types and `run`.
 
-pub mod cli;
 pub mod compare;
 pub mod diagnose;
 pub mod event;
@@ -17,9 +16,7 @@ pub mod line;
 pub mod model;
 pub mod perf;
 pub mod reader;
-pub mod render;
 pub mod report;
 
-pub use cli::{NcclArgs, run, run_to};
 pub use model::{Analyzer, Options};
 pub use report::{AnalyzeReport, Answer, JobReport, Verdict};
