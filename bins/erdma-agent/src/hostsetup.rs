@@ -3,7 +3,7 @@
 
 use crate::health::AgentState;
 use crate::source::EriSource;
-use erdma_model::{DeviceKind, DeviceMode, NodeDevices, PnetId};
+use erdma_model::{Backoff, DeviceKind, DeviceMode, NodeDevices, PnetId};
 use erdma_netdev::{EriNetdev, Metadata, NetdevError, RouteNetlink};
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,7 +72,7 @@ pub async fn run_netdev<M: Metadata>(
     cancel: CancellationToken,
 ) {
     let mut done: Option<Vec<EriNetdev>> = None;
-    let mut backoff = Duration::from_secs(5);
+    let mut backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
     let mut retry_at: Option<tokio::time::Instant> = None;
     let mut nl: Option<RouteNetlink> = None;
     loop {
@@ -84,7 +84,7 @@ pub async fn run_netdev<M: Metadata>(
         let due = retry_at.is_some_and(|t| t <= tokio::time::Instant::now());
         if done.as_ref() != Some(&eris) || due {
             if done.as_ref() != Some(&eris) {
-                backoff = Duration::from_secs(5);
+                backoff.reset();
             }
             let mut failures = 0i64;
             let mut report = std::collections::BTreeMap::new();
@@ -125,10 +125,9 @@ pub async fn run_netdev<M: Metadata>(
             state.update(|v| v.netdev = report);
             done = Some(eris);
             retry_at = if failures > 0 {
-                tracing::warn!(failures, retry_in = ?backoff, "ERI netdev setup incomplete; retrying");
-                let at = tokio::time::Instant::now() + backoff;
-                backoff = (backoff * 2).min(Duration::from_secs(300));
-                Some(at)
+                let delay = backoff.next_delay();
+                tracing::warn!(failures, retry_in = ?delay, "ERI netdev setup incomplete; retrying");
+                Some(tokio::time::Instant::now() + delay)
             } else {
                 None
             };

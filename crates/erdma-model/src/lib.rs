@@ -6,6 +6,7 @@
 
 pub mod address;
 pub mod allocation;
+pub mod backoff;
 pub mod device;
 pub mod driver;
 pub mod eri_selector;
@@ -18,6 +19,7 @@ pub mod selection;
 pub mod slot;
 
 pub use address::{MacAddr, NodeGuid};
+pub use backoff::Backoff;
 pub use device::{CharDevice, CharDevices, DeviceKind, NetDev, PciInfo, RdmaDevice};
 pub use driver::{DeviceMode, DriverMode};
 pub use eri_selector::EriSelector;
