@@ -520,7 +520,7 @@ impl Settings {
             node_name: flags.node_name.filter(|n| !n.trim().is_empty()),
             metadata_endpoint: flags
                 .metadata_endpoint
-                .unwrap_or_else(|| erdma_netdev::metadata::DEFAULT_ENDPOINT.into()),
+                .unwrap_or_else(|| erdma_cloud::imds::DEFAULT_ENDPOINT.into()),
             cri_socket: flags
                 .cri_socket
                 .or(file.cri_socket)

@@ -4,9 +4,10 @@
 
 use crate::cluster::{self, Cluster};
 use crate::health::AgentState;
+use erdma_cloud::imds::ImdsClient;
 use erdma_k8s::agent::{NodeEris, find_node_eris, report_device_problems, wait_for_node_eris};
+use erdma_model::Backoff;
 use erdma_model::NodeDevices;
-use erdma_netdev::ImdsClient;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -212,7 +213,7 @@ pub async fn fetch_instance_id(
     initial: Duration,
     cancel: CancellationToken,
 ) {
-    let mut backoff = initial;
+    let mut backoff = Backoff::new(initial, Duration::from_secs(60));
     loop {
         let got = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -235,15 +236,15 @@ pub async fn fetch_instance_id(
             ),
             Err(e) => e.to_string(),
         };
+        let delay = backoff.next_delay();
         let msg = format!(
-            "--exposed-local-eris needs the instance ID: {err}; serving only i-* entries until it is known (retry in {backoff:?}; pass --instance-id to skip the metadata service)"
+            "--exposed-local-eris needs the instance ID: {err}; serving only i-* entries until it is known (retry in {delay:?}; pass --instance-id to skip the metadata service)"
         );
         tracing::warn!("{msg}");
         state.update(|v| v.instance_id_error = Some(msg));
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(delay) => {}
         }
-        backoff = (backoff * 2).min(Duration::from_secs(60));
     }
 }

@@ -131,7 +131,7 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!("localERIDiscovery: agents discover ERIs themselves; no provisioning");
     } else {
         let region = if cfg.region.is_empty() {
-            erdma_netdev::metadata::ImdsClient::new(&args.metadata_endpoint)?
+            erdma_cloud::imds::ImdsClient::new(&args.metadata_endpoint)?
                 .get("/latest/meta-data/region-id")
                 .await
                 .context("config.region is empty and the metadata service did not answer; set config.region")?

@@ -1,6 +1,6 @@
 //! Pure planning: the ERI's desired network state × what the kernel has → changes, as values.
 
-use crate::metadata::EniAddressing;
+use erdma_cloud::imds::EniAddressing;
 use erdma_model::MacAddr;
 use serde::Serialize;
 use std::fmt;
