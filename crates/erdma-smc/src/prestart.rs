@@ -324,8 +324,8 @@ mod tests {
     #[test]
     #[ignore = "needs root and a kernel without SMC; run with --ignored by scripts/test.sh on the CI host (its kernel has no smc) and by crates/erdma-smc/lab/run-smcr.sh in the 7.3 VM"]
     fn real_namespace_without_smc_is_unsupported() {
-        crate::netns::tests_support::require_kernel_without_smc();
-        let (ns, stop) = crate::netns::tests_support::private_netns();
+        crate::testing::require_kernel_without_smc();
+        let (ns, stop) = crate::testing::private_netns();
         let o = configurator().prestart(
             &sandbox(Some("true"), false, Some(ns.to_str().unwrap())),
             Some(&PnetId::parse("ABC").unwrap()),

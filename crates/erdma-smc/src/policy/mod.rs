@@ -321,8 +321,8 @@ mod tests {
     /// every `::lab::` module to the lab.
     mod lab {
         use super::*;
-        use crate::netns::tests_support::private_netns;
         use crate::netns::{current_cookie, run_in};
+        use crate::testing::private_netns;
         use std::os::fd::{FromRawFd, OwnedFd};
 
         /// Loads the policy on this kernel, or fails the test saying what is missing: these tests
