@@ -31,8 +31,8 @@ pub const ENV_ERDMA_NCCL_IB_HCA: &str = "ERDMA_NCCL_IB_HCA";
 const MAX_CONTAINERS: usize = 256;
 const MAX_IDS: usize = 100_000;
 
-/// What PreStartContainer does when the pre-start mode is configured. The SMC-R issue supplies
-/// the real hook; until then the default succeeds without doing anything.
+/// What PreStartContainer does when the pre-start mode is configured: the agent's SMC-R hook
+/// (`erdma-agent`'s `SmcrHook`), or [`NoopPreStart`], which succeeds without doing anything.
 #[tonic::async_trait]
 pub trait PreStartHook: Send + Sync + 'static {
     /// Called with the slot IDs of a container about to start.
@@ -103,12 +103,8 @@ pub fn validate_ids<'a>(
     let mut seen = BTreeSet::new();
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        let slot = SlotId::parse(id).map_err(|e| {
-            bad(format!(
-                "device ID {id:?} is not a {} slot: {e}",
-                cfg.resource_name
-            ))
-        })?;
+        let slot =
+            SlotId::parse(id).map_err(|e| bad(format!("{} request: {e}", cfg.resource_name)))?;
         if !seen.insert(slot.clone()) {
             return Err(bad(format!(
                 "device ID {id:?} appears twice in one container request"
@@ -274,12 +270,8 @@ impl api::device_plugin_server::DevicePlugin for DevicePluginService {
             let parse = |ids: &[String]| -> Result<Vec<SlotId>, Status> {
                 ids.iter()
                     .map(|id| {
-                        SlotId::parse(id).map_err(|e| {
-                            bad(format!(
-                                "device ID {id:?} is not a {} slot: {e}",
-                                cfg.resource_name
-                            ))
-                        })
+                        SlotId::parse(id)
+                            .map_err(|e| bad(format!("{} request: {e}", cfg.resource_name)))
                     })
                     .collect()
             };
