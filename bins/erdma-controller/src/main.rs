@@ -177,17 +177,13 @@ async fn main() -> anyhow::Result<()> {
                 if rx.wait_for(|l| *l).await.is_err() || cancel2.is_cancelled() {
                     return;
                 }
-                ctx.metrics
-                    .leader
-                    .store(1, std::sync::atomic::Ordering::Relaxed);
+                ctx.metrics.leader.set(1);
                 let term = cancel2.child_token();
                 let run = tokio::spawn(run_controllers(ctx.clone(), term.clone()));
                 let _ = rx.wait_for(|l| !*l).await;
                 term.cancel();
                 let _ = run.await;
-                ctx.metrics
-                    .leader
-                    .store(0, std::sync::atomic::Ordering::Relaxed);
+                ctx.metrics.leader.set(0);
                 if cancel2.is_cancelled() {
                     return;
                 }

@@ -759,5 +759,9 @@ async fn reviews_and_injections_are_counted_and_served_on_metrics() {
     assert!(text.contains("erdma_webhook_reviews_total 2"), "{text}");
     assert!(text.contains("erdma_webhook_injections_total 1"), "{text}");
     assert!(text.contains("erdma_controller_leader 0"), "{text}");
+    assert!(
+        text.contains("erdma_controller_reconciles_total{controller=\"node\",result=\"ok\"} 0"),
+        "{text}"
+    );
     cancel.cancel();
 }
