@@ -1,7 +1,9 @@
 //! The Kubernetes API, used only in a cluster (a node name and in-cluster config or
-//! `--kubeconfig`): driver node labels, the `ERdmaDriverReady` node condition and Events.
+//! `--kubeconfig`): driver node labels, the `ERdmaDriverReady` and `ERdmaDevicePluginConflict`
+//! node conditions and Events.
 
 use erdma_driver::DriverStatus;
+use erdma_model::coexistence::{self, Conflict};
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
@@ -75,19 +77,7 @@ impl Cluster {
             .await
             .map_err(|e| format!("patch labels of node {}: {e}", self.node))?;
         let (ty, st, reason, message) = status.node_condition();
-        let now = chrono_now();
-        let cond = serde_json::json!({"status": {"conditions": [{
-            "type": ty, "status": st, "reason": reason, "message": message,
-            "lastHeartbeatTime": now, "lastTransitionTime": now,
-        }]}});
-        nodes
-            .patch_status(
-                &self.node,
-                &PatchParams::default(),
-                &Patch::Strategic(&cond),
-            )
-            .await
-            .map_err(|e| format!("patch condition {ty} of node {}: {e}", self.node))?;
+        self.condition(ty, st, reason, message).await?;
         let was = previous.and_then(|p| p.pending.as_ref());
         match (&status.pending, was) {
             (Some(p), w) if w.is_none_or(|w| w.to != p.to) => {
@@ -111,9 +101,80 @@ impl Cluster {
         Ok(())
     }
 
+    /// Sets one node condition (strategic merge by type).
+    async fn condition(
+        &self,
+        ty: &str,
+        st: &str,
+        reason: &str,
+        message: impl Into<String>,
+    ) -> Result<(), String> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let now = chrono_now();
+        let cond = serde_json::json!({"status": {"conditions": [{
+            "type": ty, "status": st, "reason": reason, "message": message.into(),
+            "lastHeartbeatTime": now, "lastTransitionTime": now,
+        }]}});
+        nodes
+            .patch_status(
+                &self.node,
+                &PatchParams::default(),
+                &Patch::Strategic(&cond),
+            )
+            .await
+            .map_err(|e| format!("patch condition {ty} of node {}: {e}", self.node))?;
+        Ok(())
+    }
+
+    /// Publishes whether another device plugin serves `resource`: the
+    /// `ERdmaDevicePluginConflict` condition, and an Event when a conflict starts or ends.
+    pub async fn publish_plugin_conflict(
+        &self,
+        previous: Option<&Conflict>,
+        now: &Conflict,
+        resource: &str,
+    ) -> Result<(), String> {
+        let (ty, st, reason, message) = now.condition(resource);
+        self.condition(ty, st, reason, message.clone()).await?;
+        let was = previous.is_some_and(Conflict::is_conflict);
+        match (was, now.is_conflict()) {
+            (false, true) => {
+                self.event_for(
+                    "Warning",
+                    coexistence::EVENT_CONFLICT,
+                    "DevicePluginRegistration",
+                    &message,
+                )
+                .await
+            }
+            (true, false) => {
+                self.event_for(
+                    "Normal",
+                    coexistence::EVENT_RESOLVED,
+                    "DevicePluginRegistration",
+                    &now.message(resource),
+                )
+                .await
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Records an `events.k8s.io/v1` Event regarding this node (namespace `default`, as kubelet
-    /// does for nodes).
+    /// does for nodes), from the driver reconciler.
     pub async fn event(&self, kind: &str, reason: &str, message: &str) -> Result<(), String> {
+        self.event_for(kind, reason, "DriverReconcile", message)
+            .await
+    }
+
+    /// Records an `events.k8s.io/v1` Event regarding this node, for `action`.
+    async fn event_for(
+        &self,
+        kind: &str,
+        reason: &str,
+        action: &str,
+        message: &str,
+    ) -> Result<(), String> {
         let regarding = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Node".into()),
@@ -121,16 +182,9 @@ impl Cluster {
             uid: Some(self.node.clone()),
             ..ObjectReference::default()
         };
-        self.post(
-            "default",
-            regarding,
-            kind,
-            reason,
-            "DriverReconcile",
-            message,
-        )
-        .await
-        .map_err(|e| format!("create Event {reason} for node {}: {e}", self.node))
+        self.post("default", regarding, kind, reason, action, message)
+            .await
+            .map_err(|e| format!("create Event {reason} for node {}: {e}", self.node))
     }
 
     /// Records an `events.k8s.io/v1` Event regarding a pod, in the pod's namespace (seen in

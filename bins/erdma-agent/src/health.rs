@@ -38,6 +38,9 @@ pub struct HealthView {
     /// [`crate::smcr::RECENT_DECISIONS`]); empty without `--deviceplugin-prestart-container`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub smcr: Vec<crate::smcr::Decision>,
+    /// Whether another device plugin serves the resource on this node (after the first look).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_plugin_conflict: Option<crate::coexistence::ConflictView>,
 }
 
 /// The agent's metrics (prefix `erdma_agent`) and the SMC-R metrics (prefix `erdma_smc`).
@@ -56,6 +59,10 @@ pub struct AgentMetrics {
     pub driver_reload_refusals: Counter,
     /// ERI netdevs whose setup failed in the last run.
     pub netdev_setup_failures: Gauge,
+    /// 1 while another device plugin serves the resource on this node.
+    pub device_plugin_conflict: Gauge,
+    /// Re-registrations after another device plugin for the resource had gone.
+    pub device_plugin_reclaims: Counter,
 }
 
 impl AgentMetrics {
@@ -93,6 +100,18 @@ impl AgentMetrics {
             "ERI netdevs whose setup failed in the last run",
             netdev_setup_failures.clone(),
         );
+        let device_plugin_conflict = Gauge::default();
+        let device_plugin_reclaims = Counter::default();
+        registry.register(
+            "device_plugin_conflict",
+            "1 while another device plugin (terway's eRDMA ENI plugin, the original agent) serves the same resource on this node",
+            device_plugin_conflict.clone(),
+        );
+        registry.register(
+            "device_plugin_reclaims",
+            "Re-registrations with the kubelet after another device plugin for the resource had gone",
+            device_plugin_reclaims.clone(),
+        );
         AgentMetrics {
             registry: root,
             smc,
@@ -101,6 +120,8 @@ impl AgentMetrics {
             driver_pending_change,
             driver_reload_refusals,
             netdev_setup_failures,
+            device_plugin_conflict,
+            device_plugin_reclaims,
         }
     }
 

@@ -5,11 +5,12 @@
 //! discovery or this node's ERdmaDevice) and the instance ID; the publisher that turns these
 //! into the served snapshot through `erdma_model::DeviceSelection`; ERI netdev and SMC-R pnet
 //! host setup; SMC-R for annotated pods in PreStartContainer (`--deviceplugin-prestart-container`);
-//! the kubelet device plugin; `/metrics` and `/healthz`; SIGTERM/SIGINT → graceful
-//! shutdown.
+//! the kubelet device plugin and the watch for another plugin serving the same resource;
+//! `/metrics` and `/healthz`; SIGTERM/SIGINT → graceful shutdown.
 
 mod cli;
 mod cluster;
+mod coexistence;
 mod devices;
 mod driver;
 mod health;
@@ -267,7 +268,19 @@ async fn run(s: Settings) -> anyhow::Result<()> {
         spec_dir,
         kind: "aliyun.com/erdma".into(),
     });
+    let observer = erdma_deviceplugin::coexistence::Observer::new(&cfg);
     let mut plugin = Plugin::new(cfg, served_rx.clone(), metrics);
+    tasks.push(tokio::spawn(coexistence::run(
+        coexistence::Config {
+            observer,
+            reclaimer: plugin.reclaimer(),
+            every: coexistence::EVERY,
+        },
+        served_rx.clone(),
+        cluster.clone(),
+        state.clone(),
+        cancel.clone(),
+    )));
     if s.prestart_container {
         let pin_dir = s.bpf_pin_dir.clone();
         let policy = tokio::task::spawn_blocking(move || smcr::open_policy(&pin_dir))

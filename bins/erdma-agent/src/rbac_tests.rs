@@ -111,6 +111,28 @@ async fn every_agent_api_call_is_allowed_and_every_permission_is_used() {
         .await
         .unwrap();
 
+    api.set_step(
+        "Another device plugin: `ERdmaDevicePluginConflict` condition, Warning and Normal Events",
+    );
+    let conflict = erdma_model::coexistence::Conflict {
+        evidence: vec![erdma_model::coexistence::Evidence::Socket {
+            file: "1700000000-erdma-eni.sock".into(),
+            plugin: erdma_model::coexistence::OtherPlugin::Terway,
+        }],
+    };
+    cluster
+        .publish_plugin_conflict(None, &conflict, "aliyun/erdma")
+        .await
+        .unwrap();
+    cluster
+        .publish_plugin_conflict(
+            Some(&conflict),
+            &erdma_model::coexistence::Conflict::default(),
+            "aliyun/erdma",
+        )
+        .await
+        .unwrap();
+
     api.set_step("SMC-R pre-start: Event on the pod");
     cluster
         .pod_event(

@@ -788,3 +788,163 @@ async fn netdev_setup_in_a_network_namespace() {
     cancel.cancel();
     t.await.unwrap();
 }
+
+fn node_condition(api: &FakeApiServer, ty: &str) -> Option<(String, String, String)> {
+    api.get::<k8s_openapi::api::core::v1::Node>(None, "n1")?
+        .status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == ty)
+        .map(|c| {
+            (
+                c.status,
+                c.reason.unwrap_or_default(),
+                c.message.unwrap_or_default(),
+            )
+        })
+}
+
+/// Terway registers `aliyun/erdma` on the same fake kubelet: the agent reports it (node condition,
+/// Warning Event, `/healthz`, metric) with the fix, keeps its hands off the registration while
+/// terway runs, and registers again once terway has gone and left the kubelet pointing at it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_plugin_for_aliyun_erdma_is_reported_not_fought_and_replaced_after_it_goes() {
+    use erdma_deviceplugin::coexistence::Observer;
+    use erdma_fake_kubelet::OtherPlugin;
+    use k8s_openapi::api::events::v1::Event;
+    const COND: &str = "ERdmaDevicePluginConflict";
+    const TERWAY: &str = "1700000000-erdma-eni.sock";
+
+    let (_tree, raw) = fixture();
+    let dir = tempfile::Builder::new()
+        .prefix("co")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let pr = dir.path().join("pod-resources.sock");
+    let mut kcfg = FakeKubeletConfig::new(dir.path());
+    kcfg.pod_resources_socket = Some(pr.clone());
+    let kubelet = FakeKubelet::start(kcfg).await.unwrap();
+    let api = FakeApiServer::new();
+    api.put(&k8s_openapi::api::core::v1::Node {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("n1".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let cluster = Cluster {
+        client: api.client(),
+        node: "n1".into(),
+    };
+    let cancel = CancellationToken::new();
+    let state = Arc::new(AgentState::default());
+    let (_served_tx, served_rx) = watch::channel(raw);
+    let mut cfg = PluginConfig::new(dir.path());
+    cfg.slots_per_device = 3;
+    cfg.pod_resources_socket = Some(pr);
+    let own = cfg.socket_name();
+    let observer = Observer::new(&cfg);
+    let plugin = Plugin::new(cfg, served_rx.clone(), Arc::new(Metrics::new()));
+    let watcher = tokio::spawn(crate::coexistence::run(
+        crate::coexistence::Config {
+            observer,
+            reclaimer: plugin.reclaimer(),
+            every: Duration::from_millis(50),
+        },
+        served_rx,
+        Some(cluster),
+        state.clone(),
+        cancel.clone(),
+    ));
+    let plugin = tokio::spawn(plugin.run(cancel.clone()));
+    let mine = |s: &erdma_fake_kubelet::StateFile| {
+        s.resources
+            .get(RESOURCE)
+            .is_some_and(|r| r.endpoint == own && r.healthy_ids().count() == 6)
+    };
+    kubelet
+        .wait_for(Duration::from_secs(10), mine)
+        .await
+        .expect("erdma registered");
+    let api2 = api.clone();
+    until("the condition False", || {
+        node_condition(&api2, COND).is_some_and(|(st, _, _)| st == "False")
+    })
+    .await;
+
+    // Terway's eRDMA ENI plugin registers the same resource.
+    let terway =
+        OtherPlugin::start(dir.path(), TERWAY, vec!["eni-0".into(), "eni-1".into()]).unwrap();
+    terway
+        .register(RESOURCE)
+        .await
+        .expect("the kubelet accepts it");
+    until("the condition True", || {
+        node_condition(&api2, COND).is_some_and(|(st, _, _)| st == "True")
+    })
+    .await;
+    let (_, reason, message) = node_condition(&api, COND).unwrap();
+    assert_eq!(reason, "AnotherDevicePlugin");
+    assert!(
+        message.contains("terway's eRDMA ENI device plugin"),
+        "{message}"
+    );
+    assert!(message.contains(TERWAY), "{message}");
+    assert!(message.contains("\"enable_erdma\": false"), "{message}");
+    let events = api.list::<Event>(Some("default"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("ERdmaDevicePluginConflict")
+                && e.type_.as_deref() == Some("Warning")),
+        "{events:?}"
+    );
+    // The kubelet's device list now comes from terway: seen on the second look, which proves the
+    // agent kept observing meanwhile.
+    let st = state.clone();
+    until("the kubelet's foreign devices in /healthz", || {
+        st.view().device_plugin_conflict.is_some_and(|v| {
+            v.evidence
+                .iter()
+                .any(|e| matches!(e, erdma_model::coexistence::Evidence::KubeletDevices { .. }))
+        })
+    })
+    .await;
+    let s = kubelet.state();
+    assert_eq!(s.registrations, 2, "erdma did not register again: {s:?}");
+    assert_eq!(s.resources[RESOURCE].endpoint, TERWAY);
+    assert!(
+        state
+            .metrics_text(&Metrics::new())
+            .contains("erdma_agent_device_plugin_conflict 1")
+    );
+    let view = state.view().device_plugin_conflict.unwrap();
+    assert!(view.conflict && view.fix.is_some_and(|f| f.contains("excluded=true")));
+
+    // Terway is switched off: the kubelet marks the resource unhealthy; erdma registers again.
+    terway.stop().await;
+    let s = kubelet
+        .wait_for(Duration::from_secs(10), mine)
+        .await
+        .expect("erdma serves the resource again");
+    assert_eq!(s.registrations, 3);
+    until("the condition False again", || {
+        node_condition(&api2, COND).is_some_and(|(st, _, _)| st == "False")
+    })
+    .await;
+    let events = api.list::<Event>(Some("default"));
+    assert!(
+        events.iter().any(
+            |e| e.reason.as_deref() == Some("ERdmaDevicePluginConflictResolved")
+                && e.type_.as_deref() == Some("Normal")
+        ),
+        "{events:?}"
+    );
+    let view = state.view().device_plugin_conflict.unwrap();
+    assert!(!view.conflict);
+    assert_eq!(view.reclaims, 1);
+    cancel.cancel();
+    watcher.await.unwrap();
+    plugin.await.unwrap().unwrap();
+    kubelet.shutdown().await;
+}

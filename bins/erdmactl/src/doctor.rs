@@ -11,7 +11,7 @@ use std::process::{Command, ExitCode};
 /// Arguments of `erdmactl doctor`. Without `--node`/`--pod` it checks this machine (`--local`).
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Check this node: aliyun/erdma allocatable, agent pod, driver mode and readiness.
+    /// Check this node: aliyun/erdma allocatable, agent pod, driver mode and readiness, other plugins.
     #[arg(long, value_name = "NODE")]
     pub node: Option<String>,
     /// Check this pod: scheduling, admission, resources, IPC_LOCK, RDMA libraries, SMC-R; and its node.
@@ -35,6 +35,13 @@ pub struct Args {
     /// Device directory for --local (see `erdmactl devices --dev-root`).
     #[arg(long, value_name = "DIR")]
     pub dev_root: Option<PathBuf>,
+    /// Kubelet device-plugin directory for --local, searched for other plugins serving aliyun/erdma.
+    #[arg(
+        long,
+        default_value = "/var/lib/kubelet/device-plugins",
+        value_name = "DIR"
+    )]
+    pub kubelet_dir: PathBuf,
     /// Where the local agent serves /healthz for --local (`off` to skip).
     #[arg(long, default_value = erdma_doctor::agent_health::DEFAULT_ADDR, value_name = "HOST:PORT")]
     pub agent_addr: String,
@@ -103,6 +110,13 @@ fn local_checks(args: &Args) -> Vec<Check> {
         output: Format::Table,
     });
     let mut checks = erdma_doctor::local::checks(&report.node);
+    let sockets = erdma_host::plugin_dir::sockets(&args.kubelet_dir)
+        .map(|v| v.into_iter().map(|s| (s.file_name, s.live)).collect())
+        .map_err(|e| e.to_string());
+    checks.push(erdma_doctor::coexistence::local(
+        &args.kubelet_dir.display().to_string(),
+        sockets,
+    ));
     if args.agent_addr != "off" {
         let answer = args
             .agent_addr

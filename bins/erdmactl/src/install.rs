@@ -44,6 +44,21 @@ pub struct Args {
     /// agent.filterClusterERIs: apply exposedLocalERIs in cluster mode too.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub filter_cluster_eris: Option<bool>,
+    /// agent.driverInstaller.version: the driver installer version (the agent's flag name).
+    #[arg(long, value_name = "VERSION")]
+    pub erdma_installer_version: Option<String>,
+    /// agent.driverInstaller.sha256: SHA-256 of the installer tarball (the agent's flag name).
+    #[arg(long, value_name = "HEX")]
+    pub driver_installer_sha256: Option<String>,
+    /// agent.driverInstaller.gpuSha256: SHA-256 of env_setup.sh (the agent's flag name).
+    #[arg(long, value_name = "HEX")]
+    pub gpu_installer_sha256: Option<String>,
+    /// agent.driverInstaller.baseURL: where the installers are downloaded from (https://).
+    #[arg(long, value_name = "URL")]
+    pub driver_installer_base_url: Option<String>,
+    /// agent.driverInstaller.allowInsecureDownload: accept an http:// base URL.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub allow_insecure_driver_download: Option<bool>,
     /// config.localERIDiscovery (no cloud credentials needed).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub local_eri_discovery: Option<bool>,
@@ -172,6 +187,20 @@ pub fn values(a: &Args) -> anyhow::Result<Values> {
     }
     if let Some(x) = a.filter_cluster_eris {
         v.agent.filter_cluster_eris = x;
+    }
+    let di = &mut v.agent.driver_installer;
+    for (flag, value) in [
+        (&a.erdma_installer_version, &mut di.version),
+        (&a.driver_installer_sha256, &mut di.sha256),
+        (&a.gpu_installer_sha256, &mut di.gpu_sha256),
+        (&a.driver_installer_base_url, &mut di.base_url),
+    ] {
+        if let Some(x) = flag {
+            value.clone_from(x);
+        }
+    }
+    if let Some(x) = a.allow_insecure_driver_download {
+        di.allow_insecure_download = x;
     }
     if let Some(x) = a.local_eri_discovery {
         v.config.local_eri_discovery = x;
@@ -352,6 +381,11 @@ impl Args {
             jumbo_frame_mtu: None,
             exposed_local_eris: None,
             filter_cluster_eris: None,
+            erdma_installer_version: None,
+            driver_installer_sha256: None,
+            gpu_installer_sha256: None,
+            driver_installer_base_url: None,
+            allow_insecure_driver_download: None,
             local_eri_discovery: None,
             enable_webhook: None,
             enable_init_container_inject: None,

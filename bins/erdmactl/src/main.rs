@@ -35,7 +35,7 @@ enum Command {
     Doctor(doctor::Args),
     /// Render (`--dry-run -o yaml|json`) or apply the manifests: CRD, RBAC, controller, agent,
     /// webhook; options mirror the original chart's values.
-    Install(install::Args),
+    Install(Box<install::Args>),
     /// Delete what `install` created (same values file and flags); the CRD only with
     /// `--include-crd`.
     Uninstall(install::UninstallArgs),

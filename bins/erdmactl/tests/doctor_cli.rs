@@ -75,7 +75,7 @@ fn node_doctor_passes_on_a_healthy_node_and_uses_the_right_selectors() {
     assert!(out.starts_with(&format!("doctor node/{NODE}\n")));
     assert!(out.contains("PASS  agent.pod"), "{out}");
     assert!(
-        out.ends_with("5 passed, 0 warnings, 0 failed, 0 skipped\n"),
+        out.ends_with("6 passed, 0 warnings, 0 failed, 0 skipped\n"),
         "{out}"
     );
     let reqs = server.requests();
@@ -228,6 +228,7 @@ fn missing_objects_and_unreachable_api_are_errors_not_panics() {
 
 #[test]
 fn local_mode_on_fixture_trees() {
+    let plugins = tempfile::tempdir().unwrap();
     let run = |tree: &str| {
         let a = erdmactl()
             .args([
@@ -240,6 +241,8 @@ fn local_mode_on_fixture_trees() {
                 "--sysfs-root",
                 &format!("testdata/sysfs/{tree}/sys"),
             ])
+            .arg("--kubelet-dir")
+            .arg(plugins.path())
             .assert();
         let code = a.get_output().status.code();
         let v: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
@@ -261,6 +264,9 @@ fn local_mode_on_fixture_trees() {
             .contains("no eRDMA device")
     );
     let (code, v) = run("broken-no-uverbs");
+    let dir = plugins.path().display().to_string();
+    let v: serde_json::Value =
+        serde_json::from_str(&v.to_string().replace(&dir, "<kubelet-dir>")).unwrap();
     insta::assert_json_snapshot!("doctor_local_broken_no_uverbs", (code, v));
 }
 
@@ -343,6 +349,7 @@ fn local_mode_asks_the_agent_healthz() {
             let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{\"ok\":true,\"registered\":false}\n");
         }
     });
+    let plugins = tempfile::tempdir().unwrap();
     let a = erdmactl()
         .args([
             "doctor",
@@ -351,15 +358,22 @@ fn local_mode_asks_the_agent_healthz() {
             "--sysfs-root",
             "testdata/sysfs/erdma-compat/sys",
         ])
+        .arg("--kubelet-dir")
+        .arg(plugins.path())
         .assert()
         .code(1);
     let out = stdout(&a);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("FAIL  local.agent "))
+        .unwrap_or_else(|| panic!("{out}"));
     assert!(
-        out.contains(&format!(
-            "FAIL  local.agent    agent on {addr} is up but its device plugin is not registered"
+        line.ends_with(&format!(
+            "agent on {addr} is up but its device plugin is not registered with the kubelet"
         )),
         "{out}"
     );
+    assert!(out.contains("PASS  local.device-plugins "), "{out}");
     let a = erdmactl()
         .args([
             "doctor",
@@ -368,7 +382,63 @@ fn local_mode_asks_the_agent_healthz() {
             "--sysfs-root",
             "testdata/sysfs/erdma-compat/sys",
         ])
+        .arg("--kubelet-dir")
+        .arg(plugins.path())
         .assert()
         .code(0);
-    assert!(stdout(&a).contains("WARN  local.agent    no erdma agent answered on nowhere: --agent-addr \"nowhere\" is not HOST:PORT"));
+    let out = stdout(&a);
+    assert!(
+        out.lines().any(|l| l.starts_with("WARN  local.agent ")
+            && l.ends_with("no erdma agent answered on nowhere: --agent-addr \"nowhere\" is not HOST:PORT (invalid socket address syntax)")),
+        "{out}"
+    );
+}
+
+/// Terway's eRDMA ENI plugin listening in the device-plugin directory fails the local doctor with
+/// terway's fix; its socket left behind by a stopped terway only warns.
+#[test]
+fn local_mode_finds_terways_erdma_plugin() {
+    let plugins = tempfile::tempdir().unwrap();
+    let sock = plugins.path().join("1700000000-erdma-eni.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let run = || {
+        let a = erdmactl()
+            .args([
+                "doctor",
+                "--agent-addr",
+                "off",
+                "-o",
+                "json",
+                "--sysfs-root",
+                "testdata/sysfs/erdma-compat/sys",
+            ])
+            .arg("--kubelet-dir")
+            .arg(plugins.path())
+            .assert();
+        let code = a.get_output().status.code();
+        let v: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+        let c = v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "local.device-plugins")
+            .cloned()
+            .unwrap();
+        (code, c)
+    };
+    let (code, c) = run();
+    assert_eq!(code, Some(1));
+    assert_eq!(c["status"], "FAIL");
+    assert!(c["message"].as_str().unwrap().contains("terway's eRDMA ENI device plugin is running (socket 1700000000-erdma-eni.sock accepts connections)"), "{c}");
+    assert!(
+        c["hint"]
+            .as_str()
+            .unwrap()
+            .contains("\"enable_erdma\": false"),
+        "{c}"
+    );
+    drop(listener);
+    let (code, c) = run();
+    assert_eq!(code, Some(0));
+    assert_eq!(c["status"], "WARN", "{c}");
 }

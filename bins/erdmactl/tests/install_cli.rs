@@ -354,6 +354,38 @@ fn json_output_is_a_list_of_the_same_objects() {
     assert_eq!(v["items"].as_array().unwrap().len(), 16);
 }
 
+/// The driver installer's version, pins and mirror reach the agent under the agent's own flag names.
+#[test]
+fn driver_installer_flags_reach_the_agent() {
+    let pin = "0123456789abcdef".repeat(4);
+    let docs = typed(&render(&[
+        "--local-eri-discovery",
+        "--erdma-installer-version",
+        "1.6.0",
+        "--driver-installer-sha256",
+        &pin,
+        "--driver-installer-base-url",
+        "http://10.0.0.1/erdma",
+        "--allow-insecure-driver-download",
+    ]));
+    let ds = find(&docs, "DaemonSet");
+    let args: Vec<&str> = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    for want in [
+        "--erdma-installer-version=1.6.0".to_string(),
+        format!("--driver-installer-sha256={pin}"),
+        "--driver-installer-base-url=http://10.0.0.1/erdma".into(),
+        "--allow-insecure-driver-download".into(),
+    ] {
+        assert!(args.contains(&want.as_str()), "{want} in {args:?}");
+    }
+    assert!(!args.iter().any(|a| a.starts_with("--gpu-installer-sha256")));
+}
+
 #[test]
 fn values_file_in_chart_format_and_bad_values_are_rejected() {
     let dir = tempfile::tempdir().unwrap();
@@ -401,6 +433,14 @@ fn values_file_in_chart_format_and_bad_values_are_rejected() {
         (
             vec!["--agent-image", "registry.aliyuncs.com/erdma/agent:v1.0.0"],
             "Go image",
+        ),
+        (
+            vec!["--driver-installer-sha256", "deadbeef"],
+            "agent.driverInstaller.sha256",
+        ),
+        (
+            vec!["--driver-installer-base-url", "http://10.0.0.1/erdma"],
+            "agent.driverInstaller.baseURL",
         ),
     ] {
         let out = Command::cargo_bin("erdmactl")

@@ -44,7 +44,7 @@ pub async fn owner_of(
                 path: socket,
                 detail,
             },
-            ListError::Call { socket, detail } => CriError::Call {
+            ListError::Call { socket, detail, .. } => CriError::Call {
                 call: "pod-resources List",
                 path: socket,
                 detail,

@@ -8,8 +8,10 @@
 //! - [`runner`]: serve-before-register, kubelet-restart detection, backoff, graceful shutdown.
 //! - [`metrics`]: Prometheus metrics and the `/metrics` + `/healthz` server.
 //! - [`cdi`]: the CDI spec file of CDI mode.
+//! - [`coexistence`]: evidence that another plugin serves the same resource on the node.
 
 pub mod cdi;
+pub mod coexistence;
 pub mod config;
 pub mod devices;
 pub mod metrics;

@@ -19,7 +19,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -57,6 +57,20 @@ pub struct Plugin {
     devices: watch::Receiver<NodeDevices>,
     metrics: Arc<Metrics>,
     pre_start: Arc<dyn PreStartHook>,
+    reclaim: Arc<Notify>,
+}
+
+/// Asks a running plugin to register again, as after a kubelet restart. Used only after another
+/// plugin that had taken the resource over has gone (see [`crate::coexistence`]): the kubelet then
+/// still points at the departed plugin, and registering again is the only way back.
+#[derive(Debug, Clone)]
+pub struct Reclaimer(Arc<Notify>);
+
+impl Reclaimer {
+    /// Requests one re-registration (requests made while one is pending merge).
+    pub fn request(&self) {
+        self.0.notify_one();
+    }
 }
 
 impl Plugin {
@@ -71,7 +85,13 @@ impl Plugin {
             devices,
             metrics,
             pre_start: Arc::new(NoopPreStart),
+            reclaim: Arc::new(Notify::new()),
         }
+    }
+
+    /// A handle that makes the running plugin register again.
+    pub fn reclaimer(&self) -> Reclaimer {
+        Reclaimer(self.reclaim.clone())
     }
 
     /// Replaces the PreStartContainer hook (used when pre-start mode is configured).
@@ -102,6 +122,7 @@ impl Plugin {
             served: served_rx,
             metrics: self.metrics.clone(),
             pre_start: self.pre_start,
+            reclaim: self.reclaim,
         });
         let usage = cfg.pod_resources_socket.clone().map(|socket| {
             tokio::spawn(track_usage(
@@ -463,6 +484,12 @@ async fn lifecycle(
                     None => false,
                 },
                 _ = poll.tick() => !server.socket_intact() || file_id(&cfg.kubelet_socket()).is_some_and(|id| Some(id) != kubelet_id),
+                _ = state.reclaim.notified() => {
+                    tracing::warn!(resource = %cfg.resource_name, "the other device plugin that took the resource over has gone; re-serving and re-registering so the kubelet uses this plugin again");
+                    state.metrics.set_unregistered();
+                    server.stop().await;
+                    continue 'outer;
+                }
             };
             if restarted {
                 state.metrics.set_unregistered();

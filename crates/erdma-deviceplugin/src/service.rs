@@ -61,6 +61,8 @@ pub struct PluginState {
     pub metrics: Arc<Metrics>,
     /// PreStartContainer hook.
     pub pre_start: Arc<dyn PreStartHook>,
+    /// Wakes the runner to register again (see [`crate::runner::Reclaimer`]).
+    pub reclaim: Arc<tokio::sync::Notify>,
 }
 
 /// One server instance of the DevicePlugin service. `stop` ends its ListAndWatch streams so a

@@ -290,5 +290,6 @@ pub fn checks(node: &Node, agent_pods: &[Pod]) -> Vec<Check> {
         agent(node, agent_pods),
         driver_mode(node),
         driver_ready(node),
+        crate::coexistence::node(node),
     ]
 }

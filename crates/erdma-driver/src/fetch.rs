@@ -11,35 +11,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Where installers are downloaded from by default (the VPC-internal mirror the original uses,
-/// over HTTPS instead of HTTP).
-pub const DEFAULT_INSTALLER_BASE_URL: &str = "https://mirrors.cloud.aliyuncs.com/erdma";
+pub use erdma_model::installer::DEFAULT_INSTALLER_BASE_URL;
 /// Largest installer accepted.
 pub const MAX_INSTALLER_BYTES: usize = 512 << 20;
 
-/// A pinned SHA-256 (64 hex digits).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sha256Pin(String);
-
-impl Sha256Pin {
-    /// Parses 64 hex digits (any case; `sha256:` prefix allowed).
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let t = s.trim();
-        let t = t.strip_prefix("sha256:").unwrap_or(t).to_ascii_lowercase();
-        if t.len() == 64 && t.bytes().all(|b| b.is_ascii_hexdigit()) {
-            Ok(Sha256Pin(t))
-        } else {
-            Err(format!(
-                "{s:?} is not a SHA-256 (expected 64 hex digits, as `sha256sum` prints)"
-            ))
-        }
-    }
-
-    /// The lowercase hex digits.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
+pub use erdma_model::installer::Sha256Pin;
 
 /// Lowercase hex SHA-256 of `data`.
 pub fn sha256_hex(data: &[u8]) -> String {

@@ -7,46 +7,9 @@ use erdma_model::DriverMode;
 use serde::Serialize;
 use std::fmt;
 
-/// The installer version the original agent uses (`--erdma-installer-version`).
-pub const DEFAULT_INSTALLER_VERSION: &str = "1.5.9";
-
-/// A validated installer version: dot-separated decimal numbers, e.g. `1.5.9`. It becomes part of a
-/// download URL, so nothing else is accepted.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(transparent)]
-pub struct InstallerVersion(String);
-
-/// Error for an installer version that is not `N(.N)*`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "invalid --erdma-installer-version {0:?}: expected dot-separated numbers such as {DEFAULT_INSTALLER_VERSION}"
-)]
-pub struct InvalidInstallerVersion(pub String);
-
-impl InstallerVersion {
-    /// Validates a version string.
-    pub fn parse(s: &str) -> Result<Self, InvalidInstallerVersion> {
-        let ok = !s.is_empty()
-            && s.split('.')
-                .all(|p| !p.is_empty() && p.len() <= 6 && p.bytes().all(|b| b.is_ascii_digit()));
-        if ok {
-            Ok(InstallerVersion(s.to_string()))
-        } else {
-            Err(InvalidInstallerVersion(s.to_string()))
-        }
-    }
-
-    /// The version text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Default for InstallerVersion {
-    fn default() -> Self {
-        InstallerVersion(DEFAULT_INSTALLER_VERSION.to_string())
-    }
-}
+pub use erdma_model::installer::{
+    DEFAULT_INSTALLER_VERSION, InstallerVersion, InvalidInstallerVersion,
+};
 
 /// Which installation path brings the driver onto a node that lacks it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -45,8 +45,31 @@ impl FakeKubeletConfig {
 
 struct Memory {
     state: StateFile,
-    conns: HashMap<String, (u64, CancellationToken)>,
+    /// Open ListAndWatch streams per resource, oldest first: like the kubelet, every registered
+    /// plugin's stream stays open and feeds the resource, whoever registered last.
+    conns: HashMap<String, Vec<Conn>>,
     next_conn: u64,
+}
+
+struct Conn {
+    id: u64,
+    endpoint: String,
+    cancel: CancellationToken,
+}
+
+impl Memory {
+    /// Records which endpoints of `resource` have an open stream, oldest first.
+    fn sync_streams(&mut self, resource: &str) {
+        let streams: Vec<String> = self
+            .conns
+            .get(resource)
+            .map(|v| v.iter().map(|c| c.endpoint.clone()).collect())
+            .unwrap_or_default();
+        if let Some(r) = self.state.resources.get_mut(resource) {
+            r.connected = streams.contains(&r.endpoint);
+            r.streams = streams;
+        }
+    }
 }
 
 pub(crate) struct Shared {
@@ -225,8 +248,10 @@ impl FakeKubelet {
         }
         {
             let mut mem = self.shared.mem();
-            for (_, (_, c)) in mem.conns.drain() {
-                c.cancel();
+            for (_, conns) in mem.conns.drain() {
+                for c in conns {
+                    c.cancel.cancel();
+                }
             }
             mem.state.resources.clear();
             mem.state.kubelet_restarts += 1;
@@ -264,9 +289,10 @@ fn summary(s: &StateFile) -> String {
         .iter()
         .map(|(name, r)| {
             format!(
-                "{name}: endpoint {}, connected {}, {} devices ({} healthy), {} updates",
+                "{name}: endpoint {}, connected {}, streams {:?}, {} devices ({} healthy), {} updates",
                 r.endpoint,
                 r.connected,
+                r.streams,
                 r.devices.len(),
                 r.healthy_ids().count(),
                 r.updates
@@ -366,18 +392,8 @@ impl Registration for RegistrationService {
                 r.endpoint
             )));
         }
-        {
-            let mem = self.shared.mem();
-            if let Some(existing) = mem.state.resources.get(&r.resource_name)
-                && existing.connected
-                && existing.endpoint != r.endpoint
-            {
-                return Err(Status::already_exists(format!(
-                    "resource {} is already registered by the plugin at {}",
-                    r.resource_name, existing.endpoint
-                )));
-            }
-        }
+        // A second plugin for the same resource is accepted, as the kubelet does: it becomes the
+        // endpoint Allocate goes to, and the first plugin's stream stays open.
         let path = self.shared.cfg.dir.join(&r.endpoint);
         let channel = uds::connect(&path, self.shared.cfg.dial_authority.clone(), DIAL_TIMEOUT)
             .await
@@ -401,13 +417,27 @@ impl Registration for RegistrationService {
             let mut mem = self.shared.mem();
             mem.next_conn += 1;
             let id = mem.next_conn;
-            if let Some((_, old)) = mem
-                .conns
-                .insert(r.resource_name.clone(), (id, cancel.clone()))
-            {
-                old.cancel();
-            }
+            let conns = mem.conns.entry(r.resource_name.clone()).or_default();
+            // The same endpoint registering again is that plugin restarted: its old stream is over.
+            conns.retain(|c| {
+                let same = c.endpoint == r.endpoint;
+                if same {
+                    c.cancel.cancel();
+                }
+                !same
+            });
+            let others = !conns.is_empty();
+            conns.push(Conn {
+                id,
+                endpoint: r.endpoint.clone(),
+                cancel: cancel.clone(),
+            });
             conn_id = id;
+            // Another plugin's device list stays until this one sends its own, as in the kubelet.
+            let devices = match mem.state.resources.get(&r.resource_name) {
+                Some(old) if others => old.devices.clone(),
+                _ => Vec::new(),
+            };
             mem.state.resources.insert(
                 r.resource_name.clone(),
                 ResourceState {
@@ -417,11 +447,13 @@ impl Registration for RegistrationService {
                         get_preferred_allocation_available: options
                             .get_preferred_allocation_available,
                     },
-                    devices: Vec::new(),
+                    devices,
                     connected: true,
+                    streams: Vec::new(),
                     updates: 0,
                 },
             );
+            mem.sync_streams(&r.resource_name);
             mem.state.registrations += 1;
         }
         self.shared.changed();
@@ -449,11 +481,12 @@ async fn consume(
             m = stream.next() => m,
         };
         let mut mem = shared.mem();
-        // Only the current registration may update the resource.
+        // Every open stream of the resource updates it (the kubelet keys device lists by resource
+        // name, not by plugin); a stream replaced by its own plugin's re-registration is over.
         if mem
             .conns
             .get(&resource)
-            .is_none_or(|(id, _)| *id != conn_id)
+            .is_none_or(|v| !v.iter().any(|c| c.id == conn_id))
         {
             return;
         }
@@ -484,12 +517,18 @@ async fn consume(
                 } else {
                     tracing::warn!(%resource, "ListAndWatch ended unexpectedly");
                 }
-                // Like the kubelet: every device of the resource becomes unhealthy at once.
+                // Like the kubelet: every device of the resource becomes unhealthy at once, even
+                // when another plugin's stream for it is still open.
                 for d in &mut entry.devices {
                     d.health = api::UNHEALTHY.to_string();
                 }
-                entry.connected = false;
-                mem.conns.remove(&resource);
+                if let Some(v) = mem.conns.get_mut(&resource) {
+                    v.retain(|c| c.id != conn_id);
+                    if v.is_empty() {
+                        mem.conns.remove(&resource);
+                    }
+                }
+                mem.sync_streams(&resource);
                 drop(mem);
                 shared.changed();
                 return;

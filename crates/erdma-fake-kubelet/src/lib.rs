@@ -16,18 +16,23 @@
 //!   `PreStartContainer` removes the record again (the kubelet fails the container);
 //! - simulates kubelet restarts: deletes every socket in the directory and re-creates
 //!   `kubelet.sock`;
-//! - serves the pod-resources v1 API (List / Get / GetAllocatableResources) from its ledger.
+//! - serves the pod-resources v1 API (List / Get / GetAllocatableResources) from its ledger;
+//! - accepts a second plugin for a resource as the kubelet does (it becomes the endpoint, every
+//!   open stream keeps feeding the device list, any stream ending marks the resource unhealthy);
+//!   [`other_plugin`] is a stand-in for such a plugin (terway's eRDMA ENI plugin).
 //!
 //! Everything it knows is written to `<dir>/fake-kubelet-state.json` whenever it changes, so a
 //! test or a lab script can read it.
 
 pub mod client;
 pub mod daemon;
+pub mod other_plugin;
 pub mod podresources;
 pub mod state;
 
 pub use client::{AllocateOptions, AllocationOutput, allocate, allocate_reusing, release};
 pub use daemon::{FakeKubelet, FakeKubeletConfig};
+pub use other_plugin::OtherPlugin;
 pub use state::{AllocationRecord, DeviceState, OptionsState, ResourceState, StateFile};
 
 /// File name of the state file in the device-plugin directory.

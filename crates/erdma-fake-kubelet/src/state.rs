@@ -36,9 +36,13 @@ pub struct ResourceState {
     pub options: OptionsState,
     /// Devices from the latest ListAndWatch message.
     pub devices: Vec<DeviceState>,
-    /// Whether the ListAndWatch stream is open.
+    /// Whether the ListAndWatch stream of `endpoint` (the plugin registered last) is open.
     #[serde(default)]
     pub connected: bool,
+    /// Endpoints whose ListAndWatch stream is open, oldest registration first (more than one when
+    /// two plugins registered the same resource).
+    #[serde(default)]
+    pub streams: Vec<String>,
     /// ListAndWatch messages received since registration.
     #[serde(default)]
     pub updates: u64,

@@ -1,5 +1,6 @@
 //! The fake kubelet (library and binary) against a minimal static device plugin.
 
+use erdma_fake_kubelet::{FakeKubelet, FakeKubeletConfig, OtherPlugin};
 use erdma_kubelet::deviceplugin::v1beta1 as api;
 use erdma_kubelet::deviceplugin::v1beta1::device_plugin_server::{
     DevicePlugin, DevicePluginServer,
@@ -671,4 +672,67 @@ async fn reuse_from_an_init_container_and_partial_preferences_like_the_kubelet()
     assert_eq!(out.device_ids, ids(&["dev/2", "dev/0", "dev/1"]));
     cancel.cancel();
     k.shutdown().await;
+}
+
+/// Two plugins for one resource, as the kubelet handles them (`pkg/kubelet/cm/devicemanager`:
+/// `PluginConnected` replaces the endpoint, every client's stream feeds
+/// `PluginListAndWatchReceiver`, `PluginDisconnected` marks the whole resource unhealthy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_plugin_for_a_resource_takes_the_endpoint_and_either_ending_marks_it_unhealthy() {
+    let dir = short_dir();
+    let kubelet = FakeKubelet::start(FakeKubeletConfig::new(dir.path()))
+        .await
+        .unwrap();
+    let first = OtherPlugin::start(dir.path(), "a.sock", vec!["a-0".into(), "a-1".into()]).unwrap();
+    first.register("example.com/dev").await.unwrap();
+    kubelet
+        .wait_for(Duration::from_secs(10), |s| {
+            s.resources["example.com/dev"].healthy_ids().count() == 2
+        })
+        .await
+        .unwrap();
+    let second = OtherPlugin::start(dir.path(), "1700000000-b.sock", vec!["b-0".into()]).unwrap();
+    second
+        .register("example.com/dev")
+        .await
+        .expect("accepted, not refused");
+    let s = kubelet
+        .wait_for(Duration::from_secs(10), |s| {
+            s.resources["example.com/dev"].healthy_ids().eq(["b-0"])
+        })
+        .await
+        .unwrap();
+    let r = &s.resources["example.com/dev"];
+    assert_eq!(
+        r.endpoint, "1700000000-b.sock",
+        "the last registration is the endpoint"
+    );
+    assert_eq!(
+        r.streams,
+        ["a.sock", "1700000000-b.sock"],
+        "both streams stay open"
+    );
+    assert!(r.connected);
+    assert_eq!(s.registrations, 2);
+    // The first plugin goes away: the resource becomes unhealthy although the endpoint's stream is open.
+    first.stop().await;
+    let s = kubelet
+        .wait_for(Duration::from_secs(10), |s| {
+            s.resources["example.com/dev"].streams.len() == 1
+        })
+        .await
+        .unwrap();
+    let r = &s.resources["example.com/dev"];
+    assert_eq!(r.streams, ["1700000000-b.sock"]);
+    assert!(r.connected, "the endpoint's own stream is still open");
+    assert_eq!(r.healthy_ids().count(), 0, "allocatable drops to 0: {r:?}");
+    second.stop().await;
+    let s = kubelet
+        .wait_for(Duration::from_secs(10), |s| {
+            !s.resources["example.com/dev"].connected
+        })
+        .await
+        .unwrap();
+    assert!(s.resources["example.com/dev"].streams.is_empty());
+    kubelet.shutdown().await;
 }

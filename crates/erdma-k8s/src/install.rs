@@ -183,6 +183,8 @@ pub struct AgentValues {
     /// `/run/containerd/containerd.sock`. Its directory is mounted into the agent, so it must
     /// have one of its own (not directly in `/run` or `/var/run`).
     pub cri_socket: String,
+    /// (new) The driver installer the agent runs when the driver is missing.
+    pub driver_installer: DriverInstallerValues,
     /// Pull secrets of the agent pods.
     pub image_pull_secrets: Vec<LocalObjectReference>,
     /// Accepted for compatibility; names are fixed.
@@ -201,11 +203,31 @@ impl Default for AgentValues {
             exposed_local_eris: vec!["i-XXX erdma_0/erdma_1".into()],
             filter_cluster_eris: false,
             cri_socket: String::new(),
+            driver_installer: DriverInstallerValues::default(),
             image_pull_secrets: Vec::new(),
             name_override: String::new(),
             fullname_override: String::new(),
         }
     }
+}
+
+/// `agent.driverInstaller.*` (new): the eRDMA driver installer (docs/operations.md, "Driver
+/// installer trust"). Empty strings leave the agent's defaults; without `sha256` the agent never
+/// runs a downloaded installer and says so in its `ERdmaDriverReady` condition.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DriverInstallerValues {
+    /// `--erdma-installer-version` (dot-separated numbers).
+    pub version: String,
+    /// `--driver-installer-sha256` of `erdma_installer-<version>.tar.gz`.
+    pub sha256: String,
+    /// `--gpu-installer-sha256` of `env_setup.sh` (`preferDriver: ofed`).
+    pub gpu_sha256: String,
+    /// `--driver-installer-base-url` (`https://`).
+    #[serde(rename = "baseURL")]
+    pub base_url: String,
+    /// `--allow-insecure-driver-download`: accept an `http://` base URL.
+    pub allow_insecure_download: bool,
 }
 
 /// `serviceAccount.*`.
@@ -415,6 +437,27 @@ impl Values {
                     "agent.criSocket {cri:?} must be an absolute socket path inside a directory of its own (e.g. /run/k3s/containerd/containerd.sock, /var/run/crio/crio.sock); that directory is mounted into the agent, and mounting all of /run would put the mount point of the agent's ServiceAccount token (/var/run/secrets) into the host's /run. For cri-dockerd, start it with --container-runtime-endpoint unix:///var/run/cri-dockerd/cri-dockerd.sock"
                 ));
             }
+        }
+        let di = &self.agent.driver_installer;
+        if !di.version.is_empty()
+            && let Err(e) = erdma_model::installer::InstallerVersion::parse(&di.version)
+        {
+            return bad(format!("agent.driverInstaller.version: {e}"));
+        }
+        for (key, pin) in [("sha256", &di.sha256), ("gpuSha256", &di.gpu_sha256)] {
+            if !pin.is_empty()
+                && let Err(e) = erdma_model::installer::Sha256Pin::parse(pin)
+            {
+                return bad(format!("agent.driverInstaller.{key}: {e}"));
+            }
+        }
+        if !di.base_url.is_empty()
+            && let Err(e) =
+                erdma_model::installer::check_base_url(&di.base_url, di.allow_insecure_download)
+        {
+            return bad(format!(
+                "agent.driverInstaller.baseURL: {e} (agent.driverInstaller.allowInsecureDownload accepts http://)"
+            ));
         }
         if self.controller.replica_count < 1 {
             return bad("controller.replicaCount must be at least 1".into());
@@ -693,6 +736,20 @@ pub fn agent_args(v: &Values) -> Vec<String> {
         if !a.cri_socket.is_empty() {
             args.push(format!("--cri-socket={}", a.cri_socket));
         }
+    }
+    let di = &a.driver_installer;
+    for (flag, value) in [
+        ("--erdma-installer-version", &di.version),
+        ("--driver-installer-sha256", &di.sha256),
+        ("--gpu-installer-sha256", &di.gpu_sha256),
+        ("--driver-installer-base-url", &di.base_url),
+    ] {
+        if !value.is_empty() {
+            args.push(format!("{flag}={value}"));
+        }
+    }
+    if di.allow_insecure_download {
+        args.push("--allow-insecure-driver-download".into());
     }
     args.push("--dev-root=/host/dev".into());
     args.push(format!("--metrics-addr=0.0.0.0:{AGENT_METRICS_PORT}"));

@@ -7,10 +7,12 @@
 pub mod address;
 pub mod allocation;
 pub mod backoff;
+pub mod coexistence;
 pub mod device;
 pub mod driver;
 pub mod eri_selector;
 pub mod health;
+pub mod installer;
 pub mod names;
 pub mod node;
 pub mod pnet;

@@ -135,6 +135,9 @@ REFUSED = [
     ({"agent": {"image": {"repository": "registry.aliyuncs.com/erdma/agent", "tag": "v0.2.0"}}}, "Go image"),
     ({"controller": {"image": {"repository": "registry-vpc.cn-hangzhou.aliyuncs.com/erdma/controller"}}}, "Go image"),
     ({"agent": {"criSocket": "/run/cri-dockerd.sock"}}, "criSocket"),
+    ({"agent": {"driverInstaller": {"sha256": "abc"}}}, "sha256"),
+    ({"agent": {"driverInstaller": {"version": "1.5.9;rm"}}}, "version"),
+    ({"agent": {"driverInstaller": {"baseURL": "http://10.0.0.1/erdma"}}}, "baseURL"),
 ]
 
 

@@ -1,14 +1,19 @@
 //! The one pod-resources client: the kubelet's `List` answer reduced to the containers that hold
-//! devices of one resource. What a caller makes of them (slots in use, the owner of a device, the
-//! live pods) is a pure function over [`Holder`]s in the caller's crate.
+//! devices of one resource, and `GetAllocatableResources` reduced to that resource's device IDs.
+//! What a caller makes of them (slots in use, the owner of a device, the live pods, foreign
+//! devices) is a pure function in the caller's crate.
 
 use super::v1::pod_resources_lister_client::PodResourcesListerClient;
-use super::v1::{DEFAULT_SOCKET, ListPodResourcesRequest, ListPodResourcesResponse};
+use super::v1::{
+    AllocatableResourcesRequest, DEFAULT_SOCKET, ListPodResourcesRequest, ListPodResourcesResponse,
+};
 use crate::uds::{self, ClientAuthority};
 use serde::Serialize;
 use std::fmt;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tonic::transport::Channel;
 
 /// How long connecting, and then the `List` call, may take each.
 pub const TIMEOUT: Duration = Duration::from_secs(5);
@@ -48,8 +53,10 @@ pub enum ListError {
         detail: String,
     },
     /// The call failed or timed out.
-    #[error("pod-resources List on {}: {detail}", socket.display())]
+    #[error("pod-resources {call} on {}: {detail}", socket.display())]
     Call {
+        /// The RPC (`List`, `GetAllocatableResources`).
+        call: &'static str,
         /// The pod-resources socket.
         socket: PathBuf,
         /// The gRPC status, or the timeout.
@@ -85,22 +92,56 @@ impl PodResourcesClient {
     /// The containers that hold devices of `resource` now (one `List` call, [`TIMEOUT`] each
     /// for connecting and for the answer).
     pub async fn list(&self, resource: &str) -> Result<Vec<Holder>, ListError> {
+        let mut client = self.connect().await?;
+        let resp = self
+            .answer("List", client.list(ListPodResourcesRequest {}))
+            .await?;
+        Ok(holders_in(&resp, resource))
+    }
+
+    /// The device IDs of `resource` the kubelet holds (`GetAllocatableResources`): the device
+    /// list of whichever plugin fed the kubelet last.
+    pub async fn allocatable(&self, resource: &str) -> Result<Vec<String>, ListError> {
+        let mut client = self.connect().await?;
+        let resp = self
+            .answer(
+                "GetAllocatableResources",
+                client.get_allocatable_resources(AllocatableResourcesRequest {}),
+            )
+            .await?;
+        Ok(resp
+            .devices
+            .into_iter()
+            .filter(|d| d.resource_name == resource)
+            .flat_map(|d| d.device_ids)
+            .collect())
+    }
+
+    async fn connect(&self) -> Result<PodResourcesListerClient<Channel>, ListError> {
         let channel = uds::connect(&self.socket, ClientAuthority::Localhost, TIMEOUT)
             .await
             .map_err(|e| ListError::Connect {
                 socket: self.socket.clone(),
                 detail: e.to_string(),
             })?;
-        let call_error = |detail: String| ListError::Call {
+        Ok(PodResourcesListerClient::new(channel))
+    }
+
+    async fn answer<T>(
+        &self,
+        call: &'static str,
+        fut: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, ListError> {
+        let error = |detail: String| ListError::Call {
+            call,
             socket: self.socket.clone(),
             detail,
         };
-        let mut client = PodResourcesListerClient::new(channel);
-        let resp = tokio::time::timeout(TIMEOUT, client.list(ListPodResourcesRequest {}))
+        Ok(tokio::time::timeout(TIMEOUT, fut)
             .await
-            .map_err(|_| call_error(format!("no answer within {TIMEOUT:?}")))?
-            .map_err(|s| call_error(format!("{}: {}", s.code(), s.message())))?;
-        Ok(holders_in(resp.get_ref(), resource))
+            .map_err(|_| error(format!("no answer within {TIMEOUT:?}")))?
+            .map_err(|s| error(format!("{}: {}", s.code(), s.message())))?
+            .into_inner())
     }
 }
 
