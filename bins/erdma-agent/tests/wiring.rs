@@ -2,11 +2,11 @@
 //! the in-memory Kubernetes API server, the metadata-service emulator, a fixture node tree, the
 //! fake kubelet and (as root) throw-away network namespaces.
 
-use crate::cluster::Cluster;
-use crate::devices::{self, Inputs, PublisherInputs};
-use crate::health::AgentState;
-use crate::source::{self, ClusterEris, ClusterSourceConfig, EriSource};
-use crate::{driver, hostsetup};
+use erdma_agent::cluster::Cluster;
+use erdma_agent::devices::{self, Inputs, PublisherInputs};
+use erdma_agent::health::AgentState;
+use erdma_agent::source::{self, ClusterEris, ClusterSourceConfig, EriSource};
+use erdma_agent::{driver, hostsetup};
 use erdma_cloud::imds::ImdsClient;
 use erdma_cloud::imds_emulator::MetadataEmulator;
 use erdma_deviceplugin::{Metrics, Plugin, PluginConfig};
@@ -299,7 +299,7 @@ async fn refused_reload_shows_in_healthz_metrics_and_on_the_node() {
     // Over HTTP, as a probe or Prometheus sees it.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    tokio::spawn(crate::health::serve_on(
+    tokio::spawn(erdma_agent::health::serve_on(
         listener,
         Arc::new(Metrics::new()),
         state.clone(),
@@ -845,8 +845,8 @@ async fn another_plugin_for_aliyun_erdma_is_reported_not_fought_and_replaced_aft
     let own = cfg.socket_name();
     let observer = Observer::new(&cfg);
     let plugin = Plugin::new(cfg, served_rx.clone(), Arc::new(Metrics::new()));
-    let watcher = tokio::spawn(crate::coexistence::run(
-        crate::coexistence::Config {
+    let watcher = tokio::spawn(erdma_agent::coexistence::run(
+        erdma_agent::coexistence::Config {
             observer,
             reclaimer: plugin.reclaimer(),
             every: Duration::from_millis(50),

@@ -3,9 +3,9 @@
 //! Events go to the in-memory Kubernetes API server, and the annotated pod's namespace is a real
 //! private network namespace of this kernel.
 
-use crate::cluster::Cluster;
-use crate::health::AgentState;
-use crate::smcr::{self, HookConfig, PodConfigurator, Smc, SmcrHook};
+use erdma_agent::cluster::Cluster;
+use erdma_agent::health::AgentState;
+use erdma_agent::smcr::{self, HookConfig, PodConfigurator, Smc, SmcrHook};
 use erdma_cri::fake::FakeRuntime;
 use erdma_cri::runtime::v1 as cri;
 use erdma_cri::runtime::v1::runtime_service_server::RuntimeServiceServer;

@@ -9,7 +9,7 @@
 //! fails too). The table "permission → steps that need it" is kept in `docs/operations.md`
 //! (`UPDATE=1 cargo test -p erdma-agent rbac` regenerates it).
 
-use crate::cluster::{Cluster, PodRef};
+use erdma_agent::cluster::{Cluster, PodRef};
 use erdma_driver::{DriverStatus, PendingChange, RunningMode, StatusCode};
 use erdma_k8s::fake::FakeApiServer;
 use erdma_k8s::install::{Values, render};

@@ -1,0 +1,308 @@
+//! The agent's tasks, started from resolved [`Settings`]: the device state owner (inventory
+//! scans, published when changed), the driver manager (readiness gate), the ERI source and the
+//! instance ID, the publisher of the served snapshot, ERI netdev and SMC-R pnet host setup, the
+//! SMC-R pre-start hook, the kubelet device plugin and the watch for another plugin serving the
+//! same resource, `/metrics` and `/healthz`. Runs until `cancel` fires.
+
+use crate::cli::{MetricsAddr, Settings};
+use crate::health::{self, AgentState};
+use crate::source::{self, EriSource};
+use crate::{cluster, coexistence, devices, driver, hostsetup, smcr};
+use anyhow::Context;
+use erdma_cloud::imds::ImdsClient;
+use erdma_deviceplugin::{CdiConfig, Metrics, Plugin, PluginConfig};
+use erdma_driver::{KubeletPodResources, NodeHost};
+use erdma_host::{LiveInterfaceAddrs, RootedDevFs, RootedSysfs};
+use erdma_inventory::{Inventory, Sources};
+use erdma_model::DeviceSelection;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// Runs the agent with `s` until `cancel` fires (SIGTERM/SIGINT in the binary) or the device
+/// plugin fails.
+pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
+    let state = Arc::new(AgentState::default());
+    let mut tasks = Vec::new();
+
+    // Kubernetes API: only with a node name and a config.
+    let cluster = match cluster::detect(s.node_name.as_deref(), s.kubeconfig.as_deref()).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}; node labels and Events are only logged");
+            None
+        }
+    };
+
+    // Driver manager (readiness gate).
+    let mut driver_cfg = s.driver.clone();
+    driver_cfg.resource = s.resource_name.clone();
+    let usage = match &s.pod_resources_socket {
+        Some(p) => KubeletPodResources::new(p),
+        None => KubeletPodResources::default(),
+    };
+    if driver_cfg.installer_trust.allow_insecure_http {
+        tracing::warn!(
+            "INSECURE: --allow-insecure-driver-download is set; a driver installer may be downloaded over plain HTTP (its SHA-256 pin is still checked)"
+        );
+    }
+    let host = NodeHost::new().with_installer_trust(driver_cfg.installer_trust.clone());
+    let (driver_rx, _driver_tx, reconciler) =
+        driver::start(host, usage, driver_cfg, cancel.clone());
+    tasks.push(tokio::spawn(driver::observe(
+        driver_rx.clone(),
+        state.clone(),
+        cluster.clone(),
+        cancel.clone(),
+    )));
+
+    // Instance ID for --exposed-local-eris.
+    let mut allocate_all = s.allocate_all_devices;
+    if !s.exposed_local_eris.is_empty() && s.local_eri_discovery && !allocate_all {
+        // Kept from the original agent: a local allow-list implies all-devices mode.
+        tracing::info!(
+            "--exposed-local-eris with --local-eri-discovery: every container gets every exposed device"
+        );
+        allocate_all = true;
+    }
+    let metadata = || {
+        ImdsClient::new(&s.metadata_endpoint)
+            .with_context(|| format!("metadata endpoint {}", s.metadata_endpoint))
+    };
+    let (id_tx, id_rx) = watch::channel(s.instance_id.clone());
+    state.update(|v| v.instance_id = s.instance_id.clone());
+    if s.instance_id.is_none() && !s.exposed_local_eris.is_empty() {
+        tasks.push(tokio::spawn(source::fetch_instance_id(
+            metadata()?,
+            id_tx,
+            state.clone(),
+            Duration::from_secs(1),
+            cancel.clone(),
+        )));
+    } else {
+        drop(id_tx);
+    }
+
+    // Inventory.
+    let sources = Sources {
+        sysfs: Arc::new(RootedSysfs::new(&s.sysfs_root)),
+        devfs: Arc::new(RootedDevFs::new(&s.dev_root)),
+        addrs: Arc::new(LiveInterfaceAddrs),
+    };
+    let inventory = Inventory::new(sources);
+    let raw = {
+        let inv = inventory.clone();
+        tokio::task::spawn_blocking(move || inv.scan())
+            .await
+            .context("initial inventory scan")?
+    };
+    tracing::info!(
+        devices = ?raw.devices.iter().map(|d| (&d.name, d.health.is_healthy())).collect::<Vec<_>>(),
+        drivers = ?s.rdma_drivers,
+        "initial inventory"
+    );
+    let (raw_tx, raw_rx) = watch::channel(raw);
+    let wake = Arc::new(tokio::sync::Notify::new());
+    devices::watch_links(wake.clone(), cancel.clone());
+    let _dev_watcher = devices::watch_dev(&s.dev_root, wake.clone());
+    tasks.push(tokio::spawn(devices::run(
+        inventory,
+        raw_tx,
+        s.poll_interval,
+        wake,
+        cancel.clone(),
+    )));
+
+    // ERI source.
+    let (source_tx, source_rx) = if s.local_eri_discovery {
+        state.update(|v| {
+            v.eri_source = EriSource::Local.describe();
+            v.eri_source_ready = true;
+        });
+        let (tx, rx) = watch::channel(EriSource::Local);
+        (Some(tx), rx)
+    } else {
+        let (tx, rx) = watch::channel(EriSource::Waiting(
+            "looking for this node's ERdmaDevice".into(),
+        ));
+        tasks.push(tokio::spawn(source::follow_cluster(
+            cluster.clone(),
+            source::ClusterSourceConfig {
+                node_name: s.node_name.clone(),
+                kubeconfig: s.kubeconfig.clone(),
+                poll: Duration::from_secs(10),
+                retry: Duration::from_secs(30),
+            },
+            raw_rx.clone(),
+            tx,
+            state.clone(),
+            cancel.clone(),
+        )));
+        (None, rx)
+    };
+
+    // The served snapshot, computed once now so that the plugin's first list is already right.
+    let selection = DeviceSelection {
+        drivers: s.rdma_drivers.clone(),
+        eris: s.exposed_local_eris.clone(),
+        instance_id: s.instance_id.clone(),
+    };
+    let (first, _) = devices::compose(&devices::Inputs {
+        raw: &raw_rx.borrow(),
+        selection: &selection,
+        driver: &driver_rx.borrow(),
+        source: &source_rx.borrow(),
+    });
+    let (served_tx, served_rx) = watch::channel(first);
+    tasks.push(tokio::spawn(devices::publish(
+        devices::PublisherInputs {
+            raw: raw_rx,
+            driver: driver_rx,
+            source: source_rx.clone(),
+            instance_id: id_rx,
+        },
+        selection,
+        served_tx,
+        state.clone(),
+        cancel.clone(),
+    )));
+
+    // Host setup.
+    if s.setup_eri_netdev {
+        tracing::info!(
+            mtu = s.jumbo_frame_mtu,
+            "ERI netdev setup enabled (never touches the primary interface)"
+        );
+        tasks.push(tokio::spawn(hostsetup::run_netdev(
+            erdma_netdev::RouteNetlink::connect,
+            metadata()?,
+            served_rx.clone(),
+            source_rx,
+            s.jumbo_frame_mtu,
+            state.clone(),
+            cancel.clone(),
+        )));
+    } else {
+        tracing::info!("ERI netdev setup disabled (--setup-eri-netdev)");
+    }
+    if s.setup_smc_pnet {
+        tasks.push(tokio::spawn(hostsetup::run_smc_pnet(
+            served_rx.clone(),
+            state.clone(),
+            cancel.clone(),
+        )));
+    }
+
+    let metrics = Arc::new(Metrics::new());
+    if let MetricsAddr::On(addr) = s.metrics_addr {
+        tasks.push(tokio::spawn(serve_metrics(
+            addr,
+            metrics.clone(),
+            state.clone(),
+            cancel.clone(),
+        )));
+    }
+
+    let mut cfg = PluginConfig::new(&s.kubelet_dir);
+    cfg.resource_name = s.resource_name.clone();
+    cfg.slots_per_device = s.slots_per_device;
+    cfg.allocate_all_devices = allocate_all;
+    cfg.pre_start_required = s.prestart_container;
+    cfg.pod_resources_socket = s.pod_resources_socket.clone();
+    cfg.cdi = s.cdi_spec_dir.clone().map(|spec_dir| CdiConfig {
+        spec_dir,
+        kind: "aliyun.com/erdma".into(),
+    });
+    let observer = erdma_deviceplugin::coexistence::Observer::new(&cfg);
+    let mut plugin = Plugin::new(cfg, served_rx.clone(), metrics);
+    tasks.push(tokio::spawn(coexistence::run(
+        coexistence::Config {
+            observer,
+            reclaimer: plugin.reclaimer(),
+            every: coexistence::EVERY,
+        },
+        served_rx.clone(),
+        cluster.clone(),
+        state.clone(),
+        cancel.clone(),
+    )));
+    if s.prestart_container {
+        let pin_dir = s.bpf_pin_dir.clone();
+        let policy = tokio::task::spawn_blocking(move || smcr::open_policy(&pin_dir))
+            .await
+            .context("loading the SMC-R BPF policy")?;
+        let smc = smcr::Smc::new(smcr::pod_options(s.smcr_keep_ipv6), policy);
+        let hook = Arc::new(smcr::SmcrHook::new(
+            smcr::HookConfig {
+                resource: s.resource_name.clone(),
+                pod_resources_socket: s
+                    .pod_resources_socket
+                    .clone()
+                    .unwrap_or_else(|| erdma_kubelet::podresources::v1::DEFAULT_SOCKET.into()),
+                cri_socket: s.cri_socket.clone(),
+                host_root: "/".into(),
+                proc_root: "/proc".into(),
+                strict: s.smcr_strict,
+            },
+            Arc::new(smc),
+            served_rx,
+            cluster.clone(),
+            state.clone(),
+        ));
+        tracing::info!(
+            strict = s.smcr_strict,
+            keep_ipv6 = s.smcr_keep_ipv6,
+            "SMC-R pre-start hook enabled for pods annotated {}=\"true\"",
+            erdma_smc::annotation::SMCR_ANNOTATION
+        );
+        tasks.push(tokio::spawn(
+            hook.clone().reap(smcr::REAP_EVERY, cancel.clone()),
+        ));
+        plugin = plugin.with_pre_start(hook);
+    }
+    let plugin = plugin.run(cancel.clone()).await;
+    cancel.cancel();
+    if let Some(r) = reconciler {
+        let _ = r.await;
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    drop(source_tx);
+    plugin.context("device plugin")?;
+    tracing::info!("erdma-agent stopped");
+    Ok(())
+}
+
+/// Serves /metrics and /healthz; a busy or forbidden address is logged and retried every 10 s,
+/// never a reason to stop serving devices.
+async fn serve_metrics(
+    addr: std::net::SocketAddr,
+    metrics: Arc<Metrics>,
+    state: Arc<AgentState>,
+    cancel: CancellationToken,
+) {
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                tracing::info!(%addr, "serving /metrics and /healthz");
+                if let Err(e) =
+                    health::serve_on(listener, metrics.clone(), state.clone(), cancel.clone()).await
+                {
+                    tracing::error!(%addr, "metrics server failed: {e}");
+                }
+                if cancel.is_cancelled() {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::error!(%addr, "cannot bind --metrics-addr ({e}); retrying in 10 s, devices are served meanwhile")
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(10)) => {}
+        }
+    }
+}
