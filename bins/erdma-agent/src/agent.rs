@@ -5,13 +5,14 @@
 //! same resource, `/metrics` and `/healthz`. Runs until `cancel` fires.
 
 use crate::cli::{MetricsAddr, Settings};
-use crate::health::{self, AgentState};
+use crate::health::{self, Exposition, HealthSources};
+use crate::metrics::AgentMetrics;
 use crate::source::{self, EriSource};
 use crate::{cluster, coexistence, devices, driver, hostsetup, smcr};
 use anyhow::Context;
 use erdma_cloud::imds::ImdsClient;
 use erdma_deviceplugin::{CdiConfig, Metrics, Plugin, PluginConfig};
-use erdma_driver::{KubeletPodResources, NodeHost};
+use erdma_driver::{DriverStatus, KubeletPodResources, NodeHost};
 use erdma_host::{LiveInterfaceAddrs, RootedDevFs, RootedSysfs};
 use erdma_inventory::{Inventory, Sources};
 use erdma_model::DeviceSelection;
@@ -23,7 +24,11 @@ use tokio_util::sync::CancellationToken;
 /// Runs the agent with `s` until `cancel` fires (SIGTERM/SIGINT in the binary) or the device
 /// plugin fails.
 pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
-    let state = Arc::new(AgentState::default());
+    // The one metrics registry: every part registers its metrics here.
+    let mut registry = prometheus_client::registry::Registry::default();
+    let plugin_metrics = Arc::new(Metrics::register(&mut registry));
+    let agent_metrics = Arc::new(AgentMetrics::register(&mut registry));
+    let registry = Arc::new(registry);
     let mut tasks = Vec::new();
 
     // Kubernetes API: only with a node name and a config.
@@ -52,7 +57,7 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         driver::start(host, usage, driver_cfg, cancel.clone());
     tasks.push(tokio::spawn(driver::observe(
         driver_rx.clone(),
-        state.clone(),
+        agent_metrics.clone(),
         cluster.clone(),
         cancel.clone(),
     )));
@@ -71,12 +76,12 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
             .with_context(|| format!("metadata endpoint {}", s.metadata_endpoint))
     };
     let (id_tx, id_rx) = watch::channel(s.instance_id.clone());
-    state.update(|v| v.instance_id = s.instance_id.clone());
+    let (id_err_tx, id_err_rx) = watch::channel(None);
     if s.instance_id.is_none() && !s.exposed_local_eris.is_empty() {
         tasks.push(tokio::spawn(source::fetch_instance_id(
             metadata()?,
             id_tx,
-            state.clone(),
+            id_err_tx,
             Duration::from_secs(1),
             cancel.clone(),
         )));
@@ -116,10 +121,6 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
 
     // ERI source.
     let (source_tx, source_rx) = if s.local_eri_discovery {
-        state.update(|v| {
-            v.eri_source = EriSource::Local.describe();
-            v.eri_source_ready = true;
-        });
         let (tx, rx) = watch::channel(EriSource::Local);
         (Some(tx), rx)
     } else {
@@ -136,7 +137,6 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
             },
             raw_rx.clone(),
             tx,
-            state.clone(),
             cancel.clone(),
         )));
         (None, rx)
@@ -155,6 +155,15 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         source: &source_rx.borrow(),
     });
     let (served_tx, served_rx) = watch::channel(first);
+    let (served_view_tx, served_view_rx) = watch::channel(devices::ServedView::default());
+    let mut health = HealthSources {
+        driver: driver_rx.clone(),
+        instance_id: id_rx.clone(),
+        instance_id_error: id_err_rx,
+        eri_source: source_rx.clone(),
+        served: served_view_rx,
+        ..HealthSources::fixed(DriverStatus::unmanaged())
+    };
     tasks.push(tokio::spawn(devices::publish(
         devices::PublisherInputs {
             raw: raw_rx,
@@ -164,7 +173,7 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         },
         selection,
         served_tx,
-        state.clone(),
+        served_view_tx,
         cancel.clone(),
     )));
 
@@ -174,32 +183,29 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
             mtu = s.jumbo_frame_mtu,
             "ERI netdev setup enabled (never touches the primary interface)"
         );
+        let (tx, rx) = watch::channel(Default::default());
+        health.netdev = rx;
         tasks.push(tokio::spawn(hostsetup::run_netdev(
             erdma_netdev::RouteNetlink::connect,
             metadata()?,
             served_rx.clone(),
             source_rx,
             s.jumbo_frame_mtu,
-            state.clone(),
+            hostsetup::NetdevReport {
+                failures: agent_metrics.netdev_setup_failures.clone(),
+                report: tx,
+            },
             cancel.clone(),
         )));
     } else {
         tracing::info!("ERI netdev setup disabled (--setup-eri-netdev)");
     }
     if s.setup_smc_pnet {
+        let (tx, rx) = watch::channel(Vec::new());
+        health.smc_pnet_warnings = rx;
         tasks.push(tokio::spawn(hostsetup::run_smc_pnet(
             served_rx.clone(),
-            state.clone(),
-            cancel.clone(),
-        )));
-    }
-
-    let metrics = Arc::new(Metrics::new());
-    if let MetricsAddr::On(addr) = s.metrics_addr {
-        tasks.push(tokio::spawn(serve_metrics(
-            addr,
-            metrics.clone(),
-            state.clone(),
+            tx,
             cancel.clone(),
         )));
     }
@@ -215,7 +221,9 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         kind: "aliyun.com/erdma".into(),
     });
     let observer = erdma_deviceplugin::coexistence::Observer::new(&cfg);
-    let mut plugin = Plugin::new(cfg, served_rx.clone(), metrics);
+    let mut plugin = Plugin::new(cfg, served_rx.clone(), plugin_metrics.clone());
+    let (conflict_tx, conflict_rx) = watch::channel(None);
+    health.device_plugin_conflict = conflict_rx;
     tasks.push(tokio::spawn(coexistence::run(
         coexistence::Config {
             observer,
@@ -224,7 +232,8 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         },
         served_rx.clone(),
         cluster.clone(),
-        state.clone(),
+        agent_metrics.clone(),
+        conflict_tx,
         cancel.clone(),
     )));
     if s.prestart_container {
@@ -248,8 +257,9 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
             Arc::new(smc),
             served_rx,
             cluster.clone(),
-            state.clone(),
+            agent_metrics.clone(),
         ));
+        health.smcr = hook.decisions();
         tracing::info!(
             strict = s.smcr_strict,
             keep_ipv6 = s.smcr_keep_ipv6,
@@ -260,6 +270,17 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
             hook.clone().reap(smcr::REAP_EVERY, cancel.clone()),
         ));
         plugin = plugin.with_pre_start(hook);
+    }
+    if let MetricsAddr::On(addr) = s.metrics_addr {
+        tasks.push(tokio::spawn(serve_metrics(
+            addr,
+            Exposition {
+                registry,
+                plugin: plugin_metrics,
+                health,
+            },
+            cancel.clone(),
+        )));
     }
     let plugin = plugin.run(cancel.clone()).await;
     cancel.cancel();
@@ -275,21 +296,14 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Serves /metrics and /healthz; a busy or forbidden address is logged and retried every 10 s,
-/// never a reason to stop serving devices.
-async fn serve_metrics(
-    addr: std::net::SocketAddr,
-    metrics: Arc<Metrics>,
-    state: Arc<AgentState>,
-    cancel: CancellationToken,
-) {
+/// Serves /metrics, /healthz and /readyz; a busy or forbidden address is logged and retried every
+/// 10 s, never a reason to stop serving devices.
+async fn serve_metrics(addr: std::net::SocketAddr, what: Exposition, cancel: CancellationToken) {
     loop {
         match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => {
                 tracing::info!(%addr, "serving /metrics and /healthz");
-                if let Err(e) =
-                    health::serve_on(listener, metrics.clone(), state.clone(), cancel.clone()).await
-                {
+                if let Err(e) = health::serve_on(listener, what.clone(), cancel.clone()).await {
                     tracing::error!(%addr, "metrics server failed: {e}");
                 }
                 if cancel.is_cancelled() {

@@ -67,7 +67,8 @@ impl Cluster {
         status: &DriverStatus,
     ) -> Result<(), String> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let labels: serde_json::Map<String, serde_json::Value> = crate::driver::node_labels(status)
+        let labels: serde_json::Map<String, serde_json::Value> = status
+            .node_labels()
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.map_or(serde_json::Value::Null, Into::into)))
             .collect();

@@ -2,7 +2,6 @@
 //! the publisher that turns it into the snapshot the device plugin advertises (readiness gate,
 //! ERI source, `erdma_model::DeviceSelection`).
 
-use crate::health::AgentState;
 use crate::source::EriSource;
 use erdma_driver::DriverStatus;
 use erdma_inventory::Inventory;
@@ -156,13 +155,22 @@ pub struct PublisherInputs {
     pub instance_id: watch::Receiver<Option<String>>,
 }
 
+/// The served set by name, and the devices left out with reasons (for `/healthz`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServedView {
+    /// Devices advertised to the kubelet.
+    pub served: Vec<String>,
+    /// Devices left out, with reasons.
+    pub excluded: Vec<Excluded>,
+}
+
 /// Recomputes the served snapshot whenever an input changes, until `cancel` fires; publishes it
 /// on `out` only when it changed, and logs excluded devices (with reasons) once per change.
 pub async fn publish(
     mut inputs: PublisherInputs,
     mut selection: DeviceSelection,
     out: watch::Sender<NodeDevices>,
-    state: Arc<AgentState>,
+    view: watch::Sender<ServedView>,
     cancel: CancellationToken,
 ) {
     let mut last_excluded: Option<Vec<Excluded>> = None;
@@ -186,9 +194,9 @@ pub async fn publish(
             }
             let names: Vec<String> = served.devices.iter().map(|d| d.name.clone()).collect();
             tracing::info!(served = ?names, excluded = excluded.len(), "served device set");
-            state.update(|v| {
-                v.served = names;
-                v.excluded = excluded.clone();
+            view.send_replace(ServedView {
+                served: names,
+                excluded: excluded.clone(),
             });
             last_excluded = Some(excluded);
         }

@@ -1,11 +1,11 @@
 //! Host setup for the served devices once the driver is ready: ERI netdevs (link, MTU, address,
 //! routes; never the primary interface) and the SMC-R pnet table (best effort).
 
-use crate::health::AgentState;
 use crate::source::EriSource;
 use erdma_model::{Backoff, DeviceKind, DeviceMode, NodeDevices, PnetId};
 use erdma_netdev::{EriNetdev, Metadata, NetdevError, RouteNetlink};
-use std::sync::Arc;
+use prometheus_client::metrics::gauge::Gauge;
+use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -68,7 +68,7 @@ pub async fn run_netdev<M: Metadata>(
     mut served: watch::Receiver<NodeDevices>,
     mut source: watch::Receiver<EriSource>,
     jumbo_frame_mtu: u32,
-    state: Arc<AgentState>,
+    out: NetdevReport,
     cancel: CancellationToken,
 ) {
     let mut done: Option<Vec<EriNetdev>> = None;
@@ -87,7 +87,7 @@ pub async fn run_netdev<M: Metadata>(
                 backoff.reset();
             }
             let mut failures = 0i64;
-            let mut report = std::collections::BTreeMap::new();
+            let mut report = BTreeMap::new();
             if nl.is_none() {
                 match connect() {
                     Ok(c) => nl = Some(c),
@@ -121,8 +121,8 @@ pub async fn run_netdev<M: Metadata>(
                     report.insert(ifname, text);
                 }
             }
-            state.metrics.netdev_setup_failures.set(failures);
-            state.update(|v| v.netdev = report);
+            out.failures.set(failures);
+            out.report.send_replace(report);
             done = Some(eris);
             retry_at = if failures > 0 {
                 let delay = backoff.next_delay();
@@ -147,11 +147,20 @@ pub async fn run_netdev<M: Metadata>(
     }
 }
 
+/// Where ERI netdev setup reports: the failure gauge, and the per-interface result for
+/// `/healthz` (`ok`, `primary (untouched)`, or the error).
+pub struct NetdevReport {
+    /// ERI netdevs whose setup failed in the last run.
+    pub failures: Gauge,
+    /// The per-interface result.
+    pub report: watch::Sender<BTreeMap<String, String>>,
+}
+
 /// Maps the served devices' PNET IDs in the host's SMC-R pnet table whenever that set changes,
 /// until `cancel` fires. Best effort: problems (SMC unavailable, conflicts) are warnings.
 pub async fn run_smc_pnet(
     mut served: watch::Receiver<NodeDevices>,
-    state: Arc<AgentState>,
+    warnings: watch::Sender<Vec<String>>,
     cancel: CancellationToken,
 ) {
     let mut done: Option<Vec<(PnetId, String, u8)>> = None;
@@ -169,7 +178,7 @@ pub async fn run_smc_pnet(
                         } else {
                             tracing::info!(added = ?report.added, unchanged = report.unchanged.len(), "SMC-R pnet table set");
                         }
-                        state.update(|v| v.smc_pnet_warnings = report.warnings);
+                        warnings.send_replace(report.warnings);
                     }
                     Err(e) => tracing::warn!("SMC-R pnet setup task failed: {e}"),
                 }

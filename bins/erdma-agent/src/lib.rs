@@ -17,5 +17,6 @@ pub mod devices;
 pub mod driver;
 pub mod health;
 pub mod hostsetup;
+pub mod metrics;
 pub mod smcr;
 pub mod source;

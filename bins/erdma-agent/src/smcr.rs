@@ -16,7 +16,7 @@
 //! the setting dies with their namespace.
 
 use crate::cluster::{Cluster, PodRef};
-use crate::health::AgentState;
+use crate::metrics::AgentMetrics;
 use erdma_cri::CriClient;
 use erdma_deviceplugin::PreStartHook;
 use erdma_kubelet::podresources::{Holder, PodResourcesClient};
@@ -221,7 +221,9 @@ pub struct SmcrHook {
     smc: Arc<dyn PodConfigurator>,
     served: watch::Receiver<NodeDevices>,
     cluster: Option<Cluster>,
-    state: Arc<AgentState>,
+    metrics: Arc<AgentMetrics>,
+    /// The last decisions (newest last), published for `/healthz`.
+    decisions: watch::Sender<Vec<Decision>>,
     /// Pods in the BPF policy: `namespace/name` → namespace cookie.
     tracked: Mutex<BTreeMap<String, u64>>,
 }
@@ -242,19 +244,25 @@ impl SmcrHook {
         smc: Arc<dyn PodConfigurator>,
         served: watch::Receiver<NodeDevices>,
         cluster: Option<Cluster>,
-        state: Arc<AgentState>,
+        metrics: Arc<AgentMetrics>,
     ) -> Self {
         if let Some(n) = smc.policy_namespaces() {
-            state.metrics.smc.policy_namespaces.set(n as i64);
+            metrics.smc.policy_namespaces.set(n as i64);
         }
         SmcrHook {
             cfg,
             smc,
             served,
             cluster,
-            state,
+            metrics,
+            decisions: watch::channel(Vec::new()).0,
             tracked: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The last decisions (newest last, at most [`RECENT_DECISIONS`]), as they are made.
+    pub fn decisions(&self) -> watch::Receiver<Vec<Decision>> {
+        self.decisions.subscribe()
     }
 
     /// Pods in the BPF policy: `namespace/name` → namespace cookie.
@@ -291,7 +299,7 @@ impl SmcrHook {
         let info = match self.lookup(device_ids).await {
             Ok(i) => i,
             Err(why) => {
-                self.state.metrics.smcr_lookup_failures.inc();
+                self.metrics.smcr_lookup_failures.inc();
                 let message = format!(
                     "PreStartContainer for {} {device_ids:?}: SMC-R not configured, {why}",
                     self.cfg.resource
@@ -322,7 +330,7 @@ impl SmcrHook {
                 pod: pod.clone(),
                 error: format!("SMC-R configuration task failed: {e}"),
             });
-        self.state.metrics.smc.record(&outcome);
+        self.metrics.smc.record(&outcome);
         self.track(&pod, &outcome);
         let message = outcome.event_message();
         if let Some(m) = &message {
@@ -357,10 +365,10 @@ impl SmcrHook {
     }
 
     fn remember(&self, d: Decision) -> Decision {
-        self.state.update(|v| {
-            v.smcr.push(d.clone());
-            let extra = v.smcr.len().saturating_sub(RECENT_DECISIONS);
-            v.smcr.drain(..extra);
+        self.decisions.send_modify(|v| {
+            v.push(d.clone());
+            let extra = v.len().saturating_sub(RECENT_DECISIONS);
+            v.drain(..extra);
         });
         d
     }
@@ -395,7 +403,7 @@ impl SmcrHook {
 
     fn update_gauge(&self) {
         if let Some(n) = self.smc.policy_namespaces() {
-            self.state.metrics.smc.policy_namespaces.set(n as i64);
+            self.metrics.smc.policy_namespaces.set(n as i64);
         }
     }
 

@@ -3,14 +3,12 @@
 //! in the background until the metadata service answers.
 
 use crate::cluster::{self, Cluster};
-use crate::health::AgentState;
 use erdma_cloud::imds::ImdsClient;
 use erdma_k8s::agent::{NodeEris, find_node_eris, report_device_problems, wait_for_node_eris};
 use erdma_model::Backoff;
 use erdma_model::NodeDevices;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -113,14 +111,9 @@ pub async fn follow_cluster(
     cfg: ClusterSourceConfig,
     mut raw_rx: watch::Receiver<NodeDevices>,
     tx: watch::Sender<EriSource>,
-    state: Arc<AgentState>,
     cancel: CancellationToken,
 ) {
     let publish = |s: EriSource| {
-        state.update(|v| {
-            v.eri_source = s.describe();
-            v.eri_source_ready = !matches!(s, EriSource::Waiting(_));
-        });
         tx.send_if_modified(|cur| {
             if *cur == s {
                 return false;
@@ -204,12 +197,12 @@ pub async fn follow_cluster(
 }
 
 /// Asks the metadata service for the instance ID until it answers (backoff from `initial`
-/// doubling to 60 s), then publishes it on `tx`. Never gives up; the agent serves only `i-*`
-/// allow-list entries meanwhile.
+/// doubling to 60 s), then publishes it on `tx`; why it is not known yet goes to `errors`.
+/// Never gives up; the agent serves only `i-*` allow-list entries meanwhile.
 pub async fn fetch_instance_id(
     metadata: ImdsClient,
     tx: watch::Sender<Option<String>>,
-    state: Arc<AgentState>,
+    errors: watch::Sender<Option<String>>,
     initial: Duration,
     cancel: CancellationToken,
 ) {
@@ -223,11 +216,8 @@ pub async fn fetch_instance_id(
             Ok(body) if erdma_model::names::is_instance_id(body.trim()) => {
                 let id = body.trim().to_string();
                 tracing::info!(instance_id = %id, "instance ID from the metadata service; applying --exposed-local-eris");
-                state.update(|v| {
-                    v.instance_id = Some(id.clone());
-                    v.instance_id_error = None;
-                });
-                let _ = tx.send(Some(id));
+                errors.send_replace(None);
+                tx.send_replace(Some(id));
                 return;
             }
             Ok(body) => format!(
@@ -241,7 +231,7 @@ pub async fn fetch_instance_id(
             "--exposed-local-eris needs the instance ID: {err}; serving only i-* entries until it is known (retry in {delay:?}; pass --instance-id to skip the metadata service)"
         );
         tracing::warn!("{msg}");
-        state.update(|v| v.instance_id_error = Some(msg));
+        errors.send_replace(Some(msg));
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}

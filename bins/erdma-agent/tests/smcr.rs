@@ -4,8 +4,8 @@
 //! private network namespace of this kernel.
 
 use erdma_agent::cluster::Cluster;
-use erdma_agent::health::AgentState;
-use erdma_agent::smcr::{self, HookConfig, PodConfigurator, Smc, SmcrHook};
+use erdma_agent::metrics::AgentMetrics;
+use erdma_agent::smcr::{self, Decision, HookConfig, PodConfigurator, Smc, SmcrHook};
 use erdma_cri::fake::FakeRuntime;
 use erdma_cri::runtime::v1 as cri;
 use erdma_cri::runtime::v1::runtime_service_server::RuntimeServiceServer;
@@ -22,6 +22,7 @@ use erdma_smc::configure::PodReport;
 use erdma_smc::prestart::{OutcomeKind, PodSandbox, PreStartOutcome};
 use erdma_smc::probe::Mechanism;
 use k8s_openapi::api::events::v1::Event;
+use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -74,6 +75,26 @@ fn sandbox(
         None => "{}".to_string(),
     };
     (status, info)
+}
+
+/// What a hook published: its decisions, and the registry its metrics count in.
+struct Seen {
+    decisions: watch::Receiver<Vec<Decision>>,
+    registry: Registry,
+}
+
+impl Seen {
+    fn decisions(&self) -> Vec<Decision> {
+        self.decisions.borrow().clone()
+    }
+
+    fn last(&self) -> Decision {
+        self.decisions().pop().expect("a decision was published")
+    }
+
+    fn metrics(&self) -> String {
+        erdma_agent::metrics::encode(&self.registry)
+    }
 }
 
 /// Records what the hook asks and answers with the real configurator, or with a scripted
@@ -231,10 +252,18 @@ impl World {
         cfg: HookConfig,
         smc: Arc<Recorder>,
         cluster: Option<Cluster>,
-    ) -> (Arc<SmcrHook>, Arc<AgentState>) {
-        let state = Arc::new(AgentState::default());
-        let hook = SmcrHook::new(cfg, smc, self.served.subscribe(), cluster, state.clone());
-        (Arc::new(hook), state)
+    ) -> (Arc<SmcrHook>, Seen) {
+        let mut registry = Registry::default();
+        let metrics = Arc::new(AgentMetrics::register(&mut registry));
+        let hook = SmcrHook::new(cfg, smc, self.served.subscribe(), cluster, metrics);
+        let decisions = hook.decisions();
+        (
+            Arc::new(hook),
+            Seen {
+                decisions,
+                registry,
+            },
+        )
     }
 
     async fn shutdown(self) {
@@ -291,7 +320,7 @@ async fn annotated_pod_is_configured_with_the_granted_devices_pnet_id() {
         rec.calls(),
         vec![("default/web".to_string(), "ERDMA1".to_string())]
     );
-    let d = state.view().smcr.pop().unwrap();
+    let d = state.last();
     assert_eq!(d.pod.as_deref(), Some("default/web"));
     assert!(!d.failed_container);
     let smc_loaded = Path::new("/sys/module/smc").exists();
@@ -307,7 +336,7 @@ async fn annotated_pod_is_configured_with_the_granted_devices_pnet_id() {
         let r = e.regarding.as_ref().unwrap();
         assert_eq!(r.kind.as_deref(), Some("Pod"));
         assert_eq!(r.uid.as_deref(), Some("uid-web"));
-        let text = state.metrics.encode();
+        let text = state.metrics();
         assert!(
             text.contains("erdma_smc_pod_configurations_total{outcome=\"unsupported\"} 1"),
             "{text}"
@@ -357,8 +386,7 @@ async fn unannotated_invalid_and_host_network_pods_are_left_alone() {
         hook.pre_start(&ids(&[id])).await.expect("starts");
     }
     let outcomes: Vec<(Option<String>, OutcomeKind)> = state
-        .view()
-        .smcr
+        .decisions()
         .into_iter()
         .map(|d| (d.pod, d.outcome))
         .collect();
@@ -408,7 +436,7 @@ async fn annotated_pod_without_a_pnet_id_is_reported() {
     let (hook, state) = w.hook(w.config(false), rec.clone(), Some(cluster(&api)));
     hook.pre_start(&ids(&["erdma_0/1"])).await.expect("starts");
     assert!(rec.calls().is_empty());
-    let d = state.view().smcr.pop().unwrap();
+    let d = state.last();
     assert_eq!(d.outcome, OutcomeKind::Failed);
     let ev = events_for(&api, "web", 1).await;
     assert_eq!(ev[0].reason.as_deref(), Some("SmcrFailed"));
@@ -435,7 +463,7 @@ async fn unavailable_runtime_or_unknown_pod_is_reported_and_fails_only_when_stri
     let rec = Recorder::new(None);
     let (hook, state) = w.hook(cfg.clone(), rec.clone(), None);
     hook.pre_start(&ids(&["erdma_0/1"])).await.expect("starts");
-    let d = state.view().smcr.pop().unwrap();
+    let d = state.last();
     assert_eq!(d.outcome, OutcomeKind::LookupFailed);
     let m = d.message.unwrap();
     assert!(
@@ -444,8 +472,7 @@ async fn unavailable_runtime_or_unknown_pod_is_reported_and_fails_only_when_stri
     );
     assert!(
         state
-            .metrics
-            .encode()
+            .metrics()
             .contains("erdma_agent_smcr_lookup_failures_total 1")
     );
     // Auto-detection under a host root without any runtime socket: the same, naming the paths.
@@ -453,12 +480,12 @@ async fn unavailable_runtime_or_unknown_pod_is_reported_and_fails_only_when_stri
     auto.cri_socket = None;
     let (hook, state) = w.hook(auto, rec.clone(), None);
     hook.pre_start(&ids(&["erdma_0/1"])).await.expect("starts");
-    let m = state.view().smcr.pop().unwrap().message.unwrap();
+    let m = state.last().message.unwrap();
     assert!(m.contains("run/containerd/containerd.sock"), "{m}");
     // The runtime is there, the kubelet does not list the devices: pod not found.
     let (hook, state) = w.hook(w.config(false), rec.clone(), None);
     hook.pre_start(&ids(&["erdma_1/9"])).await.expect("starts");
-    let m = state.view().smcr.pop().unwrap().message.unwrap();
+    let m = state.last().message.unwrap();
     assert!(
         m.contains("pod not found") && m.contains("erdma_1/9"),
         "{m}"
@@ -522,8 +549,7 @@ async fn deleted_pods_leave_the_bpf_policy() {
     assert_eq!(ev[0].type_.as_deref(), Some("Normal"));
     assert!(
         state
-            .metrics
-            .encode()
+            .metrics()
             .contains("erdma_smc_pod_configurations_total{outcome=\"configured\"} 2")
     );
     // Everyone still there: nothing released.
@@ -590,7 +616,7 @@ async fn prestart_through_the_plugin_without_a_runtime_succeeds() {
         .await
         .expect("allocation with PreStartContainer");
     assert!(out.pre_start_called);
-    let d = state.view().smcr.pop().unwrap();
+    let d = state.last();
     assert_eq!(d.outcome, OutcomeKind::LookupFailed);
     assert!(!d.failed_container);
     cancel.cancel();

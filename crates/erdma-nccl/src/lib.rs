@@ -5,7 +5,8 @@
 //! - [`line`](mod@line): the `host:pid:tid [dev] NCCL INFO` prefix;
 //! - [`event`]: what a message says (versions, devices, networks, channels, GDR, GID, errors);
 //! - [`diagnose`]: known failures with meaning and fix;
-//! - [`model`]: the streaming analyser and job grouping;
+//! - [`model`]: the streaming analyser and job grouping; [`process`]: what it keeps per process
+//!   and file;
 //! - [`report`]: the `-o json` shape and the "eRDMA used" verdict;
 //! - [`perf`] and [`compare`]: nccl-tests tables, probe/training figures, and A/B comparison;
 
@@ -15,6 +16,7 @@ pub mod event;
 pub mod line;
 pub mod model;
 pub mod perf;
+pub mod process;
 pub mod reader;
 pub mod report;
 
