@@ -8,7 +8,7 @@ use crate::cli::{MetricsAddr, Settings};
 use crate::health::{self, Exposition, HealthSources};
 use crate::metrics::AgentMetrics;
 use crate::source::{self, EriSource};
-use crate::{cluster, coexistence, devices, driver, hostsetup, smcr};
+use crate::{cli, cluster, coexistence, devices, driver, hostsetup, nri, smcr};
 use anyhow::Context;
 use erdma_cloud::imds::ImdsClient;
 use erdma_deviceplugin::{CdiConfig, Metrics, Plugin, PluginConfig};
@@ -214,13 +214,36 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
     cfg.resource_name = s.resource_name.clone();
     cfg.slots_per_device = s.slots_per_device;
     cfg.allocate_all_devices = allocate_all;
-    cfg.pre_start_required = s.prestart_container;
+    let use_nri = match s.nri {
+        cli::NriMode::Off => false,
+        cli::NriMode::On => true,
+        cli::NriMode::Auto => s.nri_socket.exists(),
+    };
+    // With NRI, SMC-R happens at sandbox creation: the kubelet need not call PreStartContainer.
+    cfg.pre_start_required = s.prestart_container && !use_nri;
+    let (nri_tx, nri_rx) = watch::channel(Some(nri::NriView {
+        mode: format!("{:?}", s.nri).to_lowercase(),
+        socket: s.nri_socket.display().to_string(),
+        used: use_nri,
+        smcr_path: match (s.prestart_container, use_nri) {
+            (false, _) => "none".into(),
+            (true, true) => "nri".into(),
+            (true, false) => "prestart".into(),
+        },
+        connected: false,
+        last_error: None,
+    }));
+    health.nri = nri_rx;
     cfg.pod_resources_socket = s.pod_resources_socket.clone();
     cfg.cdi = s.cdi_spec_dir.clone().map(|spec_dir| CdiConfig {
         spec_dir,
         kind: "aliyun.com/erdma".into(),
     });
     let observer = erdma_deviceplugin::coexistence::Observer::new(&cfg);
+    let pod_resources = cfg
+        .pod_resources_socket
+        .clone()
+        .unwrap_or_else(|| erdma_kubelet::podresources::v1::DEFAULT_SOCKET.into());
     let mut plugin = Plugin::new(cfg, served_rx.clone(), plugin_metrics.clone());
     let (conflict_tx, conflict_rx) = watch::channel(None);
     health.device_plugin_conflict = conflict_rx;
@@ -236,6 +259,7 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         conflict_tx,
         cancel.clone(),
     )));
+    let mut smcr_for_nri = None;
     if s.prestart_container {
         let pin_dir = s.bpf_pin_dir.clone();
         let policy = tokio::task::spawn_blocking(move || smcr::open_policy(&pin_dir))
@@ -255,7 +279,7 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
                 strict: s.smcr_strict,
             },
             Arc::new(smc),
-            served_rx,
+            served_rx.clone(),
             cluster.clone(),
             agent_metrics.clone(),
         ));
@@ -269,7 +293,35 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         tasks.push(tokio::spawn(
             hook.clone().reap(smcr::REAP_EVERY, cancel.clone()),
         ));
-        plugin = plugin.with_pre_start(hook);
+        if use_nri {
+            smcr_for_nri = Some(hook);
+        } else {
+            plugin = plugin.with_pre_start(hook);
+        }
+    }
+    if use_nri {
+        let handler = Arc::new(nri::AgentNri {
+            policy: s.nri_policy.clone(),
+            resource: s.resource_name.clone(),
+            pod_resources_socket: pod_resources,
+            proc_root: "/proc".into(),
+            served: served_rx.clone(),
+            smcr: smcr_for_nri,
+            cluster: cluster.clone(),
+            metrics: agent_metrics.clone(),
+            view: nri_tx,
+        });
+        tasks.push(tokio::spawn(nri::run(
+            erdma_nri::plugin::PluginConfig {
+                socket: s.nri_socket.clone(),
+                name: "erdma".into(),
+                idx: "10".into(),
+                events: nri::EVENTS.to_vec(),
+                budget: nri::BUDGET,
+            },
+            handler,
+            cancel.clone(),
+        )));
     }
     if let MetricsAddr::On(addr) = s.metrics_addr {
         tasks.push(tokio::spawn(serve_metrics(

@@ -11,11 +11,15 @@ use std::time::Duration;
 /// erdma node agent: serves eRDMA devices to pods through the kubelet device-plugin API
 /// (`aliyun/erdma`), with NUMA-aware preferred allocation, health and kubelet-restart handling.
 ///
-/// Every value may also come from `--config FILE` (YAML or JSON; keys are the flag names, e.g.
+/// Every value may also come from `--config-path FILE` (YAML or JSON; keys are the flag names, e.g.
 /// `kubelet-dir`, or the Helm names `preferDriver`, `allocateAllDevices`, `exposedLocalERIs`,
 /// `jumboFrameMTU`, `localERIDiscovery`); flags win over the file.
 #[derive(Debug, Parser, Default)]
-#[command(name = "erdma-agent", version)]
+#[command(
+    name = "erdma-agent",
+    version,
+    after_help = "Exit status: 0 stopped cleanly (SIGTERM/SIGINT); 1 a fatal runtime error; 2 invalid flags or config file."
+)]
 pub struct Flags {
     /// sysfs root to read devices from [default: /sys].
     #[arg(long, value_name = "DIR")]
@@ -147,8 +151,26 @@ pub struct Flags {
     /// `erdma_smc::policy::PIN_DIR` and `smcr-init` use].
     #[arg(long, value_name = "DIR")]
     pub bpf_pin_dir: Option<PathBuf>,
-    /// Config file (YAML or JSON) with the same settings; flags win.
-    #[arg(long, value_name = "FILE")]
+    /// NRI plugin: `auto` (when the runtime's NRI socket exists at start: SMC-R at sandbox
+    /// creation, memlock and rdma limits; else the PreStart path), `on` (NRI only, wait for the
+    /// socket) or `off` [default: auto].
+    #[arg(long, value_name = "MODE")]
+    pub nri: Option<String>,
+    /// The runtime's NRI socket [default: /var/run/nri/nri.sock].
+    #[arg(long, value_name = "PATH")]
+    pub nri_socket: Option<PathBuf>,
+    /// RLIMIT_MEMLOCK for containers holding the resource, through NRI: `unlimited`, bytes with
+    /// an optional K/M/G/T, or `off` [default: unlimited].
+    #[arg(long, value_name = "LIMIT")]
+    pub nri_memlock: Option<String>,
+    /// Default `rdma.max` limits (`hca_handle=N hca_object=M`, either or both, `max` allowed) for
+    /// containers holding the resource whose pod has no `network.alibabacloud.com/erdma-rdma-max`
+    /// annotation, through NRI [default: none].
+    #[arg(long, value_name = "LIMITS")]
+    pub nri_rdma_max: Option<String>,
+    /// Config file (YAML or JSON) with the same settings; flags win. The controller's flag name;
+    /// `--config` is accepted too.
+    #[arg(long = "config-path", alias = "config", value_name = "FILE")]
     pub config: Option<PathBuf>,
 }
 
@@ -191,6 +213,10 @@ pub struct FileConfig {
     driver_installer_ca_file: Option<PathBuf>,
     allow_insecure_driver_download: Option<bool>,
     force_driver_reload: Option<bool>,
+    nri: Option<String>,
+    nri_socket: Option<PathBuf>,
+    nri_memlock: Option<String>,
+    nri_rdma_max: Option<String>,
     setup_eri_netdev: Option<bool>,
     setup_smc_pnet: Option<bool>,
     kubeconfig: Option<PathBuf>,
@@ -288,6 +314,23 @@ pub struct Settings {
     pub smcr_keep_ipv6: bool,
     /// bpffs pin directory of the SMC-R BPF policy.
     pub bpf_pin_dir: PathBuf,
+    /// NRI plugin mode.
+    pub nri: NriMode,
+    /// The runtime's NRI socket.
+    pub nri_socket: PathBuf,
+    /// NRI policy (memlock, default rdma limits).
+    pub nri_policy: crate::nri::Policy,
+}
+
+/// `--nri`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NriMode {
+    /// NRI when the socket exists at start, else PreStart.
+    Auto,
+    /// NRI only.
+    On,
+    /// Never NRI.
+    Off,
 }
 
 /// Reads a config file: JSON when it parses as JSON, YAML otherwise.
@@ -376,6 +419,27 @@ impl Settings {
                     .with_context(|| format!("--driver-installer-ca-file {}", ca.display()))?,
             );
         }
+        let nri = match flags.nri.or(file.nri).as_deref() {
+            None | Some("auto") => NriMode::Auto,
+            Some("on") => NriMode::On,
+            Some("off") => NriMode::Off,
+            Some(other) => anyhow::bail!("--nri {other:?} must be auto, on or off"),
+        };
+        let memlock = erdma_model::rdma_limit::Memlock::parse(
+            flags
+                .nri_memlock
+                .or(file.nri_memlock)
+                .as_deref()
+                .unwrap_or("unlimited"),
+        )
+        .map_err(|e| anyhow::anyhow!("--nri-memlock: {e}"))?;
+        let default_rdma_max = flags
+            .nri_rdma_max
+            .or(file.nri_rdma_max)
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| erdma_model::rdma_limit::RdmaLimit::parse(&s))
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--nri-rdma-max: {e}"))?;
         let prefer_driver: DriverMode = driver.mode;
         let local_eri_discovery = flags
             .local_eri_discovery
@@ -534,6 +598,15 @@ impl Settings {
                 .bpf_pin_dir
                 .or(file.bpf_pin_dir)
                 .unwrap_or_else(|| DEFAULT_BPF_PIN_DIR.into()),
+            nri,
+            nri_socket: flags
+                .nri_socket
+                .or(file.nri_socket)
+                .unwrap_or_else(|| erdma_nri::DEFAULT_SOCKET.into()),
+            nri_policy: crate::nri::Policy {
+                memlock,
+                default_rdma_max,
+            },
         })
     }
 }

@@ -1,10 +1,11 @@
 //! `/healthz`, `/readyz` and `/metrics`: one axum server. `/healthz` composes what each task
 //! publishes on its own watch channel (driver status, instance ID, ERI source, served set, ERI
-//! netdev and SMC-R pnet setup, SMC-R decisions, another device plugin); nobody writes into a
+//! netdev and SMC-R pnet setup, SMC-R decisions, the NRI plugin, another device plugin); nobody writes into a
 //! shared view. `/metrics` renders the process's one prometheus-client registry.
 
 use crate::coexistence::ConflictView;
 use crate::devices::ServedView;
+use crate::nri::NriView;
 use crate::smcr::Decision;
 use crate::source::EriSource;
 use erdma_deviceplugin::Metrics;
@@ -42,6 +43,9 @@ pub struct HealthView {
     /// [`crate::smcr::RECENT_DECISIONS`]); empty without `--deviceplugin-prestart-container`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub smcr: Vec<Decision>,
+    /// The NRI plugin: mode, whether it is used and connected, and the SMC-R path of this node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nri: Option<NriView>,
     /// Whether another device plugin serves the resource on this node (after the first look).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_plugin_conflict: Option<ConflictView>,
@@ -66,6 +70,8 @@ pub struct HealthSources {
     pub smc_pnet_warnings: watch::Receiver<Vec<String>>,
     /// The last SMC-R pre-start decisions.
     pub smcr: watch::Receiver<Vec<Decision>>,
+    /// The NRI plugin's state.
+    pub nri: watch::Receiver<Option<NriView>>,
     /// Another device plugin for the resource.
     pub device_plugin_conflict: watch::Receiver<Option<ConflictView>>,
 }
@@ -86,6 +92,7 @@ impl HealthSources {
             netdev: rx(BTreeMap::new()),
             smc_pnet_warnings: rx(Vec::new()),
             smcr: rx(Vec::new()),
+            nri: rx(None),
             device_plugin_conflict: rx(None),
         }
     }
@@ -105,6 +112,7 @@ impl HealthSources {
             netdev: self.netdev.borrow().clone(),
             smc_pnet_warnings: self.smc_pnet_warnings.borrow().clone(),
             smcr: self.smcr.borrow().clone(),
+            nri: self.nri.borrow().clone(),
             device_plugin_conflict: self.device_plugin_conflict.borrow().clone(),
         }
     }

@@ -18,5 +18,6 @@ pub mod driver;
 pub mod health;
 pub mod hostsetup;
 pub mod metrics;
+pub mod nri;
 pub mod smcr;
 pub mod source;

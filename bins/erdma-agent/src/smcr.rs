@@ -314,14 +314,29 @@ impl SmcrHook {
                 });
             }
         };
-        let pod = info.pod();
         let sandbox = PodSandbox {
-            pod: pod.clone(),
+            pod: info.pod(),
             host_network: info.host_network,
             netns: info.netns.clone(),
             annotations: info.annotations.clone(),
             devices: device_ids.to_vec(),
         };
+        let target = PodRef {
+            namespace: info.namespace.clone(),
+            name: info.name.clone(),
+            uid: info.uid.clone(),
+        };
+        self.decide_resolved(target, sandbox, device_ids).await
+    }
+
+    /// The decision for a pod already found (the NRI path hands the sandbox over directly).
+    pub async fn decide_resolved(
+        &self,
+        target: PodRef,
+        sandbox: PodSandbox,
+        device_ids: &[String],
+    ) -> Decision {
+        let pod = sandbox.pod.clone();
         let pnet = pnet_of(&self.served.borrow(), device_ids);
         let smc = self.smc.clone();
         let outcome = tokio::task::spawn_blocking(move || smc.prestart(&sandbox, pnet.as_ref()))
@@ -341,11 +356,6 @@ impl SmcrHook {
                 tracing::warn!(pod = %pod, reason, "{m}");
             }
             if let Some(cluster) = self.cluster.clone() {
-                let target = PodRef {
-                    namespace: info.namespace.clone(),
-                    name: info.name.clone(),
-                    uid: info.uid.clone(),
-                };
                 let m = m.clone();
                 // The kubelet waits for PreStartContainer: do not make it wait for the API.
                 tokio::spawn(async move {
@@ -392,6 +402,19 @@ impl SmcrHook {
             self.release(pod, old);
         }
         self.update_gauge();
+    }
+
+    /// Takes a removed pod's namespace out of the BPF policy (NRI `RemovePodSandbox`).
+    pub fn forget(&self, pod: &str) {
+        let old = self
+            .tracked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(pod);
+        if let Some(cookie) = old {
+            self.release(pod, cookie);
+            self.update_gauge();
+        }
     }
 
     fn release(&self, pod: &str, cookie: u64) {

@@ -639,3 +639,177 @@ fn pnet_comes_from_the_first_granted_device_that_has_one() {
     );
     assert_eq!(smcr::pnet_of(&served, &ids(&["erdma_1/0"])), None);
 }
+
+/// The NRI path against the runtime stand-in over a real socket: registration and subscription,
+/// SMC-R at sandbox creation with the PNET ID of the pod's device (found through pod-resources,
+/// before any container exists), memlock and `rdma.max` at container creation, a bad annotation
+/// reported on the pod with nothing applied, and strict mode failing the sandbox on a kernel
+/// without SMC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
+    use erdma_agent::nri::{self, AgentNri, NriView, Policy};
+    use erdma_model::rdma_limit::{Memlock, RDMA_MAX_ANNOTATION, RdmaLimit};
+    use erdma_nri::api::{self, Event};
+    let (netns, hold) = private_netns();
+    let w = World::start(&[("default/nripod", &["erdma_1/7"])], vec![]).await;
+    let api_server = FakeApiServer::new();
+    let rec = Recorder::new(None);
+    let (hook, _seen) = w.hook(w.config(false), rec.clone(), Some(cluster(&api_server)));
+    let (nri_tx, nri_rx) = watch::channel(Some(NriView::default()));
+    let metrics = Arc::new(AgentMetrics::register(&mut Registry::default()));
+    let handler = Arc::new(AgentNri {
+        policy: Policy {
+            memlock: Memlock::Unlimited,
+            default_rdma_max: Some(RdmaLimit::parse("hca_handle=8").unwrap()),
+        },
+        resource: RESOURCE.into(),
+        pod_resources_socket: w.podres.clone(),
+        proc_root: PathBuf::from("/proc"),
+        served: w.served.subscribe(),
+        smcr: Some(hook),
+        cluster: Some(cluster(&api_server)),
+        metrics: metrics.clone(),
+        view: nri_tx,
+    });
+    let sock = w.dir.path().join("nri.sock");
+    let runtime = erdma_nri::fake::FakeRuntime::bind(&sock).unwrap();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(nri::run(
+        erdma_nri::plugin::PluginConfig {
+            socket: sock.clone(),
+            name: "erdma".into(),
+            idx: "10".into(),
+            events: nri::EVENTS.to_vec(),
+            budget: nri::BUDGET,
+        },
+        handler,
+        cancel.clone(),
+    ));
+    let mut s = runtime.accept().await.unwrap();
+    let reg = s.registration().await.unwrap();
+    assert_eq!(reg.plugin_idx, "10");
+    let mask = s.configure().await.unwrap();
+    for e in [
+        Event::RunPodSandbox,
+        Event::RemovePodSandbox,
+        Event::CreateContainer,
+    ] {
+        assert!(api::subscribed(mask, e), "{e:?}");
+    }
+    s.synchronize(vec![], vec![]).await.unwrap();
+    assert!(nri_rx.borrow().as_ref().is_some_and(|n| n.connected));
+
+    let pod = |name: &str, ann: &[(&str, &str)]| api::PodSandbox {
+        id: format!("sb-{name}"),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        namespace: "default".into(),
+        annotations: ann
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        linux: Some(api::LinuxPodSandbox {
+            namespaces: vec![api::LinuxNamespace {
+                r#type: "network".into(),
+                path: netns.clone(),
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let annotated = pod("nripod", &[(SMCR_ANNOTATION, "true")]);
+    s.state_change(Event::RunPodSandbox, &annotated, None)
+        .await
+        .expect("non-strict: the sandbox starts");
+    assert_eq!(
+        rec.calls(),
+        vec![("default/nripod".to_string(), "ERDMA1".to_string())],
+        "configured before any container, with the PNET ID of the pod's device"
+    );
+    // A pod without aliyun/erdma, annotated or not, is not touched.
+    s.state_change(
+        Event::RunPodSandbox,
+        &pod("other", &[(SMCR_ANNOTATION, "true")]),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(rec.calls().len(), 1);
+
+    let container = |env: &str| api::Container {
+        name: "app".into(),
+        env: vec![env.to_string()],
+        ..Default::default()
+    };
+    let r = s
+        .create_container(&annotated, &container("ERDMA_DEVICES=erdma_1"))
+        .await
+        .unwrap();
+    let a = r.adjust.unwrap();
+    assert_eq!(a.rlimits[0].r#type, "RLIMIT_MEMLOCK");
+    assert_eq!(a.rlimits[0].hard, u64::MAX);
+    assert_eq!(
+        a.linux.unwrap().resources.unwrap().unified["rdma.max"],
+        "erdma_1 hca_handle=8",
+        "the install default without the annotation"
+    );
+    let bad = pod("nripod", &[(RDMA_MAX_ANNOTATION, "hca_handle=-1")]);
+    let a = s
+        .create_container(&bad, &container("ERDMA_DEVICES=erdma_1"))
+        .await
+        .unwrap()
+        .adjust
+        .unwrap();
+    assert!(
+        a.linux.is_none(),
+        "nothing applied rather than something wrong"
+    );
+    let ev = events_for(&api_server, "nripod", 1).await;
+    assert!(
+        ev.iter()
+            .any(|e| e.reason.as_deref() == Some("ErdmaRdmaMaxInvalid")
+                && e.type_.as_deref() == Some("Warning")),
+        "{ev:?}"
+    );
+    let plain = s
+        .create_container(&annotated, &container("PATH=/bin"))
+        .await
+        .unwrap();
+    assert_eq!(
+        plain.adjust.unwrap_or_default(),
+        api::ContainerAdjustment::default()
+    );
+    s.state_change(Event::RemovePodSandbox, &annotated, None)
+        .await
+        .unwrap();
+
+    // Strict on a kernel without SMC: the sandbox fails with the reason.
+    if !Path::new("/sys/module/smc").exists() {
+        let (strict, _) = w.hook(w.config(true), Recorder::new(None), None);
+        let handler = AgentNri {
+            policy: Policy {
+                memlock: Memlock::Off,
+                default_rdma_max: None,
+            },
+            resource: RESOURCE.into(),
+            pod_resources_socket: w.podres.clone(),
+            proc_root: PathBuf::from("/proc"),
+            served: w.served.subscribe(),
+            smcr: Some(strict),
+            cluster: None,
+            metrics,
+            view: watch::channel(None).0,
+        };
+        use erdma_nri::plugin::Handler;
+        let e = handler
+            .state_change(Event::RunPodSandbox, Some(annotated.clone()), None)
+            .await
+            .unwrap_err();
+        assert!(e.starts_with("SMC unsupported: "), "{e}");
+    }
+    drop(s);
+    cancel.cancel();
+    task.await.unwrap();
+    drop(hold);
+    w.shutdown().await;
+}

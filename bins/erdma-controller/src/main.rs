@@ -19,19 +19,30 @@ use tokio_util::sync::CancellationToken;
 
 /// erdma cluster controller.
 #[derive(Debug, Parser)]
-#[command(name = "erdma-controller", version, about)]
+#[command(
+    name = "erdma-controller",
+    version,
+    about,
+    after_help = "Exit status: 0 stopped cleanly (SIGTERM); 1 a fatal runtime error; 2 usage error."
+)]
 struct Args {
-    /// Controller configuration (config.json; `--config-path`, the original's name, works too).
-    #[arg(long, visible_alias = "config-path", default_value = CONFIG_PATH)]
+    /// Controller configuration (config.json). The original's flag name; `--config` is accepted too.
+    #[arg(long = "config-path", alias = "config", default_value = CONFIG_PATH, value_name = "FILE")]
     config: PathBuf,
-    /// Cloud credentials (credential.json; `--credential-path`, the original's name, works too).
-    #[arg(long, visible_alias = "credential-path", default_value = CREDENTIAL_PATH)]
+    /// Cloud credentials (credential.json). The original's flag name; `--credentials` is accepted too.
+    #[arg(long = "credential-path", alias = "credentials", default_value = CREDENTIAL_PATH, value_name = "FILE")]
     credentials: PathBuf,
     /// Webhook HTTPS address.
     #[arg(long, default_value = "0.0.0.0:9443")]
     webhook_listen: String,
-    /// Health/metrics HTTP address.
-    #[arg(long, default_value = "0.0.0.0:8080")]
+    /// Where `/metrics`, `/healthz` and `/readyz` are served (the agent's flag of the same name;
+    /// `--health-listen` is accepted too).
+    #[arg(
+        long = "metrics-addr",
+        alias = "health-listen",
+        default_value = "0.0.0.0:8080",
+        value_name = "HOST:PORT"
+    )]
     health_listen: String,
     /// Use the public ECS/STS endpoints instead of the VPC ones.
     #[arg(long, env = "PUBLIC_NETWORK", default_value_t = false)]

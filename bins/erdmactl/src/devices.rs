@@ -19,8 +19,14 @@ pub struct Args {
     /// another sysfs root, the `dev` folder beside it when there is one.
     #[arg(long, value_name = "DIR")]
     pub dev_root: Option<PathBuf>,
-    /// Show only devices of these drivers (`erdma`, `rxe`, `siw`, `mlx5_core`, …), comma-separated.
-    #[arg(long, value_delimiter = ',', value_name = "NAME")]
+    /// Show only devices of these drivers (`erdma`, `rxe`, `siw`, `mlx5_core`, …), comma-separated
+    /// (the agent's flag of the same name; `--driver` is accepted too).
+    #[arg(
+        long = "rdma-driver",
+        alias = "driver",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
     pub driver: Vec<String>,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
@@ -99,7 +105,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
     if report.usable == 0 {
         eprintln!("{}", no_usable_message(&report, &args.driver));
-        return Ok(ExitCode::from(1));
+        return Ok(ExitCode::from(crate::exit::CHECK_FAILED));
     }
     Ok(ExitCode::SUCCESS)
 }

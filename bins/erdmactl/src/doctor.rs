@@ -51,6 +51,9 @@ pub struct Args {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "table")]
     pub output: Format,
+    /// Exit with status 1 when a check warns, too (for CI gates and readiness checks).
+    #[arg(long)]
+    pub strict: bool,
     /// Kubernetes API access.
     #[command(flatten)]
     pub kube: KubeArgs,
@@ -130,7 +133,8 @@ fn local_checks(args: &Args) -> Vec<Check> {
     checks
 }
 
-/// Runs the command: exit 0 when nothing failed, 1 when a check failed.
+/// Runs the command: exit 0 when nothing failed, 1 when a check failed (or warned, with
+/// `--strict`); see [`crate::exit::DOCTOR`].
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let local = args.local || (args.node.is_none() && args.pod.is_none());
     let mut targets = Vec::new();
@@ -173,9 +177,5 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         Format::Table => print!("{}", report.to_text()),
         f => print!("{}", output::render(&report, f)?),
     }
-    Ok(if report.failed() {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(ExitCode::from(report.exit_status(args.strict)))
 }

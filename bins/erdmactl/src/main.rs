@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 mod devices;
 mod doctor;
+mod exit;
 mod install;
 mod nccl;
 mod output;
@@ -14,7 +15,7 @@ mod submit;
 
 /// erdma command-line tool: inspect RDMA devices, analyse NCCL logs, diagnose nodes and pods.
 #[derive(Debug, Parser)]
-#[command(name = "erdmactl", version, about, long_about = None)]
+#[command(name = "erdmactl", version, about, long_about = None, after_help = exit::ALL)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -24,6 +25,7 @@ struct Cli {
 enum Command {
     /// List the RDMA devices of this node (or of a sysfs fixture) with mode, state, NUMA, netdev,
     /// PNET ID, char devices and health.
+    #[command(after_help = exit::DEVICES)]
     Devices(devices::Args),
     /// Analyse NCCL logs (is eRDMA used? which errors, which fixes?) and compare runs.
     Nccl(nccl::NcclArgs),
@@ -32,12 +34,15 @@ enum Command {
     /// Submit training jobs, Arena-compatible (`submit pytorch`, with `--erdma` and `--smcr`).
     Submit(submit::Args),
     /// Diagnose eRDMA on a node (`--node`), a pod (`--pod`) or this machine: PASS/WARN/FAIL + fix.
+    #[command(after_help = exit::DOCTOR)]
     Doctor(doctor::Args),
     /// Render (`--dry-run -o yaml|json`) or apply the manifests: CRD, RBAC, controller, agent,
     /// webhook; options mirror the original chart's values.
+    #[command(after_help = exit::INSTALL)]
     Install(Box<install::Args>),
     /// Delete what `install` created (same values file and flags); the CRD only with
     /// `--include-crd`.
+    #[command(after_help = exit::UNINSTALL)]
     Uninstall(install::UninstallArgs),
 }
 
@@ -56,7 +61,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("erdmactl: {e:#}");
-            ExitCode::from(2)
+            ExitCode::from(exit::USAGE)
         }
     }
 }

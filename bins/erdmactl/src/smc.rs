@@ -9,8 +9,8 @@ use serde::Serialize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Exit status when the kernel has no SMC.
-pub const EXIT_UNSUPPORTED: u8 = 3;
+/// Exit status when the kernel has no SMC: nothing usable was found.
+pub const EXIT_UNSUPPORTED: u8 = crate::exit::CHECK_FAILED;
 
 /// Arguments of `erdmactl smc`.
 #[derive(Debug, clap::Args)]
@@ -23,8 +23,10 @@ pub struct Args {
 enum SmcCommand {
     /// List SMC sockets (like `smcss -R`): state, addresses, mode (SMCR/SMCD/TCP), decoded
     /// fallback reasons, RDMA link.
+    #[command(after_help = crate::exit::SMC)]
     Status(StatusArgs),
     /// Show the SMC pnet table (like `smc_pnet -s`).
+    #[command(after_help = crate::exit::SMC)]
     Pnet(PnetArgs),
 }
 

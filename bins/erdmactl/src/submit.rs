@@ -19,7 +19,7 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 pub enum Kind {
     /// Submit PyTorchJob as training job (flags and output as `arena submit pytorch`).
-    #[command(alias = "pytorchjob")]
+    #[command(alias = "pytorchjob", after_help = crate::exit::SUBMIT)]
     Pytorch(Box<PytorchArgs>),
 }
 

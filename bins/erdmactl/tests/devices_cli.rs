@@ -119,10 +119,12 @@ fn no_usable_device_exits_non_zero_and_says_what_to_check() {
 
 #[test]
 fn driver_filter() {
-    devices("rxe-6.12", &["--driver", "erdma"])
+    // The agent's flag name, and the old spelling.
+    devices("rxe-6.12", &["--rdma-driver", "erdma"])
         .code(1)
         .stderr(predicate::str::contains("no usable erdma devices"));
-    devices("rxe-6.12", &["--driver", "rxe"]).success();
+    devices("rxe-6.12", &["--rdma-driver", "rxe"]).success();
+    devices("rxe-6.12", &["--driver", "erdma"]).code(1);
 }
 
 #[test]

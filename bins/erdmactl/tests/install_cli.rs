@@ -161,6 +161,13 @@ fn default_install_with_access_key() {
             ),
             ("/dev", "Directory", "/host/dev", true, "None"),
             (
+                "/var/run/nri",
+                "DirectoryOrCreate",
+                "/var/run/nri",
+                true,
+                "None"
+            ),
+            (
                 "/run/containerd",
                 "DirectoryOrCreate",
                 "/run/containerd",
@@ -308,7 +315,8 @@ fn webhook_rrsa_and_node_selection() {
         [
             "/var/lib/kubelet/device-plugins",
             "/var/lib/kubelet/pod-resources",
-            "/dev"
+            "/dev",
+            "/var/run/nri"
         ]
     );
     let cfg: Value = serde_json::from_str(

@@ -1,5 +1,5 @@
 //! `erdmactl smc` against the real kernel of the test machine. Without SMC (the CI machines and
-//! this build host) both subcommands must say "SMC unsupported: <reason>" and exit 3; with SMC
+//! this build host) both subcommands must say "SMC unsupported: <reason>" and exit 1; with SMC
 //! they list (the lab covers real sockets).
 
 use assert_cmd::Command;
@@ -22,7 +22,7 @@ fn status_reports_unsupported_or_lists() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("socket(s):"));
         return;
     }
-    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.starts_with("SMC unsupported: ") && err.contains("modprobe smc"),
@@ -46,7 +46,7 @@ fn status_json_is_complete_when_unsupported() {
         ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["supported"], false);
     assert_eq!(v["netns"], "/proc/self/ns/net");
@@ -73,7 +73,7 @@ fn pnet_reports_unsupported_or_lists() {
         assert_eq!(v["supported"], true);
         return;
     }
-    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.status.code(), Some(1));
     assert_eq!(v["supported"], false);
     let u = v["unsupported"].as_str().unwrap();
     assert!(

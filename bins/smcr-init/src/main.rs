@@ -7,7 +7,9 @@
 //!   the agent owns on upstream kernels (6.11+); `smcr-init` adds its namespace to it.
 //!
 //! An unsupported kernel prints "SMC unsupported: <reason>" and exits 0 (the pod starts with
-//! plain TCP) unless `--strict`. Exit status 1: an error (or unsupported with `--strict`).
+//! plain TCP) unless `--smcr-strict`. Exit status: 0 configured, not requested, or unsupported
+//! without `--smcr-strict`; 1 configuration failed (or unsupported with `--smcr-strict`): the pod
+//! does not start; 2 usage error.
 
 use anyhow::bail;
 use clap::{Parser, Subcommand};
@@ -21,7 +23,13 @@ use std::sync::Arc;
 use erdma_model::names::BPF_PIN_DIR as PIN_DIR;
 
 #[derive(Debug, Parser)]
-#[command(name = "smcr-init", version, about, long_about = None)]
+#[command(
+    name = "smcr-init",
+    version,
+    about,
+    long_about = None,
+    after_help = "Exit status: 0 configured, not requested, or SMC unsupported without --smcr-strict (the pod starts on TCP); 1 configuration failed, or SMC unsupported with --smcr-strict (the pod does not start); 2 usage error."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -40,14 +48,16 @@ struct PodArgs {
     /// The pod interface that carries the SMC handshake.
     #[arg(long, default_value = "eth0", value_name = "NAME")]
     ifname: String,
-    /// Keep IPv6 on (default: `disable_ipv6=1`, as eRDMA SMC falls back on IPv6).
-    #[arg(long)]
+    /// Keep IPv6 on (default: `disable_ipv6=1`, as eRDMA SMC falls back on IPv6). The agent's
+    /// flag of the same name; `--keep-ipv6` is accepted too.
+    #[arg(long = "smcr-keep-ipv6", alias = "keep-ipv6")]
     keep_ipv6: bool,
     /// Mechanism: `auto` (tcp2smc if present, else the BPF policy), `tcp2smc` or `bpf`.
     #[arg(long, default_value = "auto", value_name = "MECH")]
     mechanism: MechanismChoice,
-    /// Fail (exit 1) when the kernel cannot do SMC-R, instead of starting the pod on TCP.
-    #[arg(long)]
+    /// Fail (exit 1) when the kernel cannot do SMC-R, instead of starting the pod on TCP. The
+    /// agent's flag of the same name; `--strict` is accepted too.
+    #[arg(long = "smcr-strict", alias = "strict")]
     strict: bool,
     /// The host's network namespace, to refuse host-network pods. Default with `--netns`:
     /// `/proc/1/ns/net`; without `--netns` no check (inside a pod, /proc/1 is the pod's).
@@ -59,8 +69,9 @@ struct PodArgs {
     /// `/proc/sys` to write.
     #[arg(long, default_value = "/proc/sys", value_name = "DIR")]
     sysctl_root: PathBuf,
-    /// bpffs directory of the agent's pinned BPF policy.
-    #[arg(long, default_value = PIN_DIR, value_name = "DIR")]
+    /// bpffs directory of the agent's pinned BPF policy (the agent's `--bpf-pin-dir`;
+    /// `--pin-dir` is accepted too).
+    #[arg(long = "bpf-pin-dir", alias = "pin-dir", default_value = PIN_DIR, value_name = "DIR")]
     pin_dir: PathBuf,
     /// Output: `text` or `json` (the full report).
     #[arg(short = 'o', long = "output", default_value = "text", value_parser = ["text", "json"])]
@@ -73,8 +84,8 @@ enum Command {
     Policy {
         #[command(subcommand)]
         action: PolicyAction,
-        /// bpffs directory of the pins.
-        #[arg(long, default_value = PIN_DIR, value_name = "DIR", global = true)]
+        /// bpffs directory of the pins (`--pin-dir` is accepted too).
+        #[arg(long = "bpf-pin-dir", alias = "pin-dir", default_value = PIN_DIR, value_name = "DIR", global = true)]
         pin_dir: PathBuf,
     },
     /// The node side of the pnet table: map a PNET ID to an RDMA device port (what the agent does

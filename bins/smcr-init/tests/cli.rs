@@ -45,9 +45,12 @@ fn unsupported_kernel_starts_the_pod_on_tcp_unless_strict() {
         "{err}"
     );
     assert!(stdout.contains("the pod runs on TCP"), "{stdout}");
-    let out = in_fresh_netns(&["--strict"], Some("00163E0A1B2C"));
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("SMC unsupported: "));
+    // The agent's flag name, and the old spelling.
+    for strict in ["--smcr-strict", "--strict"] {
+        let out = in_fresh_netns(&[strict], Some("00163E0A1B2C"));
+        assert_eq!(out.status.code(), Some(1), "{strict}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("SMC unsupported: "));
+    }
     let out = in_fresh_netns(&["-o", "json", "--pnet", "ABC"], None);
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -99,7 +102,7 @@ fn policy_commands_without_a_loaded_policy() {
     let d = tempfile::tempdir().unwrap();
     let out = Command::cargo_bin("smcr-init")
         .unwrap()
-        .args(["policy", "list", "--pin-dir"])
+        .args(["policy", "list", "--bpf-pin-dir"])
         .arg(d.path())
         .output()
         .unwrap();
@@ -113,4 +116,29 @@ fn policy_commands_without_a_loaded_policy() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "unload is idempotent");
+}
+
+#[test]
+fn usage_errors_exit_2_and_help_documents_the_exit_status() {
+    let out = Command::cargo_bin("smcr-init")
+        .unwrap()
+        .args(["--no-such-flag"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::cargo_bin("smcr-init")
+        .unwrap()
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Exit status: 0 configured"), "{help}");
+    assert!(help.contains("--bpf-pin-dir"), "{help}");
+    assert!(help.contains("--smcr-keep-ipv6"), "{help}");
+    assert!(
+        !help.lines().any(|l| l.trim_start().starts_with("--pin-dir")
+            || l.trim_start().starts_with("--strict")
+            || l.trim_start().starts_with("--keep-ipv6")),
+        "old spellings are not listed as options: {help}"
+    );
 }

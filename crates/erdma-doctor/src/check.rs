@@ -8,6 +8,9 @@ use serde::Serialize;
 pub enum Status {
     /// Fine.
     Pass,
+    /// Worth knowing, not a problem: e.g. a setting whose effect depends on facts the doctor
+    /// cannot see (the message says what is known and what is not).
+    Info,
     /// Not applicable, or not checked (the message says why).
     Skip,
     /// Works, but something will likely bite (performance, a missing safety net).
@@ -21,6 +24,7 @@ impl Status {
     pub fn name(&self) -> &'static str {
         match self {
             Status::Pass => "PASS",
+            Status::Info => "INFO",
             Status::Skip => "SKIP",
             Status::Warn => "WARN",
             Status::Fail => "FAIL",
@@ -50,6 +54,15 @@ impl Check {
             status: Status::Pass,
             message: message.into(),
             hint: None,
+        }
+    }
+    /// Information with a suggestion (never changes the exit status).
+    pub fn info(id: &str, message: impl Into<String>, hint: impl Into<String>) -> Self {
+        Check {
+            id: id.into(),
+            status: Status::Info,
+            message: message.into(),
+            hint: Some(hint.into()),
         }
     }
     /// A skipped check (the message says why).
@@ -103,6 +116,13 @@ pub struct Summary {
     pub fail: usize,
     /// SKIP count.
     pub skip: usize,
+    /// INFO count (omitted when 0).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub info: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Report {
@@ -115,6 +135,7 @@ impl Report {
                 Status::Warn => summary.warn += 1,
                 Status::Fail => summary.fail += 1,
                 Status::Skip => summary.skip += 1,
+                Status::Info => summary.info += 1,
             }
         }
         Report {
@@ -127,6 +148,12 @@ impl Report {
     /// Whether any check failed.
     pub fn failed(&self) -> bool {
         self.summary.fail > 0
+    }
+
+    /// The exit status `erdmactl doctor` uses: 1 when a check failed, or (with `strict`) warned;
+    /// else 0. INFO and SKIP never count.
+    pub fn exit_status(&self, strict: bool) -> u8 {
+        u8::from(self.failed() || (strict && self.summary.warn > 0))
     }
 
     /// The human-readable form: one `STATUS  id  message` line per check, the hint indented below.
@@ -146,9 +173,13 @@ impl Report {
         }
         let s = self.summary;
         out.push_str(&format!(
-            "{} passed, {} warnings, {} failed, {} skipped\n",
+            "{} passed, {} warnings, {} failed, {} skipped",
             s.pass, s.warn, s.fail, s.skip
         ));
+        if s.info > 0 {
+            out.push_str(&format!(", {} info", s.info));
+        }
+        out.push('\n');
         out
     }
 }

@@ -471,8 +471,8 @@ pub fn smcr(pod: &Pod, node: Option<&Node>, peer: Option<&Pod>) -> Vec<Check> {
     out
 }
 
-/// `pod.nccl_env`: NCCL settings in the eRDMA container that keep NCCL off eRDMA or have no effect
-/// on it (`nccl-and-arena.md` A1). Only literal `value`s are read.
+/// `pod.nccl_env`: NCCL settings in the eRDMA container that keep NCCL off eRDMA
+/// (`nccl-and-arena.md` A1). Only literal `value`s are read.
 pub fn nccl_env(pod: &Pod) -> Check {
     let pr = pod_ref(pod);
     let Some(c) = requesting_container(pod) else {
@@ -486,7 +486,6 @@ pub fn nccl_env(pod: &Pod) -> Check {
         .collect();
     let get = |k: &str| env.iter().rev().find(|(n, _)| *n == k).map(|(_, v)| *v);
     let mut fails = Vec::new();
-    let mut warns = Vec::new();
     if get("NCCL_IB_DISABLE").is_some_and(|v| v.trim() == "1") {
         fails.push("NCCL_IB_DISABLE=1 forces the socket transport".to_string());
     }
@@ -521,34 +520,11 @@ pub fn nccl_env(pod: &Pod) -> Check {
                 .to_string(),
         );
     }
-    if let Some(v) = get("NCCL_IB_RETRY_CNT") {
-        let out_of_range = v.trim().parse::<u32>().map_or(true, |n| n > 7);
-        warns.push(format!(
-            "NCCL_IB_RETRY_CNT={v} has no effect on eRDMA{}",
-            if out_of_range {
-                " and is outside the 3-bit range 0-7"
-            } else {
-                ""
-            }
-        ));
-    }
-    if let Some(v) = get("NCCL_IB_TIMEOUT") {
-        warns.push(format!(
-            "NCCL_IB_TIMEOUT={v} has no effect on eRDMA (hardware retransmits)"
-        ));
-    }
     let hint = "see docs/training.md (the --erdma recipe): drop the settings named above or fix their values";
     if !fails.is_empty() {
-        fails.extend(warns);
         Check::fail(
             "pod.nccl_env",
             format!("container {} of pod {pr}: {}", c.name, fails.join("; ")),
-            hint,
-        )
-    } else if !warns.is_empty() {
-        Check::warn(
-            "pod.nccl_env",
-            format!("container {} of pod {pr}: {}", c.name, warns.join("; ")),
             hint,
         )
     } else {
@@ -560,6 +536,60 @@ pub fn nccl_env(pod: &Pod) -> Check {
             ),
         )
     }
+}
+
+/// What the eRDMA driver sources say about `NCCL_IB_TIMEOUT` / `NCCL_IB_RETRY_CNT`, cited in
+/// `pod.nccl_retry`, `docs/training.md` and the NCCL analyzer.
+pub const NCCL_RETRY_EVIDENCE: &str = "in the eRDMA driver sources erdma has read they do not reach the hardware: upstream Linux \
+     (erdma_modify_qp_rocev2) and the vendor's out-of-tree driver r0.2.37 (alibaba/elastic-rdma-drivers, \
+     erdma_modify_qp + erdma_handle_compat_attr) pass only the QP state, address vector, PSNs and \
+     destination QPN to the device; timeout and retry_cnt are used only by r0.2.37's software GSI QP, \
+     and eRDMA retransmits in hardware";
+
+/// `pod.nccl_retry` (INFO, only when set): `NCCL_IB_TIMEOUT` / `NCCL_IB_RETRY_CNT` in the eRDMA
+/// container. Alibaba Cloud advises `NCCL_IB_TIMEOUT=23` and `NCCL_IB_RETRY_CNT=10` against NCCL
+/// timeouts; the driver sources we can read ignore both ([`NCCL_RETRY_EVIDENCE`]). Which driver
+/// build a node runs (the installer's) is not visible from here, so this informs and never warns.
+pub fn nccl_retry(pod: &Pod) -> Option<Check> {
+    let pr = pod_ref(pod);
+    let c = requesting_container(pod)?;
+    let env: Vec<(&str, &str)> = c
+        .env
+        .iter()
+        .flatten()
+        .filter_map(|e| Some((e.name.as_str(), e.value.as_deref()?)))
+        .collect();
+    let get = |k: &str| env.iter().rev().find(|(n, _)| *n == k).map(|(_, v)| *v);
+    let mut set = Vec::new();
+    if let Some(v) = get("NCCL_IB_TIMEOUT") {
+        set.push(format!("NCCL_IB_TIMEOUT={v}"));
+    }
+    if let Some(v) = get("NCCL_IB_RETRY_CNT") {
+        let out_of_range = v.trim().parse::<u32>().map_or(true, |n| n > 7);
+        set.push(format!(
+            "NCCL_IB_RETRY_CNT={v}{}",
+            if out_of_range {
+                " (outside the InfiniBand range 0-7)"
+            } else {
+                ""
+            }
+        ));
+    }
+    if set.is_empty() {
+        return None;
+    }
+    Some(Check::info(
+        "pod.nccl_retry",
+        format!(
+            "container {} of pod {pr} sets {}: {NCCL_RETRY_EVIDENCE}. Whether the driver build on the node \
+             (deployed by the eRDMA installer) does the same is not known here; Alibaba Cloud recommends \
+             NCCL_IB_TIMEOUT=23 and NCCL_IB_RETRY_CNT=10 for NCCL timeouts",
+            c.name,
+            set.join(", ")
+        ),
+        "nothing to change: harmless on eRDMA; if NCCL times out, look at the path and the peer (erdmactl nccl analyze) \
+         rather than these values (docs/training.md)",
+    ))
 }
 
 /// Every pod check, in troubleshooting order.
@@ -575,6 +605,7 @@ pub fn checks(
     v.push(resources(pod));
     v.push(ipc_lock(pod));
     v.push(nccl_env(pod));
+    v.extend(nccl_retry(pod));
     v.push(rdma_libs(pod, probe));
     v.extend(smcr(pod, node, peer));
     v

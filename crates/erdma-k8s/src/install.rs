@@ -185,6 +185,12 @@ pub struct AgentValues {
     pub cri_socket: String,
     /// (new) The driver installer the agent runs when the driver is missing.
     pub driver_installer: DriverInstallerValues,
+    /// (new) `--nri`: `auto` (NRI when the runtime's socket exists), `on` or `off`.
+    pub nri: String,
+    /// (new) `--nri-memlock` for containers holding `aliyun/erdma`.
+    pub nri_memlock: String,
+    /// (new) `--nri-rdma-max`: default `rdma.max` limits (empty: none).
+    pub nri_rdma_max: String,
     /// Pull secrets of the agent pods.
     pub image_pull_secrets: Vec<LocalObjectReference>,
     /// Accepted for compatibility; names are fixed.
@@ -204,6 +210,9 @@ impl Default for AgentValues {
             filter_cluster_eris: false,
             cri_socket: String::new(),
             driver_installer: DriverInstallerValues::default(),
+            nri: "auto".into(),
+            nri_memlock: "unlimited".into(),
+            nri_rdma_max: String::new(),
             image_pull_secrets: Vec::new(),
             name_override: String::new(),
             fullname_override: String::new(),
@@ -458,6 +467,20 @@ impl Values {
             return bad(format!(
                 "agent.driverInstaller.baseURL: {e} (agent.driverInstaller.allowInsecureDownload accepts http://)"
             ));
+        }
+        if !["auto", "on", "off"].contains(&self.agent.nri.as_str()) {
+            return bad(format!(
+                "agent.nri {:?} must be auto, on or off",
+                self.agent.nri
+            ));
+        }
+        if let Err(e) = erdma_model::rdma_limit::Memlock::parse(&self.agent.nri_memlock) {
+            return bad(format!("agent.nriMemlock: {e}"));
+        }
+        if !self.agent.nri_rdma_max.trim().is_empty()
+            && let Err(e) = erdma_model::rdma_limit::RdmaLimit::parse(&self.agent.nri_rdma_max)
+        {
+            return bad(format!("agent.nriRdmaMax: {e}"));
         }
         if self.controller.replica_count < 1 {
             return bad("controller.replicaCount must be at least 1".into());
@@ -751,6 +774,15 @@ pub fn agent_args(v: &Values) -> Vec<String> {
     if di.allow_insecure_download {
         args.push("--allow-insecure-driver-download".into());
     }
+    if a.nri != "auto" {
+        args.push(format!("--nri={}", a.nri));
+    }
+    if a.nri_memlock != "unlimited" {
+        args.push(format!("--nri-memlock={}", a.nri_memlock));
+    }
+    if !a.nri_rdma_max.trim().is_empty() {
+        args.push(format!("--nri-rdma-max={}", a.nri_rdma_max.trim()));
+    }
     args.push("--dev-root=/host/dev".into());
     args.push(format!("--metrics-addr=0.0.0.0:{AGENT_METRICS_PORT}"));
     args
@@ -1041,8 +1073,8 @@ fn controller_deployment(v: &Values) -> Result<Deployment, Error> {
         image: Some(v.controller.image.reference("controller")?),
         image_pull_policy: Some(v.controller.image.pull_policy.clone()),
         args: Some(vec![
-            "--config=/etc/erdma-controller/config.json".into(),
-            "--credentials=/etc/erdma-controller-credential/credential.json".into(),
+            "--config-path=/etc/erdma-controller/config.json".into(),
+            "--credential-path=/etc/erdma-controller-credential/credential.json".into(),
         ]),
         env: Some(vec![field_env("POD_NAME", "metadata.name")]),
         ports: Some(vec![
@@ -1199,6 +1231,15 @@ pub fn agent_host_paths(v: &Values) -> Vec<AgentHostPath> {
             propagation: None,
         },
     ];
+    if v.agent.nri != "off" {
+        // The runtime's NRI socket (its directory only, never all of /var/run).
+        p.push(AgentHostPath::same(
+            "nri",
+            "/var/run/nri",
+            "DirectoryOrCreate",
+            true,
+        ));
+    }
     if agent_prestart(v) {
         let cri = cri_socket_dir(v);
         let kind = if cri == DEFAULT_CRI_SOCKET_DIR {

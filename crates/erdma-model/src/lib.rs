@@ -17,6 +17,7 @@ pub mod names;
 pub mod node;
 pub mod pnet;
 pub mod port;
+pub mod rdma_limit;
 pub mod selection;
 pub mod slot;
 

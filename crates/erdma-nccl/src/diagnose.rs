@@ -157,7 +157,9 @@ impl ErrorKind {
                 meaning: "a send or receive completed with an error; `transport retry counter exceeded` (12) means \
                           the path or the peer is gone",
                 fix: "check that the peer process is alive and both ERIs are up and in the same VPC/security group; \
-                      NCCL_IB_TIMEOUT/NCCL_IB_RETRY_CNT have no effect on eRDMA",
+                      on eRDMA, NCCL_IB_TIMEOUT/NCCL_IB_RETRY_CNT (Alibaba Cloud advises 23/10) do not reach the \
+                      hardware in the driver sources read (upstream, out-of-tree r0.2.37): eRDMA retransmits \
+                      itself, so look at the path, not at these values",
             },
             ErrorKind::IbAsyncEvent => Explanation {
                 title: "RDMA device event",

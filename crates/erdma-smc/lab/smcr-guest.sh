@@ -11,7 +11,7 @@
 # skipped, smcr-init did not put pod A (only) under the BPF policy or was not idempotent, pod A got
 # no SMC sockets or no decoded fallback reason, pod B got SMC sockets, or the release left pod A on
 # SMC; on 7.3, SMC loaded after all, or the unsupported kernel was not reported clearly (erdmactl
-# exit 3, smcr-init starting the pod on TCP and failing it with --strict).
+# exit 1, smcr-init starting the pod on TCP and failing it with --smcr-strict).
 . /mnt/host/guest/lib.sh
 . /mnt/host/guest/testbin.sh
 SCEN=smcr
@@ -34,10 +34,10 @@ if [ $loaded = no ]; then
   # unsupported" paths of configure and prestart.
   test_binary erdma-smc-nosmc /usr/local/bin/erdma-smc-tests diag:: probe:: configure:: prestart:: netns:: sysctl:: policy:: ueid::
   erdmactl smc status > /tmp/st.out 2> /tmp/st.err; rc=$?
-  [ $rc = 3 ] && grep -q "^SMC unsupported: " /tmp/st.err && good "erdmactl smc status: $(cat /tmp/st.err)" || bad "erdmactl smc status rc=$rc: $(cat /tmp/st.err)"
+  [ $rc = 1 ] && grep -q "^SMC unsupported: " /tmp/st.err && good "erdmactl smc status: $(cat /tmp/st.err)" || bad "erdmactl smc status rc=$rc: $(cat /tmp/st.err)"
   ip netns add podu; ip netns exec podu env SMCR_PNET=00163E0A1B2C smcr-init > /tmp/si.out 2> /tmp/si.err; rc=$?
   [ $rc = 0 ] && grep -q "^SMC unsupported: " /tmp/si.err && good "smcr-init: pod starts on TCP: $(head -1 /tmp/si.err)" || bad "smcr-init rc=$rc: $(cat /tmp/si.err)"
-  ip netns exec podu env SMCR_PNET=00163E0A1B2C smcr-init --strict > /dev/null 2>&1 && bad "--strict did not fail" || good "smcr-init --strict fails the pod"
+  ip netns exec podu env SMCR_PNET=00163E0A1B2C smcr-init --smcr-strict > /dev/null 2>&1 && bad "--smcr-strict did not fail" || good "smcr-init --smcr-strict fails the pod"
   SCEN=smcr finish; exit 0
 fi
 log "kernel $(uname -r): smc and smc_diag loaded"
@@ -48,16 +48,16 @@ test_binary erdma-smc /usr/local/bin/erdma-smc-tests diag:: probe:: configure:: 
 # `ip netns exec` remounts /sys, so here the pins live outside /sys (a pod mounts the host dir).
 mkdir -p /run/erdma-bpffs; mountpoint -q /run/erdma-bpffs || mount -t bpf bpf /run/erdma-bpffs
 PIN=/run/erdma-bpffs/erdma-smc
-ck "smcr-init policy load (pinned)" smcr-init policy load --pin-dir $PIN
-ck "smcr-init policy load again (idempotent)" smcr-init policy load --pin-dir $PIN
+ck "smcr-init policy load (pinned)" smcr-init policy load --bpf-pin-dir $PIN
+ck "smcr-init policy load again (idempotent)" smcr-init policy load --bpf-pin-dir $PIN
 for p in a b; do
   ip netns add pod$p; ip -n pod$p link set lo up
   ip -n pod$p link add eth0 type dummy; ip -n pod$p addr add 10.99.0.1/24 dev eth0; ip -n pod$p link set eth0 up
 done
-ck "pod A: smcr-init (init-container path, own netns)" ip netns exec poda env SMCR_PNET=00163E0A1B2C smcr-init --pin-dir $PIN -o json
+ck "pod A: smcr-init (init-container path, own netns)" ip netns exec poda env SMCR_PNET=00163E0A1B2C smcr-init --bpf-pin-dir $PIN -o json
 cp /tmp/ck.out "$OUT/smcr-init-poda.json"
 grep -q '"mechanism": "bpf_policy"' "$OUT/smcr-init-poda.json" && good "pod A uses the BPF policy" || bad "pod A mechanism (see smcr-init-poda.json)"
-ck "pod A: smcr-init again (idempotent)" ip netns exec poda env SMCR_PNET=00163E0A1B2C smcr-init --pin-dir $PIN
+ck "pod A: smcr-init again (idempotent)" ip netns exec poda env SMCR_PNET=00163E0A1B2C smcr-init --bpf-pin-dir $PIN
 grep -q '"outcome": "changed"' /tmp/ck.out && bad "second smcr-init changed something" || good "second run changed nothing"
 ck "pod A pnet table" sh -c 'erdmactl smc pnet --netns /run/netns/poda -o json > /tmp/pnet.json'
 [ -s /tmp/pnet.json ] && jq -e '.entries[] | select(.pnetid == "00163E0A1B2C" and .ethname == "eth0")' /tmp/pnet.json >/dev/null \
@@ -90,7 +90,7 @@ n=$(jq '[.sockets[] | select(.state != "LISTEN")] | length' "$OUT/smc-status-pod
   || bad "pod A: no decoded fallback reason"
 [ -s "$OUT/smc-status-podb.json" ] && jq -e '.summary.total == 0' "$OUT/smc-status-podb.json" >/dev/null && good "pod B: no SMC sockets (plain TCP)" || bad "pod B has SMC sockets"
 wait
-ck "release pod A from the policy" smcr-init policy release --pin-dir $PIN --netns /run/netns/poda
+ck "release pod A from the policy" smcr-init policy release --bpf-pin-dir $PIN --netns /run/netns/poda
 (sleep 20 | ip netns exec poda busybox nc -l -p 5001 > /dev/null 2>&1) &
 wait_for 10 listening_on poda 5001 || log "pod a: the server is not listening after 10 s"
 (sleep 20 | ip netns exec poda busybox nc 10.99.0.1 5001 > /dev/null 2>&1) &
@@ -100,5 +100,5 @@ ip netns exec poda ss -tan | grep -q 'ESTAB.*:5001 ' && good "pod A released: th
 erdmactl smc status --netns /run/netns/poda -o json > "$OUT/smc-status-poda-released.json"
 [ -s "$OUT/smc-status-poda-released.json" ] && jq -e '.summary.total == 0' "$OUT/smc-status-poda-released.json" >/dev/null && good "pod A released: plain TCP again" || bad "pod A still gets SMC sockets after release"
 wait
-ck "smcr-init policy unload" smcr-init policy unload --pin-dir $PIN
+ck "smcr-init policy unload" smcr-init policy unload --bpf-pin-dir $PIN
 finish

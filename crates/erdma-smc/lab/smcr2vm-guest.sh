@@ -18,9 +18,9 @@ ck "rxe0 on eth0" rdma link add rxe0 type rxe netdev eth0
 ck "UEID (SMC-Rv2 needs one shared by both peers)" smcr-init ueid add ERDMA-LAB-EID
 mkdir -p /run/erdma-bpffs; mount -t bpf bpf /run/erdma-bpffs; PIN=/run/erdma-bpffs/erdma-smc
 ck "node pnet: LABPNET -> rxe0/1 (the agent's host step)" smcr-init ib-pnet LABPNET rxe0 1
-ck "BPF policy loaded" smcr-init policy load --pin-dir "$PIN"
+ck "BPF policy loaded" smcr-init policy load --bpf-pin-dir "$PIN"
 ck "SMC-R for this node's main namespace (lab-only --allow-host-netns)" \
-  smcr-init --netns /proc/self/ns/net --allow-host-netns --keep-ipv6 --pnet LABPNET --pin-dir "$PIN" -o json
+  smcr-init --netns /proc/self/ns/net --allow-host-netns --smcr-keep-ipv6 --pnet LABPNET --bpf-pin-dir "$PIN" -o json
 cp /tmp/ck.out "$OUT/$SCEN-init.json"
 grep -q '"mechanism": "bpf_policy"' "$OUT/$SCEN-init.json" && good "mechanism bpf_policy" || bad "mechanism (see $SCEN-init.json)"
 if [ "$ROLE" = server ]; then
@@ -31,7 +31,7 @@ else
   jq -e '.first_connection_mode == "SMCR"' "$OUT/smcr2vm-smc.json" >/dev/null \
     && good "first connection in mode SMCR on $(jq -r '.first_connection.link.ibdev' "$OUT/smcr2vm-smc.json")" \
     || bad "first connection not SMCR: $(cat "$OUT/smcr2vm-smc.json")"
-  ck "policy released for this namespace" smcr-init policy release --pin-dir "$PIN" --netns /proc/self/ns/net
+  ck "policy released for this namespace" smcr-init policy release --bpf-pin-dir "$PIN" --netns /proc/self/ns/net
   ck "TCP phase: same client" sh -c "tcpbench client $SERVER:$PORT $SHORT $MIB > $OUT/smcr2vm-tcp.json"
   jq -e '.first_connection_mode | startswith("TCP")' "$OUT/smcr2vm-tcp.json" >/dev/null \
     && good "without the policy: TCP" || bad "without the policy: $(cat "$OUT/smcr2vm-tcp.json")"

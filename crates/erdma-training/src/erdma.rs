@@ -1,7 +1,8 @@
 //! What `--erdma` adds: one `aliyun/erdma` unit, `IPC_LOCK`, and the NCCL settings for eRDMA.
 //! Every value is justified in `docs/training.md` from `nccl-and-arena.md` (NCCL source and the
 //! seed's benchmark recipe); nothing here is folklore. `NCCL_IB_TIMEOUT` / `NCCL_IB_RETRY_CNT` are
-//! deliberately absent: eRDMA does not program them into hardware.
+//! deliberately absent: in every eRDMA driver source we could read (upstream, out-of-tree r0.2.37)
+//! they do not reach the device (docs/training.md has the evidence and the vendor's advice).
 
 pub use erdma_model::names::{RESOURCE, SMCR_ANNOTATION};
 /// The capability `ibv_reg_mr` needs unless the memlock limit is raised.

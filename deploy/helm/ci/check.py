@@ -136,6 +136,8 @@ REFUSED = [
     ({"controller": {"image": {"repository": "registry-vpc.cn-hangzhou.aliyuncs.com/erdma/controller"}}}, "Go image"),
     ({"agent": {"criSocket": "/run/cri-dockerd.sock"}}, "criSocket"),
     ({"agent": {"driverInstaller": {"sha256": "abc"}}}, "sha256"),
+    ({"agent": {"nri": "maybe"}}, "nri"),
+    ({"agent": {"nriRdmaMax": "hca_handle=lots"}}, "nriRdmaMax"),
     ({"agent": {"driverInstaller": {"version": "1.5.9;rm"}}}, "version"),
     ({"agent": {"driverInstaller": {"baseURL": "http://10.0.0.1/erdma"}}}, "baseURL"),
 ]

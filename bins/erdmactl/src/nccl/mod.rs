@@ -29,9 +29,13 @@ pub enum NcclCommand {
     /// Report NCCL version, ranks, nodes, network, devices, GID index, GDR, transport mix, errors
     /// with fixes, and whether eRDMA was used, per job. Reads NCCL_DEBUG=INFO output of one or many
     /// ranks (interleaved or one file per rank; `-` reads stdin).
+    #[command(
+        after_help = "Exit status: 0 analysed; 1 with --require-erdma, a job did not use eRDMA; 2 unreadable log or usage error."
+    )]
     Analyze(AnalyzeArgs),
     /// Compare two runs (NCCL logs with nccl-tests tables, PROBE_RESULT/TRAIN_RESULT lines or
     /// step_ms= values): bus bandwidth per message size and step times side by side with B/A ratios.
+    #[command(after_help = "Exit status: 0 compared; 2 unreadable log or usage error.")]
     Compare(CompareArgs),
 }
 

@@ -1,0 +1,539 @@
+//! erdma as an NRI plugin: the container runtime hands every pod sandbox and container to the
+//! agent before anything in it runs.
+//!
+//! - RunPodSandbox: a pod annotated for SMC-R that holds `aliyun/erdma` gets SMC-R in its network
+//!   namespace before any of its containers exists (no race with a fast init container).
+//! - CreateContainer: a container holding `aliyun/erdma` gets `RLIMIT_MEMLOCK` (`--nri-memlock`,
+//!   default unlimited; non-root containers otherwise cannot register RDMA memory) and, from the
+//!   pod annotation `network.alibabacloud.com/erdma-rdma-max` or `--nri-rdma-max`, the rdma
+//!   cgroup limit `rdma.max` of its device. A bad annotation applies nothing and says why (Event).
+//! - RemovePodSandbox: the pod's namespace leaves the SMC-R BPF policy.
+//!
+//! Everything runs within a budget well inside the runtime's (see `erdma_nri::plugin`).
+
+use crate::cluster::{Cluster, PodRef};
+use crate::metrics::AgentMetrics;
+use crate::smcr::SmcrHook;
+use erdma_deviceplugin::service::ENV_ERDMA_DEVICES;
+use erdma_kubelet::podresources::{Holder, PodResourcesClient};
+use erdma_model::NodeDevices;
+use erdma_model::rdma_limit::{Memlock, RDMA_MAX_ANNOTATION, RdmaLimit};
+use erdma_nri::api::{self, Event};
+use erdma_nri::plugin::Handler;
+use erdma_nri::ttrpc::BoxFuture;
+use erdma_smc::annotation::SmcRequest;
+use erdma_smc::prestart::PodSandbox;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// The NRI plugin's policy settings.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// `RLIMIT_MEMLOCK` for containers holding the resource (`--nri-memlock`).
+    pub memlock: Memlock,
+    /// `rdma.max` when the pod does not set the annotation (`--nri-rdma-max`).
+    pub default_rdma_max: Option<RdmaLimit>,
+}
+
+/// Something a user should see: an Event on the pod and a log line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// `Normal` or `Warning`.
+    pub kind: &'static str,
+    /// Event reason.
+    pub reason: &'static str,
+    /// Event message.
+    pub message: String,
+}
+
+/// The RDMA devices (served names) a container holds: from the `ERDMA_DEVICES` env the device
+/// plugin sets at Allocate, else from its device nodes.
+pub fn held_devices(c: &api::Container, served: &NodeDevices) -> Vec<String> {
+    let from_env = c
+        .env
+        .iter()
+        .rev()
+        .find_map(|e| e.strip_prefix(ENV_ERDMA_DEVICES)?.strip_prefix('='));
+    if let Some(list) = from_env {
+        let names: Vec<String> = list
+            .split(',')
+            .filter(|n| served.device(n).is_some())
+            .map(str::to_string)
+            .collect();
+        if !names.is_empty() {
+            return names;
+        }
+    }
+    let nodes = c
+        .linux
+        .as_ref()
+        .map(|l| l.devices.as_slice())
+        .unwrap_or(&[]);
+    served
+        .devices
+        .iter()
+        .filter(|d| {
+            d.char_devices.uverbs.as_ref().is_some_and(|u| {
+                nodes.iter().any(|n| {
+                    n.path == u.path
+                        || (u.major.map(i64::from) == Some(n.major)
+                            && u.minor.map(i64::from) == Some(n.minor))
+                })
+            })
+        })
+        .map(|d| d.name.clone())
+        .collect()
+}
+
+/// The adjustment of one container (pure): memlock and `rdma.max` for containers holding devices.
+pub fn adjust_container(
+    pod: &api::PodSandbox,
+    c: &api::Container,
+    served: &NodeDevices,
+    policy: &Policy,
+) -> (api::ContainerAdjustment, Vec<Notice>) {
+    let mut adjust = api::ContainerAdjustment::default();
+    let mut notices = Vec::new();
+    let devices = held_devices(c, served);
+    if devices.is_empty() {
+        return (adjust, notices);
+    }
+    if let Some(v) = policy.memlock.value() {
+        adjust.rlimits.push(api::PosixRlimit {
+            r#type: "RLIMIT_MEMLOCK".into(),
+            hard: v,
+            soft: v,
+        });
+    }
+    let limit = match pod.annotations.get(RDMA_MAX_ANNOTATION) {
+        Some(v) => match RdmaLimit::parse(v) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                notices.push(Notice {
+                    kind: "Warning",
+                    reason: "ErdmaRdmaMaxInvalid",
+                    message: format!(
+                        "annotation {RDMA_MAX_ANNOTATION} of pod {}/{}: {e}; no rdma limit applied to container {}",
+                        pod.namespace, pod.name, c.name
+                    ),
+                });
+                None
+            }
+        },
+        None => policy.default_rdma_max,
+    };
+    match (limit, devices.as_slice()) {
+        (None, _) => {}
+        (Some(l), [one]) => {
+            let line = l.line(one);
+            adjust.linux = Some(api::LinuxContainerAdjustment {
+                resources: Some(api::LinuxResources {
+                    unified: [("rdma.max".to_string(), line)].into_iter().collect(),
+                }),
+                ..Default::default()
+            });
+        }
+        (Some(_), many) => notices.push(Notice {
+            kind: "Warning",
+            reason: "ErdmaRdmaMaxNotApplied",
+            message: format!(
+                "container {} of pod {}/{} holds {} RDMA devices ({}); the rdma cgroup takes one device per write, so no rdma limit is applied",
+                c.name,
+                pod.namespace,
+                pod.name,
+                many.len(),
+                many.join(", ")
+            ),
+        }),
+    }
+    (adjust, notices)
+}
+
+/// The agent's NRI handler.
+pub struct AgentNri {
+    /// Policy.
+    pub policy: Policy,
+    /// Extended resource.
+    pub resource: String,
+    /// The kubelet's pod-resources socket (which pod holds which devices).
+    pub pod_resources_socket: PathBuf,
+    /// The host's `/proc` as the agent sees it.
+    pub proc_root: PathBuf,
+    /// Served devices.
+    pub served: watch::Receiver<NodeDevices>,
+    /// SMC-R (absent when SMC-R is not configured on this node).
+    pub smcr: Option<Arc<SmcrHook>>,
+    /// Pod Events.
+    pub cluster: Option<Cluster>,
+    /// Counters.
+    pub metrics: Arc<AgentMetrics>,
+    /// The NRI part of `/healthz`, published by this plugin.
+    pub view: watch::Sender<Option<NriView>>,
+}
+
+/// The NRI part of `/healthz`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NriView {
+    /// `--nri`: auto, on or off.
+    pub mode: String,
+    /// The runtime's NRI socket.
+    pub socket: String,
+    /// Whether this agent runs the NRI plugin (auto: the socket existed at start).
+    pub used: bool,
+    /// How SMC-R pods are configured on this node: `nri` (at sandbox creation), `prestart`
+    /// (PreStartContainer) or `none` (the webhook's init container, or SMC-R off).
+    pub smcr_path: String,
+    /// Whether the plugin is registered with the runtime now.
+    pub connected: bool,
+    /// The last session error.
+    pub last_error: Option<String>,
+}
+
+/// The device IDs that pod `namespace/name` holds, over all its containers.
+pub fn pod_device_ids(holders: &[Holder], namespace: &str, name: &str) -> Vec<String> {
+    holders
+        .iter()
+        .filter(|h| h.namespace == namespace && h.pod == name)
+        .flat_map(|h| h.device_ids.iter().cloned())
+        .collect()
+}
+
+impl AgentNri {
+    fn tell(&self, pod: &api::PodSandbox, n: Notice) {
+        if n.kind == "Warning" {
+            tracing::warn!(reason = n.reason, "{}", n.message);
+        } else {
+            tracing::info!(reason = n.reason, "{}", n.message);
+        }
+        if let Some(cluster) = self.cluster.clone() {
+            let target = PodRef {
+                namespace: pod.namespace.clone(),
+                name: pod.name.clone(),
+                uid: pod.uid.clone(),
+            };
+            // The runtime waits for us: never for the API server.
+            tokio::spawn(async move {
+                if let Err(e) = cluster
+                    .pod_event(&target, n.kind, n.reason, &n.message)
+                    .await
+                {
+                    tracing::warn!("{e}");
+                }
+            });
+        }
+    }
+
+    async fn run_pod_sandbox(&self, pod: api::PodSandbox) -> Result<(), String> {
+        let Some(hook) = &self.smcr else {
+            return Ok(());
+        };
+        let request = SmcRequest::from_annotations(&pod.annotations);
+        let who = format!("{}/{}", pod.namespace, pod.name);
+        if !request.enabled() && request.problem(&who).is_none() {
+            return Ok(());
+        }
+        let device_ids = match PodResourcesClient::new(&self.pod_resources_socket)
+            .list(&self.resource)
+            .await
+        {
+            Ok(holders) => pod_device_ids(&holders, &pod.namespace, &pod.name),
+            Err(e) => {
+                self.metrics.smcr_lookup_failures.inc();
+                tracing::warn!(pod = %who, "NRI RunPodSandbox: cannot tell whether the pod holds {}: {e}; SMC-R not configured", self.resource);
+                return Ok(());
+            }
+        };
+        if device_ids.is_empty() {
+            return Ok(());
+        }
+        let linux = pod.linux.clone().unwrap_or_default();
+        let netns = if pod.pid > 0 {
+            Some(self.proc_root.join(pod.pid.to_string()).join("ns/net"))
+        } else {
+            linux
+                .namespaces
+                .iter()
+                .find(|n| n.r#type == "network" && !n.path.is_empty())
+                .map(|n| PathBuf::from(&n.path))
+        };
+        let sandbox = PodSandbox {
+            pod: who,
+            host_network: netns.is_none(),
+            netns,
+            annotations: pod.annotations.clone().into_iter().collect(),
+            devices: device_ids.clone(),
+        };
+        let target = PodRef {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+        };
+        let d = hook.decide_resolved(target, sandbox, &device_ids).await;
+        if d.failed_container {
+            return Err(d.message.unwrap_or_else(|| {
+                format!("SMC-R for pod {}/{} failed", pod.namespace, pod.name)
+            }));
+        }
+        Ok(())
+    }
+}
+
+impl Handler for AgentNri {
+    fn synchronize(
+        &self,
+        pods: Vec<api::PodSandbox>,
+        containers: Vec<api::Container>,
+    ) -> BoxFuture<'_, Vec<api::ContainerUpdate>> {
+        Box::pin(async move {
+            // Synchronize follows every successful registration.
+            self.view.send_modify(|v| {
+                if let Some(n) = v {
+                    n.connected = true;
+                    n.last_error = None;
+                }
+            });
+            tracing::info!(
+                pods = pods.len(),
+                containers = containers.len(),
+                "NRI: synchronized with the runtime (running containers keep their limits)"
+            );
+            Vec::new()
+        })
+    }
+
+    fn state_change(
+        &self,
+        event: Event,
+        pod: Option<api::PodSandbox>,
+        _container: Option<api::Container>,
+    ) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let pod = pod.unwrap_or_default();
+            match event {
+                Event::RunPodSandbox => self.run_pod_sandbox(pod).await,
+                Event::RemovePodSandbox => {
+                    if let Some(h) = &self.smcr {
+                        h.forget(&format!("{}/{}", pod.namespace, pod.name));
+                    }
+                    Ok(())
+                }
+                _ => Ok(()),
+            }
+        })
+    }
+
+    fn create_container(
+        &self,
+        pod: api::PodSandbox,
+        container: api::Container,
+    ) -> BoxFuture<'_, Result<api::ContainerAdjustment, String>> {
+        Box::pin(async move {
+            let (adjust, notices) =
+                adjust_container(&pod, &container, &self.served.borrow(), &self.policy);
+            for n in notices {
+                self.tell(&pod, n);
+            }
+            if adjust != api::ContainerAdjustment::default() {
+                tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), container = %container.name, rlimits = adjust.rlimits.len(), rdma_max = ?adjust.linux.as_ref().and_then(|l| l.resources.as_ref()).and_then(|r| r.unified.get("rdma.max")), "NRI: container adjusted");
+            }
+            Ok(adjust)
+        })
+    }
+}
+
+/// Time one NRI call may take in the agent (the runtime allows 2 s by default).
+pub const BUDGET: std::time::Duration = std::time::Duration::from_millis(800);
+
+/// Keeps a plugin session up: reconnects when the runtime restarts, backs off while the socket is
+/// missing, shows the state in `/healthz`.
+pub async fn run(
+    cfg: erdma_nri::plugin::PluginConfig,
+    handler: Arc<AgentNri>,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let mut backoff = erdma_model::Backoff::new(
+        std::time::Duration::from_millis(500),
+        std::time::Duration::from_secs(30),
+    );
+    loop {
+        let started = std::time::Instant::now();
+        let r = erdma_nri::plugin::run_session(&cfg, handler.clone(), &cancel).await;
+        handler.view.send_modify(|v| {
+            if let Some(n) = v {
+                n.connected = false;
+                n.last_error = r.as_ref().err().map(ToString::to_string);
+            }
+        });
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            backoff.reset();
+        }
+        let delay = backoff.next_delay();
+        match &r {
+            Ok(()) => {
+                tracing::info!("NRI session ended (runtime restart or shutdown); reconnecting")
+            }
+            Err(e) => tracing::warn!("{e}; retrying in {delay:?}"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// The events the agent subscribes to.
+pub const EVENTS: &[Event] = &[
+    Event::RunPodSandbox,
+    Event::RemovePodSandbox,
+    Event::CreateContainer,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use erdma_host::fake::FixedInterfaceAddrs;
+    use erdma_host::{RootedDevFs, RootedSysfs, fixtures};
+    use erdma_inventory::{Inventory, Sources};
+    use std::collections::BTreeMap;
+
+    fn served() -> (erdma_host::fake::NodeTree, NodeDevices) {
+        let tree = erdma_host::fake::NodeTree::temp();
+        assert!(fixtures::build("erdma-compat", &tree));
+        let inv = Inventory::new(Sources {
+            sysfs: Arc::new(RootedSysfs::new(tree.sys())),
+            devfs: Arc::new(RootedDevFs::new(tree.dev())),
+            addrs: Arc::new(FixedInterfaceAddrs(BTreeMap::new())),
+        });
+        let n = inv.scan();
+        (tree, n)
+    }
+
+    fn pod(annotation: Option<&str>) -> api::PodSandbox {
+        api::PodSandbox {
+            name: "p".into(),
+            namespace: "ns".into(),
+            annotations: annotation
+                .map(|a| [(RDMA_MAX_ANNOTATION.to_string(), a.to_string())].into())
+                .unwrap_or_default(),
+            ..Default::default()
+        }
+    }
+
+    fn container(env: &[&str], devices: &[(&str, i64, i64)]) -> api::Container {
+        api::Container {
+            name: "main".into(),
+            env: env.iter().map(|s| s.to_string()).collect(),
+            linux: Some(api::LinuxContainer {
+                devices: devices
+                    .iter()
+                    .map(|(p, ma, mi)| api::LinuxDevice {
+                        path: p.to_string(),
+                        r#type: "c".into(),
+                        major: *ma,
+                        minor: *mi,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    const POLICY: Policy = Policy {
+        memlock: Memlock::Unlimited,
+        default_rdma_max: None,
+    };
+
+    #[test]
+    fn devices_are_found_from_the_env_or_the_device_nodes() {
+        let (_t, served) = served();
+        let names: Vec<&str> = served.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        let c = container(&[&format!("ERDMA_DEVICES={}", names[1])], &[]);
+        assert_eq!(held_devices(&c, &served), [names[1]]);
+        let u = served.devices[0].char_devices.uverbs.clone().unwrap();
+        let c = container(
+            &[],
+            &[(
+                "/dev/infiniband/renamed",
+                i64::from(u.major.unwrap()),
+                i64::from(u.minor.unwrap()),
+            )],
+        );
+        assert_eq!(held_devices(&c, &served), [names[0]]);
+        assert!(held_devices(&container(&["ERDMA_DEVICES=nope"], &[]), &served).is_empty());
+    }
+
+    #[test]
+    fn memlock_and_rdma_max_for_one_device_nothing_for_others() {
+        let (_t, served) = served();
+        let dev = served.devices[0].name.clone();
+        let c = container(&[&format!("ERDMA_DEVICES={dev}")], &[]);
+        let (a, n) = adjust_container(
+            &pod(Some("hca_handle=2 hca_object=500")),
+            &c,
+            &served,
+            &POLICY,
+        );
+        assert!(n.is_empty(), "{n:?}");
+        assert_eq!(a.rlimits.len(), 1);
+        assert_eq!((a.rlimits[0].hard, a.rlimits[0].soft), (u64::MAX, u64::MAX));
+        assert_eq!(
+            a.linux.unwrap().resources.unwrap().unified["rdma.max"],
+            format!("{dev} hca_handle=2 hca_object=500")
+        );
+        // A container without the resource is left alone.
+        let (a, n) = adjust_container(
+            &pod(Some("hca_handle=2")),
+            &container(&[], &[]),
+            &served,
+            &POLICY,
+        );
+        assert_eq!(a, api::ContainerAdjustment::default());
+        assert!(n.is_empty());
+        // The install default applies without the annotation; memlock off leaves rlimits alone.
+        let policy = Policy {
+            memlock: Memlock::Off,
+            default_rdma_max: Some(RdmaLimit::parse("hca_handle=1").unwrap()),
+        };
+        let (a, _) = adjust_container(&pod(None), &c, &served, &policy);
+        assert!(a.rlimits.is_empty());
+        assert_eq!(
+            a.linux.unwrap().resources.unwrap().unified["rdma.max"],
+            format!("{dev} hca_handle=1")
+        );
+    }
+
+    #[test]
+    fn a_bad_annotation_or_two_devices_apply_no_limit_and_say_why() {
+        let (_t, served) = served();
+        let dev = served.devices[0].name.clone();
+        let c = container(&[&format!("ERDMA_DEVICES={dev}")], &[]);
+        let (a, n) = adjust_container(&pod(Some("hca_handle=lots")), &c, &served, &POLICY);
+        assert!(
+            a.linux.is_none(),
+            "nothing applied rather than something wrong"
+        );
+        assert_eq!(a.rlimits.len(), 1, "memlock still applies");
+        assert_eq!(n[0].reason, "ErdmaRdmaMaxInvalid");
+        assert!(
+            n[0].message.contains("\"lots\" is neither a count nor max"),
+            "{}",
+            n[0].message
+        );
+        assert!(n[0].message.contains("ns/p"), "{}", n[0].message);
+        let both = served
+            .devices
+            .iter()
+            .map(|d| d.name.clone())
+            .collect::<Vec<_>>()
+            .join(",");
+        let c = container(&[&format!("ERDMA_DEVICES={both}")], &[]);
+        let (a, n) = adjust_container(&pod(Some("hca_handle=2")), &c, &served, &POLICY);
+        assert!(a.linux.is_none());
+        assert_eq!(n[0].reason, "ErdmaRdmaMaxNotApplied");
+    }
+}
