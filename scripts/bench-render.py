@@ -149,6 +149,22 @@ def render_agent(s):
     return out
 
 
+def render_nri(s):
+    p = "nri."
+    v = lambda k: s.v(p + k)  # noqa: E731
+    out = [f"Configuration: {c}." for c in conf_lines(s.text, "nri")]
+    ratio = v("ratio_p99")
+    out += [
+        "",
+        "| What | Result | Target | Gate |",
+        "| --- | --- | --- | --- |",
+        f"| `CreateContainer` answered with erdma's adjustment (memlock + `rdma.max`), n = 5000 | p50 {fmt(v('adjust_p50'))} µs, p99 {fmt(v('adjust_p99'))} µs | | |",
+        f"| `CreateContainer` answered with no adjustment, same connection, alternating | p50 {fmt(v('empty_p50'))} µs, p99 {fmt(v('empty_p99'))} µs | | |",
+        f"| **adjusting p99 / empty p99** | **{fmt(ratio)}** | ≤ 2 | {s.gate('NRI CreateContainer p99 / empty p99', ratio, 2, '≤', '×')} |",
+    ]
+    return out
+
+
 def render_nccl(s):
     p = "nccl."
     v = lambda k: s.v(p + k)  # noqa: E731
@@ -351,6 +367,7 @@ RENDER = {
     "inventory": render_inventory,
     "deviceplugin": render_deviceplugin,
     "agent": render_agent,
+    "nri": render_nri,
     "nccl": render_nccl,
     "lab-demo": render_lab_demo,
     "lab-run": render_lab_run,

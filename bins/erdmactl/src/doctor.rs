@@ -42,6 +42,9 @@ pub struct Args {
         value_name = "DIR"
     )]
     pub kubelet_dir: PathBuf,
+    /// The container runtime's NRI socket for --local.
+    #[arg(long, default_value = "/var/run/nri/nri.sock", value_name = "PATH")]
+    pub nri_socket: PathBuf,
     /// Where the local agent serves /healthz for --local (`off` to skip).
     #[arg(long, default_value = erdma_doctor::agent_health::DEFAULT_ADDR, value_name = "HOST:PORT")]
     pub agent_addr: String,
@@ -120,6 +123,7 @@ fn local_checks(args: &Args) -> Vec<Check> {
         &args.kubelet_dir.display().to_string(),
         sockets,
     ));
+    let mut nri_view = None;
     if args.agent_addr != "off" {
         let answer = args
             .agent_addr
@@ -128,8 +132,18 @@ fn local_checks(args: &Args) -> Vec<Check> {
             .and_then(|addr| {
                 erdma_doctor::agent_health::fetch(addr, std::time::Duration::from_secs(2))
             });
+        if let Ok((200, body)) = &answer {
+            nri_view = serde_json::from_str::<serde_json::Value>(body.trim())
+                .ok()
+                .and_then(|v| v.get("nri").cloned());
+        }
         checks.push(erdma_doctor::agent_health::check(&args.agent_addr, answer));
     }
+    checks.push(erdma_doctor::nri::check(
+        &args.nri_socket.display().to_string(),
+        args.nri_socket.exists(),
+        nri_view.as_ref(),
+    ));
     checks
 }
 

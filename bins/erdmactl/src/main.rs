@@ -35,7 +35,7 @@ enum Command {
     Submit(submit::Args),
     /// Diagnose eRDMA on a node (`--node`), a pod (`--pod`) or this machine: PASS/WARN/FAIL + fix.
     #[command(after_help = exit::DOCTOR)]
-    Doctor(doctor::Args),
+    Doctor(Box<doctor::Args>),
     /// Render (`--dry-run -o yaml|json`) or apply the manifests: CRD, RBAC, controller, agent,
     /// webhook; options mirror the original chart's values.
     #[command(after_help = exit::INSTALL)]

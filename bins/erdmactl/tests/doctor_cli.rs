@@ -243,6 +243,8 @@ fn local_mode_on_fixture_trees() {
             ])
             .arg("--kubelet-dir")
             .arg(plugins.path())
+            .arg("--nri-socket")
+            .arg(plugins.path().join("nri.sock"))
             .assert();
         let code = a.get_output().status.code();
         let v: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();

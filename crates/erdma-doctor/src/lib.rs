@@ -11,6 +11,7 @@ pub mod coexistence;
 pub mod libs;
 pub mod local;
 pub mod node;
+pub mod nri;
 pub mod pod;
 pub mod scheduling;
 
