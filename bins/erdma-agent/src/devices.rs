@@ -369,27 +369,44 @@ mod tests {
     /// notifier that runs after the rtnetlink message went out): the port file reads as it is, then
     /// the fixture is switched to the next state.
     struct PortMovesAfterRead {
-        inner: erdma_host::RootedSysfs,
         tree: erdma_host::fake::NodeTree,
         reads: std::sync::atomic::AtomicUsize,
         then: std::sync::Mutex<Option<&'static str>>,
     }
     const PORT: &str = "class/infiniband/erdma_1/ports/1/state";
-    impl erdma_host::Sysfs for PortMovesAfterRead {
-        fn read_attr(&self, rel: &Path) -> Result<String, erdma_host::SysfsError> {
-            let v = self.inner.read_attr(rel);
+    impl Hooks for PortMovesAfterRead {
+        fn after_read(&self, rel: &Path) {
             if rel == Path::new(PORT) {
                 self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 if let Some(next) = self.then.lock().unwrap().take() {
                     self.tree.write(PORT, next);
                 }
             }
+        }
+    }
+
+    /// What a test does around the real sysfs reads.
+    trait Hooks: Send + Sync + 'static {
+        fn after_read(&self, _rel: &Path) {}
+        fn before_list(&self, _rel: &Path) {}
+    }
+
+    /// The real sysfs of a fixture tree with [`Hooks`] around its reads.
+    struct Hooked<H> {
+        inner: erdma_host::RootedSysfs,
+        hooks: H,
+    }
+    impl<H: Hooks> erdma_host::Sysfs for Hooked<H> {
+        fn read_attr(&self, rel: &Path) -> Result<String, erdma_host::SysfsError> {
+            let v = self.inner.read_attr(rel);
+            self.hooks.after_read(rel);
             v
         }
         fn read_link(&self, rel: &Path) -> Result<std::path::PathBuf, erdma_host::SysfsError> {
             self.inner.read_link(rel)
         }
         fn list_dir(&self, rel: &Path) -> Result<Vec<String>, erdma_host::SysfsError> {
+            self.hooks.before_list(rel);
             self.inner.list_dir(rel)
         }
         fn canonical(&self, rel: &Path) -> Result<std::path::PathBuf, erdma_host::SysfsError> {
@@ -413,11 +430,13 @@ mod tests {
         use std::sync::atomic::Ordering;
         let tree = erdma_host::fake::NodeTree::temp();
         erdma_host::fixtures::erdma(&tree, false);
-        let sysfs = Arc::new(PortMovesAfterRead {
+        let sysfs = Arc::new(Hooked {
             inner: erdma_host::RootedSysfs::new(tree.sys()),
-            tree: erdma_host::fake::NodeTree::at(tree.root()),
-            reads: Default::default(),
-            then: Default::default(),
+            hooks: PortMovesAfterRead {
+                tree: erdma_host::fake::NodeTree::at(tree.root()),
+                reads: Default::default(),
+                then: Default::default(),
+            },
         });
         let inv = Inventory::new(erdma_inventory::Sources {
             sysfs: sysfs.clone(),
@@ -426,7 +445,7 @@ mod tests {
         });
         let first = inv.scan();
         assert!(first.devices[1].health.is_healthy());
-        sysfs.reads.store(0, Ordering::SeqCst);
+        sysfs.hooks.reads.store(0, Ordering::SeqCst);
         let (tx, mut rx) = watch::channel(first);
         let wake = Arc::new(Notify::new());
         let cancel = CancellationToken::new();
@@ -438,11 +457,11 @@ mod tests {
             cancel.clone(),
         ));
         // The interval's first tick reads at once; wait for it so that only the wake-up follows.
-        while sysfs.reads.load(Ordering::SeqCst) == 0 {
+        while sysfs.hooks.reads.load(Ordering::SeqCst) == 0 {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         tree.write(PORT, "1: DOWN\n");
-        *sysfs.then.lock().unwrap() = Some("4: ACTIVE\n");
+        *sysfs.hooks.then.lock().unwrap() = Some("4: ACTIVE\n");
         wake.notify_one();
         let hang_guard = Duration::from_secs(30);
         tokio::time::timeout(hang_guard, rx.changed())
@@ -460,18 +479,11 @@ mod tests {
 
     /// A full scan whose GID listing hangs until released, as a slow full scan does.
     struct SlowGids {
-        inner: erdma_host::RootedSysfs,
         blocked: std::sync::atomic::AtomicBool,
         release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
     }
-    impl erdma_host::Sysfs for SlowGids {
-        fn read_attr(&self, rel: &Path) -> Result<String, erdma_host::SysfsError> {
-            self.inner.read_attr(rel)
-        }
-        fn read_link(&self, rel: &Path) -> Result<std::path::PathBuf, erdma_host::SysfsError> {
-            self.inner.read_link(rel)
-        }
-        fn list_dir(&self, rel: &Path) -> Result<Vec<String>, erdma_host::SysfsError> {
+    impl Hooks for SlowGids {
+        fn before_list(&self, rel: &Path) {
             if rel.ends_with("gids") {
                 self.blocked
                     .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -479,19 +491,6 @@ mod tests {
                 self.blocked
                     .store(false, std::sync::atomic::Ordering::SeqCst);
             }
-            self.inner.list_dir(rel)
-        }
-        fn canonical(&self, rel: &Path) -> Result<std::path::PathBuf, erdma_host::SysfsError> {
-            self.inner.canonical(rel)
-        }
-        fn exists(&self, rel: &Path) -> bool {
-            self.inner.exists(rel)
-        }
-        fn describe(&self) -> String {
-            self.inner.describe()
-        }
-        fn refresh(&self) {
-            self.inner.refresh()
         }
     }
 
@@ -509,10 +508,12 @@ mod tests {
         .scan();
         assert!(first.devices[1].health.is_healthy());
         let (release, gate) = std::sync::mpsc::channel();
-        let sysfs = Arc::new(SlowGids {
+        let sysfs = Arc::new(Hooked {
             inner: erdma_host::RootedSysfs::new(tree.sys()),
-            blocked: Default::default(),
-            release: std::sync::Mutex::new(gate),
+            hooks: SlowGids {
+                blocked: Default::default(),
+                release: std::sync::Mutex::new(gate),
+            },
         });
         let inv = Inventory::new(erdma_inventory::Sources {
             sysfs: sysfs.clone(),
@@ -530,7 +531,7 @@ mod tests {
             cancel.clone(),
         ));
         // The first full scan starts FULL_SCAN_EVERY after the start, and hangs in the GIDs.
-        while !sysfs.blocked.load(Ordering::SeqCst) {
+        while !sysfs.hooks.blocked.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         tree.write(PORT, "1: DOWN\n");
@@ -541,14 +542,14 @@ mod tests {
             .unwrap();
         assert!(!rx.borrow_and_update().devices[1].health.is_healthy());
         assert!(
-            sysfs.blocked.load(Ordering::SeqCst),
+            sysfs.hooks.blocked.load(Ordering::SeqCst),
             "answered while the full scan still ran"
         );
         // The scan finishes: its result is refreshed, so the port is still DOWN, not as it was
         // when the scan started.
         release.send(()).unwrap();
         release.send(()).unwrap();
-        while sysfs.blocked.load(Ordering::SeqCst) {
+        while sysfs.hooks.blocked.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
