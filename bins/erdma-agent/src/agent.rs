@@ -109,8 +109,8 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
     );
     let (raw_tx, raw_rx) = watch::channel(raw);
     let wake = Arc::new(tokio::sync::Notify::new());
-    devices::watch_links(wake.clone(), cancel.clone());
-    let _dev_watcher = devices::watch_dev(&s.dev_root, wake.clone());
+    erdma_inventory::events::watch_links(wake.clone(), cancel.clone());
+    let _dev_watcher = erdma_inventory::events::watch_dev(&s.dev_root, wake.clone());
     tasks.push(tokio::spawn(devices::run(
         inventory,
         raw_tx,

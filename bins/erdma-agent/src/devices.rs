@@ -6,7 +6,6 @@ use crate::source::EriSource;
 use erdma_driver::DriverStatus;
 use erdma_inventory::Inventory;
 use erdma_model::{DeviceSelection, Excluded, NodeDevices};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
@@ -223,115 +222,6 @@ pub async fn publish(
     }
 }
 
-/// Wakes the poller on every rtnetlink link message (operstate, carrier, add/remove of netdevs)
-/// until `cancel` fires. Returns `false` when no netlink socket could be opened (polling remains).
-pub fn watch_links(wake: Arc<Notify>, cancel: CancellationToken) -> bool {
-    use nix::sys::socket::{
-        AddressFamily, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, socket,
-    };
-    const RTMGRP_LINK: u32 = 1;
-    let fd = match socket(
-        AddressFamily::Netlink,
-        SockType::Raw,
-        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
-        SockProtocol::NetlinkRoute,
-    ) {
-        Ok(fd) => fd,
-        Err(e) => {
-            tracing::warn!(
-                "netlink socket unavailable ({e}); netdev changes are seen by polling only"
-            );
-            return false;
-        }
-    };
-    if let Err(e) = bind(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &NetlinkAddr::new(0, RTMGRP_LINK),
-    ) {
-        tracing::warn!(
-            "netlink bind to link events failed ({e}); netdev changes are seen by polling only"
-        );
-        return false;
-    }
-    // SAFETY: the OwnedFd moves into the AsyncFd, stays open for its whole life and always
-    // returns the same descriptor from as_raw_fd.
-    let registered = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
-    };
-    let afd = match registered {
-        Ok(a) => a,
-        Err(e) => {
-            tracing::warn!("netlink socket cannot be polled ({e}); polling only");
-            return false;
-        }
-    };
-    tokio::spawn(async move {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let guard = tokio::select! {
-                _ = cancel.cancelled() => return,
-                g = afd.readable() => g,
-            };
-            let Ok(mut guard) = guard else { return };
-            // Drain everything queued; the content does not matter, only that links changed.
-            let mut woke = false;
-            loop {
-                match nix::sys::socket::recv(
-                    std::os::fd::AsRawFd::as_raw_fd(afd.get_ref()),
-                    &mut buf,
-                    nix::sys::socket::MsgFlags::empty(),
-                ) {
-                    Ok(0) => break,
-                    Ok(_) => woke = true,
-                    Err(nix::errno::Errno::EAGAIN) => {
-                        guard.clear_ready();
-                        break;
-                    }
-                    // ENOBUFS: events were dropped; a refresh re-reads everything anyway.
-                    Err(nix::errno::Errno::ENOBUFS) => woke = true,
-                    Err(e) => {
-                        tracing::warn!(
-                            "netlink receive failed ({e}); netdev changes are seen by polling only"
-                        );
-                        return;
-                    }
-                }
-            }
-            if woke {
-                wake.notify_one();
-            }
-        }
-    });
-    true
-}
-
-/// Wakes the poller when `<dev_root>/infiniband` changes (uverbs nodes created or removed).
-/// Returns the watcher, which must be kept alive; `None` when inotify is unavailable.
-pub fn watch_dev(dev_root: &Path, wake: Arc<Notify>) -> Option<notify::RecommendedWatcher> {
-    use notify::{RecursiveMode, Watcher};
-    let ib = dev_root.join("infiniband");
-    let target = if ib.is_dir() {
-        ib
-    } else {
-        dev_root.to_path_buf()
-    };
-    let mut w = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-        if res.is_ok() {
-            wake.notify_one();
-        }
-    })
-    .map_err(|e| {
-        tracing::warn!("inotify unavailable ({e}); char-device changes are seen by polling only")
-    })
-    .ok()?;
-    w.watch(&target, RecursiveMode::NonRecursive)
-        .map_err(
-            |e| tracing::warn!(dir = %target.display(), "inotify watch failed ({e}); polling only"),
-        )
-        .ok()?;
-    Some(w)
-}
-
 fn log_changes(old: &NodeDevices, new: &NodeDevices) {
     for d in &new.devices {
         match old.device(&d.name) {
@@ -352,18 +242,7 @@ fn log_changes(old: &NodeDevices, new: &NodeDevices) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn dev_changes_wake_the_poller() {
-        let dev = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dev.path().join("infiniband")).unwrap();
-        let wake = Arc::new(Notify::new());
-        let _w = watch_dev(dev.path(), wake.clone()).expect("inotify watch");
-        std::fs::write(dev.path().join("infiniband/uverbs9"), b"").unwrap();
-        tokio::time::timeout(Duration::from_secs(2), wake.notified())
-            .await
-            .expect("woken by the new uverbs node");
-    }
+    use std::path::Path;
 
     /// A driver that moves its port state just after the reader looked (as rxe does in the netdev
     /// notifier that runs after the rtnetlink message went out): the port file reads as it is, then
@@ -556,31 +435,5 @@ mod tests {
         assert!(!rx.borrow().devices[1].health.is_healthy());
         cancel.cancel();
         drop(release);
-    }
-
-    #[tokio::test]
-    #[ignore = "needs root (creates a veth pair in the host's network namespace); run with --ignored by scripts/test.sh on the CI host, which runs as root"]
-    async fn link_changes_wake_the_poller() {
-        let wake = Arc::new(Notify::new());
-        let cancel = CancellationToken::new();
-        assert!(
-            watch_links(wake.clone(), cancel.clone()),
-            "netlink route socket"
-        );
-        let name = format!("erdmanl{}", std::process::id() % 100_000);
-        let peer = format!("{name}p");
-        let added = std::process::Command::new("ip")
-            .args(["link", "add", &name, "type", "veth", "peer", "name", &peer])
-            .output();
-        match added {
-            Ok(o) if o.status.success() => {}
-            other => panic!("needs root and iproute2 to create the veth pair {name}: {other:?}"),
-        }
-        let woke = tokio::time::timeout(Duration::from_secs(2), wake.notified()).await;
-        let _ = std::process::Command::new("ip")
-            .args(["link", "del", &name])
-            .output();
-        cancel.cancel();
-        assert!(woke.is_ok(), "a new link must wake the poller");
     }
 }

@@ -287,15 +287,18 @@ async fn refused_reload_shows_in_healthz_metrics_and_on_the_node() {
     let cond = node.status.unwrap().conditions.unwrap();
     assert_eq!(cond[0].type_, "ERdmaDriverReady");
     assert_eq!(cond[0].reason.as_deref(), Some("ModeChangePending"));
-    let events = api.list::<k8s_openapi::api::events::v1::Event>(Some("default"));
-    assert!(
-        events
+    // The Event is written after the labels and the condition: wait for it too.
+    let api3 = api.clone();
+    until("the pending-change Event", move || {
+        api3.list::<k8s_openapi::api::events::v1::Event>(Some("default"))
             .iter()
-            .any(|e| e.reason.as_deref() == Some("DriverModeChangePending")
-                && e.type_.as_deref() == Some("Warning")
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("n1")),
-        "{events:?}"
-    );
+            .any(|e| {
+                e.reason.as_deref() == Some("DriverModeChangePending")
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("n1")
+            })
+    })
+    .await;
     assert!(!host.actions().iter().any(|a| a.starts_with("rmmod")));
 
     // Over HTTP, as a probe or Prometheus sees it.
