@@ -98,10 +98,7 @@ async fn every_agent_api_call_is_allowed_and_every_permission_is_used() {
     let api = FakeApiServer::new();
     api.enforce(authz.clone());
     api.put(&kubelet_node("n1"));
-    let cluster = Cluster {
-        client: api.client_as(&user),
-        node: "n1".into(),
-    };
+    let cluster = Cluster::new(api.client_as(&user), "n1");
 
     api.set_step("Driver state: node labels, `ERdmaDriverReady` condition, pending Event");
     cluster.publish_driver(None, &pending()).await.unwrap();
@@ -133,18 +130,19 @@ async fn every_agent_api_call_is_allowed_and_every_permission_is_used() {
         .await
         .unwrap();
 
+    let trainer = PodRef {
+        namespace: "team-a".into(),
+        name: "trainer-0".into(),
+        uid: "uid-trainer-0".into(),
+    };
     api.set_step("SMC-R pre-start: Event on the pod");
     cluster
-        .pod_event(
-            &PodRef {
-                namespace: "team-a".into(),
-                name: "trainer-0".into(),
-                uid: "uid-trainer-0".into(),
-            },
-            "Normal",
-            "SmcrEnabled",
-            "SMC-R enabled",
-        )
+        .pod_event(&trainer, "Normal", "SmcrEnabled", "SMC-R enabled")
+        .await
+        .unwrap();
+    api.set_step("The same Event again: a series on the first one");
+    cluster
+        .pod_event(&trainer, "Normal", "SmcrEnabled", "SMC-R enabled")
         .await
         .unwrap();
 
@@ -196,10 +194,7 @@ async fn every_agent_api_call_is_allowed_and_every_permission_is_used() {
 async fn kubelet_conditions_survive_the_agent_condition_patch() {
     let api = FakeApiServer::new();
     api.put(&kubelet_node("n1"));
-    let cluster = Cluster {
-        client: api.client(),
-        node: "n1".into(),
-    };
+    let cluster = Cluster::new(api.client(), "n1");
     cluster.publish_driver(None, &pending()).await.unwrap();
     cluster
         .publish_driver(Some(&pending()), &converged())

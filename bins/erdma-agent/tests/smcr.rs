@@ -277,10 +277,7 @@ fn ids(v: &[&str]) -> Vec<String> {
 }
 
 fn cluster(api: &FakeApiServer) -> Cluster {
-    Cluster {
-        client: api.client(),
-        node: "n1".into(),
-    }
+    Cluster::new(api.client(), "n1")
 }
 
 async fn events_for(api: &FakeApiServer, pod: &str, want: usize) -> Vec<Event> {

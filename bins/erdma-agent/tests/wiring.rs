@@ -249,10 +249,7 @@ async fn refused_reload_shows_in_healthz_metrics_and_on_the_node() {
         },
         ..Default::default()
     });
-    let cluster = Cluster {
-        client: api.client(),
-        node: "n1".into(),
-    };
+    let cluster = Cluster::new(api.client(), "n1");
     let cancel = CancellationToken::new();
     let (rx, _keep, task) = driver::start(
         Arc::clone(&host),
@@ -407,10 +404,7 @@ fn eri(id: &str, mac: &str, primary: bool) -> DeviceInfo {
 async fn erdmadevice_path_serves_only_matched_devices_and_reports_missing() {
     let (_tree, raw) = fixture();
     let api = FakeApiServer::new();
-    let cluster = Cluster {
-        client: api.client(),
-        node: "n1".into(),
-    };
+    let cluster = Cluster::new(api.client(), "n1");
     // Not Ready yet: nothing is served.
     api.put(&erdma_device(
         "n1",
@@ -836,10 +830,7 @@ async fn another_plugin_for_aliyun_erdma_is_reported_not_fought_and_replaced_aft
         },
         ..Default::default()
     });
-    let cluster = Cluster {
-        client: api.client(),
-        node: "n1".into(),
-    };
+    let cluster = Cluster::new(api.client(), "n1");
     let cancel = CancellationToken::new();
     let (plugin_metrics, metrics, registry) = registry();
     let (conflict_tx, conflict_rx) = watch::channel(None);

@@ -671,7 +671,8 @@ pub fn agent_cluster_rules() -> Vec<PolicyRule> {
         ),
         rule(&[""], &["nodes"], &["patch"], &[]),
         rule(&[""], &["nodes/status"], &["patch"], &[]),
-        rule(&["events.k8s.io"], &["events"], &["create"], &[]),
+        // patch: a repeated Event becomes a series on the first one (kube's Recorder).
+        rule(&["events.k8s.io"], &["events"], &["create", "patch"], &[]),
     ]
 }
 
