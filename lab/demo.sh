@@ -1,7 +1,8 @@
 #!/bin/bash
 # The erdma demo: build the binaries, boot a real Linux kernel with two Soft-RoCE NICs on two
-# NUMA nodes, let the agent serve aliyun/erdma to the fake kubelet, start two pods with one
-# allocated RDMA device each, run RDMA traffic between them and print what happened.
+# NUMA nodes, let the agent serve aliyun/erdma to the fake kubelet, start two pods (containers on
+# containerd, over CRI) with one allocated RDMA device each, run RDMA traffic between them and
+# print what happened.
 #   lab/demo.sh [--suite SUITE]
 # Installs what it needs first (scripts/host-deps.sh build lab). Exit status 0 only with "REPORT: ok":
 # distinct devices, both ends of every tool exited 0, non-zero bandwidth, packet counters that rose
@@ -18,10 +19,13 @@ done
 timed host-packages lab_packages
 timed cargo-build lab_build
 timed kernel lab_kernel
+timed runtime lab_runtime
 lab_workdir
 timed initramfs lab_initramfs
 say "booting kernel $KVER ($SUITE); work dir $WORK"
 timed vm lab_boot demo.sh
+# the guest's own steps (container runtime start, image import, pod starts), on its uptime clock
+[ -f "$WORK/share/out/timings.txt" ] && while read -r n v; do TIMINGS+=("guest-$n $v"); done < "$WORK/share/out/timings.txt"
 echo
 echo "=== erdma demo: a real kernel, real RDMA devices, the agent serving two pods ==="
 if [ -s "$WORK/share/out/demo-report.txt" ]; then cat "$WORK/share/out/demo-report.txt"; else echo "(no report: see $WORK/console.log)"; fi

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The demo inside the VM: the node's RDMA devices, the agent serving aliyun/erdma to the fake
-# kubelet, two pods each allocated one slot, RDMA traffic between them. Writes the human report
+# kubelet, two pods (containers on the guest's containerd, run by the fake kubelet over CRI) each
+# allocated one slot, RDMA traffic between them. Writes the human report
 # to out/demo-report.txt (the host prints it) and "REPORT: ok" / "REPORT: failed: why".
 #
 # The verdict is the conjunction of the checks the report prints under "Verdict", each with its
@@ -9,7 +10,8 @@
 # without aliyun/erdma has no /dev/infiniband and no RDMA device.
 # Would fail if: the plugin handed both pods the same device, Allocate left a device out of a pod,
 # either end of ib_write_bw or ibv_rc_pingpong failed, the traffic did not cross the two rxe
-# devices, or a pod without the resource could see an RDMA device.
+# devices, or a pod without the resource could see an RDMA device or open one through a node it
+# created itself (the runtime's device cgroup).
 . /mnt/host/guest/lib.sh
 SCEN=demo
 R="$OUT/demo-report.txt"; : > "$R"
@@ -20,10 +22,11 @@ die() { rep ""; rep "DEMO FAILED: $*"; echo "REPORT: failed: $*"; exit 1; }
 V=/tmp/verdict.txt; : > "$V"
 vck() { ck "$@" >> "$V"; }
 num_gt0() { awk -v x="$1" 'BEGIN { exit !(x + 0 > 0) }'; }
-for b in erdmactl erdma-fake-kubelet erdma-agent erdma-labpod; do
+for b in erdmactl erdma-fake-kubelet erdma-agent containerd; do
   command -v $b >/dev/null || die "$b is not in the guest image (lab_build did not build it)"
 done
 node_up
+runtime_up || die "the container runtime did not start (see out/containerd.log)"
 rep "Node: Linux $(uname -r) in qemu (TCG), $(nproc) CPUs, $(ls -d /sys/devices/system/node/node* | wc -l) NUMA nodes;"
 rep "      Soft-RoCE rxe0 on eth0 (NUMA 0) and rxe1 on eth1 (NUMA 1)."
 rep ""
@@ -35,23 +38,27 @@ start_agent || die "the agent did not register (see out/demo-agent.log)"
 rep "Agent registered aliyun/erdma with the fake kubelet:"
 jq -r --arg r "$RES" '.resources[$r].devices | group_by(.id | split("/")[0])[]
   | "  \(.[0].id | split("/")[0]): \(length) slots, \(map(select(.health == "Healthy")) | length) healthy, NUMA \(.[0].numa | map(tostring) | join(","))"' "$STATE" >> "$R"
-pod_net pod-a 10.88.0.11; pod_net pod-b 10.88.0.12; pod_net pod-c 10.88.0.13
-A=$(alloc pod-a 1) || die "Allocate for pod-a failed: $(tail -1 /tmp/pod-a.alloc.err)"
-B=$(alloc pod-b 1) || die "Allocate for pod-b failed: $(tail -1 /tmp/pod-b.alloc.err)"
+cpod pod-a 1 > /dev/null || die "pod-a did not start: $(tail -1 /tmp/pod-a.pod.err)"
+cpod pod-b 1 > /dev/null || die "pod-b did not start: $(tail -1 /tmp/pod-b.pod.err)"
+cpod pod-c 0 > /dev/null || die "pod-c did not start: $(tail -1 /tmp/pod-c.pod.err)"
+A=/tmp/pod-a.json; B=/tmp/pod-b.json
+for p in a b c; do echo "pod-run-pod-$p $(jq -r '.timings_ms.total / 1000' /tmp/pod-$p.pod.json)" >> "$OUT/timings.txt"; done
+jq .allocation /tmp/pod-a.pod.json > "$A"; jq .allocation /tmp/pod-b.pod.json > "$B"
+IPA=$(cpod_ip pod-a)
 DA=$(ibdevs "$A"); DB=$(ibdevs "$B")
 rep ""
 for p in a b; do
   f=/tmp/pod-$p.json
-  rep "Pod lab/pod-$p (10.88.0.1$(echo $p | tr ab 12)) was allocated $(ids "$f"):"
+  rep "Pod lab/pod-$p (container $(jq -r '.container_id[:12]' /tmp/pod-$p.pod.json), $(cpod_ip pod-$p), started in $(jq -r .timings_ms.total /tmp/pod-$p.pod.json) ms) was allocated $(ids "$f"):"
   rep "  devices: $(jq -r '[.devices[] | "\(.container_path) (\(.permissions))"] | join(", ")' "$f")"
   rep "  env:     $(jq -r '.envs | to_entries | map("\(.key)=\(.value)") | join(" ")' "$f")"
-  rep "  inside the pod, /dev/infiniband: $(pod pod-$p "$f" ls /dev/infiniband | tr '\n' ' ')"
-  rep "  inside the pod, ibv_devices:     $(pod pod-$p "$f" ibv_devices | awk 'NR > 2 {print $1}' | tr '\n' ' ')"
+  rep "  inside the pod, /dev/infiniband: $(cx pod-$p ls /dev/infiniband | tr '\n' ' ')"
+  rep "  inside the pod, ibv_devices:     $(cx pod-$p ibv_devices | awk 'NR > 2 {print $1}' | tr '\n' ' ')"
 done
 vck "the pods got one device each, and distinct ones: pod-a $DA, pod-b $DB" \
   sh -c "test -n '$DA' && test -n '$DB' && test '$DA' != '$DB' && test \$(echo $DA | wc -w) = 1 && test \$(echo $DB | wc -w) = 1"
-SEEN_A=$(pod pod-a "$A" ibv_devices | awk 'NR > 2 {print $1}' | tr '\n' ' ')
-SEEN_B=$(pod pod-b "$B" ibv_devices | awk 'NR > 2 {print $1}' | tr '\n' ' ')
+SEEN_A=$(cx pod-a ibv_devices | awk 'NR > 2 {print $1}' | tr '\n' ' ')
+SEEN_B=$(cx pod-b ibv_devices | awk 'NR > 2 {print $1}' | tr '\n' ' ')
 vck "each pod sees exactly its device: pod-a [$SEEN_A], pod-b [$SEEN_B]" \
   sh -c "test '$SEEN_A' = '$DA ' && test '$SEEN_B' = '$DB '"
 
@@ -68,16 +75,16 @@ delta() { # delta BEFORE AFTER KEY
   _b=$(echo "$1" | sed -n "s/^$3=//p"); _a=$(echo "$2" | sed -n "s/^$3=//p")
   if [ -n "$_a" ] && [ -n "$_b" ]; then echo $((_a - _b)); else echo "?"; fi
 }
-listening() { ip netns exec pod-a ss -Hltn | grep -q ":18515 "; }
+listening() { cpod_listening pod-a 18515; }
 S0=$(snap)
-pod pod-a "$A" timeout 300 ib_write_bw -d "$DA" -x "$GA" -F -u 20 -n 1000 > /tmp/bw-srv.out 2>&1 &
+cx pod-a timeout 300 ib_write_bw -d "$DA" -x "$GA" -F -u 20 -n 1000 > /tmp/bw-srv.out 2>&1 &
 srv=$!; wait_for 60 listening
-pod pod-b "$B" timeout 300 ib_write_bw -d "$DB" -x "$GB" -F -u 20 -n 1000 10.88.0.11 > /tmp/bw-cli.out 2>&1; bw_crc=$?
+cx pod-b timeout 300 ib_write_bw -d "$DB" -x "$GB" -F -u 20 -n 1000 "$IPA" > /tmp/bw-cli.out 2>&1; bw_crc=$?
 wait $srv; bw_src=$?
 bw=$(awk '/^ *65536 / {print $4}' /tmp/bw-cli.out | tail -1)
-pod pod-a "$A" timeout 300 ibv_rc_pingpong -d "$DA" -g "$GA" -n 500 > /tmp/pp-srv.out 2>&1 &
+cx pod-a timeout 300 ibv_rc_pingpong -d "$DA" -g "$GA" -n 500 > /tmp/pp-srv.out 2>&1 &
 srv=$!; wait_for 60 listening
-pod pod-b "$B" timeout 300 ibv_rc_pingpong -d "$DB" -g "$GB" -n 500 10.88.0.11 > /tmp/pp-cli.out 2>&1; pp_crc=$?
+cx pod-b timeout 300 ibv_rc_pingpong -d "$DB" -g "$GB" -n 500 "$IPA" > /tmp/pp-cli.out 2>&1; pp_crc=$?
 wait $srv; pp_src=$?
 lat=$(awk '/iters in/ {print $7}' /tmp/pp-cli.out | tail -1)
 S1=$(snap)
@@ -91,11 +98,15 @@ vck "ibv_rc_pingpong exited 0 at both ends (client rc $pp_crc, server rc $pp_src
 vck "RoCE packet counters rose on both devices: $DA sent +$a_tx rcvd +$a_rx, $DB sent +$b_tx rcvd +$b_rx" \
   sh -c "num() { case \$1 in ''|*[!0-9]*) return 1;; esac; test \$1 -gt 0; }; num '$a_tx' && num '$a_rx' && num '$b_tx' && num '$b_rx'"
 
-C_DEV=$(pod pod-c - sh -c 'test -e /dev/infiniband && ls /dev/infiniband | tr "\n" " " || echo absent')
-C_LIST=$(pod pod-c - ibv_devices 2>/dev/null | awk 'NR > 2 {print $1}' | tr '\n' ' ')
-C_MSG=$(pod pod-c - ibv_devinfo 2>&1 | tail -1)
+C_DEV=$(cx pod-c sh -c 'test -e /dev/infiniband && ls /dev/infiniband | tr "\n" " " || echo absent')
+C_LIST=$(cx pod-c ibv_devices 2>/dev/null | awk 'NR > 2 {print $1}' | tr '\n' ' ')
+C_MSG=$(cx pod-c ibv_devinfo 2>&1 | tail -1)
 vck "the pod without aliyun/erdma has no RDMA device: /dev/infiniband $C_DEV, ibv_devices [${C_LIST}], ibv_devinfo: $C_MSG" \
   sh -c "test '$C_DEV' = absent && test -z '$C_LIST'"
+set -- $(dev_of "$(uverbs_of "$DA")")
+C_CG=$(cx pod-c sh -c "mknod /tmp/uv c $1 $2 && echo mknod-ok; cat /tmp/uv" 2>&1 | tr '\n' ' ')
+vck "the runtime's device cgroup refuses $DA's node it creates itself: $C_CG" \
+  sh -c "echo '$C_CG' | grep -q mknod-ok && echo '$C_CG' | grep -q 'Operation not permitted'"
 
 rep ""
 rep "RDMA between the pods (RoCEv2 over Soft-RoCE, $DB in pod-b -> $DA in pod-a):"
@@ -105,6 +116,7 @@ rep "  RoCE packets during both runs:  $DA sent $a_tx, received $a_rx;  $DB sent
 rep "  (software emulation on a shared CPU: the numbers show function, not speed)"
 rep ""
 rep "A pod without aliyun/erdma: /dev/infiniband $C_DEV; ibv_devinfo: $C_MSG"
+rep "  and when it creates $DA's node itself (mknod): $C_CG"
 rep ""
 rep "Verdict:"
 cat "$V" >> "$R"

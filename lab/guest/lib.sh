@@ -7,7 +7,9 @@
 #   so rxe0 and rxe1 really exchange RoCEv2 packets (two NICs of one host cabled to one switch).
 #   cni0: a bridge, 10.88.0.1/24, where pods' veths plug in (pod IPs 10.88.0.11...).
 # The agent and the fake kubelet run in the init netns (the fake kubelet also serves the
-# pod-resources API, which the agent reads to count slots in use); pods are erdma-labpod processes.
+# pod-resources API, which the agent reads to count slots in use). Pods are containers on the
+# guest's containerd, run by the fake kubelet over CRI (runtime.sh); the numa scenario still
+# uses erdma-labpod processes (`pod` below).
 OUT=/mnt/host/out
 KDIR=/var/lib/kubelet/device-plugins
 STATE=$KDIR/fake-kubelet-state.json
@@ -139,3 +141,4 @@ ids() { jq -r '.device_ids | join(" ")' "$1"; }
 ibdevs() { jq -r '[.device_ids[] | split("/")[0]] | unique | join(" ")' "$1"; }
 # ipv4_of IBDEV: the IPv4 address of the RDMA device's netdev
 ipv4_of() { ip -4 -o addr show dev "$(cat /sys/class/infiniband/$1/parent)" | awk '{split($4, a, "/"); print a[1]; exit}'; }
+. /mnt/host/guest/runtime.sh

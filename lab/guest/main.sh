@@ -3,14 +3,17 @@
 # own session (killed after LIMIT seconds), cleaning up pods and daemons in between.
 # Results: out/results.txt (PASS/FAIL/SKIP lines); timings: out/timings.txt.
 . /mnt/host/guest/lib.sh
-LIMIT=${LIMIT:-240}
+LIMIT=${LIMIT:-480}
 : > "$OUT/results.txt"; : > "$OUT/timings.txt"
 t=$(now); echo "boot-to-script $t" >> "$OUT/timings.txt"
 log "kernel $(uname -r), $(nproc) CPUs, NUMA nodes: $(ls -d /sys/devices/system/node/node* | wc -l)"
 node_up
+# the container runtime, when the image has it (lab/run.sh and demo.sh build it in)
+command -v containerd > /dev/null && { runtime_up || log "the container runtime did not start"; }
 echo "node-setup $(awk -v a="$t" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')" >> "$OUT/timings.txt"
 
 cleanup() {
+  runtime_clean
   for ns in $(ip netns list | awk '{print $1}'); do ip netns del "$ns"; done
   ip link set eth0 up 2>/dev/null; ip link set eth1 up 2>/dev/null
   rm -rf "$KDIR" /tmp/*.json

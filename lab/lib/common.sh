@@ -58,8 +58,18 @@ lab_kernel() {
   KVER=$(basename "$(ls -d "$KROOT"/lib/modules/* "$KROOT"/usr/lib/modules/* 2>/dev/null | head -1)")
 }
 
+# Sets RUNTIME_LAYER: the guest's container runtime (containerd, runc, CNI plugins, the offline
+# OCI image) as an initramfs layer, cached by content (lab/lib/runtime.sh, pins in
+# lab/runtime.conf). lab_initramfs adds it when it is set.
+RUNTIME_LAYER=""
+lab_runtime() {
+  RUNTIME_LAYER=$("$LAB/lib/runtime.sh" "$CACHE/runtime" | tail -1) && [ -f "$RUNTIME_LAYER" ] \
+    || die "the container runtime layer could not be built (lab/lib/runtime.sh)"
+}
+
 # Sets INITRD: the cached base image (rebuilt when the kernel, the builder, /init or the host
-# tools change) followed by an overlay with the freshly built erdma binaries.
+# tools change), the container runtime layer when lab_runtime ran, and an overlay with the
+# freshly built erdma binaries.
 lab_initramfs() {
   local key base stage
   key=$( { echo "$KROOT"; cat "$LAB/lib/initramfs.sh" "$LAB/guest/init";
@@ -74,9 +84,9 @@ lab_initramfs() {
   for b in "${BINS[@]}"; do strip -o "$stage/$(basename "$b")" "$b" 2>/dev/null || cp "$b" "$stage/"; done
   if [ "${#BINS[@]}" -gt 0 ]; then
     "$LAB/lib/initramfs.sh" overlay "$stage"/* "$WORK/overlay.cpio.gz" || die "overlay build failed"
-    cat "$base" "$WORK/overlay.cpio.gz" > "$WORK/initrd.cpio.gz"
+    cat "$base" $RUNTIME_LAYER "$WORK/overlay.cpio.gz" > "$WORK/initrd.cpio.gz"
   else
-    cp "$base" "$WORK/initrd.cpio.gz"
+    cat "$base" $RUNTIME_LAYER > "$WORK/initrd.cpio.gz"
   fi
   INITRD="$WORK/initrd.cpio.gz"
 }
@@ -94,7 +104,7 @@ lab_boot() {
   local script=$1; shift
   local try
   for try in 1 2 3; do
-    LAB_TIMEOUT=${LAB_TIMEOUT:-780} "$LAB/lib/vm.sh" "$KROOT" "$INITRD" "$WORK/share" "guest/$script" "$@" \
+    LAB_TIMEOUT=${LAB_TIMEOUT:-1800} "$LAB/lib/vm.sh" "$KROOT" "$INITRD" "$WORK/share" "guest/$script" "$@" \
       < /dev/null 2>&1 | tee "$WORK/console.log" | grep --line-buffered -E '^(PASS|FAIL|SKIP|REPORT)' >&2 || true
     # Multi-threaded TCG occasionally oopses while the kernel patches its own code during early
     # boot (int3 from text_poke), before /init runs. That is the emulator, not the code under test:

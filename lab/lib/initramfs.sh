@@ -50,8 +50,9 @@ MODDIR=${MODDIRS[0]}; KVER=$(basename "$MODDIR"); MODBASE=${MODDIR%/lib/modules/
 [ -f "$MODDIR/modules.dep" ] || depmod -b "$MODBASE" "$KVER"
 
 # rdma_rxe needs the "crc32" crypto hash on older kernels (device add fails with ENOENT
-# without it); smc/smc_diag exist only up to 6.17 and are skipped where absent
-MODULES="virtio_pci virtio_net 9p 9pnet_virtio veth bridge dummy rdma_rxe ib_core ib_uverbs ib_umad
+# without it); smc/smc_diag exist only up to 6.17 and are skipped where absent; overlay is
+# containerd's snapshotter (lab/guest/runtime.sh)
+MODULES="virtio_pci virtio_net 9p 9pnet_virtio veth bridge dummy overlay rdma_rxe ib_core ib_uverbs ib_umad
   rdma_cm rdma_ucm ib_cm iw_cm siw smc smc_diag crc32_generic crc32_pclmul crc32c_generic crc32c_intel"
 
 mkdir -p "$ROOT"/{usr/bin,usr/sbin,usr/lib,usr/lib64,usr/local/bin,etc,proc,sys,dev,tmp,run,mnt/host,root,var/lib,var/run}

@@ -2,15 +2,18 @@
 //! device plugin's `PreStartContainer`.
 //!
 //! - [`runtime::v1`]: the generated messages, client and server of the few CRI calls used
-//!   (`Version`, `ListPodSandbox`, `PodSandboxStatus`), from `proto/runtime/v1/api.proto`,
+//!   (`Version`, `ListPodSandbox`, `PodSandboxStatus`, and the lifecycle calls of
+//!   [`lifecycle`]), from `proto/runtime/v1/api.proto`,
 //!   checked in under `src/gen/` (the test `generated_code_is_fresh` keeps it in step).
 //! - [`CriClient`]: a client over the runtime's Unix socket that finds a pod's sandbox and reads
 //!   its network namespace, host-network flag and annotations ([`SandboxInfo`]).
 //! - [`prestart`]: device IDs of a `PreStartContainer` → owning pod (kubelet pod-resources) →
 //!   sandbox (CRI).
+//! - [`lifecycle`]: running sandboxes and containers as the kubelet does (the lab's kubelet).
 
 #[cfg(feature = "fake")]
 pub mod fake;
+pub mod lifecycle;
 pub mod prestart;
 
 use erdma_kubelet::uds::{self, ClientAuthority};

@@ -5,7 +5,7 @@ use crate::{FakeKubelet, FakeKubeletError, Result};
 use erdma_kubelet::deviceplugin::v1beta1 as api;
 use erdma_kubelet::deviceplugin::v1beta1::device_plugin_client::DevicePluginClient;
 use erdma_kubelet::uds::{self, ClientAuthority};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -26,7 +26,7 @@ pub struct AllocateOptions {
 }
 
 /// A mount in the JSON output.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MountOut {
     /// Path in the container.
     pub container_path: String,
@@ -37,7 +37,7 @@ pub struct MountOut {
 }
 
 /// A device node in the JSON output.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceOut {
     /// Path in the container.
     pub container_path: String,
@@ -48,7 +48,7 @@ pub struct DeviceOut {
 }
 
 /// The result of one allocation, printed by `erdma-fake-kubelet allocate -o json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AllocationOutput {
     /// `namespace/name`.
     pub pod: String,

@@ -17,6 +17,8 @@
 //! - simulates kubelet restarts: deletes every socket in the directory and re-creates
 //!   `kubelet.sock`;
 //! - serves the pod-resources v1 API (List / Get / GetAllocatableResources) from its ledger;
+//! - runs pods on a real container runtime over CRI after admission ([`pods`]): sandbox,
+//!   allocation, container with the Allocate response's devices, mounts, envs and CDI names;
 //! - accepts a second plugin for a resource as the kubelet does (it becomes the endpoint, every
 //!   open stream keeps feeding the device list, any stream ending marks the resource unhealthy);
 //!   [`other_plugin`] is a stand-in for such a plugin (terway's eRDMA ENI plugin).
@@ -28,6 +30,7 @@ pub mod client;
 pub mod daemon;
 pub mod other_plugin;
 pub mod podresources;
+pub mod pods;
 pub mod state;
 
 pub use client::{AllocateOptions, AllocationOutput, allocate, allocate_reusing, release};
@@ -78,6 +81,9 @@ pub enum FakeKubeletError {
         /// The status.
         status: Box<tonic::Status>,
     },
+    /// A container runtime (CRI) call failed.
+    #[error(transparent)]
+    Cri(#[from] erdma_cri::CriError),
     /// The request cannot be satisfied.
     #[error("{0}")]
     Refused(String),

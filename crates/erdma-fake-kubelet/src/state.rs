@@ -115,7 +115,7 @@ pub fn lock(dir: &Path) -> Result<DirLock> {
     Ok(DirLock { _lock: lock })
 }
 
-fn read_json<T: for<'de> Deserialize<'de> + Default>(path: &Path) -> Result<T> {
+pub(crate) fn read_json<T: for<'de> Deserialize<'de> + Default>(path: &Path) -> Result<T> {
     match std::fs::read(path) {
         Ok(b) if b.is_empty() => Ok(T::default()),
         Ok(b) => serde_json::from_slice(&b).map_err(|source| FakeKubeletError::Json {
@@ -131,7 +131,7 @@ fn read_json<T: for<'de> Deserialize<'de> + Default>(path: &Path) -> Result<T> {
     }
 }
 
-fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     let tmp: PathBuf = path.with_extension("json.tmp");
     let mut text = serde_json::to_vec_pretty(value).map_err(|source| FakeKubeletError::Json {
         path: path.into(),

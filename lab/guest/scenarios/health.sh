@@ -10,12 +10,15 @@
 # agent's poll interval: a lost event path still fails it (a flip then waits for the 0-10 s poll).
 # The agent polls its inventory only every 10 s here (--poll-interval-ms 10000), so a flip seen in
 # well under a second was seen through the rtnetlink link event, not the poll.
-# A kubelet restart is survived: the agent re-registers, keeps serving allocations and keeps
-# reporting health (one more flip, same limits).
+# A kubelet restart is survived, with a container running on containerd (pod-r, one slot): the
+# agent re-registers, keeps serving allocations and keeps reporting health (one more flip, same
+# limits); the container keeps running (ContainerStatus), keeps its device and still opens it, and
+# the kubelet's pod-resources still list its allocation; a new container starts after the restart.
 # Would fail if: the agent stopped listening to rtnetlink link events (flips would take up to the
 # 10 s poll), judged health by the lagging operstate (up -> Healthy up to 1 s late), lost the
 # port-state change that follows the link event, did not report rxe0's health on ListAndWatch,
-# marked rxe1 too, or did not re-register after a kubelet restart.
+# marked rxe1 too, or did not re-register after a kubelet restart, or a kubelet restart stopped a
+# running container or lost its allocation.
 . /mnt/host/guest/lib.sh
 MEDIAN_MS=250; MAX_MS=1000; FLIPS=${HEALTH_FLIPS:-20}; POLL_MS=10000
 MODE=$(cat /mnt/host/guest/health-gate 2>/dev/null || echo strict)
@@ -90,6 +93,11 @@ gate "eth0 up -> rxe0 Healthy" /tmp/up.ms
 echo "REPORT: health: of which until the agent logged the change, down: $(dist /tmp/down-agent.ms) ms; up: $(dist /tmp/up-agent.ms) ms" >> "$OUT/report.txt"
 
 ck "Allocate for pod-g before the restart" alloc pod-g 1
+CRUN=0; runtime_up && CRUN=1
+if [ $CRUN = 1 ]; then
+  PR=$(cpod pod-r 1) || bad "container pod-r did not start before the restart: $(tail -1 /tmp/pod-r.pod.err)"
+  DR=$(jq -r '[.allocation.device_ids[] | split("/")[0]] | unique | join(" ")' /tmp/pod-r.pod.json 2>/dev/null)
+else bad "the container runtime did not start (see out/containerd.log)"; fi
 regs=$(jq -r '.registrations' "$STATE")
 t=$(now)
 ck "erdma-fake-kubelet restart" erdma-fake-kubelet restart --dir "$KDIR"
@@ -101,6 +109,13 @@ else bad "agent did not re-register after the kubelet restart: $(cat /tmp/probe.
 ck "the agent process survived the restart" kill -0 "$AGENT_PID"
 ck "pod-g's allocation is still recorded after the restart" jq -e '[.allocations[].pod] | index("lab/pod-g") != null' "$STATE"
 ck "Allocate works after the restart" alloc pod-h 1
+if [ $CRUN = 1 ]; then
+  ck "pod-r's container still runs after the kubelet restart ($(cpod_state pod-r))" test "$(cpod_state pod-r)" = CONTAINER_RUNNING
+  seen=$(cx pod-r ibv_devices | awk 'NR > 2 {print $1}' | tr '\n' ' ')
+  ck "pod-r still has and opens its device $DR: ibv_devices [$seen]" sh -c "test -n '$DR' && test '$seen' = '$DR ' && $(command -v erdma-fake-kubelet) pod exec --dir $KDIR --pod lab/pod-r -- ibv_devinfo -d $DR"
+  ck "the kubelet still lists pod-r's allocation after the restart" jq -e '[.allocations[].pod] | index("lab/pod-r") != null' "$STATE"
+  ck "a new container (pod-q) starts after the restart" cpod pod-q 1
+fi
 flip "after restart"
 kill "$MON_PID" 2>/dev/null
 finish

@@ -164,6 +164,272 @@ pub struct ListPodSandboxResponse {
     #[prost(message, repeated, tag = "1")]
     pub items: ::prost::alloc::vec::Vec<PodSandbox>,
 }
+/// Linux security settings of a sandbox; erdma sets only the namespaces (host network or not).
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct LinuxSandboxSecurityContext {
+    #[prost(message, optional, tag = "1")]
+    pub namespace_options: ::core::option::Option<NamespaceOption>,
+    /// Fields 2-5 and 7-11 (SELinux, users, groups, seccomp, AppArmor) are not used by erdma.
+    #[prost(bool, tag = "6")]
+    pub privileged: bool,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct LinuxPodSandboxConfig {
+    /// Parent cgroup of the sandbox (cgroupfs syntax); empty: the runtime's default.
+    #[prost(string, tag = "1")]
+    pub cgroup_parent: ::prost::alloc::string::String,
+    #[prost(message, optional, tag = "2")]
+    pub security_context: ::core::option::Option<LinuxSandboxSecurityContext>,
+    #[prost(btree_map = "string, string", tag = "3")]
+    pub sysctls: ::prost::alloc::collections::BTreeMap<
+        ::prost::alloc::string::String,
+        ::prost::alloc::string::String,
+    >,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct PodSandboxConfig {
+    #[prost(message, optional, tag = "1")]
+    pub metadata: ::core::option::Option<PodSandboxMetadata>,
+    #[prost(string, tag = "2")]
+    pub hostname: ::prost::alloc::string::String,
+    /// Directory on the host for the containers' logs.
+    #[prost(string, tag = "3")]
+    pub log_directory: ::prost::alloc::string::String,
+    /// Fields 4 (DNS) and 5 (port mappings) are not used by erdma.
+    #[prost(btree_map = "string, string", tag = "6")]
+    pub labels: ::prost::alloc::collections::BTreeMap<
+        ::prost::alloc::string::String,
+        ::prost::alloc::string::String,
+    >,
+    /// The pod's annotations; the runtime returns them unchanged in PodSandboxStatus.
+    #[prost(btree_map = "string, string", tag = "7")]
+    pub annotations: ::prost::alloc::collections::BTreeMap<
+        ::prost::alloc::string::String,
+        ::prost::alloc::string::String,
+    >,
+    #[prost(message, optional, tag = "8")]
+    pub linux: ::core::option::Option<LinuxPodSandboxConfig>,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct RunPodSandboxRequest {
+    #[prost(message, optional, tag = "1")]
+    pub config: ::core::option::Option<PodSandboxConfig>,
+    /// Runtime handler (RuntimeClass); empty: the default.
+    #[prost(string, tag = "2")]
+    pub runtime_handler: ::prost::alloc::string::String,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RunPodSandboxResponse {
+    #[prost(string, tag = "1")]
+    pub pod_sandbox_id: ::prost::alloc::string::String,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct StopPodSandboxRequest {
+    #[prost(string, tag = "1")]
+    pub pod_sandbox_id: ::prost::alloc::string::String,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct StopPodSandboxResponse {}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RemovePodSandboxRequest {
+    #[prost(string, tag = "1")]
+    pub pod_sandbox_id: ::prost::alloc::string::String,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RemovePodSandboxResponse {}
+/// Identity of a container within its sandbox.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ContainerMetadata {
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+    #[prost(uint32, tag = "2")]
+    pub attempt: u32,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ImageSpec {
+    /// Image reference or ID.
+    #[prost(string, tag = "1")]
+    pub image: ::prost::alloc::string::String,
+    #[prost(btree_map = "string, string", tag = "2")]
+    pub annotations: ::prost::alloc::collections::BTreeMap<
+        ::prost::alloc::string::String,
+        ::prost::alloc::string::String,
+    >,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct KeyValue {
+    #[prost(string, tag = "1")]
+    pub key: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub value: ::prost::alloc::string::String,
+}
+/// A host path mounted into a container (a device plugin's Mount).
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Mount {
+    #[prost(string, tag = "1")]
+    pub container_path: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub host_path: ::prost::alloc::string::String,
+    #[prost(bool, tag = "3")]
+    pub readonly: bool,
+    #[prost(bool, tag = "4")]
+    pub selinux_relabel: bool,
+    #[prost(enumeration = "MountPropagation", tag = "5")]
+    pub propagation: i32,
+}
+/// A host device node passed into a container (a device plugin's DeviceSpec). The runtime creates
+/// the node and allows it in the container's device cgroup with these permissions (`rwm` subset).
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Device {
+    #[prost(string, tag = "1")]
+    pub container_path: ::prost::alloc::string::String,
+    #[prost(string, tag = "2")]
+    pub host_path: ::prost::alloc::string::String,
+    #[prost(string, tag = "3")]
+    pub permissions: ::prost::alloc::string::String,
+}
+/// A fully qualified CDI device name (vendor.com/class=name) the runtime resolves from its CDI
+/// spec directories.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CdiDevice {
+    #[prost(string, tag = "1")]
+    pub name: ::prost::alloc::string::String,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ContainerConfig {
+    #[prost(message, optional, tag = "1")]
+    pub metadata: ::core::option::Option<ContainerMetadata>,
+    #[prost(message, optional, tag = "2")]
+    pub image: ::core::option::Option<ImageSpec>,
+    /// Entrypoint; empty: the image's.
+    #[prost(string, repeated, tag = "3")]
+    pub command: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    #[prost(string, repeated, tag = "4")]
+    pub args: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    #[prost(string, tag = "5")]
+    pub working_dir: ::prost::alloc::string::String,
+    #[prost(message, repeated, tag = "6")]
+    pub envs: ::prost::alloc::vec::Vec<KeyValue>,
+    #[prost(message, repeated, tag = "7")]
+    pub mounts: ::prost::alloc::vec::Vec<Mount>,
+    #[prost(message, repeated, tag = "8")]
+    pub devices: ::prost::alloc::vec::Vec<Device>,
+    #[prost(btree_map = "string, string", tag = "9")]
+    pub labels: ::prost::alloc::collections::BTreeMap<
+        ::prost::alloc::string::String,
+        ::prost::alloc::string::String,
+    >,
+    /// Container annotations; CDI devices may also be requested here as cdi.k8s.io/<key> = names.
+    #[prost(btree_map = "string, string", tag = "10")]
+    pub annotations: ::prost::alloc::collections::BTreeMap<
+        ::prost::alloc::string::String,
+        ::prost::alloc::string::String,
+    >,
+    /// Log file, relative to the sandbox's log_directory.
+    #[prost(string, tag = "11")]
+    pub log_path: ::prost::alloc::string::String,
+    /// Fields 12-16 (stdin, tty, Linux resources and security context, Windows) are not used by erdma.
+    #[prost(message, repeated, tag = "17")]
+    pub cdi_devices: ::prost::alloc::vec::Vec<CdiDevice>,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct CreateContainerRequest {
+    #[prost(string, tag = "1")]
+    pub pod_sandbox_id: ::prost::alloc::string::String,
+    #[prost(message, optional, tag = "2")]
+    pub config: ::core::option::Option<ContainerConfig>,
+    /// The sandbox's config, passed again for reference.
+    #[prost(message, optional, tag = "3")]
+    pub sandbox_config: ::core::option::Option<PodSandboxConfig>,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct CreateContainerResponse {
+    #[prost(string, tag = "1")]
+    pub container_id: ::prost::alloc::string::String,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct StartContainerRequest {
+    #[prost(string, tag = "1")]
+    pub container_id: ::prost::alloc::string::String,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct StartContainerResponse {}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct StopContainerRequest {
+    #[prost(string, tag = "1")]
+    pub container_id: ::prost::alloc::string::String,
+    /// Seconds between the stop signal and the kill; 0 kills at once.
+    #[prost(int64, tag = "2")]
+    pub timeout: i64,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct StopContainerResponse {}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RemoveContainerRequest {
+    #[prost(string, tag = "1")]
+    pub container_id: ::prost::alloc::string::String,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RemoveContainerResponse {}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ContainerStatusRequest {
+    #[prost(string, tag = "1")]
+    pub container_id: ::prost::alloc::string::String,
+    #[prost(bool, tag = "2")]
+    pub verbose: bool,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ContainerStatus {
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+    #[prost(message, optional, tag = "2")]
+    pub metadata: ::core::option::Option<ContainerMetadata>,
+    #[prost(enumeration = "ContainerState", tag = "3")]
+    pub state: i32,
+    /// Nanoseconds since the epoch.
+    #[prost(int64, tag = "4")]
+    pub created_at: i64,
+    #[prost(int64, tag = "5")]
+    pub started_at: i64,
+    #[prost(int64, tag = "6")]
+    pub finished_at: i64,
+    #[prost(int32, tag = "7")]
+    pub exit_code: i32,
+    /// Fields 8, 9 and 12-19 (image, labels, annotations, mounts, ...) are not used by erdma.
+    #[prost(string, tag = "10")]
+    pub reason: ::prost::alloc::string::String,
+    #[prost(string, tag = "11")]
+    pub message: ::prost::alloc::string::String,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ContainerStatusResponse {
+    #[prost(message, optional, tag = "1")]
+    pub status: ::core::option::Option<ContainerStatus>,
+    #[prost(btree_map = "string, string", tag = "2")]
+    pub info: ::prost::alloc::collections::BTreeMap<
+        ::prost::alloc::string::String,
+        ::prost::alloc::string::String,
+    >,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ExecSyncRequest {
+    #[prost(string, tag = "1")]
+    pub container_id: ::prost::alloc::string::String,
+    #[prost(string, repeated, tag = "2")]
+    pub cmd: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// Seconds; 0: no limit.
+    #[prost(int64, tag = "3")]
+    pub timeout: i64,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ExecSyncResponse {
+    #[prost(bytes = "vec", tag = "1")]
+    pub stdout: ::prost::alloc::vec::Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    pub stderr: ::prost::alloc::vec::Vec<u8>,
+    #[prost(int32, tag = "3")]
+    pub exit_code: i32,
+}
 /// How a namespace is shared. The kubelet sets NODE for the network of hostNetwork pods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
@@ -219,6 +485,67 @@ impl PodSandboxState {
         match value {
             "SANDBOX_READY" => Some(Self::SandboxReady),
             "SANDBOX_NOTREADY" => Some(Self::SandboxNotready),
+            _ => None,
+        }
+    }
+}
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum MountPropagation {
+    PropagationPrivate = 0,
+    PropagationHostToContainer = 1,
+    PropagationBidirectional = 2,
+}
+impl MountPropagation {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::PropagationPrivate => "PROPAGATION_PRIVATE",
+            Self::PropagationHostToContainer => "PROPAGATION_HOST_TO_CONTAINER",
+            Self::PropagationBidirectional => "PROPAGATION_BIDIRECTIONAL",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "PROPAGATION_PRIVATE" => Some(Self::PropagationPrivate),
+            "PROPAGATION_HOST_TO_CONTAINER" => Some(Self::PropagationHostToContainer),
+            "PROPAGATION_BIDIRECTIONAL" => Some(Self::PropagationBidirectional),
+            _ => None,
+        }
+    }
+}
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum ContainerState {
+    ContainerCreated = 0,
+    ContainerRunning = 1,
+    ContainerExited = 2,
+    ContainerUnknown = 3,
+}
+impl ContainerState {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::ContainerCreated => "CONTAINER_CREATED",
+            Self::ContainerRunning => "CONTAINER_RUNNING",
+            Self::ContainerExited => "CONTAINER_EXITED",
+            Self::ContainerUnknown => "CONTAINER_UNKNOWN",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "CONTAINER_CREATED" => Some(Self::ContainerCreated),
+            "CONTAINER_RUNNING" => Some(Self::ContainerRunning),
+            "CONTAINER_EXITED" => Some(Self::ContainerExited),
+            "CONTAINER_UNKNOWN" => Some(Self::ContainerUnknown),
             _ => None,
         }
     }
@@ -381,6 +708,233 @@ pub mod runtime_service_client {
                 .insert(GrpcMethod::new("runtime.v1.RuntimeService", "ListPodSandbox"));
             self.inner.unary(req, path, codec).await
         }
+        /// Creates and starts a pod sandbox (network namespace through CNI, the pause process).
+        pub async fn run_pod_sandbox(
+            &mut self,
+            request: impl tonic::IntoRequest<super::RunPodSandboxRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::RunPodSandboxResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/runtime.v1.RuntimeService/RunPodSandbox",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("runtime.v1.RuntimeService", "RunPodSandbox"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Stops the sandbox and its containers and releases its network.
+        pub async fn stop_pod_sandbox(
+            &mut self,
+            request: impl tonic::IntoRequest<super::StopPodSandboxRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::StopPodSandboxResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/runtime.v1.RuntimeService/StopPodSandbox",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("runtime.v1.RuntimeService", "StopPodSandbox"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Removes a stopped sandbox (and its containers).
+        pub async fn remove_pod_sandbox(
+            &mut self,
+            request: impl tonic::IntoRequest<super::RemovePodSandboxRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::RemovePodSandboxResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/runtime.v1.RuntimeService/RemovePodSandbox",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(
+                    GrpcMethod::new("runtime.v1.RuntimeService", "RemovePodSandbox"),
+                );
+            self.inner.unary(req, path, codec).await
+        }
+        /// Creates a container in a sandbox.
+        pub async fn create_container(
+            &mut self,
+            request: impl tonic::IntoRequest<super::CreateContainerRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::CreateContainerResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/runtime.v1.RuntimeService/CreateContainer",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("runtime.v1.RuntimeService", "CreateContainer"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Starts a created container.
+        pub async fn start_container(
+            &mut self,
+            request: impl tonic::IntoRequest<super::StartContainerRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::StartContainerResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/runtime.v1.RuntimeService/StartContainer",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("runtime.v1.RuntimeService", "StartContainer"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Stops a container (signal, then kill after the timeout).
+        pub async fn stop_container(
+            &mut self,
+            request: impl tonic::IntoRequest<super::StopContainerRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::StopContainerResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/runtime.v1.RuntimeService/StopContainer",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("runtime.v1.RuntimeService", "StopContainer"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Removes a container.
+        pub async fn remove_container(
+            &mut self,
+            request: impl tonic::IntoRequest<super::RemoveContainerRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::RemoveContainerResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/runtime.v1.RuntimeService/RemoveContainer",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("runtime.v1.RuntimeService", "RemoveContainer"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Status of one container.
+        pub async fn container_status(
+            &mut self,
+            request: impl tonic::IntoRequest<super::ContainerStatusRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ContainerStatusResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/runtime.v1.RuntimeService/ContainerStatus",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("runtime.v1.RuntimeService", "ContainerStatus"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// Runs a command in a container and returns its output and exit code.
+        pub async fn exec_sync(
+            &mut self,
+            request: impl tonic::IntoRequest<super::ExecSyncRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ExecSyncResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/runtime.v1.RuntimeService/ExecSync",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("runtime.v1.RuntimeService", "ExecSync"));
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -415,6 +969,78 @@ pub mod runtime_service_server {
             request: tonic::Request<super::ListPodSandboxRequest>,
         ) -> std::result::Result<
             tonic::Response<super::ListPodSandboxResponse>,
+            tonic::Status,
+        >;
+        /// Creates and starts a pod sandbox (network namespace through CNI, the pause process).
+        async fn run_pod_sandbox(
+            &self,
+            request: tonic::Request<super::RunPodSandboxRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::RunPodSandboxResponse>,
+            tonic::Status,
+        >;
+        /// Stops the sandbox and its containers and releases its network.
+        async fn stop_pod_sandbox(
+            &self,
+            request: tonic::Request<super::StopPodSandboxRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::StopPodSandboxResponse>,
+            tonic::Status,
+        >;
+        /// Removes a stopped sandbox (and its containers).
+        async fn remove_pod_sandbox(
+            &self,
+            request: tonic::Request<super::RemovePodSandboxRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::RemovePodSandboxResponse>,
+            tonic::Status,
+        >;
+        /// Creates a container in a sandbox.
+        async fn create_container(
+            &self,
+            request: tonic::Request<super::CreateContainerRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::CreateContainerResponse>,
+            tonic::Status,
+        >;
+        /// Starts a created container.
+        async fn start_container(
+            &self,
+            request: tonic::Request<super::StartContainerRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::StartContainerResponse>,
+            tonic::Status,
+        >;
+        /// Stops a container (signal, then kill after the timeout).
+        async fn stop_container(
+            &self,
+            request: tonic::Request<super::StopContainerRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::StopContainerResponse>,
+            tonic::Status,
+        >;
+        /// Removes a container.
+        async fn remove_container(
+            &self,
+            request: tonic::Request<super::RemoveContainerRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::RemoveContainerResponse>,
+            tonic::Status,
+        >;
+        /// Status of one container.
+        async fn container_status(
+            &self,
+            request: tonic::Request<super::ContainerStatusRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ContainerStatusResponse>,
+            tonic::Status,
+        >;
+        /// Runs a command in a container and returns its output and exit code.
+        async fn exec_sync(
+            &self,
+            request: tonic::Request<super::ExecSyncRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ExecSyncResponse>,
             tonic::Status,
         >;
     }
@@ -617,6 +1243,418 @@ pub mod runtime_service_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = ListPodSandboxSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/runtime.v1.RuntimeService/RunPodSandbox" => {
+                    #[allow(non_camel_case_types)]
+                    struct RunPodSandboxSvc<T: RuntimeService>(pub Arc<T>);
+                    impl<
+                        T: RuntimeService,
+                    > tonic::server::UnaryService<super::RunPodSandboxRequest>
+                    for RunPodSandboxSvc<T> {
+                        type Response = super::RunPodSandboxResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::RunPodSandboxRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as RuntimeService>::run_pod_sandbox(&inner, request)
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = RunPodSandboxSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/runtime.v1.RuntimeService/StopPodSandbox" => {
+                    #[allow(non_camel_case_types)]
+                    struct StopPodSandboxSvc<T: RuntimeService>(pub Arc<T>);
+                    impl<
+                        T: RuntimeService,
+                    > tonic::server::UnaryService<super::StopPodSandboxRequest>
+                    for StopPodSandboxSvc<T> {
+                        type Response = super::StopPodSandboxResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::StopPodSandboxRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as RuntimeService>::stop_pod_sandbox(&inner, request)
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = StopPodSandboxSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/runtime.v1.RuntimeService/RemovePodSandbox" => {
+                    #[allow(non_camel_case_types)]
+                    struct RemovePodSandboxSvc<T: RuntimeService>(pub Arc<T>);
+                    impl<
+                        T: RuntimeService,
+                    > tonic::server::UnaryService<super::RemovePodSandboxRequest>
+                    for RemovePodSandboxSvc<T> {
+                        type Response = super::RemovePodSandboxResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::RemovePodSandboxRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as RuntimeService>::remove_pod_sandbox(&inner, request)
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = RemovePodSandboxSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/runtime.v1.RuntimeService/CreateContainer" => {
+                    #[allow(non_camel_case_types)]
+                    struct CreateContainerSvc<T: RuntimeService>(pub Arc<T>);
+                    impl<
+                        T: RuntimeService,
+                    > tonic::server::UnaryService<super::CreateContainerRequest>
+                    for CreateContainerSvc<T> {
+                        type Response = super::CreateContainerResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::CreateContainerRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as RuntimeService>::create_container(&inner, request)
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = CreateContainerSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/runtime.v1.RuntimeService/StartContainer" => {
+                    #[allow(non_camel_case_types)]
+                    struct StartContainerSvc<T: RuntimeService>(pub Arc<T>);
+                    impl<
+                        T: RuntimeService,
+                    > tonic::server::UnaryService<super::StartContainerRequest>
+                    for StartContainerSvc<T> {
+                        type Response = super::StartContainerResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::StartContainerRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as RuntimeService>::start_container(&inner, request)
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = StartContainerSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/runtime.v1.RuntimeService/StopContainer" => {
+                    #[allow(non_camel_case_types)]
+                    struct StopContainerSvc<T: RuntimeService>(pub Arc<T>);
+                    impl<
+                        T: RuntimeService,
+                    > tonic::server::UnaryService<super::StopContainerRequest>
+                    for StopContainerSvc<T> {
+                        type Response = super::StopContainerResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::StopContainerRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as RuntimeService>::stop_container(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = StopContainerSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/runtime.v1.RuntimeService/RemoveContainer" => {
+                    #[allow(non_camel_case_types)]
+                    struct RemoveContainerSvc<T: RuntimeService>(pub Arc<T>);
+                    impl<
+                        T: RuntimeService,
+                    > tonic::server::UnaryService<super::RemoveContainerRequest>
+                    for RemoveContainerSvc<T> {
+                        type Response = super::RemoveContainerResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::RemoveContainerRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as RuntimeService>::remove_container(&inner, request)
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = RemoveContainerSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/runtime.v1.RuntimeService/ContainerStatus" => {
+                    #[allow(non_camel_case_types)]
+                    struct ContainerStatusSvc<T: RuntimeService>(pub Arc<T>);
+                    impl<
+                        T: RuntimeService,
+                    > tonic::server::UnaryService<super::ContainerStatusRequest>
+                    for ContainerStatusSvc<T> {
+                        type Response = super::ContainerStatusResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::ContainerStatusRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as RuntimeService>::container_status(&inner, request)
+                                    .await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = ContainerStatusSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/runtime.v1.RuntimeService/ExecSync" => {
+                    #[allow(non_camel_case_types)]
+                    struct ExecSyncSvc<T: RuntimeService>(pub Arc<T>);
+                    impl<
+                        T: RuntimeService,
+                    > tonic::server::UnaryService<super::ExecSyncRequest>
+                    for ExecSyncSvc<T> {
+                        type Response = super::ExecSyncResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::ExecSyncRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as RuntimeService>::exec_sync(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = ExecSyncSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(

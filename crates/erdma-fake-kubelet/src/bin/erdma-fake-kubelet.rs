@@ -4,12 +4,14 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use erdma_fake_kubelet::{AllocateOptions, FakeKubelet, FakeKubeletConfig, PID_FILE};
 use erdma_kubelet::uds::ClientAuthority;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// A fake kubelet: serves device-plugin Registration on DIR/kubelet.sock, dials plugins back,
 /// consumes ListAndWatch, allocates like kubelet admission, simulates kubelet restarts and serves
-/// the pod-resources v1 API. State: DIR/fake-kubelet-state.json.
+/// the pod-resources v1 API; `pod` runs pods on a real container runtime over CRI. State:
+/// DIR/fake-kubelet-state.json.
 #[derive(Parser)]
 #[command(name = "erdma-fake-kubelet", version)]
 struct Cli {
@@ -110,6 +112,110 @@ enum Cmd {
         #[arg(long)]
         dir: PathBuf,
     },
+    /// Pods on a real container runtime over CRI, as the kubelet runs them after admission.
+    Pod {
+        #[command(subcommand)]
+        cmd: PodCmd,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Cdi {
+    /// The CRI `CDI_devices` field.
+    Field,
+    /// A `cdi.k8s.io/...` container annotation.
+    Annotation,
+}
+
+#[derive(clap::Args)]
+struct PodTarget {
+    /// Device-plugin directory of a running `erdma-fake-kubelet run` (pod records go to DIR/pods).
+    #[arg(long)]
+    dir: PathBuf,
+    /// The container runtime's CRI socket.
+    #[arg(long, default_value = "/run/containerd/containerd.sock")]
+    cri_socket: PathBuf,
+}
+
+#[derive(Subcommand)]
+enum PodCmd {
+    /// RunPodSandbox, then (with --count > 0) Allocate and PreStartContainer through the plugin,
+    /// CreateContainer with the Allocate response's devices, mounts, envs, annotations and CDI
+    /// names, StartContainer. Prints the pod record as JSON (sandbox and container ids, IP,
+    /// network namespace, allocation, milliseconds per step).
+    Run {
+        #[command(flatten)]
+        target: PodTarget,
+        /// Pod as NAMESPACE/NAME.
+        #[arg(long)]
+        pod: String,
+        /// Container name.
+        #[arg(long, default_value = "c")]
+        container: String,
+        /// Image (already in the runtime).
+        #[arg(long, default_value = "lab.local/rdma-tools:1")]
+        image: String,
+        /// Resource name.
+        #[arg(long, default_value = "aliyun/erdma")]
+        resource: String,
+        /// Device IDs to allocate; 0: a pod without the resource.
+        #[arg(long, default_value_t = 0)]
+        count: usize,
+        /// How CDI device names reach the runtime.
+        #[arg(long, value_enum, default_value = "field")]
+        cdi: Cdi,
+        /// Pod annotation KEY=VALUE (repeatable).
+        #[arg(long = "annotation", value_name = "KEY=VALUE")]
+        annotations: Vec<String>,
+        /// Use the node's network namespace.
+        #[arg(long)]
+        host_network: bool,
+        /// `:authority` sent to the plugin.
+        #[arg(long, value_enum, default_value = "localhost")]
+        authority: Authority,
+        /// Where pod log directories are made.
+        #[arg(long, default_value = "/var/log/pods")]
+        log_root: PathBuf,
+        /// The container's command (default: the image's).
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// ExecSync in the pod's container: prints its stdout and stderr and exits with its code.
+    Exec {
+        #[command(flatten)]
+        target: PodTarget,
+        /// Pod as NAMESPACE/NAME.
+        #[arg(long)]
+        pod: String,
+        /// Seconds before the runtime stops the command (0: no limit).
+        #[arg(long, default_value_t = 0)]
+        timeout: u32,
+        /// The command.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// The pod's container state from the runtime (ContainerStatus) with its record, as JSON.
+    Status {
+        #[command(flatten)]
+        target: PodTarget,
+        /// Pod as NAMESPACE/NAME.
+        #[arg(long)]
+        pod: String,
+    },
+    /// StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox, release the devices.
+    Delete {
+        #[command(flatten)]
+        target: PodTarget,
+        /// Pod as NAMESPACE/NAME; with --all every recorded pod.
+        #[arg(long, required_unless_present = "all")]
+        pod: Option<String>,
+        /// Every recorded pod.
+        #[arg(long)]
+        all: bool,
+        /// Seconds between the stop signal and the kill.
+        #[arg(long, default_value_t = 0)]
+        grace: i64,
+    },
 }
 
 fn valid_pod(pod: &str) -> anyhow::Result<()> {
@@ -170,6 +276,124 @@ async fn main() -> anyhow::Result<()> {
         Cmd::State { dir } => {
             let s = erdma_fake_kubelet::state::read_state(&dir)?;
             println!("{}", serde_json::to_string_pretty(&s)?);
+            Ok(())
+        }
+        Cmd::Pod { cmd } => pod(cmd).await,
+    }
+}
+
+async fn cri_client(t: &PodTarget) -> anyhow::Result<erdma_cri::CriClient> {
+    Ok(erdma_cri::CriClient::connect(&t.cri_socket, Path::new("/proc")).await?)
+}
+
+fn parse_annotations(list: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+    list.iter()
+        .map(|a| match a.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+            _ => bail!("--annotation {a:?} must be KEY=VALUE"),
+        })
+        .collect()
+}
+
+async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
+    use erdma_fake_kubelet::pods;
+    match cmd {
+        PodCmd::Run {
+            target,
+            pod,
+            container,
+            image,
+            resource,
+            count,
+            cdi,
+            annotations,
+            host_network,
+            authority,
+            log_root,
+            command,
+        } => {
+            valid_pod(&pod)?;
+            let spec = pods::PodSpec {
+                pod,
+                container,
+                image,
+                command,
+                resource: (count > 0).then_some((resource, count)),
+                cdi: match cdi {
+                    Cdi::Field => pods::CdiForm::Field,
+                    Cdi::Annotation => pods::CdiForm::Annotation,
+                },
+                annotations: parse_annotations(&annotations)?,
+                host_network,
+                authority: authority.into(),
+                log_root,
+            };
+            let mut cri = cri_client(&target).await?;
+            let record = pods::run_pod(&target.dir, &mut cri, &spec).await?;
+            println!("{}", serde_json::to_string_pretty(&record)?);
+            Ok(())
+        }
+        PodCmd::Exec {
+            target,
+            pod,
+            timeout,
+            command,
+        } => {
+            valid_pod(&pod)?;
+            let record = pods::read_record(&target.dir, &pod)?;
+            let mut cri = cri_client(&target).await?;
+            let out = cri
+                .exec_sync(&record.container_id, command, timeout)
+                .await?;
+            use std::io::Write;
+            std::io::stdout().write_all(&out.stdout)?;
+            std::io::stdout().flush()?;
+            std::io::stderr().write_all(&out.stderr)?;
+            std::io::stderr().flush()?;
+            std::process::exit(out.exit_code);
+        }
+        PodCmd::Status { target, pod } => {
+            valid_pod(&pod)?;
+            let record = pods::read_record(&target.dir, &pod)?;
+            let mut cri = cri_client(&target).await?;
+            let st = cri.container_status(&record.container_id).await?;
+            let state = erdma_cri::runtime::v1::ContainerState::try_from(st.state)
+                .map(|s| s.as_str_name().to_string())
+                .unwrap_or_else(|_| format!("unknown state {}", st.state));
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "pod": record.pod,
+                    "container_id": record.container_id,
+                    "state": state,
+                    "started_at": st.started_at,
+                    "exit_code": st.exit_code,
+                    "record": record,
+                }))?
+            );
+            Ok(())
+        }
+        PodCmd::Delete {
+            target,
+            pod,
+            all,
+            grace,
+        } => {
+            let list = match (pod, all) {
+                (_, true) => pods::recorded_pods(&target.dir)?,
+                (Some(p), false) => {
+                    valid_pod(&p)?;
+                    vec![p]
+                }
+                (None, false) => bail!("name --pod NAMESPACE/NAME or --all"),
+            };
+            let mut cri = cri_client(&target).await?;
+            let mut deleted = Vec::new();
+            for p in list {
+                pods::delete_pod(&target.dir, &mut cri, &p, grace).await?;
+                deleted.push(p);
+            }
+            println!("{}", serde_json::json!({ "deleted": deleted }));
             Ok(())
         }
     }

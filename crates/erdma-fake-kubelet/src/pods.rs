@@ -1,0 +1,424 @@
+//! The lab's kubelet after admission, over a real container runtime (CRI): a pod is one sandbox
+//! with one container. [`run_pod`] does what the kubelet's `SyncPod` does for it:
+//! `RunPodSandbox` (labels and annotations as the kubelet sets them), the device plugin's
+//! `Allocate` and `PreStartContainer` (through [`crate::allocate`], so the allocation is in the
+//! ledger and on pod-resources before the pre-start hook runs, and the sandbox already exists
+//! for a hook that looks the pod up in the runtime), then `CreateContainer` with the Allocate
+//! response's devices, mounts, envs, annotations and CDI device names, and `StartContainer`.
+//! [`delete_pod`] stops and removes the container and the sandbox and releases the devices.
+//!
+//! Each running pod is recorded in `<dir>/pods/<namespace>_<name>.json` ([`PodRecord`]).
+
+use crate::client::{AllocateOptions, AllocationOutput};
+use crate::{FakeKubeletError, Result};
+use erdma_cri::runtime::v1 as cri;
+use erdma_cri::{CriClient, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
+use erdma_kubelet::uds::ClientAuthority;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Container label with the container name (set by the kubelet).
+pub const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
+/// Prefix of the container annotations that request CDI devices (the form that predates the CRI
+/// `CDI_devices` field; containerd and CRI-O read both).
+pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
+
+/// How the Allocate response's CDI device names reach the runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CdiForm {
+    /// The CRI `CDI_devices` field of `ContainerConfig` (kubelet 1.28+).
+    Field,
+    /// A container annotation `cdi.k8s.io/<key>: name,name` (the older form).
+    Annotation,
+}
+
+/// One pod to run.
+#[derive(Debug, Clone)]
+pub struct PodSpec {
+    /// `namespace/name`.
+    pub pod: String,
+    /// Container name.
+    pub container: String,
+    /// Image reference (present in the runtime: the lab imports it at boot).
+    pub image: String,
+    /// The container's command (empty: the image's).
+    pub command: Vec<String>,
+    /// Device-plugin resource and count to allocate; `None`: a pod without the resource.
+    pub resource: Option<(String, usize)>,
+    /// How CDI device names are passed.
+    pub cdi: CdiForm,
+    /// Pod annotations (returned by the runtime in `PodSandboxStatus`).
+    pub annotations: BTreeMap<String, String>,
+    /// The pod uses the node's network namespace.
+    pub host_network: bool,
+    /// `:authority` sent to the device plugin.
+    pub authority: ClientAuthority,
+    /// Where pod log directories are made (the kubelet's `/var/log/pods`).
+    pub log_root: PathBuf,
+}
+
+/// A pod the lab's kubelet started, as recorded in `<dir>/pods/`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRecord {
+    /// `namespace/name`.
+    pub pod: String,
+    /// The pod UID sent to the runtime.
+    pub uid: String,
+    /// Sandbox id.
+    pub sandbox_id: String,
+    /// Container name.
+    pub container: String,
+    /// Container id.
+    pub container_id: String,
+    /// The pod IP the runtime's CNI gave it (`None` for host-network pods).
+    pub ip: Option<String>,
+    /// The network namespace path the runtime reports (`None` for host-network pods).
+    pub netns: Option<PathBuf>,
+    /// The allocation (`None` for a pod without the resource).
+    pub allocation: Option<AllocationOutput>,
+    /// CDI device names passed to the runtime, and how.
+    pub cdi_devices: Vec<String>,
+    /// `field` or `annotation`.
+    pub cdi_form: CdiForm,
+    /// Milliseconds per step: `sandbox`, `allocate`, `create`, `start`, `total`.
+    pub timings_ms: BTreeMap<String, u64>,
+}
+
+fn split_pod(pod: &str) -> Result<(&str, &str)> {
+    match pod.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns, name))
+        }
+        _ => Err(FakeKubeletError::Refused(format!(
+            "pod {pod:?} must be NAMESPACE/NAME"
+        ))),
+    }
+}
+
+/// Path of a pod's record.
+pub fn record_path(dir: &Path, pod: &str) -> Result<PathBuf> {
+    let (ns, name) = split_pod(pod)?;
+    Ok(dir.join("pods").join(format!("{ns}_{name}.json")))
+}
+
+/// The record of a running pod.
+pub fn read_record(dir: &Path, pod: &str) -> Result<PodRecord> {
+    let path = record_path(dir, pod)?;
+    let text = std::fs::read(&path).map_err(|source| FakeKubeletError::Io {
+        what: "read pod record (was the pod started with `erdma-fake-kubelet pod run`?)",
+        path: path.clone(),
+        source,
+    })?;
+    serde_json::from_slice(&text).map_err(|source| FakeKubeletError::Json { path, source })
+}
+
+/// Every recorded pod (`namespace/name`), sorted.
+pub fn recorded_pods(dir: &Path) -> Result<Vec<String>> {
+    let d = dir.join("pods");
+    let entries = match std::fs::read_dir(&d) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(FakeKubeletError::Io {
+                what: "list",
+                path: d,
+                source,
+            });
+        }
+    };
+    let mut pods: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let stem = name.strip_suffix(".json")?;
+            let (ns, pod) = stem.split_once('_')?;
+            Some(format!("{ns}/{pod}"))
+        })
+        .collect();
+    pods.sort();
+    Ok(pods)
+}
+
+/// The sandbox config the kubelet would send for `spec` with pod UID `uid`.
+pub fn sandbox_config(spec: &PodSpec, uid: &str) -> Result<cri::PodSandboxConfig> {
+    let (ns, name) = split_pod(&spec.pod)?;
+    let labels = BTreeMap::from([
+        (LABEL_POD_NAME.to_string(), name.to_string()),
+        (LABEL_POD_NAMESPACE.to_string(), ns.to_string()),
+        (LABEL_POD_UID.to_string(), uid.to_string()),
+    ]);
+    let network = if spec.host_network {
+        cri::NamespaceMode::Node
+    } else {
+        cri::NamespaceMode::Pod
+    };
+    Ok(cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata {
+            name: name.to_string(),
+            uid: uid.to_string(),
+            namespace: ns.to_string(),
+            attempt: 0,
+        }),
+        // The kubelet sets a hostname only for pods with their own network (and UTS) namespace;
+        // runc refuses a hostname in the node's UTS namespace.
+        hostname: if spec.host_network {
+            String::new()
+        } else {
+            name.to_string()
+        },
+        log_directory: spec
+            .log_root
+            .join(format!("{ns}_{name}_{uid}"))
+            .display()
+            .to_string(),
+        labels,
+        annotations: spec.annotations.clone(),
+        linux: Some(cri::LinuxPodSandboxConfig {
+            cgroup_parent: String::new(),
+            security_context: Some(cri::LinuxSandboxSecurityContext {
+                namespace_options: Some(cri::NamespaceOption {
+                    network: network as i32,
+                    pid: cri::NamespaceMode::Container as i32,
+                    ipc: cri::NamespaceMode::Pod as i32,
+                    target_id: String::new(),
+                }),
+                privileged: false,
+            }),
+            sysctls: BTreeMap::new(),
+        }),
+    })
+}
+
+/// The container config the kubelet would send for `spec` with `allocation`: the Allocate
+/// response's devices (with their cgroup permissions), mounts, envs and annotations, and its
+/// CDI device names in the form `spec.cdi` asks for.
+pub fn container_config(
+    spec: &PodSpec,
+    sandbox: &cri::PodSandboxConfig,
+    allocation: Option<&AllocationOutput>,
+) -> cri::ContainerConfig {
+    let mut labels = sandbox.labels.clone();
+    labels.insert(LABEL_CONTAINER_NAME.to_string(), spec.container.clone());
+    let mut config = cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata {
+            name: spec.container.clone(),
+            attempt: 0,
+        }),
+        image: Some(cri::ImageSpec {
+            image: spec.image.clone(),
+            annotations: BTreeMap::new(),
+        }),
+        command: spec.command.clone(),
+        labels,
+        log_path: format!("{}/0.log", spec.container),
+        ..Default::default()
+    };
+    let Some(a) = allocation else {
+        return config;
+    };
+    config.envs = a
+        .envs
+        .iter()
+        .map(|(k, v)| cri::KeyValue {
+            key: k.clone(),
+            value: v.clone(),
+        })
+        .collect();
+    config.mounts = a
+        .mounts
+        .iter()
+        .map(|m| cri::Mount {
+            container_path: m.container_path.clone(),
+            host_path: m.host_path.clone(),
+            readonly: m.read_only,
+            ..Default::default()
+        })
+        .collect();
+    config.devices = a
+        .devices
+        .iter()
+        .map(|d| cri::Device {
+            container_path: d.container_path.clone(),
+            host_path: d.host_path.clone(),
+            permissions: d.permissions.clone(),
+        })
+        .collect();
+    config.annotations = a.annotations.clone();
+    if !a.cdi_devices.is_empty() {
+        match spec.cdi {
+            CdiForm::Field => {
+                config.cdi_devices = a
+                    .cdi_devices
+                    .iter()
+                    .map(|n| cri::CdiDevice { name: n.clone() })
+                    .collect();
+            }
+            CdiForm::Annotation => {
+                // One annotation per container, as the kubelet's device manager wrote it.
+                let key = format!(
+                    "{CDI_ANNOTATION_PREFIX}erdma-fake-kubelet_{}",
+                    spec.container
+                );
+                config.annotations.insert(key, a.cdi_devices.join(","));
+            }
+        }
+    }
+    config
+}
+
+fn ms(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Runs one pod: sandbox, allocation (Allocate, PreStartContainer), container, start. On a
+/// failure after the sandbox exists, the sandbox is stopped and removed again (and the
+/// allocation released), as the kubelet cleans up a pod that cannot start.
+pub async fn run_pod(dir: &Path, cri: &mut CriClient, spec: &PodSpec) -> Result<PodRecord> {
+    let path = record_path(dir, &spec.pod)?;
+    if path.exists() {
+        return Err(FakeKubeletError::Refused(format!(
+            "pod {} is already running ({}); delete it first",
+            spec.pod,
+            path.display()
+        )));
+    }
+    let t0 = Instant::now();
+    let mut timings = BTreeMap::new();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let uid = format!("{}-{nanos:x}", spec.pod.replace('/', "-"));
+    let sandbox = sandbox_config(spec, &uid)?;
+    // The kubelet creates the pod's log directory before the sandbox.
+    std::fs::create_dir_all(&sandbox.log_directory).map_err(|source| FakeKubeletError::Io {
+        what: "create the pod log directory",
+        path: PathBuf::from(&sandbox.log_directory),
+        source,
+    })?;
+    let t = Instant::now();
+    let sandbox_id = cri.run_pod_sandbox(sandbox.clone()).await?;
+    timings.insert("sandbox".to_string(), ms(t));
+    let started = start_in_sandbox(dir, cri, spec, &sandbox, &sandbox_id, &mut timings).await;
+    let (allocation, container_id) = match started {
+        Ok(v) => v,
+        Err(e) => {
+            if let Err(c) = remove_sandbox(cri, &sandbox_id).await {
+                tracing::warn!(pod = %spec.pod, "cleaning up the sandbox failed: {c}");
+            }
+            if spec.resource.is_some()
+                && let Err(r) = crate::release(dir, &spec.pod).await
+            {
+                tracing::warn!(pod = %spec.pod, "releasing the devices failed: {r}");
+            }
+            return Err(e);
+        }
+    };
+    let status = cri.sandbox_status(&sandbox_id, true).await?;
+    let ip = status
+        .status
+        .as_ref()
+        .and_then(|s| s.network.as_ref())
+        .map(|n| n.ip.clone())
+        .filter(|ip| !ip.is_empty());
+    let netns = if spec.host_network {
+        None
+    } else {
+        erdma_cri::netns_from_info(&status.info, Path::new("/proc"))
+    };
+    timings.insert("total".to_string(), ms(t0));
+    let record = PodRecord {
+        pod: spec.pod.clone(),
+        uid,
+        sandbox_id,
+        container: spec.container.clone(),
+        container_id,
+        ip,
+        netns,
+        cdi_devices: allocation
+            .as_ref()
+            .map(|a| a.cdi_devices.clone())
+            .unwrap_or_default(),
+        cdi_form: spec.cdi,
+        allocation,
+        timings_ms: timings,
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|source| FakeKubeletError::Io {
+            what: "create",
+            path: parent.to_path_buf(),
+            source,
+        })?;
+    }
+    crate::state::write_json(&path, &record)?;
+    Ok(record)
+}
+
+async fn start_in_sandbox(
+    dir: &Path,
+    cri: &mut CriClient,
+    spec: &PodSpec,
+    sandbox: &cri::PodSandboxConfig,
+    sandbox_id: &str,
+    timings: &mut BTreeMap<String, u64>,
+) -> Result<(Option<AllocationOutput>, String)> {
+    let allocation = match &spec.resource {
+        Some((resource, count)) => {
+            let t = Instant::now();
+            let opts = AllocateOptions {
+                resource: resource.clone(),
+                count: *count,
+                pod: spec.pod.clone(),
+                container: spec.container.clone(),
+                authority: spec.authority.clone(),
+            };
+            let a = crate::allocate(dir, &opts).await?;
+            timings.insert("allocate".to_string(), ms(t));
+            Some(a)
+        }
+        None => None,
+    };
+    let config = container_config(spec, sandbox, allocation.as_ref());
+    let t = Instant::now();
+    let container_id = cri
+        .create_container(sandbox_id, config, sandbox.clone())
+        .await?;
+    timings.insert("create".to_string(), ms(t));
+    let t = Instant::now();
+    cri.start_container(&container_id).await?;
+    timings.insert("start".to_string(), ms(t));
+    Ok((allocation, container_id))
+}
+
+async fn remove_sandbox(cri: &mut CriClient, sandbox_id: &str) -> Result<()> {
+    cri.stop_pod_sandbox(sandbox_id).await?;
+    cri.remove_pod_sandbox(sandbox_id).await?;
+    Ok(())
+}
+
+/// Deletes a recorded pod as the kubelet does: `StopContainer` (`grace` seconds),
+/// `RemoveContainer`, `StopPodSandbox`, `RemovePodSandbox`, then its devices go back to the pool.
+pub async fn delete_pod(
+    dir: &Path,
+    cri: &mut CriClient,
+    pod: &str,
+    grace: i64,
+) -> Result<PodRecord> {
+    let record = read_record(dir, pod)?;
+    cri.stop_container(&record.container_id, grace).await?;
+    cri.remove_container(&record.container_id).await?;
+    remove_sandbox(cri, &record.sandbox_id).await?;
+    if record.allocation.is_some() {
+        crate::release(dir, pod).await?;
+    }
+    let path = record_path(dir, pod)?;
+    std::fs::remove_file(&path).map_err(|source| FakeKubeletError::Io {
+        what: "remove",
+        path,
+        source,
+    })?;
+    Ok(record)
+}

@@ -1,0 +1,70 @@
+# The guest's container runtime and the lab kubelet's pods on it (sourced by dash, after lib.sh).
+#
+# runtime_up starts containerd 1.7 (CRI plugin with CDI; NRI off, see runtime/config.toml) with
+# runc and the CNI bridge network "lab" (bridge cri0, 10.89.0.0/24: each pod gets its own network
+# namespace /var/run/netns/cni-... and an address), and imports the offline image
+# lab.local/rdma-tools:1 (busybox, rdma-core tools, the rxe provider). Its binaries come in the
+# initramfs's runtime layer (lab/lib/runtime.sh); its configuration from the share, so a changed
+# runtime/config.toml needs no image rebuild. Later issues (NRI, DRA) reuse this set-up.
+#
+# Pods are run by the lab's kubelet, `erdma-fake-kubelet pod run`, over the real CRI socket:
+# RunPodSandbox, Allocate + PreStartContainer, CreateContainer with the Allocate response's
+# devices/mounts/envs/CDI names, StartContainer. The helpers below wrap it.
+CTRD_SOCK=/run/containerd/containerd.sock
+IMAGE=lab.local/rdma-tools:1
+RUNTIME_CFG=/mnt/host/guest/runtime
+
+# runtime_up: idempotent; records its timings (runtime-start, runtime-image-import) in
+# out/timings.txt. Fails (status 1) with a log line when the runtime is not in the image.
+runtime_up() {
+  ctr version > /dev/null 2>&1 && return 0
+  command -v containerd > /dev/null || { log "no container runtime in the guest image (lab_runtime did not run)"; return 1; }
+  _rt=$(now)
+  modprobe overlay || log "modprobe overlay failed"
+  # cgroup v2 (mounted by /init): the controllers runc sets up for containers; the device
+  # "controller" of v2 is an eBPF program runc attaches to each container's cgroup.
+  echo "+cpu +memory +pids +rdma" > /sys/fs/cgroup/cgroup.subtree_control || log "cgroup.subtree_control: $(cat /sys/fs/cgroup/cgroup.controllers)"
+  mkdir -p /var/lib/containerd /etc/containerd /etc/cni/net.d /opt/cni/bin /var/run/cdi /etc/cdi /var/log/pods /var/run/netns
+  # overlayfs cannot use the initramfs (rootfs) as its upper layer's file system
+  grep -q " /var/lib/containerd " /proc/mounts || mount -t tmpfs tmpfs /var/lib/containerd
+  [ -e /etc/resolv.conf ] || : > /etc/resolv.conf
+  cp "$RUNTIME_CFG/config.toml" /etc/containerd/config.toml
+  cp "$RUNTIME_CFG/10-lab.conflist" /etc/cni/net.d/
+  # its own session: the scenario sessions are killed when a scenario ends, the runtime stays
+  setsid containerd --config /etc/containerd/config.toml > "$OUT/containerd.log" 2>&1 < /dev/null &
+  wait_for 60 ctr version || { log "containerd did not answer in 60 s:"; tail -20 "$OUT/containerd.log"; return 1; }
+  echo "runtime-start $(awk -v a="$_rt" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')" >> "$OUT/timings.txt"
+  log "runtime: $(containerd --version | cut -d' ' -f1-3), $(runc --version | head -1)"
+  _rt=$(now)
+  ctr -n k8s.io images import /var/lib/erdma-lab/rdma-tools.oci.tar > /tmp/import.out 2>&1 \
+    || { log "image import failed:"; cat /tmp/import.out; return 1; }
+  echo "runtime-image-import $(awk -v a="$_rt" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')" >> "$OUT/timings.txt"
+  log "runtime: images $(ctr -n k8s.io images ls -q | tr '\n' ' ')"
+}
+
+# runtime_clean: deletes every pod the lab kubelet recorded in $KDIR (between scenarios)
+runtime_clean() {
+  [ -d "$KDIR/pods" ] || return 0
+  erdma-fake-kubelet pod delete --dir "$KDIR" --all > /dev/null 2> /tmp/clean.err || { log "pod cleanup failed:"; cat /tmp/clean.err; }
+}
+
+# cpod NAME COUNT [pod run flags...] [-- CMD...]: runs pod lab/NAME with COUNT slots of $RES
+# (0: none); the record (JSON) goes to /tmp/NAME.pod.json, its path is printed. The container
+# runs the image's command (sleep) unless CMD is given.
+cpod() {
+  _n=$1; _c=$2; shift 2
+  erdma-fake-kubelet pod run --dir "$KDIR" --pod "lab/$_n" --resource "$RES" --count "$_c" "$@" \
+    > "/tmp/$_n.pod.json" 2> "/tmp/$_n.pod.err" || { cat "/tmp/$_n.pod.err" >&2; return 1; }
+  echo "/tmp/$_n.pod.json"
+}
+# cx NAME CMD...: runs CMD in pod lab/NAME's container (CRI ExecSync); its output and exit code
+cx() { _n=$1; shift; erdma-fake-kubelet pod exec --dir "$KDIR" --pod "lab/$_n" -- "$@"; }
+# cpod_ip NAME / cpod_netns NAME: the pod's address and network namespace (from the runtime)
+cpod_ip() { jq -r '.ip // empty' "/tmp/$1.pod.json"; }
+cpod_netns() { jq -r '.netns // empty' "/tmp/$1.pod.json"; }
+# cpod_listening NAME PORT: a TCP listener on PORT in the pod's network namespace
+cpod_listening() { nsenter --net="$(cpod_netns "$1")" ss -Hltn | grep -q ":$2 "; }
+# cpod_state NAME: the container's state as the runtime reports it (CONTAINER_RUNNING, ...)
+cpod_state() { erdma-fake-kubelet pod status --dir "$KDIR" --pod "lab/$1" | jq -r .state; }
+# dev_of UVERBS: "MAJOR MINOR" of /dev/infiniband/UVERBS
+dev_of() { tr ':' ' ' < "/sys/class/infiniband_verbs/$1/dev"; }

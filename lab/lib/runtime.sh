@@ -1,0 +1,87 @@
+#!/bin/bash
+# The guest's container runtime as an initramfs layer (gzip'ed cpio), cached by content:
+# containerd, containerd-shim-runc-v2 and ctr (Debian 13), runc, libseccomp and the CNI plugins
+# bridge, host-local and loopback (Debian 12), pinned with SHA256 in lab/runtime.conf, plus the
+# offline OCI image lab.local/rdma-tools:1 (lab/lib/oci-image.sh: busybox and the rdma-core tools
+# and rxe provider the scenarios run in containers).
+#   lab/lib/runtime.sh OUT_DIR
+# Prints the layer's path as the last line of stdout (OUT_DIR/runtime-<key>.cpio.gz). Nothing is
+# installed on the host: apt runs with a private state under the cache, packages are unpacked
+# with dpkg -x. The guest's configuration (containerd's config.toml, the CNI network) is not in
+# the layer: lab/guest/runtime.sh installs it from the share at boot.
+# Env: ERDMA_LAB_CACHE (default ~/.cache/erdma-lab), ERDMA_LAB_MIRROR (default: the host's
+#      Debian mirror from its apt sources, else http://deb.debian.org/debian).
+set -euo pipefail
+OUTDIR=$(mkdir -p "${1:?usage: runtime.sh OUT_DIR}" && cd "$1" && pwd)
+LAB=$(cd "$(dirname "$0")/.." && pwd)
+CACHE=${ERDMA_LAB_CACHE:-${HOME:-/root}/.cache/erdma-lab}
+PINS="$LAB/runtime.conf"
+IMAGE_REF=lab.local/rdma-tools:1
+IMAGE_FILES=(/bin/busybox /usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong /usr/bin/ib_write_bw
+  /etc/libibverbs.d/rxe.driver /usr/lib/x86_64-linux-gnu/libgcc_s.so.1)
+IMAGE_FILES+=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so)
+
+# The layer's key: the pins, these scripts and every file that goes into the image.
+KEY=$( { cat "$PINS" "$0" "$LAB/lib/oci-image.sh"; sha256sum "${IMAGE_FILES[@]}";
+         for f in "${IMAGE_FILES[@]}"; do ldd "$f" 2>/dev/null | awk '/=>/ {print $3}'; done | sort -u | xargs -r sha256sum; } \
+       | sha256sum | cut -c1-16)
+OUT="$OUTDIR/runtime-$KEY.cpio.gz"
+if [ -f "$OUT" ]; then echo "$OUT"; exit 0; fi
+
+mirror() {
+  if [ -n "${ERDMA_LAB_MIRROR:-}" ]; then echo "$ERDMA_LAB_MIRROR"; return; fi
+  local uri
+  uri=$(grep -h -m1 '^URIs:.*/debian/\?$' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2; exit}' || true)
+  [ -n "$uri" ] || uri=$(awk '/^deb .*\/debian\/? /{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+  echo "${uri:-http://deb.debian.org/debian}"
+}
+# apt_opts SUITE: a private apt state for one suite under the cache
+apt_opts() {
+  local r="$CACHE/apt/runtime-$1"
+  APT_OPTS=(-o Dir::Etc::SourceList="$r/sources.list" -o Dir::Etc::SourceParts="$r/sources.list.d"
+    -o Dir::Etc::Preferences="$r/preferences" -o Dir::Etc::PreferencesParts="$r/preferences.d"
+    -o Dir::State::Lists="$r/lists" -o Dir::Cache="$r/cache" -o Dir::State::status=/dev/null
+    -o APT::Architecture=amd64 -o Acquire::Languages=none -o APT::Sandbox::User=root)
+  mkdir -p "$r"/{lists/partial,cache/archives/partial,preferences.d,sources.list.d}
+  printf 'deb %s %s main\n' "$(mirror)" "$1" > "$r/sources.list"
+}
+declare -A UPDATED
+DEBS="$CACHE/debs"; mkdir -p "$DEBS"
+FILES=()
+while read -r suite pkg ver sha; do
+  deb="$DEBS/${pkg}_${ver//:/%3a}_amd64.deb"
+  if [ ! -f "$deb" ] || [ "$(sha256sum "$deb" | cut -d' ' -f1)" != "$sha" ]; then
+    rm -f "$deb"; apt_opts "$suite"
+    if [ -z "${UPDATED[$suite]:-}" ]; then
+      echo "runtime.sh: apt-get update for $suite from $(mirror)" >&2
+      apt-get -q "${APT_OPTS[@]}" update >&2; UPDATED[$suite]=1
+    fi
+    echo "runtime.sh: downloading $pkg=$ver ($suite)" >&2
+    if ! (cd "$DEBS" && apt-get -q "${APT_OPTS[@]}" download "$pkg=$ver" >&2); then
+      echo "runtime.sh: the pinned package $pkg=$ver is no longer in $suite." >&2
+      echo "runtime.sh: versions there now: $(apt-cache "${APT_OPTS[@]}" madison "$pkg" 2>/dev/null | awk '{print $3}' | tr '\n' ' ')" >&2
+      echo "runtime.sh: update the pins in $PINS (apt-cache show <package> gives version and SHA256)." >&2
+      exit 3
+    fi
+    got=$(sha256sum "$deb" | cut -d' ' -f1)
+    if [ "$got" != "$sha" ]; then
+      rm -f "$deb"
+      echo "runtime.sh: $pkg=$ver has SHA256 $got, the pin in $PINS says $sha; refusing it." >&2
+      exit 4
+    fi
+  fi
+  FILES+=("$deb")
+done < <(awk '!/^#/ && NF == 4' "$PINS")
+
+TMP=$(mktemp -d /tmp/erdma-lab-runtime.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+for deb in "${FILES[@]}"; do dpkg -x "$deb" "$TMP/x"; done
+R="$TMP/root"; mkdir -p "$R/usr/local/bin" "$R/opt/cni/bin" "$R/usr/lib/x86_64-linux-gnu" "$R/var/lib/erdma-lab"
+cp "$TMP"/x/usr/bin/{containerd,containerd-shim-runc-v2,ctr} "$TMP/x/usr/sbin/runc" "$R/usr/local/bin/"
+cp "$TMP"/x/usr/lib/cni/{bridge,host-local,loopback} "$R/opt/cni/bin/"
+cp -a "$TMP"/x/usr/lib/x86_64-linux-gnu/libseccomp.so.2* "$R/usr/lib/x86_64-linux-gnu/"
+"$LAB/lib/oci-image.sh" "$R/var/lib/erdma-lab/rdma-tools.oci.tar" "$IMAGE_REF" "${IMAGE_FILES[@]}"
+(cd "$R" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) > "$OUT.tmp.$$"
+mv "$OUT.tmp.$$" "$OUT"
+echo "runtime.sh: $OUT ($(du -h "$OUT" | cut -f1)): $(cd "$R" && find . -type f | sort | tr '\n' ' ')" >&2
+echo "$OUT"
