@@ -184,9 +184,7 @@ pub struct Flags {
     pub kubelet_root_dir: Option<PathBuf>,
 }
 
-/// Where the SMC-R BPF policy is pinned by default: the same directory as
-/// `erdma_smc::policy::PIN_DIR` (only compiled with the `bpf` feature) and `smcr-init`.
-pub const DEFAULT_BPF_PIN_DIR: &str = "/sys/fs/bpf/erdma-smc";
+pub use erdma_model::names::BPF_PIN_DIR as DEFAULT_BPF_PIN_DIR;
 
 /// The config file. Unknown keys are rejected so that typos surface.
 #[derive(Debug, Default, Deserialize)]
@@ -551,8 +549,8 @@ impl Settings {
             .jumbo_frame_mtu
             .or(file.jumbo_frame_mtu)
             .unwrap_or(8500);
-        if !(576..=65_535).contains(&jumbo_frame_mtu) {
-            bail!("--jumbo-frame-mtu {jumbo_frame_mtu} is out of range (576..=65535)");
+        if let Err(e) = erdma_model::names::check_jumbo_mtu(jumbo_frame_mtu.into()) {
+            bail!("--jumbo-frame-mtu: {e}");
         }
         Ok(Settings {
             sysfs_root: flags
@@ -603,7 +601,7 @@ impl Settings {
             node_name: flags.node_name.filter(|n| !n.trim().is_empty()),
             metadata_endpoint: flags
                 .metadata_endpoint
-                .unwrap_or_else(|| erdma_netdev::metadata::DEFAULT_ENDPOINT.into()),
+                .unwrap_or_else(|| erdma_cloud::imds::DEFAULT_ENDPOINT.into()),
             cri_socket: flags
                 .cri_socket
                 .or(file.cri_socket)
@@ -712,12 +710,6 @@ mod tests {
         assert_eq!(s.poll_interval, Duration::from_millis(100));
         assert!(!s.smcr_strict && !s.smcr_keep_ipv6);
         assert_eq!(s.bpf_pin_dir, PathBuf::from("/sys/fs/bpf/erdma-smc"));
-    }
-
-    #[cfg(feature = "bpf")]
-    #[test]
-    fn default_pin_dir_is_the_librarys() {
-        assert_eq!(DEFAULT_BPF_PIN_DIR, erdma_smc::policy::PIN_DIR);
     }
 
     #[test]

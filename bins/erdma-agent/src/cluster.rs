@@ -3,12 +3,12 @@
 //! node conditions and Events.
 
 use erdma_driver::DriverStatus;
+use erdma_k8s::events::Events;
 use erdma_model::coexistence::{self, Conflict};
 use k8s_openapi::api::core::v1::{Node, ObjectReference};
-use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use std::path::Path;
 
 /// The agent's Kubernetes API access.
@@ -18,6 +18,25 @@ pub struct Cluster {
     pub client: Client,
     /// This node.
     pub node: String,
+    /// Events, reported as `alibabacloud.com/erdma-agent` by `erdma-agent-<node>`.
+    events: Events,
+}
+
+impl Cluster {
+    /// Access as `client` for `node`.
+    pub fn new(client: Client, node: impl Into<String>) -> Self {
+        let node = node.into();
+        let events = Events::new(
+            client.clone(),
+            &format!("alibabacloud.com/{MANAGER}"),
+            &format!("{MANAGER}-{node}"),
+        );
+        Cluster {
+            client,
+            node,
+            events,
+        }
+    }
 }
 
 impl std::fmt::Debug for Cluster {
@@ -50,10 +69,7 @@ pub async fn detect(
         })?,
     };
     let client = Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))?;
-    Ok(Some(Cluster {
-        client,
-        node: node.to_string(),
-    }))
+    Ok(Some(Cluster::new(client, node)))
 }
 
 const MANAGER: &str = "erdma-agent";
@@ -67,7 +83,8 @@ impl Cluster {
         status: &DriverStatus,
     ) -> Result<(), String> {
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let labels: serde_json::Map<String, serde_json::Value> = crate::driver::node_labels(status)
+        let labels: serde_json::Map<String, serde_json::Value> = status
+            .node_labels()
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.map_or(serde_json::Value::Null, Into::into)))
             .collect();
@@ -182,7 +199,7 @@ impl Cluster {
             uid: Some(self.node.clone()),
             ..ObjectReference::default()
         };
-        self.post("default", regarding, kind, reason, action, message)
+        self.post(regarding, kind, reason, action, message)
             .await
             .map_err(|e| format!("create Event {reason} for node {}: {e}", self.node))
     }
@@ -204,54 +221,27 @@ impl Cluster {
             uid: (!pod.uid.is_empty()).then(|| pod.uid.clone()),
             ..ObjectReference::default()
         };
-        self.post(
-            &pod.namespace,
-            regarding,
-            kind,
-            reason,
-            "PreStartContainer",
-            message,
-        )
-        .await
-        .map_err(|e| {
-            format!(
-                "create Event {reason} for pod {}/{}: {e}",
-                pod.namespace, pod.name
-            )
-        })
+        self.post(regarding, kind, reason, "PreStartContainer", message)
+            .await
+            .map_err(|e| {
+                format!(
+                    "create Event {reason} for pod {}/{}: {e}",
+                    pod.namespace, pod.name
+                )
+            })
     }
 
     async fn post(
         &self,
-        namespace: &str,
         regarding: ObjectReference,
         kind: &str,
         reason: &str,
         action: &str,
         message: &str,
     ) -> Result<(), kube::Error> {
-        let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let object = regarding.name.clone().unwrap_or_default();
-        let ev = Event {
-            metadata: ObjectMeta {
-                // Named like kubelet names its Events: `<object>.<hex timestamp>`.
-                name: Some(format!("{object}.{:x}", now.as_nanosecond().unsigned_abs())),
-                namespace: Some(namespace.into()),
-                ..ObjectMeta::default()
-            },
-            regarding: Some(regarding),
-            reason: Some(reason.into()),
-            action: Some(action.into()),
-            note: Some(message.chars().take(1024).collect()),
-            type_: Some(kind.into()),
-            event_time: Some(MicroTime(now)),
-            reporting_controller: Some(format!("alibabacloud.com/{MANAGER}")),
-            reporting_instance: Some(format!("{MANAGER}-{}", self.node)),
-            ..Event::default()
-        };
-        events.create(&PostParams::default(), &ev).await?;
-        Ok(())
+        self.events
+            .publish(&regarding, kind == "Warning", reason, action, message)
+            .await
     }
 }
 

@@ -7,7 +7,7 @@
 //! the kubelet is then left without a working plugin for the resource.
 
 use crate::cluster::Cluster;
-use crate::health::AgentState;
+use crate::metrics::AgentMetrics;
 use erdma_deviceplugin::coexistence::Observer;
 use erdma_deviceplugin::runner::Reclaimer;
 use erdma_model::NodeDevices;
@@ -55,7 +55,8 @@ pub async fn run(
     cfg: Config,
     served: watch::Receiver<NodeDevices>,
     cluster: Option<Cluster>,
-    state: Arc<AgentState>,
+    metrics: Arc<AgentMetrics>,
+    view_tx: watch::Sender<Option<ConflictView>>,
     cancel: CancellationToken,
 ) {
     let wake = Arc::new(Notify::new());
@@ -75,7 +76,7 @@ pub async fn run(
         let verdict = debounce.observe(cfg.observer.observe(&names).await);
         if verdict.reclaim {
             reclaims += 1;
-            state.metrics.device_plugin_reclaims.inc();
+            metrics.device_plugin_reclaims.inc();
             cfg.reclaimer.request();
         }
         let now = verdict.conflict;
@@ -85,8 +86,7 @@ pub async fn run(
             } else if shown.is_some() {
                 tracing::info!("{}", now.message(&resource));
             }
-            state
-                .metrics
+            metrics
                 .device_plugin_conflict
                 .set(i64::from(now.is_conflict()));
             let view = ConflictView {
@@ -96,7 +96,7 @@ pub async fn run(
                 evidence: now.evidence.clone(),
                 reclaims,
             };
-            state.update(|v| v.device_plugin_conflict = Some(view));
+            view_tx.send_replace(Some(view));
             shown = Some(now.clone());
         }
         if let Some(c) = &cluster

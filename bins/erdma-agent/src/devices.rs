@@ -2,12 +2,10 @@
 //! the publisher that turns it into the snapshot the device plugin advertises (readiness gate,
 //! ERI source, `erdma_model::DeviceSelection`).
 
-use crate::health::AgentState;
 use crate::source::EriSource;
 use erdma_driver::DriverStatus;
 use erdma_inventory::Inventory;
 use erdma_model::{DeviceSelection, Excluded, NodeDevices};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
@@ -156,13 +154,22 @@ pub struct PublisherInputs {
     pub instance_id: watch::Receiver<Option<String>>,
 }
 
+/// The served set by name, and the devices left out with reasons (for `/healthz`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServedView {
+    /// Devices advertised to the kubelet.
+    pub served: Vec<String>,
+    /// Devices left out, with reasons.
+    pub excluded: Vec<Excluded>,
+}
+
 /// Recomputes the served snapshot whenever an input changes, until `cancel` fires; publishes it
 /// on `out` only when it changed, and logs excluded devices (with reasons) once per change.
 pub async fn publish(
     mut inputs: PublisherInputs,
     mut selection: DeviceSelection,
     out: watch::Sender<NodeDevices>,
-    state: Arc<AgentState>,
+    view: watch::Sender<ServedView>,
     cancel: CancellationToken,
 ) {
     let mut last_excluded: Option<Vec<Excluded>> = None;
@@ -186,9 +193,9 @@ pub async fn publish(
             }
             let names: Vec<String> = served.devices.iter().map(|d| d.name.clone()).collect();
             tracing::info!(served = ?names, excluded = excluded.len(), "served device set");
-            state.update(|v| {
-                v.served = names;
-                v.excluded = excluded.clone();
+            view.send_replace(ServedView {
+                served: names,
+                excluded: excluded.clone(),
             });
             last_excluded = Some(excluded);
         }
@@ -215,115 +222,6 @@ pub async fn publish(
     }
 }
 
-/// Wakes the poller on every rtnetlink link message (operstate, carrier, add/remove of netdevs)
-/// until `cancel` fires. Returns `false` when no netlink socket could be opened (polling remains).
-pub fn watch_links(wake: Arc<Notify>, cancel: CancellationToken) -> bool {
-    use nix::sys::socket::{
-        AddressFamily, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, socket,
-    };
-    const RTMGRP_LINK: u32 = 1;
-    let fd = match socket(
-        AddressFamily::Netlink,
-        SockType::Raw,
-        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
-        SockProtocol::NetlinkRoute,
-    ) {
-        Ok(fd) => fd,
-        Err(e) => {
-            tracing::warn!(
-                "netlink socket unavailable ({e}); netdev changes are seen by polling only"
-            );
-            return false;
-        }
-    };
-    if let Err(e) = bind(
-        std::os::fd::AsRawFd::as_raw_fd(&fd),
-        &NetlinkAddr::new(0, RTMGRP_LINK),
-    ) {
-        tracing::warn!(
-            "netlink bind to link events failed ({e}); netdev changes are seen by polling only"
-        );
-        return false;
-    }
-    // SAFETY: the OwnedFd moves into the AsyncFd, stays open for its whole life and always
-    // returns the same descriptor from as_raw_fd.
-    let registered = unsafe {
-        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
-    };
-    let afd = match registered {
-        Ok(a) => a,
-        Err(e) => {
-            tracing::warn!("netlink socket cannot be polled ({e}); polling only");
-            return false;
-        }
-    };
-    tokio::spawn(async move {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let guard = tokio::select! {
-                _ = cancel.cancelled() => return,
-                g = afd.readable() => g,
-            };
-            let Ok(mut guard) = guard else { return };
-            // Drain everything queued; the content does not matter, only that links changed.
-            let mut woke = false;
-            loop {
-                match nix::sys::socket::recv(
-                    std::os::fd::AsRawFd::as_raw_fd(afd.get_ref()),
-                    &mut buf,
-                    nix::sys::socket::MsgFlags::empty(),
-                ) {
-                    Ok(0) => break,
-                    Ok(_) => woke = true,
-                    Err(nix::errno::Errno::EAGAIN) => {
-                        guard.clear_ready();
-                        break;
-                    }
-                    // ENOBUFS: events were dropped; a refresh re-reads everything anyway.
-                    Err(nix::errno::Errno::ENOBUFS) => woke = true,
-                    Err(e) => {
-                        tracing::warn!(
-                            "netlink receive failed ({e}); netdev changes are seen by polling only"
-                        );
-                        return;
-                    }
-                }
-            }
-            if woke {
-                wake.notify_one();
-            }
-        }
-    });
-    true
-}
-
-/// Wakes the poller when `<dev_root>/infiniband` changes (uverbs nodes created or removed).
-/// Returns the watcher, which must be kept alive; `None` when inotify is unavailable.
-pub fn watch_dev(dev_root: &Path, wake: Arc<Notify>) -> Option<notify::RecommendedWatcher> {
-    use notify::{RecursiveMode, Watcher};
-    let ib = dev_root.join("infiniband");
-    let target = if ib.is_dir() {
-        ib
-    } else {
-        dev_root.to_path_buf()
-    };
-    let mut w = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-        if res.is_ok() {
-            wake.notify_one();
-        }
-    })
-    .map_err(|e| {
-        tracing::warn!("inotify unavailable ({e}); char-device changes are seen by polling only")
-    })
-    .ok()?;
-    w.watch(&target, RecursiveMode::NonRecursive)
-        .map_err(
-            |e| tracing::warn!(dir = %target.display(), "inotify watch failed ({e}); polling only"),
-        )
-        .ok()?;
-    Some(w)
-}
-
 fn log_changes(old: &NodeDevices, new: &NodeDevices) {
     for d in &new.devices {
         match old.device(&d.name) {
@@ -344,44 +242,50 @@ fn log_changes(old: &NodeDevices, new: &NodeDevices) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[tokio::test]
-    async fn dev_changes_wake_the_poller() {
-        let dev = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dev.path().join("infiniband")).unwrap();
-        let wake = Arc::new(Notify::new());
-        let _w = watch_dev(dev.path(), wake.clone()).expect("inotify watch");
-        std::fs::write(dev.path().join("infiniband/uverbs9"), b"").unwrap();
-        tokio::time::timeout(Duration::from_secs(2), wake.notified())
-            .await
-            .expect("woken by the new uverbs node");
-    }
+    use std::path::Path;
 
     /// A driver that moves its port state just after the reader looked (as rxe does in the netdev
     /// notifier that runs after the rtnetlink message went out): the port file reads as it is, then
     /// the fixture is switched to the next state.
     struct PortMovesAfterRead {
-        inner: erdma_host::RootedSysfs,
         tree: erdma_host::fake::NodeTree,
         reads: std::sync::atomic::AtomicUsize,
         then: std::sync::Mutex<Option<&'static str>>,
     }
     const PORT: &str = "class/infiniband/erdma_1/ports/1/state";
-    impl erdma_host::Sysfs for PortMovesAfterRead {
-        fn read_attr(&self, rel: &Path) -> Result<String, erdma_host::SysfsError> {
-            let v = self.inner.read_attr(rel);
+    impl Hooks for PortMovesAfterRead {
+        fn after_read(&self, rel: &Path) {
             if rel == Path::new(PORT) {
                 self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 if let Some(next) = self.then.lock().unwrap().take() {
                     self.tree.write(PORT, next);
                 }
             }
+        }
+    }
+
+    /// What a test does around the real sysfs reads.
+    trait Hooks: Send + Sync + 'static {
+        fn after_read(&self, _rel: &Path) {}
+        fn before_list(&self, _rel: &Path) {}
+    }
+
+    /// The real sysfs of a fixture tree with [`Hooks`] around its reads.
+    struct Hooked<H> {
+        inner: erdma_host::RootedSysfs,
+        hooks: H,
+    }
+    impl<H: Hooks> erdma_host::Sysfs for Hooked<H> {
+        fn read_attr(&self, rel: &Path) -> Result<String, erdma_host::SysfsError> {
+            let v = self.inner.read_attr(rel);
+            self.hooks.after_read(rel);
             v
         }
         fn read_link(&self, rel: &Path) -> Result<std::path::PathBuf, erdma_host::SysfsError> {
             self.inner.read_link(rel)
         }
         fn list_dir(&self, rel: &Path) -> Result<Vec<String>, erdma_host::SysfsError> {
+            self.hooks.before_list(rel);
             self.inner.list_dir(rel)
         }
         fn canonical(&self, rel: &Path) -> Result<std::path::PathBuf, erdma_host::SysfsError> {
@@ -405,11 +309,13 @@ mod tests {
         use std::sync::atomic::Ordering;
         let tree = erdma_host::fake::NodeTree::temp();
         erdma_host::fixtures::erdma(&tree, false);
-        let sysfs = Arc::new(PortMovesAfterRead {
+        let sysfs = Arc::new(Hooked {
             inner: erdma_host::RootedSysfs::new(tree.sys()),
-            tree: erdma_host::fake::NodeTree::at(tree.root()),
-            reads: Default::default(),
-            then: Default::default(),
+            hooks: PortMovesAfterRead {
+                tree: erdma_host::fake::NodeTree::at(tree.root()),
+                reads: Default::default(),
+                then: Default::default(),
+            },
         });
         let inv = Inventory::new(erdma_inventory::Sources {
             sysfs: sysfs.clone(),
@@ -418,7 +324,7 @@ mod tests {
         });
         let first = inv.scan();
         assert!(first.devices[1].health.is_healthy());
-        sysfs.reads.store(0, Ordering::SeqCst);
+        sysfs.hooks.reads.store(0, Ordering::SeqCst);
         let (tx, mut rx) = watch::channel(first);
         let wake = Arc::new(Notify::new());
         let cancel = CancellationToken::new();
@@ -430,11 +336,11 @@ mod tests {
             cancel.clone(),
         ));
         // The interval's first tick reads at once; wait for it so that only the wake-up follows.
-        while sysfs.reads.load(Ordering::SeqCst) == 0 {
+        while sysfs.hooks.reads.load(Ordering::SeqCst) == 0 {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         tree.write(PORT, "1: DOWN\n");
-        *sysfs.then.lock().unwrap() = Some("4: ACTIVE\n");
+        *sysfs.hooks.then.lock().unwrap() = Some("4: ACTIVE\n");
         wake.notify_one();
         let hang_guard = Duration::from_secs(30);
         tokio::time::timeout(hang_guard, rx.changed())
@@ -452,18 +358,11 @@ mod tests {
 
     /// A full scan whose GID listing hangs until released, as a slow full scan does.
     struct SlowGids {
-        inner: erdma_host::RootedSysfs,
         blocked: std::sync::atomic::AtomicBool,
         release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
     }
-    impl erdma_host::Sysfs for SlowGids {
-        fn read_attr(&self, rel: &Path) -> Result<String, erdma_host::SysfsError> {
-            self.inner.read_attr(rel)
-        }
-        fn read_link(&self, rel: &Path) -> Result<std::path::PathBuf, erdma_host::SysfsError> {
-            self.inner.read_link(rel)
-        }
-        fn list_dir(&self, rel: &Path) -> Result<Vec<String>, erdma_host::SysfsError> {
+    impl Hooks for SlowGids {
+        fn before_list(&self, rel: &Path) {
             if rel.ends_with("gids") {
                 self.blocked
                     .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -471,19 +370,6 @@ mod tests {
                 self.blocked
                     .store(false, std::sync::atomic::Ordering::SeqCst);
             }
-            self.inner.list_dir(rel)
-        }
-        fn canonical(&self, rel: &Path) -> Result<std::path::PathBuf, erdma_host::SysfsError> {
-            self.inner.canonical(rel)
-        }
-        fn exists(&self, rel: &Path) -> bool {
-            self.inner.exists(rel)
-        }
-        fn describe(&self) -> String {
-            self.inner.describe()
-        }
-        fn refresh(&self) {
-            self.inner.refresh()
         }
     }
 
@@ -501,10 +387,12 @@ mod tests {
         .scan();
         assert!(first.devices[1].health.is_healthy());
         let (release, gate) = std::sync::mpsc::channel();
-        let sysfs = Arc::new(SlowGids {
+        let sysfs = Arc::new(Hooked {
             inner: erdma_host::RootedSysfs::new(tree.sys()),
-            blocked: Default::default(),
-            release: std::sync::Mutex::new(gate),
+            hooks: SlowGids {
+                blocked: Default::default(),
+                release: std::sync::Mutex::new(gate),
+            },
         });
         let inv = Inventory::new(erdma_inventory::Sources {
             sysfs: sysfs.clone(),
@@ -522,7 +410,7 @@ mod tests {
             cancel.clone(),
         ));
         // The first full scan starts FULL_SCAN_EVERY after the start, and hangs in the GIDs.
-        while !sysfs.blocked.load(Ordering::SeqCst) {
+        while !sysfs.hooks.blocked.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         tree.write(PORT, "1: DOWN\n");
@@ -533,45 +421,19 @@ mod tests {
             .unwrap();
         assert!(!rx.borrow_and_update().devices[1].health.is_healthy());
         assert!(
-            sysfs.blocked.load(Ordering::SeqCst),
+            sysfs.hooks.blocked.load(Ordering::SeqCst),
             "answered while the full scan still ran"
         );
         // The scan finishes: its result is refreshed, so the port is still DOWN, not as it was
         // when the scan started.
         release.send(()).unwrap();
         release.send(()).unwrap();
-        while sysfs.blocked.load(Ordering::SeqCst) {
+        while sysfs.hooks.blocked.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!rx.borrow().devices[1].health.is_healthy());
         cancel.cancel();
         drop(release);
-    }
-
-    #[tokio::test]
-    #[ignore = "needs root (creates a veth pair in the host's network namespace); run with --ignored by scripts/test.sh on the CI host, which runs as root"]
-    async fn link_changes_wake_the_poller() {
-        let wake = Arc::new(Notify::new());
-        let cancel = CancellationToken::new();
-        assert!(
-            watch_links(wake.clone(), cancel.clone()),
-            "netlink route socket"
-        );
-        let name = format!("erdmanl{}", std::process::id() % 100_000);
-        let peer = format!("{name}p");
-        let added = std::process::Command::new("ip")
-            .args(["link", "add", &name, "type", "veth", "peer", "name", &peer])
-            .output();
-        match added {
-            Ok(o) if o.status.success() => {}
-            other => panic!("needs root and iproute2 to create the veth pair {name}: {other:?}"),
-        }
-        let woke = tokio::time::timeout(Duration::from_secs(2), wake.notified()).await;
-        let _ = std::process::Command::new("ip")
-            .args(["link", "del", &name])
-            .output();
-        cancel.cancel();
-        assert!(woke.is_ok(), "a new link must wake the poller");
     }
 }

@@ -3,38 +3,13 @@
 //! change into logs, `/healthz`, metrics, and node labels / condition / Events in a cluster.
 
 use crate::cluster::Cluster;
-use crate::health::AgentState;
-use erdma_driver::{
-    DriverConfig, DriverReconciler, DriverStatus, Host, PodResourceUsage, RunningMode, StatusCode,
-};
+use crate::metrics::AgentMetrics;
+use erdma_driver::{DriverConfig, DriverReconciler, DriverStatus, Host, PodResourceUsage};
 use erdma_model::DriverMode;
 use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-
-/// The status of `--prefer-driver none`: ready at once, the driver never touched.
-pub fn unmanaged_status() -> DriverStatus {
-    let mut s = DriverStatus::starting(DriverMode::None);
-    s.running = RunningMode::NotLoaded;
-    s.ready = true;
-    s.code = StatusCode::Unmanaged;
-    s.reason = "--prefer-driver none: the driver is never touched; devices are served as found"
-        .to_string();
-    s
-}
-
-/// Node labels of a status (`None` removes the label); with `--prefer-driver none` the mode
-/// label says `unmanaged`, since the agent does not look at the module.
-pub fn node_labels(
-    status: &DriverStatus,
-) -> std::collections::BTreeMap<&'static str, Option<String>> {
-    let mut labels = status.node_labels();
-    if status.code == StatusCode::Unmanaged && status.desired == DriverMode::None {
-        labels.insert(erdma_driver::LABEL_DRIVER_MODE, Some("unmanaged".into()));
-    }
-    labels
-}
 
 /// The driver status channel and, unless the mode is `none`, the reconciler task (await it on
 /// shutdown). The sender is returned too so that the channel stays open for `none`.
@@ -50,7 +25,7 @@ pub fn start<H: Host, U: PodResourceUsage>(
 ) {
     if cfg.mode == DriverMode::None {
         tracing::info!("--prefer-driver none: serving devices as found, never touching the driver");
-        let (tx, rx) = watch::channel(unmanaged_status());
+        let (tx, rx) = watch::channel(DriverStatus::unmanaged());
         return (rx, Some(tx), None);
     }
     if cfg.force_reload {
@@ -64,12 +39,12 @@ pub fn start<H: Host, U: PodResourceUsage>(
     (rx, None, Some(task))
 }
 
-/// Follows the driver status until `cancel` fires: logs, health view, metrics, and (in a
+/// Follows the driver status until `cancel` fires: logs, metrics, and (in a
 /// cluster) node labels, the node condition and Events; without a cluster they are logged.
 /// Publishing failures are retried on the next change or after 30 s.
 pub async fn observe(
     mut rx: watch::Receiver<DriverStatus>,
-    state: Arc<AgentState>,
+    metrics: Arc<AgentMetrics>,
     cluster: Option<Cluster>,
     cancel: CancellationToken,
 ) {
@@ -78,7 +53,7 @@ pub async fn observe(
     loop {
         let now = rx.borrow_and_update().clone();
         if previous.as_ref() != Some(&now) {
-            state.observe_driver(previous.as_ref(), &now);
+            metrics.observe_driver(previous.as_ref(), &now);
             if let Some(p) = &now.pending {
                 tracing::warn!(
                     from = p.from.name(),
@@ -106,7 +81,7 @@ pub async fn observe(
                 },
                 None => {
                     let (ty, st, reason, message) = now.node_condition();
-                    tracing::info!(labels = ?node_labels(&now), condition = %format!("{ty}={st} ({reason}: {message})"), "driver state (not in a cluster: node labels and condition are only logged)");
+                    tracing::info!(labels = ?now.node_labels(), condition = %format!("{ty}={st} ({reason}: {message})"), "driver state (not in a cluster: node labels and condition are only logged)");
                     published = Some(now.clone());
                 }
             }

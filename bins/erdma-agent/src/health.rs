@@ -1,16 +1,22 @@
-//! The agent's own state for `/healthz` and its metrics (driver readiness, pending driver changes,
-//! refused reloads, ERI source, ERI netdev and SMC-R pnet setup), and the `/metrics` + `/healthz`
-//! HTTP server that joins them with the device plugin's metrics.
+//! `/healthz`, `/readyz` and `/metrics`: one axum server. `/healthz` composes what each task
+//! publishes on its own watch channel (driver status, instance ID, ERI source, served set, ERI
+//! netdev and SMC-R pnet setup, SMC-R decisions, the NRI plugin, another device plugin); nobody writes into a
+//! shared view. `/metrics` renders the process's one prometheus-client registry.
 
+use crate::coexistence::ConflictView;
+use crate::devices::ServedView;
+use crate::nri::NriView;
+use crate::resource_api::{DraView, ResourceApi};
+use crate::smcr::Decision;
+use crate::source::EriSource;
 use erdma_deviceplugin::Metrics;
 use erdma_driver::DriverStatus;
 use erdma_model::Excluded;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// What `/healthz` reports besides the plugin registration.
@@ -37,175 +43,93 @@ pub struct HealthView {
     /// The last SMC-R pre-start decisions (newest last, at most
     /// [`crate::smcr::RECENT_DECISIONS`]); empty without `--deviceplugin-prestart-container`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub smcr: Vec<crate::smcr::Decision>,
+    pub smcr: Vec<Decision>,
     /// The NRI plugin: mode, whether it is used and connected, and the SMC-R path of this node.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nri: Option<NriView>,
     /// Whether another device plugin serves the resource on this node (after the first look).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub device_plugin_conflict: Option<crate::coexistence::ConflictView>,
+    pub device_plugin_conflict: Option<ConflictView>,
     /// Which API serves the devices on this node (`device-plugin` or `dra`), once decided.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub resource_api: Option<crate::resource_api::ResourceApi>,
+    pub resource_api: Option<ResourceApi>,
     /// The DRA driver's state, when DRA serves this node.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub dra: Option<crate::resource_api::DraView>,
+    pub dra: Option<DraView>,
 }
 
-/// The NRI part of `/healthz`.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct NriView {
-    /// `--nri`: auto, on or off.
-    pub mode: String,
-    /// The runtime's NRI socket.
-    pub socket: String,
-    /// Whether this agent runs the NRI plugin (auto: the socket existed at start).
-    pub used: bool,
-    /// How SMC-R pods are configured on this node: `nri` (at sandbox creation), `prestart`
-    /// (PreStartContainer) or `none` (the webhook's init container, or SMC-R off).
-    pub smcr_path: String,
-    /// Whether the plugin is registered with the runtime now.
-    pub connected: bool,
-    /// The last session error.
-    pub last_error: Option<String>,
+/// The channels `/healthz` reads, one per concern; each has exactly one publishing task.
+#[derive(Debug, Clone)]
+pub struct HealthSources {
+    /// The driver manager's status.
+    pub driver: watch::Receiver<DriverStatus>,
+    /// The instance ID, once known.
+    pub instance_id: watch::Receiver<Option<String>>,
+    /// Why the instance ID is not known yet.
+    pub instance_id_error: watch::Receiver<Option<String>>,
+    /// The ERI source.
+    pub eri_source: watch::Receiver<EriSource>,
+    /// Served and excluded devices.
+    pub served: watch::Receiver<ServedView>,
+    /// ERI netdev setup per interface.
+    pub netdev: watch::Receiver<BTreeMap<String, String>>,
+    /// SMC-R pnet setup warnings.
+    pub smc_pnet_warnings: watch::Receiver<Vec<String>>,
+    /// The last SMC-R pre-start decisions.
+    pub smcr: watch::Receiver<Vec<Decision>>,
+    /// The NRI plugin's state.
+    pub nri: watch::Receiver<Option<NriView>>,
+    /// Another device plugin for the resource.
+    pub device_plugin_conflict: watch::Receiver<Option<ConflictView>>,
+    /// Device plugin or DRA on this node.
+    pub resource_api: watch::Receiver<Option<ResourceApi>>,
+    /// The DRA driver's state.
+    pub dra: watch::Receiver<Option<DraView>>,
 }
 
-/// The agent's metrics (prefix `erdma_agent`) and the SMC-R metrics (prefix `erdma_smc`).
-#[derive(Debug)]
-pub struct AgentMetrics {
-    registry: Registry,
-    /// SMC-R pre-start outcomes and BPF policy size.
-    pub smc: erdma_smc::metrics::SmcMetrics,
-    /// SMC-R pre-starts whose pod could not be looked up (pod-resources or CRI unavailable).
-    pub smcr_lookup_failures: Counter,
-    /// 1 while the driver is ready (devices may be advertised).
-    pub driver_ready: Gauge,
-    /// 1 while a driver mode change is pending (refused because pods hold the devices).
-    pub driver_pending_change: Gauge,
-    /// Driver reloads refused because pods held the devices.
-    pub driver_reload_refusals: Counter,
-    /// ERI netdevs whose setup failed in the last run.
-    pub netdev_setup_failures: Gauge,
-    /// 1 while another device plugin serves the resource on this node.
-    pub device_plugin_conflict: Gauge,
-    /// Re-registrations after another device plugin for the resource had gone.
-    pub device_plugin_reclaims: Counter,
-}
-
-impl AgentMetrics {
-    fn new() -> Self {
-        let mut root = Registry::default();
-        let smc = erdma_smc::metrics::SmcMetrics::register(&mut root);
-        let registry = root.sub_registry_with_prefix("erdma_agent");
-        let smcr_lookup_failures = Counter::default();
-        registry.register(
-            "smcr_lookup_failures",
-            "SMC-R pre-starts whose pod could not be looked up (kubelet pod-resources or container runtime unavailable)",
-            smcr_lookup_failures.clone(),
-        );
-        let driver_ready = Gauge::default();
-        let driver_pending_change = Gauge::default();
-        let driver_reload_refusals = Counter::default();
-        let netdev_setup_failures = Gauge::default();
-        registry.register(
-            "driver_ready",
-            "1 while the erdma driver is ready and devices may be advertised",
-            driver_ready.clone(),
-        );
-        registry.register(
-            "driver_pending_change",
-            "1 while a driver mode change is pending because pods hold aliyun/erdma",
-            driver_pending_change.clone(),
-        );
-        registry.register(
-            "driver_reload_refusals",
-            "Driver reloads refused because pods held aliyun/erdma",
-            driver_reload_refusals.clone(),
-        );
-        registry.register(
-            "eri_netdev_setup_failures",
-            "ERI netdevs whose setup failed in the last run",
-            netdev_setup_failures.clone(),
-        );
-        let device_plugin_conflict = Gauge::default();
-        let device_plugin_reclaims = Counter::default();
-        registry.register(
-            "device_plugin_conflict",
-            "1 while another device plugin (terway's eRDMA ENI plugin, the original agent) serves the same resource on this node",
-            device_plugin_conflict.clone(),
-        );
-        registry.register(
-            "device_plugin_reclaims",
-            "Re-registrations with the kubelet after another device plugin for the resource had gone",
-            device_plugin_reclaims.clone(),
-        );
-        AgentMetrics {
-            registry: root,
-            smc,
-            smcr_lookup_failures,
-            driver_ready,
-            driver_pending_change,
-            driver_reload_refusals,
-            netdev_setup_failures,
-            device_plugin_conflict,
-            device_plugin_reclaims,
+impl HealthSources {
+    /// Sources that never change from their first value (`driver`): for a part of the agent that
+    /// runs alone, or as a base to replace fields of.
+    pub fn fixed(driver: DriverStatus) -> Self {
+        fn rx<T>(v: T) -> watch::Receiver<T> {
+            watch::channel(v).1
+        }
+        HealthSources {
+            driver: rx(driver),
+            instance_id: rx(None),
+            instance_id_error: rx(None),
+            eri_source: rx(EriSource::Local),
+            served: rx(ServedView::default()),
+            netdev: rx(BTreeMap::new()),
+            smc_pnet_warnings: rx(Vec::new()),
+            smcr: rx(Vec::new()),
+            nri: rx(None),
+            device_plugin_conflict: rx(None),
+            resource_api: rx(None),
+            dra: rx(None),
         }
     }
 
-    /// The OpenMetrics text of the agent's metrics.
-    pub fn encode(&self) -> String {
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
-    }
-}
-
-/// Shared agent state: the health view and the agent metrics.
-#[derive(Debug)]
-pub struct AgentState {
-    view: Mutex<HealthView>,
-    /// Agent metrics.
-    pub metrics: AgentMetrics,
-}
-
-impl Default for AgentState {
-    fn default() -> Self {
-        AgentState {
-            view: Mutex::new(HealthView::default()),
-            metrics: AgentMetrics::new(),
-        }
-    }
-}
-
-impl AgentState {
-    /// Changes the health view.
-    pub fn update(&self, f: impl FnOnce(&mut HealthView)) {
-        let mut v = self.view.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut v);
-    }
-
-    /// A copy of the health view.
+    /// The current view, composed from the last value of every channel.
     pub fn view(&self) -> HealthView {
-        self.view.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Records a driver status: health view and metrics. `previous` is the status before, so a
-    /// newly refused change counts once.
-    pub fn observe_driver(&self, previous: Option<&DriverStatus>, now: &DriverStatus) {
-        self.metrics.driver_ready.set(i64::from(now.ready));
-        self.metrics
-            .driver_pending_change
-            .set(i64::from(now.pending.is_some()));
-        if let Some(p) = &now.pending {
-            let same = previous
-                .and_then(|s| s.pending.as_ref())
-                .is_some_and(|q| q.to == p.to && q.from == p.from);
-            if !same {
-                self.metrics.driver_reload_refusals.inc();
-            }
+        let source = self.eri_source.borrow().clone();
+        let served = self.served.borrow().clone();
+        HealthView {
+            driver: Some(self.driver.borrow().clone()),
+            instance_id: self.instance_id.borrow().clone(),
+            instance_id_error: self.instance_id_error.borrow().clone(),
+            eri_source: source.describe(),
+            eri_source_ready: !matches!(source, EriSource::Waiting(_)),
+            served: served.served,
+            excluded: served.excluded,
+            netdev: self.netdev.borrow().clone(),
+            smc_pnet_warnings: self.smc_pnet_warnings.borrow().clone(),
+            smcr: self.smcr.borrow().clone(),
+            nri: self.nri.borrow().clone(),
+            device_plugin_conflict: self.device_plugin_conflict.borrow().clone(),
+            resource_api: *self.resource_api.borrow(),
+            dra: self.dra.borrow().clone(),
         }
-        self.update(|v| v.driver = Some(now.clone()));
     }
 
     /// The `/healthz` JSON.
@@ -233,39 +157,43 @@ impl AgentState {
         s.push('\n');
         s
     }
-
-    /// `/metrics`: the device plugin's metrics followed by the agent's, one exposition.
-    pub fn metrics_text(&self, plugin: &Metrics) -> String {
-        let p = plugin.encode();
-        let mut out = p.strip_suffix("# EOF\n").map(str::to_string).unwrap_or(p);
-        out.push_str(&self.metrics.encode());
-        out
-    }
 }
 
-/// Serves `/metrics` and `/healthz` on `listener` until `cancel` fires. `/healthz` answers 200
-/// while the process runs (an outage elsewhere must not make Kubernetes restart the agent).
+/// What the server renders.
+#[derive(Clone)]
+pub struct Exposition {
+    /// The process's one metrics registry.
+    pub registry: Arc<Registry>,
+    /// The device plugin's metrics (registration state).
+    pub plugin: Arc<Metrics>,
+    /// The `/healthz` sources.
+    pub health: HealthSources,
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `cancel` fires. `/healthz`
+/// answers 200 while the process runs (an outage elsewhere must not make Kubernetes restart the
+/// agent); `/readyz` answers 200 once the device plugin is registered with the kubelet, else 503.
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
-    plugin: Arc<Metrics>,
-    state: Arc<AgentState>,
+    what: Exposition,
     cancel: CancellationToken,
 ) -> std::io::Result<()> {
+    use axum::http::StatusCode;
     use axum::http::header::CONTENT_TYPE;
     use axum::routing::get;
-    let (p1, s1) = (plugin.clone(), state.clone());
+    let (m, h, r) = (what.clone(), what.clone(), what);
     let app = axum::Router::new()
         .route(
             "/metrics",
             get(move || {
-                let (p, s) = (p1.clone(), s1.clone());
+                let text = crate::metrics::encode(&m.registry);
                 async move {
                     (
                         [(
                             CONTENT_TYPE,
                             "application/openmetrics-text; version=1.0.0; charset=utf-8",
                         )],
-                        s.metrics_text(&p),
+                        text,
                     )
                 }
             }),
@@ -273,8 +201,24 @@ pub async fn serve_on(
         .route(
             "/healthz",
             get(move || {
-                let (p, s) = (plugin.clone(), state.clone());
-                async move { ([(CONTENT_TYPE, "application/json")], s.healthz(&p)) }
+                let body = h.health.healthz(&h.plugin);
+                async move { ([(CONTENT_TYPE, "application/json")], body) }
+            }),
+        )
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = r.plugin.is_registered();
+                async move {
+                    if ready {
+                        (StatusCode::OK, "ready\n")
+                    } else {
+                        (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "not registered with the kubelet\n",
+                        )
+                    }
+                }
             }),
         );
     axum::serve(listener, app)

@@ -1,11 +1,11 @@
 //! Host setup for the served devices once the driver is ready: ERI netdevs (link, MTU, address,
 //! routes; never the primary interface) and the SMC-R pnet table (best effort).
 
-use crate::health::AgentState;
 use crate::source::EriSource;
-use erdma_model::{DeviceKind, DeviceMode, NodeDevices, PnetId};
+use erdma_model::{Backoff, DeviceKind, DeviceMode, NodeDevices, PnetId};
 use erdma_netdev::{EriNetdev, Metadata, NetdevError, RouteNetlink};
-use std::sync::Arc;
+use prometheus_client::metrics::gauge::Gauge;
+use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -68,11 +68,11 @@ pub async fn run_netdev<M: Metadata>(
     mut served: watch::Receiver<NodeDevices>,
     mut source: watch::Receiver<EriSource>,
     jumbo_frame_mtu: u32,
-    state: Arc<AgentState>,
+    out: NetdevReport,
     cancel: CancellationToken,
 ) {
     let mut done: Option<Vec<EriNetdev>> = None;
-    let mut backoff = Duration::from_secs(5);
+    let mut backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
     let mut retry_at: Option<tokio::time::Instant> = None;
     let mut nl: Option<RouteNetlink> = None;
     loop {
@@ -84,10 +84,10 @@ pub async fn run_netdev<M: Metadata>(
         let due = retry_at.is_some_and(|t| t <= tokio::time::Instant::now());
         if done.as_ref() != Some(&eris) || due {
             if done.as_ref() != Some(&eris) {
-                backoff = Duration::from_secs(5);
+                backoff.reset();
             }
             let mut failures = 0i64;
-            let mut report = std::collections::BTreeMap::new();
+            let mut report = BTreeMap::new();
             if nl.is_none() {
                 match connect() {
                     Ok(c) => nl = Some(c),
@@ -121,14 +121,13 @@ pub async fn run_netdev<M: Metadata>(
                     report.insert(ifname, text);
                 }
             }
-            state.metrics.netdev_setup_failures.set(failures);
-            state.update(|v| v.netdev = report);
+            out.failures.set(failures);
+            out.report.send_replace(report);
             done = Some(eris);
             retry_at = if failures > 0 {
-                tracing::warn!(failures, retry_in = ?backoff, "ERI netdev setup incomplete; retrying");
-                let at = tokio::time::Instant::now() + backoff;
-                backoff = (backoff * 2).min(Duration::from_secs(300));
-                Some(at)
+                let delay = backoff.next_delay();
+                tracing::warn!(failures, retry_in = ?delay, "ERI netdev setup incomplete; retrying");
+                Some(tokio::time::Instant::now() + delay)
             } else {
                 None
             };
@@ -148,11 +147,20 @@ pub async fn run_netdev<M: Metadata>(
     }
 }
 
+/// Where ERI netdev setup reports: the failure gauge, and the per-interface result for
+/// `/healthz` (`ok`, `primary (untouched)`, or the error).
+pub struct NetdevReport {
+    /// ERI netdevs whose setup failed in the last run.
+    pub failures: Gauge,
+    /// The per-interface result.
+    pub report: watch::Sender<BTreeMap<String, String>>,
+}
+
 /// Maps the served devices' PNET IDs in the host's SMC-R pnet table whenever that set changes,
 /// until `cancel` fires. Best effort: problems (SMC unavailable, conflicts) are warnings.
 pub async fn run_smc_pnet(
     mut served: watch::Receiver<NodeDevices>,
-    state: Arc<AgentState>,
+    warnings: watch::Sender<Vec<String>>,
     cancel: CancellationToken,
 ) {
     let mut done: Option<Vec<(PnetId, String, u8)>> = None;
@@ -170,7 +178,7 @@ pub async fn run_smc_pnet(
                         } else {
                             tracing::info!(added = ?report.added, unchanged = report.unchanged.len(), "SMC-R pnet table set");
                         }
-                        state.update(|v| v.smc_pnet_warnings = report.warnings);
+                        warnings.send_replace(report.warnings);
                     }
                     Err(e) => tracing::warn!("SMC-R pnet setup task failed: {e}"),
                 }

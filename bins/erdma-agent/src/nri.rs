@@ -12,9 +12,10 @@
 //! Everything runs within a budget well inside the runtime's (see `erdma_nri::plugin`).
 
 use crate::cluster::{Cluster, PodRef};
-use crate::health::AgentState;
+use crate::metrics::AgentMetrics;
 use crate::smcr::SmcrHook;
 use erdma_deviceplugin::service::ENV_ERDMA_DEVICES;
+use erdma_kubelet::podresources::{Holder, PodResourcesClient};
 use erdma_model::NodeDevices;
 use erdma_model::rdma_limit::{Memlock, RDMA_MAX_ANNOTATION, RdmaLimit};
 use erdma_nri::api::{self, Event};
@@ -22,6 +23,7 @@ use erdma_nri::plugin::Handler;
 use erdma_nri::ttrpc::BoxFuture;
 use erdma_smc::annotation::SmcRequest;
 use erdma_smc::prestart::PodSandbox;
+use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -165,8 +167,37 @@ pub struct AgentNri {
     pub smcr: Option<Arc<SmcrHook>>,
     /// Pod Events.
     pub cluster: Option<Cluster>,
-    /// Health view and metrics.
-    pub state: Arc<AgentState>,
+    /// Counters.
+    pub metrics: Arc<AgentMetrics>,
+    /// The NRI part of `/healthz`, published by this plugin.
+    pub view: watch::Sender<Option<NriView>>,
+}
+
+/// The NRI part of `/healthz`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NriView {
+    /// `--nri`: auto, on or off.
+    pub mode: String,
+    /// The runtime's NRI socket.
+    pub socket: String,
+    /// Whether this agent runs the NRI plugin (auto: the socket existed at start).
+    pub used: bool,
+    /// How SMC-R pods are configured on this node: `nri` (at sandbox creation), `prestart`
+    /// (PreStartContainer) or `none` (the webhook's init container, or SMC-R off).
+    pub smcr_path: String,
+    /// Whether the plugin is registered with the runtime now.
+    pub connected: bool,
+    /// The last session error.
+    pub last_error: Option<String>,
+}
+
+/// The device IDs that pod `namespace/name` holds, over all its containers.
+pub fn pod_device_ids(holders: &[Holder], namespace: &str, name: &str) -> Vec<String> {
+    holders
+        .iter()
+        .filter(|h| h.namespace == namespace && h.pod == name)
+        .flat_map(|h| h.device_ids.iter().cloned())
+        .collect()
 }
 
 impl AgentNri {
@@ -203,17 +234,13 @@ impl AgentNri {
         if !request.enabled() && request.problem(&who).is_none() {
             return Ok(());
         }
-        let device_ids = match erdma_deviceplugin::podresources::pod_device_ids(
-            &self.pod_resources_socket,
-            &self.resource,
-            &pod.namespace,
-            &pod.name,
-        )
-        .await
+        let device_ids = match PodResourcesClient::new(&self.pod_resources_socket)
+            .list(&self.resource)
+            .await
         {
-            Ok(ids) => ids,
+            Ok(holders) => pod_device_ids(&holders, &pod.namespace, &pod.name),
             Err(e) => {
-                self.state.metrics.smcr_lookup_failures.inc();
+                self.metrics.smcr_lookup_failures.inc();
                 tracing::warn!(pod = %who, "NRI RunPodSandbox: cannot tell whether the pod holds {}: {e}; SMC-R not configured", self.resource);
                 return Ok(());
             }
@@ -236,6 +263,7 @@ impl AgentNri {
             host_network: netns.is_none(),
             netns,
             annotations: pod.annotations.clone().into_iter().collect(),
+            devices: device_ids.clone(),
         };
         let target = PodRef {
             namespace: pod.namespace.clone(),
@@ -260,8 +288,8 @@ impl Handler for AgentNri {
     ) -> BoxFuture<'_, Vec<api::ContainerUpdate>> {
         Box::pin(async move {
             // Synchronize follows every successful registration.
-            self.state.update(|v| {
-                if let Some(n) = &mut v.nri {
+            self.view.send_modify(|v| {
+                if let Some(n) = v {
                     n.connected = true;
                     n.last_error = None;
                 }
@@ -323,33 +351,35 @@ pub const BUDGET: std::time::Duration = std::time::Duration::from_millis(800);
 pub async fn run(
     cfg: erdma_nri::plugin::PluginConfig,
     handler: Arc<AgentNri>,
-    state: Arc<AgentState>,
     cancel: tokio_util::sync::CancellationToken,
 ) {
-    let mut delay = std::time::Duration::from_millis(500);
+    let mut backoff = erdma_model::Backoff::new(
+        std::time::Duration::from_millis(500),
+        std::time::Duration::from_secs(30),
+    );
     loop {
         let started = std::time::Instant::now();
         let r = erdma_nri::plugin::run_session(&cfg, handler.clone(), &cancel).await;
-        state.update(|v| {
-            if let Some(n) = &mut v.nri {
+        handler.view.send_modify(|v| {
+            if let Some(n) = v {
                 n.connected = false;
                 n.last_error = r.as_ref().err().map(ToString::to_string);
             }
         });
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            backoff.reset();
+        }
+        let delay = backoff.next_delay();
         match &r {
             Ok(()) => {
                 tracing::info!("NRI session ended (runtime restart or shutdown); reconnecting")
             }
             Err(e) => tracing::warn!("{e}; retrying in {delay:?}"),
         }
-        if started.elapsed() > std::time::Duration::from_secs(30) {
-            delay = std::time::Duration::from_millis(500);
-        }
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
         }
-        delay = (delay * 2).min(std::time::Duration::from_secs(30));
     }
 }
 

@@ -5,7 +5,6 @@
 //! in the `ERdmaResourceAPI` node condition.
 
 use crate::cluster::Cluster;
-use crate::health::AgentState;
 use erdma_dra::publish::{self, SyncOutcome};
 use erdma_dra::server::{self, RegistrationState};
 use erdma_dra::{DraConfig, Driver};
@@ -184,7 +183,7 @@ pub async fn run_dra(
     cluster: Cluster,
     served: watch::Receiver<NodeDevices>,
     instance_id: Option<String>,
-    state: Arc<AgentState>,
+    view_tx: watch::Sender<Option<DraView>>,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
     let mut cfg = DraConfig::new(cluster.node.clone());
@@ -225,14 +224,12 @@ pub async fn run_dra(
             Ok(o) => format!("{:?} generation {}", o.action, o.generation).to_lowercase(),
             Err(e) => e.clone(),
         };
-        state.update(|v| {
-            v.dra = Some(DraView {
-                driver: cfg.driver_name.clone(),
-                registration: reg,
-                slice,
-                prepared_claims: per_device,
-            })
-        });
+        view_tx.send_replace(Some(DraView {
+            driver: cfg.driver_name.clone(),
+            registration: reg,
+            slice,
+            prepared_claims: per_device,
+        }));
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = registration.changed() => {}

@@ -16,16 +16,13 @@
 //! the setting dies with their namespace.
 
 use crate::cluster::{Cluster, PodRef};
-use crate::health::AgentState;
+use crate::metrics::AgentMetrics;
 use erdma_cri::CriClient;
 use erdma_deviceplugin::PreStartHook;
-use erdma_kubelet::podresources::v1 as pr;
-use erdma_kubelet::podresources::v1::pod_resources_lister_client::PodResourcesListerClient;
-use erdma_kubelet::uds::{self, ClientAuthority};
+use erdma_kubelet::podresources::{Holder, PodResourcesClient};
 use erdma_model::{NodeDevices, PnetId, SlotId};
-use erdma_smc::annotation::SmcRequest;
 use erdma_smc::configure::{PodOptions, SmcConfigurator, SocketPolicy};
-use erdma_smc::prestart::{PodSandbox, PreStartOutcome};
+use erdma_smc::prestart::{EventType, OutcomeKind, PodSandbox, PreStartOutcome};
 use erdma_smc::probe::Mechanism;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -50,9 +47,8 @@ pub struct Decision {
     pub pod: Option<String>,
     /// The device IDs of the `PreStartContainer` call.
     pub devices: Vec<String>,
-    /// `not_requested`, `invalid_annotation`, `host_network`, `configured`, `unsupported`,
-    /// `failed`, or `lookup_failed` (pod-resources or CRI unavailable).
-    pub outcome: String,
+    /// What was decided (`lookup_failed`: pod-resources or CRI unavailable).
+    pub outcome: OutcomeKind,
     /// The Event / log text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -79,8 +75,8 @@ pub struct HookConfig {
 
 /// The SMC-R work on a pod namespace (blocking calls; the hook runs them in `spawn_blocking`).
 pub trait PodConfigurator: Send + Sync + 'static {
-    /// The pre-start decision for `pod` with `pnetid` on its interface.
-    fn prestart(&self, pod: &PodSandbox, pnetid: &PnetId) -> PreStartOutcome;
+    /// The pre-start decision for `pod` with `pnetid` (of the granted device) on its interface.
+    fn prestart(&self, pod: &PodSandbox, pnetid: Option<&PnetId>) -> PreStartOutcome;
     /// Removes a namespace cookie from the BPF policy; true when it was there.
     fn release_pod(&self, netns_cookie: u64) -> Result<bool, String>;
     /// Namespaces in the BPF policy now (`None` without a policy).
@@ -105,7 +101,7 @@ impl Smc {
 }
 
 impl PodConfigurator for Smc {
-    fn prestart(&self, pod: &PodSandbox, pnetid: &PnetId) -> PreStartOutcome {
+    fn prestart(&self, pod: &PodSandbox, pnetid: Option<&PnetId>) -> PreStartOutcome {
         self.configurator.prestart(pod, pnetid)
     }
 
@@ -225,7 +221,9 @@ pub struct SmcrHook {
     smc: Arc<dyn PodConfigurator>,
     served: watch::Receiver<NodeDevices>,
     cluster: Option<Cluster>,
-    state: Arc<AgentState>,
+    metrics: Arc<AgentMetrics>,
+    /// The last decisions (newest last), published for `/healthz`.
+    decisions: watch::Sender<Vec<Decision>>,
     /// Pods in the BPF policy: `namespace/name` → namespace cookie.
     tracked: Mutex<BTreeMap<String, u64>>,
 }
@@ -239,16 +237,6 @@ impl std::fmt::Debug for SmcrHook {
     }
 }
 
-/// `(type, reason)` of the Event for an outcome.
-fn event_kind(o: &PreStartOutcome) -> (&'static str, &'static str) {
-    match o {
-        PreStartOutcome::Configured { .. } => ("Normal", "SmcrEnabled"),
-        PreStartOutcome::InvalidAnnotation { .. } => ("Warning", "SmcrInvalidAnnotation"),
-        PreStartOutcome::Unsupported { .. } => ("Warning", "SmcrUnsupported"),
-        _ => ("Warning", "SmcrFailed"),
-    }
-}
-
 impl SmcrHook {
     /// A hook; `cluster` is used for pod Events (without it they are logged).
     pub fn new(
@@ -256,19 +244,25 @@ impl SmcrHook {
         smc: Arc<dyn PodConfigurator>,
         served: watch::Receiver<NodeDevices>,
         cluster: Option<Cluster>,
-        state: Arc<AgentState>,
+        metrics: Arc<AgentMetrics>,
     ) -> Self {
         if let Some(n) = smc.policy_namespaces() {
-            state.metrics.smc.policy_namespaces.set(n as i64);
+            metrics.smc.policy_namespaces.set(n as i64);
         }
         SmcrHook {
             cfg,
             smc,
             served,
             cluster,
-            state,
+            metrics,
+            decisions: watch::channel(Vec::new()).0,
             tracked: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The last decisions (newest last, at most [`RECENT_DECISIONS`]), as they are made.
+    pub fn decisions(&self) -> watch::Receiver<Vec<Decision>> {
+        self.decisions.subscribe()
     }
 
     /// Pods in the BPF policy: `namespace/name` → namespace cookie.
@@ -305,7 +299,7 @@ impl SmcrHook {
         let info = match self.lookup(device_ids).await {
             Ok(i) => i,
             Err(why) => {
-                self.state.metrics.smcr_lookup_failures.inc();
+                self.metrics.smcr_lookup_failures.inc();
                 let message = format!(
                     "PreStartContainer for {} {device_ids:?}: SMC-R not configured, {why}",
                     self.cfg.resource
@@ -314,7 +308,7 @@ impl SmcrHook {
                 return self.remember(Decision {
                     pod: None,
                     devices: device_ids.to_vec(),
-                    outcome: "lookup_failed".into(),
+                    outcome: OutcomeKind::LookupFailed,
                     message: Some(message),
                     failed_container: self.cfg.strict,
                 });
@@ -325,6 +319,7 @@ impl SmcrHook {
             host_network: info.host_network,
             netns: info.netns.clone(),
             annotations: info.annotations.clone(),
+            devices: device_ids.to_vec(),
         };
         let target = PodRef {
             namespace: info.namespace.clone(),
@@ -343,25 +338,19 @@ impl SmcrHook {
     ) -> Decision {
         let pod = sandbox.pod.clone();
         let pnet = pnet_of(&self.served.borrow(), device_ids);
-        let outcome = match pnet {
-            Some(pnet) => {
-                let smc = self.smc.clone();
-                let sb = sandbox.clone();
-                tokio::task::spawn_blocking(move || smc.prestart(&sb, &pnet))
-                    .await
-                    .unwrap_or_else(|e| PreStartOutcome::Failed {
-                        pod: pod.clone(),
-                        error: format!("SMC-R configuration task failed: {e}"),
-                    })
-            }
-            None => without_pnet(&sandbox, device_ids),
-        };
-        self.state.metrics.smc.record(&outcome);
+        let smc = self.smc.clone();
+        let outcome = tokio::task::spawn_blocking(move || smc.prestart(&sandbox, pnet.as_ref()))
+            .await
+            .unwrap_or_else(|e| PreStartOutcome::Failed {
+                pod: pod.clone(),
+                error: format!("SMC-R configuration task failed: {e}"),
+            });
+        self.metrics.smc.record(&outcome);
         self.track(&pod, &outcome);
         let message = outcome.event_message();
         if let Some(m) = &message {
-            let (kind, reason) = event_kind(&outcome);
-            if kind == "Normal" {
+            let (kind, reason) = outcome.event_reason();
+            if kind == EventType::Normal {
                 tracing::info!(pod = %pod, reason, "{m}");
             } else {
                 tracing::warn!(pod = %pod, reason, "{m}");
@@ -370,7 +359,7 @@ impl SmcrHook {
                 let m = m.clone();
                 // The kubelet waits for PreStartContainer: do not make it wait for the API.
                 tokio::spawn(async move {
-                    if let Err(e) = cluster.pod_event(&target, kind, reason, &m).await {
+                    if let Err(e) = cluster.pod_event(&target, kind.as_str(), reason, &m).await {
                         tracing::warn!("{e}");
                     }
                 });
@@ -379,17 +368,17 @@ impl SmcrHook {
         self.remember(Decision {
             pod: Some(pod),
             devices: device_ids.to_vec(),
-            outcome: outcome.label().into(),
+            outcome: outcome.kind(),
             message,
             failed_container: outcome.fails_container(self.cfg.strict),
         })
     }
 
     fn remember(&self, d: Decision) -> Decision {
-        self.state.update(|v| {
-            v.smcr.push(d.clone());
-            let extra = v.smcr.len().saturating_sub(RECENT_DECISIONS);
-            v.smcr.drain(..extra);
+        self.decisions.send_modify(|v| {
+            v.push(d.clone());
+            let extra = v.len().saturating_sub(RECENT_DECISIONS);
+            v.drain(..extra);
         });
         d
     }
@@ -437,7 +426,7 @@ impl SmcrHook {
 
     fn update_gauge(&self) {
         if let Some(n) = self.smc.policy_namespaces() {
-            self.state.metrics.smc.policy_namespaces.set(n as i64);
+            self.metrics.smc.policy_namespaces.set(n as i64);
         }
     }
 
@@ -447,7 +436,11 @@ impl SmcrHook {
         if self.tracked().is_empty() {
             return Ok(Vec::new());
         }
-        let live = live_pods(&self.cfg.pod_resources_socket, &self.cfg.resource).await?;
+        let holders = PodResourcesClient::new(&self.cfg.pod_resources_socket)
+            .list(&self.cfg.resource)
+            .await
+            .map_err(|e| e.to_string())?;
+        let live = live_pods(&holders);
         let gone: Vec<(String, u64)> = {
             let mut t = self.tracked.lock().unwrap_or_else(|p| p.into_inner());
             let gone: Vec<(String, u64)> = t
@@ -483,57 +476,12 @@ impl SmcrHook {
     }
 }
 
-/// The decision when no granted device has a PNET ID.
-fn without_pnet(sandbox: &PodSandbox, device_ids: &[String]) -> PreStartOutcome {
-    let request = SmcRequest::from_annotations(&sandbox.annotations);
-    if let Some(problem) = request.problem(&sandbox.pod) {
-        return PreStartOutcome::InvalidAnnotation { problem };
-    }
-    if !request.enabled() {
-        return PreStartOutcome::NotRequested;
-    }
-    if sandbox.host_network || sandbox.netns.is_none() {
-        return PreStartOutcome::HostNetwork {
-            pod: sandbox.pod.clone(),
-        };
-    }
-    PreStartOutcome::Failed {
-        pod: sandbox.pod.clone(),
-        error: format!(
-            "none of the granted devices {device_ids:?} has a PNET ID (sysfs ports/1/pnetid or the ERI's MAC); SMC-R needs one to pair the pod's eth0 with the RDMA device"
-        ),
-    }
-}
-
-/// `namespace/name` of the pods holding `resource` devices, from the kubelet.
-async fn live_pods(socket: &Path, resource: &str) -> Result<BTreeSet<String>, String> {
-    let ch = uds::connect(socket, ClientAuthority::Localhost, Duration::from_secs(2))
-        .await
-        .map_err(|e| {
-            format!(
-                "cannot connect to the kubelet pod-resources API at {}: {e}",
-                socket.display()
-            )
-        })?;
-    let mut client = PodResourcesListerClient::new(ch);
-    let call = client.list(pr::ListPodResourcesRequest {});
-    let pods = tokio::time::timeout(erdma_cri::CALL_TIMEOUT, call)
-        .await
-        .map_err(|_| format!("pod-resources List on {} timed out", socket.display()))?
-        .map_err(|s| format!("pod-resources List on {}: {s}", socket.display()))?
-        .into_inner()
-        .pod_resources;
-    Ok(pods
-        .into_iter()
-        .filter(|p| {
-            p.containers.iter().any(|c| {
-                c.devices
-                    .iter()
-                    .any(|d| d.resource_name == resource && !d.device_ids.is_empty())
-            })
-        })
-        .map(|p| format!("{}/{}", p.namespace, p.name))
-        .collect())
+/// `namespace/name` of the pods among `holders`.
+fn live_pods(holders: &[Holder]) -> BTreeSet<String> {
+    holders
+        .iter()
+        .map(|h| format!("{}/{}", h.namespace, h.pod))
+        .collect()
 }
 
 #[tonic::async_trait]

@@ -3,13 +3,12 @@
 //! in the background until the metadata service answers.
 
 use crate::cluster::{self, Cluster};
-use crate::health::AgentState;
+use erdma_cloud::imds::ImdsClient;
 use erdma_k8s::agent::{NodeEris, find_node_eris, report_device_problems, wait_for_node_eris};
+use erdma_model::Backoff;
 use erdma_model::NodeDevices;
-use erdma_netdev::ImdsClient;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -112,14 +111,9 @@ pub async fn follow_cluster(
     cfg: ClusterSourceConfig,
     mut raw_rx: watch::Receiver<NodeDevices>,
     tx: watch::Sender<EriSource>,
-    state: Arc<AgentState>,
     cancel: CancellationToken,
 ) {
     let publish = |s: EriSource| {
-        state.update(|v| {
-            v.eri_source = s.describe();
-            v.eri_source_ready = !matches!(s, EriSource::Waiting(_));
-        });
         tx.send_if_modified(|cur| {
             if *cur == s {
                 return false;
@@ -202,38 +196,28 @@ pub async fn follow_cluster(
     }
 }
 
-/// Whether `id` looks like an ECS instance ID.
-pub fn valid_instance_id(id: &str) -> bool {
-    id.starts_with("i-")
-        && id.len() <= 64
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-}
-
 /// Asks the metadata service for the instance ID until it answers (backoff from `initial`
-/// doubling to 60 s), then publishes it on `tx`. Never gives up; the agent serves only `i-*`
-/// allow-list entries meanwhile.
+/// doubling to 60 s), then publishes it on `tx`; why it is not known yet goes to `errors`.
+/// Never gives up; the agent serves only `i-*` allow-list entries meanwhile.
 pub async fn fetch_instance_id(
     metadata: ImdsClient,
     tx: watch::Sender<Option<String>>,
-    state: Arc<AgentState>,
+    errors: watch::Sender<Option<String>>,
     initial: Duration,
     cancel: CancellationToken,
 ) {
-    let mut backoff = initial;
+    let mut backoff = Backoff::new(initial, Duration::from_secs(60));
     loop {
         let got = tokio::select! {
             _ = cancel.cancelled() => return,
             r = metadata.get(INSTANCE_ID_PATH) => r,
         };
         let err = match got {
-            Ok(body) if valid_instance_id(body.trim()) => {
+            Ok(body) if erdma_model::names::is_instance_id(body.trim()) => {
                 let id = body.trim().to_string();
                 tracing::info!(instance_id = %id, "instance ID from the metadata service; applying --exposed-local-eris");
-                state.update(|v| {
-                    v.instance_id = Some(id.clone());
-                    v.instance_id_error = None;
-                });
-                let _ = tx.send(Some(id));
+                errors.send_replace(None);
+                tx.send_replace(Some(id));
                 return;
             }
             Ok(body) => format!(
@@ -242,15 +226,15 @@ pub async fn fetch_instance_id(
             ),
             Err(e) => e.to_string(),
         };
+        let delay = backoff.next_delay();
         let msg = format!(
-            "--exposed-local-eris needs the instance ID: {err}; serving only i-* entries until it is known (retry in {backoff:?}; pass --instance-id to skip the metadata service)"
+            "--exposed-local-eris needs the instance ID: {err}; serving only i-* entries until it is known (retry in {delay:?}; pass --instance-id to skip the metadata service)"
         );
         tracing::warn!("{msg}");
-        state.update(|v| v.instance_id_error = Some(msg));
+        errors.send_replace(Some(msg));
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(delay) => {}
         }
-        backoff = (backoff * 2).min(Duration::from_secs(60));
     }
 }

@@ -142,7 +142,7 @@ async fn main() -> anyhow::Result<()> {
         tracing::info!("localERIDiscovery: agents discover ERIs themselves; no provisioning");
     } else {
         let region = if cfg.region.is_empty() {
-            erdma_netdev::metadata::ImdsClient::new(&args.metadata_endpoint)?
+            erdma_cloud::imds::ImdsClient::new(&args.metadata_endpoint)?
                 .get("/latest/meta-data/region-id")
                 .await
                 .context("config.region is empty and the metadata service did not answer; set config.region")?
@@ -188,17 +188,13 @@ async fn main() -> anyhow::Result<()> {
                 if rx.wait_for(|l| *l).await.is_err() || cancel2.is_cancelled() {
                     return;
                 }
-                ctx.metrics
-                    .leader
-                    .store(1, std::sync::atomic::Ordering::Relaxed);
+                ctx.metrics.leader.set(1);
                 let term = cancel2.child_token();
                 let run = tokio::spawn(run_controllers(ctx.clone(), term.clone()));
                 let _ = rx.wait_for(|l| !*l).await;
                 term.cancel();
                 let _ = run.await;
-                ctx.metrics
-                    .leader
-                    .store(0, std::sync::atomic::Ordering::Relaxed);
+                ctx.metrics.leader.set(0);
                 if cancel2.is_cancelled() {
                     return;
                 }

@@ -2,67 +2,98 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
-use std::fmt::Write;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use tokio_util::sync::CancellationToken;
 
-/// Counters; cheap to update from any task.
-#[derive(Debug, Default)]
+/// Labels of the reconcile counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    /// `node` or `erdmadevice`.
+    pub controller: &'static str,
+    /// `ok` or `error`.
+    pub result: &'static str,
+}
+
+/// The controller's metrics in one prometheus-client registry; cheap to update from any task.
 pub struct Metrics {
-    /// Node reconciles that succeeded.
-    pub node_ok: AtomicU64,
-    /// Node reconciles that failed.
-    pub node_err: AtomicU64,
-    /// ERdmaDevice reconciles that succeeded.
-    pub device_ok: AtomicU64,
-    /// ERdmaDevice reconciles that failed.
-    pub device_err: AtomicU64,
-    /// Pods that got `smcr-init`.
-    pub injected: AtomicU64,
+    registry: Registry,
+    /// Reconcile passes by controller and result.
+    reconciles: Family<ReconcileLabels, Counter>,
     /// AdmissionReviews answered.
-    pub reviews: AtomicU64,
+    pub reviews: Counter,
+    /// Pods that got `smcr-init`.
+    pub injected: Counter,
     /// 1 while this replica leads.
-    pub leader: AtomicU64,
+    pub leader: Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let reconciles = Family::<ReconcileLabels, Counter>::default();
+        let (reviews, injected, leader) =
+            (Counter::default(), Counter::default(), Gauge::default());
+        registry.register(
+            "erdma_controller_reconciles",
+            "Reconcile passes by controller and result",
+            reconciles.clone(),
+        );
+        registry.register(
+            "erdma_webhook_reviews",
+            "AdmissionReviews answered",
+            reviews.clone(),
+        );
+        registry.register(
+            "erdma_webhook_injections",
+            "Pods that got the smcr-init init container",
+            injected.clone(),
+        );
+        registry.register(
+            "erdma_controller_leader",
+            "1 while this replica is the leader",
+            leader.clone(),
+        );
+        for controller in ["node", "erdmadevice"] {
+            for result in ["ok", "error"] {
+                // Listed at 0 before the first pass.
+                drop(reconciles.get_or_create(&ReconcileLabels { controller, result }));
+            }
+        }
+        Metrics {
+            registry,
+            reconciles,
+            reviews,
+            injected,
+            leader,
+        }
+    }
 }
 
 impl Metrics {
-    /// Prometheus text exposition.
+    /// Counts one reconcile pass of `controller` (`node`, `erdmadevice`).
+    pub fn reconciled(&self, controller: &'static str, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.reconciles
+            .get_or_create(&ReconcileLabels { controller, result })
+            .inc();
+    }
+
+    /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "# HELP erdma_controller_reconciles_total Reconcile passes by controller and result."
-        );
-        let _ = writeln!(s, "# TYPE erdma_controller_reconciles_total counter");
-        for (c, r, v) in [
-            ("node", "ok", &self.node_ok),
-            ("node", "error", &self.node_err),
-            ("erdmadevice", "ok", &self.device_ok),
-            ("erdmadevice", "error", &self.device_err),
-        ] {
-            let _ = writeln!(
-                s,
-                "erdma_controller_reconciles_total{{controller=\"{c}\",result=\"{r}\"}} {}",
-                g(v)
-            );
-        }
-        let _ = writeln!(
-            s,
-            "# HELP erdma_webhook_reviews_total AdmissionReviews answered.\n# TYPE erdma_webhook_reviews_total counter"
-        );
-        let _ = writeln!(s, "erdma_webhook_reviews_total {}", g(&self.reviews));
-        let _ = writeln!(
-            s,
-            "# HELP erdma_webhook_injections_total Pods that got the smcr-init init container.\n# TYPE erdma_webhook_injections_total counter"
-        );
-        let _ = writeln!(s, "erdma_webhook_injections_total {}", g(&self.injected));
-        let _ = writeln!(
-            s,
-            "# HELP erdma_controller_leader 1 while this replica is the leader.\n# TYPE erdma_controller_leader gauge"
-        );
-        let _ = writeln!(s, "erdma_controller_leader {}", g(&self.leader));
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
         s
     }
 }

@@ -142,7 +142,7 @@ pub fn instance_from_provider_id(provider_id: &str) -> Option<String> {
     provider_id
         .rsplit('.')
         .next()
-        .filter(|s| s.starts_with("i-") && s.len() > 2)
+        .filter(|s| erdma_model::names::is_instance_id(s))
         .map(str::to_string)
 }
 
@@ -562,8 +562,7 @@ pub fn error_backoff(err: &ReconcileError) -> Duration {
 
 /// Runs both controllers until `cancel` fires.
 pub async fn run_controllers(ctx: Arc<Ctx>, cancel: CancellationToken) {
-    let (node_ok, device_ok) = (ctx.metrics.clone(), ctx.metrics.clone());
-    let (node_ok, device_ok) = (&node_ok.node_ok, &device_ok.device_ok);
+    let metrics = ctx.metrics.clone();
     let sel = ctx.cfg.node_label_selector();
     let wc = if sel.is_empty() {
         watcher::Config::default()
@@ -575,9 +574,7 @@ pub async fn run_controllers(ctx: Arc<Ctx>, cancel: CancellationToken) {
         .run(
             reconcile_node,
             |node, err, ctx| {
-                ctx.metrics
-                    .node_err
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                ctx.metrics.reconciled("node", false);
                 tracing::warn!(node = %node.name_any(), error = %err, "node reconcile failed");
                 Action::requeue(error_backoff(err))
             },
@@ -585,7 +582,7 @@ pub async fn run_controllers(ctx: Arc<Ctx>, cancel: CancellationToken) {
         )
         .for_each(|r| {
             if r.is_ok() {
-                node_ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                metrics.reconciled("node", true);
             }
             async {}
         });
@@ -597,9 +594,7 @@ pub async fn run_controllers(ctx: Arc<Ctx>, cancel: CancellationToken) {
     .run(
         reconcile_device,
         |obj, err, ctx| {
-            ctx.metrics
-                .device_err
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            ctx.metrics.reconciled("erdmadevice", false);
             tracing::warn!(object = %obj.name_any(), error = %err, "ERdmaDevice reconcile failed");
             Action::requeue(error_backoff(err))
         },
@@ -607,7 +602,7 @@ pub async fn run_controllers(ctx: Arc<Ctx>, cancel: CancellationToken) {
     )
     .for_each(|r| {
         if r.is_ok() {
-            device_ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            metrics.reconciled("erdmadevice", true);
         }
         async {}
     });

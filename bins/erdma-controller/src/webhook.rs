@@ -231,13 +231,9 @@ async fn route(
                 }
             };
             let answer = review(&body, &opts);
-            opts.metrics
-                .reviews
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            opts.metrics.reviews.inc();
             if answer["response"].get("patch").is_some() {
-                opts.metrics
-                    .injected
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                opts.metrics.injected.inc();
             }
             Response::builder()
                 .header("content-type", "application/json")

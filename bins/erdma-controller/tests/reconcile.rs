@@ -1,7 +1,7 @@
 //! Reconciler tests. Real: the reconcilers, the kube client (HTTP, JSON, errors), the ECS client
 //! (signing, retries, JSON) and the credential providers. Mocked at the HTTP boundary: the
 //! Kubernetes API server (`erdma_k8s::fake::FakeApiServer`, in memory) and the ECS/STS/metadata
-//! services (`erdma_cloud::emulator::EcsEmulator`, `erdma_netdev::emulator::MetadataEmulator`).
+//! services (`erdma_cloud::emulator::EcsEmulator`, `erdma_cloud::imds_emulator::MetadataEmulator`).
 //! The reconcilers talk to the API server as the controller's ServiceAccount, with the RBAC that
 //! the install renders enforced (a missing permission is a 403, as in a cluster).
 
@@ -650,7 +650,7 @@ async fn every_credential_type_provisions_a_node() {
         "STS.role".into(),
         ("role-secret".into(), Some("role-token".into())),
     );
-    let md = erdma_netdev::emulator::MetadataEmulator::start()
+    let md = erdma_cloud::imds_emulator::MetadataEmulator::start()
         .await
         .unwrap();
     md.set("/latest/meta-data/ram/security-credentials/", "node-role");

@@ -516,20 +516,28 @@ async fn old_ca_stays_trusted_until_every_replica_serves_the_new_certificate() {
     }
 }
 
+/// Adds the serving acknowledgement of a replica that is `gone` to the Secret, and a rotation
+/// request when `rotate`.
+fn stale_ack(api: &FakeApiServer, gone: &str, rotate: bool) {
+    let mut s: Secret = api.get(Some("kube-system"), SECRET).unwrap();
+    let ann = s.metadata.annotations.as_mut().unwrap();
+    ann.insert(
+        format!("{ANNOTATION_SERVING_PREFIX}{gone}"),
+        "00ff 1000".into(),
+    );
+    if rotate {
+        ann.insert(ANNOTATION_ROTATE.into(), "now".into());
+    }
+    api.put(&s);
+}
+
 #[tokio::test]
 async fn a_gone_replicas_stale_acknowledgement_does_not_block_the_rotation() {
     let api = FakeApiServer::new();
     webhook_config(&api);
     let a = replica(&api, "controller-0").await;
     // A replica that died long ago, serving some other certificate.
-    let mut s: Secret = api.get(Some("kube-system"), SECRET).unwrap();
-    let ann = s.metadata.annotations.as_mut().unwrap();
-    ann.insert(
-        format!("{ANNOTATION_SERVING_PREFIX}controller-old"),
-        "00ff 1000".into(),
-    );
-    ann.insert(ANNOTATION_ROTATE.into(), "now".into());
-    api.put(&s);
+    stale_ack(&api, "controller-old", true);
     let mut phases = Vec::new();
     for _ in 0..4 {
         if let Some(p) = a.mgr.tick(&a.slot).await.unwrap().advanced {
@@ -551,13 +559,7 @@ async fn stale_acknowledgements_do_not_pile_up_between_rotations() {
     let api = FakeApiServer::new();
     webhook_config(&api);
     let a = replica(&api, "controller-0").await;
-    let mut s: Secret = api.get(Some("kube-system"), SECRET).unwrap();
-    let ann = s.metadata.annotations.as_mut().unwrap();
-    ann.insert(
-        format!("{ANNOTATION_SERVING_PREFIX}controller-gone"),
-        "00ff 1000".into(),
-    );
-    api.put(&s);
+    stale_ack(&api, "controller-gone", false);
     let t = a.mgr.tick(&a.slot).await.unwrap();
     assert_eq!(t.advanced, None, "no rotation needed");
     let s: Secret = api.get(Some("kube-system"), SECRET).unwrap();
@@ -757,5 +759,9 @@ async fn reviews_and_injections_are_counted_and_served_on_metrics() {
     assert!(text.contains("erdma_webhook_reviews_total 2"), "{text}");
     assert!(text.contains("erdma_webhook_injections_total 1"), "{text}");
     assert!(text.contains("erdma_controller_leader 0"), "{text}");
+    assert!(
+        text.contains("erdma_controller_reconciles_total{controller=\"node\",result=\"ok\"} 0"),
+        "{text}"
+    );
     cancel.cancel();
 }

@@ -8,6 +8,7 @@ mod devices;
 mod doctor;
 mod exit;
 mod install;
+mod nccl;
 mod output;
 mod smc;
 mod submit;
@@ -27,7 +28,7 @@ enum Command {
     #[command(after_help = exit::DEVICES)]
     Devices(devices::Args),
     /// Analyse NCCL logs (is eRDMA used? which errors, which fixes?) and compare runs.
-    Nccl(erdma_nccl::NcclArgs),
+    Nccl(nccl::NcclArgs),
     /// SMC-R: sockets through smc_diag (`status`, like smcss) and the pnet table (`pnet`).
     Smc(smc::Args),
     /// Submit training jobs, Arena-compatible (`submit pytorch`, with `--erdma` and `--smcr`).
@@ -49,7 +50,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Devices(args) => devices::run(&args),
-        Command::Nccl(args) => erdma_nccl::run(&args),
+        Command::Nccl(args) => nccl::run(&args),
         Command::Smc(args) => smc::run(&args),
         Command::Submit(args) => submit::run(&args),
         Command::Doctor(args) => doctor::run(&args),

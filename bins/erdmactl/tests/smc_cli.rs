@@ -3,31 +3,12 @@
 //! they list (the lab covers real sockets).
 
 use assert_cmd::Command;
-use std::path::Path;
 
 fn smc_loaded() -> bool {
     std::path::Path::new("/sys/module/smc_diag").exists()
 }
 
-/// Fails the calling test unless this kernel cannot provide SMC: the `smc` module is neither
-/// loaded nor installed (an installed one would be auto-loaded by the first SMC request).
-fn require_kernel_without_smc() {
-    assert!(
-        !Path::new("/sys/module/smc").exists(),
-        "needs a kernel without SMC, but smc is loaded here; run it on a kernel without SMC \
-         (the CI host: scripts/test.sh --ignored stage)"
-    );
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    for dir in ["/lib/modules", "/usr/lib/modules"] {
-        let dep = Path::new(dir).join(release.trim()).join("modules.dep");
-        let listed = std::fs::read_to_string(&dep).unwrap_or_default();
-        assert!(
-            !listed.lines().any(|l| l.contains("/smc.ko")),
-            "needs a kernel without SMC, but {} lists the smc module",
-            dep.display()
-        );
-    }
-}
+use erdma_smc::testing::require_kernel_without_smc;
 
 #[test]
 fn status_reports_unsupported_or_lists() {

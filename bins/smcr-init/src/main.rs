@@ -20,8 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-/// Default bpffs directory of the pinned policy.
-const PIN_DIR: &str = "/sys/fs/bpf/erdma-smc";
+use erdma_model::names::BPF_PIN_DIR as PIN_DIR;
 
 #[derive(Debug, Parser)]
 #[command(

@@ -12,6 +12,18 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
+/// The ECS actions erdma calls (the ones the recorded SDK data must cover).
+pub const ACTIONS: [&str; 8] = [
+    "DescribeInstances",
+    "DescribeInstanceTypes",
+    "DescribeInstanceAttribute",
+    "DescribeNetworkInterfaces",
+    "CreateNetworkInterface",
+    "AttachNetworkInterface",
+    "ModifyNetworkInterfaceAttribute",
+    "TagResources",
+];
+
 /// The generated data, embedded at build time.
 pub const ECS_PARAMS_JSON: &str = include_str!("../testdata/ecs-2014-05-26-params.json");
 
@@ -146,16 +158,7 @@ mod tests {
     #[test]
     fn the_generated_data_covers_the_eight_actions_and_records_its_sdk() {
         let spec = ecs().expect("embedded data parses");
-        for a in [
-            "DescribeInstances",
-            "DescribeInstanceTypes",
-            "DescribeInstanceAttribute",
-            "DescribeNetworkInterfaces",
-            "CreateNetworkInterface",
-            "AttachNetworkInterface",
-            "ModifyNetworkInterfaceAttribute",
-            "TagResources",
-        ] {
+        for a in ACTIONS {
             assert!(spec.action(a).is_some(), "{a} missing from the data");
         }
         assert!(spec.sdk.contains_key("alibabacloud-ecs20140526"));

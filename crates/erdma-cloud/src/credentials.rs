@@ -377,12 +377,11 @@ async fn ecs_ram_role(
 ) -> Result<Credentials, CredentialError> {
     const KIND: &str = "ecs_ram_role";
     const BASE: &str = "/latest/meta-data/ram/security-credentials/";
-    let imds =
-        erdma_netdev::metadata::ImdsClient::new(endpoint).map_err(|e| CredentialError::Source {
-            kind: KIND,
-            what: format!("metadata endpoint {endpoint}: {e}"),
-            fix: "the controller must run on an ECS instance (hostNetwork not needed)",
-        })?;
+    let imds = crate::imds::ImdsClient::new(endpoint).map_err(|e| CredentialError::Source {
+        kind: KIND,
+        what: format!("metadata endpoint {endpoint}: {e}"),
+        fix: "the controller must run on an ECS instance (hostNetwork not needed)",
+    })?;
     let role = match role_name {
         Some(r) => r.to_string(),
         None => {

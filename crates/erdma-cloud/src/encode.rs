@@ -62,68 +62,22 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// `time` as ISO 8601 UTC with second precision, `yyyy-MM-ddTHH:mm:ssZ` (the form of the
-/// `Timestamp` parameter, the `x-acs-date` header and STS expirations).
+/// `Timestamp` parameter, the `x-acs-date` header and STS expirations); times before the epoch
+/// are the epoch.
 pub fn iso8601(time: SystemTime) -> String {
-    let secs = time
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO)
-        .as_secs();
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
+    let ts = jiff::Timestamp::try_from(time.max(UNIX_EPOCH)).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// Parses `yyyy-MM-ddTHH:mm:ssZ` (what STS and the metadata service return). `None` when `s` has
-/// another shape.
+/// another shape or is before the epoch.
 pub fn parse_iso8601(s: &str) -> Option<SystemTime> {
     let b = s.as_bytes();
-    if b.len() != 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' {
+    if b.len() != 20 || b[10] != b'T' || b[19] != b'Z' {
         return None;
     }
-    if b[16] != b':' || b[19] != b'Z' {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| -> Option<i64> { s.get(r)?.parse::<i64>().ok() };
-    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (h, mi, se) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
-        return None;
-    }
-    let days = days_from_civil(y, mo, d);
-    let secs = days * 86_400 + h * 3600 + mi * 60 + se;
-    u64::try_from(secs)
-        .ok()
-        .map(|s| UNIX_EPOCH + Duration::from_secs(s))
-}
-
-// Howard Hinnant's civil-calendar algorithms (public domain description).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    let t = SystemTime::from(s.parse::<jiff::Timestamp>().ok()?);
+    (t >= UNIX_EPOCH).then_some(t)
 }
 
 /// A fresh random nonce (32 hex characters) from the system CSPRNG; also used as `ClientToken`.

@@ -1,6 +1,7 @@
 //! The Alibaba Cloud side of erdma: a client for the ECS OpenAPI (RPC style, signature V3 or
-//! V2), credentials (access key, RRSA OIDC role, ECS instance RAM role, ACK STS token Secret) and,
-//! with the `emulator` feature, a local ECS/STS API emulator for tests.
+//! V2), credentials (access key, RRSA OIDC role, ECS instance RAM role, ACK STS token Secret),
+//! the instance metadata-service client ([`imds`], IMDSv2) and, with the `emulator` feature,
+//! local ECS/STS API and metadata-service emulators for tests.
 //!
 //! No Kubernetes dependency: the one Kubernetes-backed credential (the STS token Secret) comes in
 //! through the [`credentials::SecretSource`] trait.
@@ -13,6 +14,9 @@ pub mod ecs;
 pub mod emulator;
 pub mod encode;
 pub mod http;
+pub mod imds;
+#[cfg(feature = "emulator")]
+pub mod imds_emulator;
 pub mod signer;
 
 pub use credentials::{CredentialProvider, CredentialSource, Credentials, Secret};

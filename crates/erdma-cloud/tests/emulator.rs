@@ -274,7 +274,7 @@ async fn ecs_ram_role_credentials_come_from_the_metadata_service() {
         "STS.ram".into(),
         ("ram-secret".into(), Some("ram-token".into())),
     );
-    let md = erdma_netdev::emulator::MetadataEmulator::start()
+    let md = erdma_cloud::imds_emulator::MetadataEmulator::start()
         .await
         .unwrap();
     md.set(

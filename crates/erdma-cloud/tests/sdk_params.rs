@@ -17,16 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-const ACTIONS: [&str; 8] = [
-    "DescribeInstances",
-    "DescribeInstanceTypes",
-    "DescribeInstanceAttribute",
-    "DescribeNetworkInterfaces",
-    "CreateNetworkInterface",
-    "AttachNetworkInterface",
-    "ModifyNetworkInterfaceAttribute",
-    "TagResources",
-];
+use erdma_cloud::apispec::ACTIONS;
 
 async fn emulator() -> (EcsEmulator, String) {
     let emu = EcsEmulator::start().await.expect("emulator starts");

@@ -3,11 +3,8 @@
 //! flag, annotations) from the container runtime.
 
 use crate::{CriClient, CriError, SandboxInfo};
-use erdma_kubelet::podresources::v1 as pr;
-use erdma_kubelet::podresources::v1::pod_resources_lister_client::PodResourcesListerClient;
-use erdma_kubelet::uds::{self, ClientAuthority};
+use erdma_kubelet::podresources::{Holder, ListError, PodResourcesClient};
 use std::path::Path;
-use std::time::Duration;
 
 /// The pod and container holding some of the devices.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,27 +17,16 @@ pub struct DeviceOwner {
     pub container: String,
 }
 
-/// Finds the owner of any of `device_ids` of `resource` in a pod-resources `List` answer.
-pub fn find_owner(
-    pods: &[pr::PodResources],
-    resource: &str,
-    device_ids: &[String],
-) -> Option<DeviceOwner> {
-    pods.iter().find_map(|pod| {
-        pod.containers.iter().find_map(|c| {
-            c.devices
-                .iter()
-                .any(|d| {
-                    d.resource_name == resource
-                        && d.device_ids.iter().any(|id| device_ids.contains(id))
-                })
-                .then(|| DeviceOwner {
-                    namespace: pod.namespace.clone(),
-                    name: pod.name.clone(),
-                    container: c.name.clone(),
-                })
+/// Finds the owner of any of `device_ids` among the holders of one resource (first match).
+pub fn find_owner(holders: &[Holder], device_ids: &[String]) -> Option<DeviceOwner> {
+    holders
+        .iter()
+        .find(|h| h.device_ids.iter().any(|id| device_ids.contains(id)))
+        .map(|h| DeviceOwner {
+            namespace: h.namespace.clone(),
+            name: h.pod.clone(),
+            container: h.container.clone(),
         })
-    })
 }
 
 /// Asks the kubelet's pod-resources API (`socket`) which pod holds `device_ids`.
@@ -49,30 +35,22 @@ pub async fn owner_of(
     resource: &str,
     device_ids: &[String],
 ) -> Result<DeviceOwner, CriError> {
-    let ch = uds::connect(socket, ClientAuthority::Localhost, Duration::from_secs(2))
+    let holders = PodResourcesClient::new(socket)
+        .list(resource)
         .await
-        .map_err(|e| CriError::Connect {
-            what: "kubelet pod-resources",
-            path: socket.to_path_buf(),
-            detail: e.to_string(),
+        .map_err(|e| match e {
+            ListError::Connect { socket, detail } => CriError::Connect {
+                what: "kubelet pod-resources",
+                path: socket,
+                detail,
+            },
+            ListError::Call { socket, detail, .. } => CriError::Call {
+                call: "pod-resources List",
+                path: socket,
+                detail,
+            },
         })?;
-    let mut client = PodResourcesListerClient::new(ch);
-    let call = client.list(pr::ListPodResourcesRequest {});
-    let pods = tokio::time::timeout(crate::CALL_TIMEOUT, call)
-        .await
-        .map_err(|_| CriError::Call {
-            call: "pod-resources List",
-            path: socket.to_path_buf(),
-            detail: "timed out".into(),
-        })?
-        .map_err(|s| CriError::Call {
-            call: "pod-resources List",
-            path: socket.to_path_buf(),
-            detail: s.to_string(),
-        })?
-        .into_inner()
-        .pod_resources;
-    find_owner(&pods, resource, device_ids).ok_or_else(|| {
+    find_owner(&holders, device_ids).ok_or_else(|| {
         CriError::NotFound(format!(
             "no pod holds {resource} devices {device_ids:?} according to the kubelet pod-resources API at {}",
             socket.display()
@@ -96,6 +74,8 @@ pub async fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use erdma_kubelet::podresources::holders_in;
+    use erdma_kubelet::podresources::v1 as pr;
 
     fn pod(ns: &str, name: &str, container: &str, res: &str, ids: &[&str]) -> pr::PodResources {
         pr::PodResources {
@@ -115,29 +95,29 @@ mod tests {
 
     #[test]
     fn owner_matches_resource_and_any_id() {
-        let pods = vec![
-            pod("default", "other", "c", "nvidia.com/gpu", &["erdma_0/1"]),
-            pod(
-                "default",
-                "web-0",
-                "app",
-                "aliyun/erdma",
-                &["erdma_0/1", "erdma_0/2"],
-            ),
-        ];
+        let answer = pr::ListPodResourcesResponse {
+            pod_resources: vec![
+                pod("default", "other", "c", "nvidia.com/gpu", &["erdma_0/1"]),
+                pod(
+                    "default",
+                    "web-0",
+                    "app",
+                    "aliyun/erdma",
+                    &["erdma_0/1", "erdma_0/2"],
+                ),
+            ],
+        };
+        let holders = holders_in(&answer, "aliyun/erdma");
         let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            find_owner(&pods, "aliyun/erdma", &ids(&["erdma_0/2"])),
+            find_owner(&holders, &ids(&["erdma_0/2"])),
             Some(DeviceOwner {
                 namespace: "default".into(),
                 name: "web-0".into(),
                 container: "app".into()
             })
         );
-        assert_eq!(
-            find_owner(&pods, "aliyun/erdma", &ids(&["erdma_1/0"])),
-            None
-        );
-        assert_eq!(find_owner(&[], "aliyun/erdma", &ids(&["erdma_0/1"])), None);
+        assert_eq!(find_owner(&holders, &ids(&["erdma_1/0"])), None);
+        assert_eq!(find_owner(&[], &ids(&["erdma_0/1"])), None);
     }
 }

@@ -341,11 +341,12 @@ async fn prestart_end_to_end_with_the_smc_decision() {
             host_network: info.host_network,
             netns: info.netns.clone(),
             annotations: info.annotations.clone(),
+            devices: vec![id.to_string()],
         };
         let c = configurator.clone();
         let p = pnet.clone();
         outcomes.push(
-            tokio::task::spawn_blocking(move || c.prestart(&sandbox, &p))
+            tokio::task::spawn_blocking(move || c.prestart(&sandbox, Some(&p)))
                 .await
                 .unwrap(),
         );

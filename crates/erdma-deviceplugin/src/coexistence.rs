@@ -4,7 +4,7 @@
 //! [`erdma_model::coexistence`]; this module only gathers the evidence.
 
 use crate::PluginConfig;
-use crate::podresources;
+use erdma_kubelet::podresources::PodResourcesClient;
 use erdma_model::coexistence::{self, Evidence};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -64,7 +64,10 @@ impl Observer {
             }
             Err(e) => tracing::debug!("device-plugin directory scan task failed: {e}"),
         }
-        match podresources::allocatable_ids(&self.pod_resources_socket, &self.resource).await {
+        match PodResourcesClient::new(&self.pod_resources_socket)
+            .allocatable(&self.resource)
+            .await
+        {
             Ok(ids) => {
                 let foreign =
                     coexistence::foreign_device_ids(ids.iter().map(String::as_str), served);

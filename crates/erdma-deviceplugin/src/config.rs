@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 /// Default resource name, kept from the original plugin.
-pub const DEFAULT_RESOURCE_NAME: &str = "aliyun/erdma";
+pub use erdma_model::names::RESOURCE as DEFAULT_RESOURCE_NAME;
 /// Default number of shared slots advertised per device, kept from the original plugin.
 pub const DEFAULT_SLOTS_PER_DEVICE: u32 = 200;
 /// Suffix of the plugin socket name, kept from the original plugin (`<x>-erdma.sock`).

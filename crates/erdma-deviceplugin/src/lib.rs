@@ -6,7 +6,7 @@
 //! - [`service`]: the `v1beta1.DevicePlugin` service (options, ListAndWatch, preferred
 //!   allocation, Allocate with validation, PreStartContainer).
 //! - [`runner`]: serve-before-register, kubelet-restart detection, backoff, graceful shutdown.
-//! - [`metrics`]: Prometheus metrics and the `/metrics` + `/healthz` server.
+//! - [`metrics`]: Prometheus metrics, registered in the process's one registry.
 //! - [`cdi`]: the CDI spec file of CDI mode.
 //! - [`coexistence`]: evidence that another plugin serves the same resource on the node.
 

@@ -1,4 +1,4 @@
-//! Prometheus metrics of the plugin and the `/metrics` + `/healthz` HTTP server.
+//! Prometheus metrics of the plugin, registered in the process's registry (the agent serves it).
 
 use crate::devices::ServedSet;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -8,10 +8,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use tokio_util::sync::CancellationToken;
 
 /// Labels of the device gauge.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -71,9 +69,19 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Creates and registers every metric under the `erdma_deviceplugin` prefix.
+    /// Creates every metric in a registry of its own (prefix `erdma_deviceplugin`), which
+    /// [`Self::encode`] renders: for the plugin alone and its tests.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("erdma_deviceplugin");
+        let mut registry = Registry::default();
+        let mut m = Self::register(&mut registry);
+        m.registry = Mutex::new(registry);
+        m
+    }
+
+    /// Creates every metric and registers it in `root` under the `erdma_deviceplugin` prefix: the
+    /// process's one registry, which its HTTP server renders ([`Self::encode`] is then empty).
+    pub fn register(root: &mut Registry) -> Self {
+        let registry = root.sub_registry_with_prefix("erdma_deviceplugin");
         let devices = Family::<DeviceLabels, Gauge>::default();
         let slots_allocated = Family::<DeviceName, Gauge>::default();
         let allocate_seconds = Histogram::new([
@@ -119,7 +127,7 @@ impl Metrics {
             inventory_snapshots.clone(),
         );
         Metrics {
-            registry: Mutex::new(registry),
+            registry: Mutex::new(Registry::default()),
             devices,
             slots_allocated,
             allocate_seconds,
@@ -203,60 +211,6 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
         out
     }
-}
-
-/// Serves `/metrics` and `/healthz` on `addr` until `cancel` fires. `/healthz` answers 200 while
-/// the process runs (a kubelet outage must not make Kubernetes restart the agent) and reports
-/// whether the plugin is registered.
-pub async fn serve(
-    addr: SocketAddr,
-    metrics: Arc<Metrics>,
-    cancel: CancellationToken,
-) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    serve_on(listener, metrics, cancel).await
-}
-
-/// [`serve`] on an already bound listener.
-pub async fn serve_on(
-    listener: tokio::net::TcpListener,
-    metrics: Arc<Metrics>,
-    cancel: CancellationToken,
-) -> std::io::Result<()> {
-    use axum::http::header::CONTENT_TYPE;
-    use axum::routing::get;
-    let m1 = metrics.clone();
-    let app = axum::Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let m = m1.clone();
-                async move {
-                    (
-                        [(
-                            CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        m.encode(),
-                    )
-                }
-            }),
-        )
-        .route(
-            "/healthz",
-            get(move || {
-                let m = metrics.clone();
-                async move {
-                    (
-                        [(CONTENT_TYPE, "application/json")],
-                        format!("{{\"ok\":true,\"registered\":{}}}\n", m.is_registered()),
-                    )
-                }
-            }),
-        );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { cancel.cancelled().await })
-        .await
 }
 
 #[cfg(test)]

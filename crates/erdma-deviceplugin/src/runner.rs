@@ -12,8 +12,9 @@ use crate::metrics::Metrics;
 use crate::service::{DevicePluginService, NoopPreStart, PluginState, PreStartHook};
 use erdma_kubelet::deviceplugin::v1beta1 as api;
 use erdma_kubelet::deviceplugin::v1beta1::registration_client::RegistrationClient;
+use erdma_kubelet::podresources::PodResourcesClient;
 use erdma_kubelet::uds::{self, ClientAuthority};
-use erdma_model::NodeDevices;
+use erdma_model::{Backoff, NodeDevices};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -155,8 +156,8 @@ async fn track_usage(
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        match crate::podresources::used_slots(&socket, &resource).await {
-            Ok(used) => metrics.set_slots_in_use(&used),
+        match PodResourcesClient::new(&socket).list(&resource).await {
+            Ok(holders) => metrics.set_slots_in_use(&crate::podresources::used_slots(&holders)),
             Err(e) => tracing::debug!("pod-resources unavailable for the slots metric: {e}"),
         }
     }
@@ -217,14 +218,13 @@ async fn watch_dir(
     use notify::{EventKind, RecursiveMode, Watcher};
     let own = cfg.socket_path();
     let kubelet = cfg.kubelet_socket();
-    let mut backoff = BACKOFF_START;
+    let mut backoff = Backoff::new(BACKOFF_START, BACKOFF_MAX);
     while !cfg.kubelet_dir.is_dir() {
         tracing::warn!(dir = %cfg.kubelet_dir.display(), "device-plugin directory does not exist yet; waiting for the kubelet");
         tokio::select! {
             _ = cancel.cancelled() => return None,
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(backoff.next_delay()) => {}
         }
-        backoff = (backoff * 2).min(BACKOFF_MAX);
     }
     let handler = move |res: notify::Result<notify::Event>| {
         let Ok(ev) = res else { return };
@@ -404,7 +404,7 @@ async fn lifecycle(
     cancel: &CancellationToken,
 ) {
     let cfg = &state.cfg;
-    let mut backoff = BACKOFF_START;
+    let mut backoff = Backoff::new(BACKOFF_START, BACKOFF_MAX);
     'outer: loop {
         if cancel.is_cancelled() {
             return;
@@ -412,19 +412,19 @@ async fn lifecycle(
         let server = match Server::start(state, cancel) {
             Ok(s) => s,
             Err(e) => {
-                tracing::error!("cannot serve the device plugin: {e}; retrying in {backoff:?}");
+                let delay = backoff.next_delay();
+                tracing::error!("cannot serve the device plugin: {e}; retrying in {delay:?}");
                 tokio::select! {
                     _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(delay) => {}
                 }
-                backoff = (backoff * 2).min(BACKOFF_MAX);
                 continue;
             }
         };
         // Drop events caused before this server existed.
         while events.try_recv().is_ok() {}
         // Register, retrying while the kubelet is away.
-        let mut reg_backoff = BACKOFF_START;
+        let mut reg_backoff = Backoff::new(BACKOFF_START, BACKOFF_MAX);
         let kubelet_id = loop {
             let kubelet_id = file_id(&cfg.kubelet_socket());
             match register(state).await {
@@ -435,10 +435,13 @@ async fn lifecycle(
                 }
                 Err(e) => {
                     state.metrics.observe_registration(false);
-                    tracing::warn!("registration failed: {e}; retrying in {reg_backoff:?}");
+                    tracing::warn!(
+                        "registration failed: {e}; retrying in {:?}",
+                        reg_backoff.peek()
+                    );
                 }
             }
-            let deadline = tokio::time::sleep(reg_backoff);
+            let deadline = tokio::time::sleep(reg_backoff.next_delay());
             tokio::pin!(deadline);
             loop {
                 tokio::select! {
@@ -462,9 +465,8 @@ async fn lifecycle(
                 }
                 continue 'outer;
             }
-            reg_backoff = (reg_backoff * 2).min(BACKOFF_MAX);
         };
-        backoff = BACKOFF_START;
+        backoff.reset();
         // Registered: wait for a kubelet restart.
         let mut poll = tokio::time::interval(POLL);
         poll.tick().await;

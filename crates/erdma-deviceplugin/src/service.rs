@@ -5,6 +5,7 @@ use crate::config::PluginConfig;
 use crate::devices::{ServedDevice, ServedSet};
 use crate::metrics::Metrics;
 use erdma_kubelet::deviceplugin::v1beta1 as api;
+use erdma_kubelet::podresources::PodResourcesClient;
 use erdma_model::allocation::{DeviceLoad, PreferenceRequest, preferred_allocation};
 use erdma_model::{CharDevice, SlotId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -30,8 +31,8 @@ pub const ENV_ERDMA_NCCL_IB_HCA: &str = "ERDMA_NCCL_IB_HCA";
 const MAX_CONTAINERS: usize = 256;
 const MAX_IDS: usize = 100_000;
 
-/// What PreStartContainer does when the pre-start mode is configured. The SMC-R issue supplies
-/// the real hook; until then the default succeeds without doing anything.
+/// What PreStartContainer does when the pre-start mode is configured: the agent's SMC-R hook
+/// (`erdma-agent`'s `SmcrHook`), or [`NoopPreStart`], which succeeds without doing anything.
 #[tonic::async_trait]
 pub trait PreStartHook: Send + Sync + 'static {
     /// Called with the slot IDs of a container about to start.
@@ -104,12 +105,8 @@ pub fn validate_ids<'a>(
     let mut seen = BTreeSet::new();
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        let slot = SlotId::parse(id).map_err(|e| {
-            bad(format!(
-                "device ID {id:?} is not a {} slot: {e}",
-                cfg.resource_name
-            ))
-        })?;
+        let slot =
+            SlotId::parse(id).map_err(|e| bad(format!("{} request: {e}", cfg.resource_name)))?;
         if !seen.insert(slot.clone()) {
             return Err(bad(format!(
                 "device ID {id:?} appears twice in one container request"
@@ -259,14 +256,15 @@ impl api::device_plugin_server::DevicePlugin for DevicePluginService {
             )));
         }
         let pod_used = match &cfg.pod_resources_socket {
-            Some(p) => crate::podresources::used_slots(p, &cfg.resource_name)
-                .await
-                .unwrap_or_else(|e| {
+            Some(p) => match PodResourcesClient::new(p).list(&cfg.resource_name).await {
+                Ok(holders) => crate::podresources::used_slots(&holders),
+                Err(e) => {
                     tracing::warn!(
                         "pod-resources unavailable, counting from the kubelet's offer: {e}"
                     );
                     BTreeMap::new()
-                }),
+                }
+            },
             None => BTreeMap::new(),
         };
         let mut responses = Vec::with_capacity(req.container_requests.len());
@@ -274,12 +272,8 @@ impl api::device_plugin_server::DevicePlugin for DevicePluginService {
             let parse = |ids: &[String]| -> Result<Vec<SlotId>, Status> {
                 ids.iter()
                     .map(|id| {
-                        SlotId::parse(id).map_err(|e| {
-                            bad(format!(
-                                "device ID {id:?} is not a {} slot: {e}",
-                                cfg.resource_name
-                            ))
-                        })
+                        SlotId::parse(id)
+                            .map_err(|e| bad(format!("{} request: {e}", cfg.resource_name)))
                     })
                     .collect()
             };

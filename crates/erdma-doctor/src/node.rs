@@ -4,8 +4,7 @@
 use crate::check::Check;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-/// The extended resource the agent's device plugin advertises.
-pub const RESOURCE: &str = "aliyun/erdma";
+pub use erdma_model::names::RESOURCE;
 /// Node label with the running driver mode (published by the agent's driver manager,
 /// `erdma_driver::status::LABEL_DRIVER_MODE`).
 pub const LABEL_DRIVER_MODE: &str = "erdma.alibabacloud.com/driver-mode";

@@ -7,8 +7,7 @@ use crate::node::{LABEL_DRIVER_MODE, RESOURCE};
 use crate::scheduling::{self, Reason};
 use k8s_openapi::api::core::v1::{Container, Event, Node, Pod};
 
-/// The SMC-R pod annotation.
-pub const SMCR_ANNOTATION: &str = "network.alibabacloud.com/erdma-smcr";
+pub use erdma_model::names::SMCR_ANNOTATION;
 /// The GPU resource.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 

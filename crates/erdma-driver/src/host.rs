@@ -1,6 +1,47 @@
 //! The door to the node for everything driver management touches.
 
-use crate::plan::{Installer, ModuleParam};
+use erdma_model::installer::InstallerVersion;
+use serde::Serialize;
+
+/// The out-of-tree driver's mode parameter.
+pub const COMPAT_MODE_PARAM: &str = "compat_mode";
+
+/// Which installation path brings the driver onto a node that lacks it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Installer {
+    /// `erdma_installer-<version>.tar.gz` + `./install.sh --batch`; `force_mad` sets
+    /// `ERDMA_FORCE_MAD_ENABLE=1` (compat mode).
+    Standard {
+        /// Installer tarball version.
+        version: InstallerVersion,
+        /// Build with MAD support (RoCE-compatible mode).
+        force_mad: bool,
+    },
+    /// Container-optimised OS: `yum install -y kernel-modules-$(uname -r)`.
+    ContainerOs,
+    /// GPU instances: `env_setup.sh --egs` (the OFED-based stack).
+    Gpu,
+}
+
+/// One `name=value` module parameter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModuleParam {
+    /// Parameter name.
+    pub name: String,
+    /// Parameter value.
+    pub value: String,
+}
+
+impl ModuleParam {
+    /// `compat_mode=Y` or `compat_mode=N`.
+    pub fn compat_mode(on: bool) -> Self {
+        ModuleParam {
+            name: COMPAT_MODE_PARAM.to_string(),
+            value: if on { "Y" } else { "N" }.to_string(),
+        }
+    }
+}
 
 /// What `modinfo` says about a module.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

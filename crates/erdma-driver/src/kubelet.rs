@@ -1,25 +1,14 @@
-//! Real [`PodResourceUsage`]: the kubelet's pod-resources v1 `List` over its Unix socket.
+//! Real [`PodResourceUsage`]: the kubelet's pod-resources `List`, through erdma-kubelet's one
+//! client.
 
 use crate::usage::{Holder, PodResourceUsage, UsageError};
-use erdma_kubelet::podresources::v1::pod_resources_lister_client::PodResourcesListerClient;
-use erdma_kubelet::podresources::v1::{
-    DEFAULT_SOCKET, ListPodResourcesRequest, ListPodResourcesResponse,
-};
-use erdma_kubelet::uds::{self, ClientAuthority};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use erdma_kubelet::podresources::PodResourcesClient;
+use std::path::Path;
 
 /// Asks the kubelet which containers hold a resource.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct KubeletPodResources {
-    socket: PathBuf,
-    timeout: Duration,
-}
-
-impl Default for KubeletPodResources {
-    fn default() -> Self {
-        Self::new(Path::new(DEFAULT_SOCKET))
-    }
+    client: PodResourcesClient,
 }
 
 impl KubeletPodResources {
@@ -27,56 +16,19 @@ impl KubeletPodResources {
     /// `/var/lib/kubelet/pod-resources/kubelet.sock`).
     pub fn new(socket: &Path) -> Self {
         KubeletPodResources {
-            socket: socket.to_path_buf(),
-            timeout: Duration::from_secs(10),
+            client: PodResourcesClient::new(socket),
         }
     }
-
-    fn error(&self, resource: &str, detail: String) -> UsageError {
-        UsageError {
-            resource: resource.to_string(),
-            detail: format!("pod-resources List on {}: {detail}", self.socket.display()),
-            fix: "mount /var/lib/kubelet/pod-resources into the agent; the reload stays refused until the kubelet answers"
-                .to_string(),
-        }
-    }
-}
-
-/// The containers in a `List` answer that have devices of `resource`.
-pub fn holders_in(resp: &ListPodResourcesResponse, resource: &str) -> Vec<Holder> {
-    let mut out = Vec::new();
-    for pod in &resp.pod_resources {
-        for c in &pod.containers {
-            let device_ids: Vec<String> = c
-                .devices
-                .iter()
-                .filter(|d| d.resource_name == resource)
-                .flat_map(|d| d.device_ids.iter().cloned())
-                .collect();
-            if !device_ids.is_empty() {
-                out.push(Holder {
-                    namespace: pod.namespace.clone(),
-                    pod: pod.name.clone(),
-                    container: c.name.clone(),
-                    device_ids,
-                });
-            }
-        }
-    }
-    out
 }
 
 impl PodResourceUsage for KubeletPodResources {
     async fn holders(&self, resource: &str) -> Result<Vec<Holder>, UsageError> {
-        let channel = uds::connect(&self.socket, ClientAuthority::Localhost, self.timeout)
-            .await
-            .map_err(|e| self.error(resource, e.to_string()))?;
-        let mut client = PodResourcesListerClient::new(channel);
-        let resp = tokio::time::timeout(self.timeout, client.list(ListPodResourcesRequest {}))
-            .await
-            .map_err(|_| self.error(resource, format!("no answer within {:?}", self.timeout)))?
-            .map_err(|s| self.error(resource, format!("{}: {}", s.code(), s.message())))?;
-        Ok(holders_in(resp.get_ref(), resource))
+        self.client.list(resource).await.map_err(|e| UsageError {
+            resource: resource.to_string(),
+            detail: e.to_string(),
+            fix: "mount /var/lib/kubelet/pod-resources into the agent; the reload stays refused until the kubelet answers"
+                .to_string(),
+        })
     }
 }
 
@@ -85,6 +37,7 @@ mod tests {
     use super::*;
     use crate::fake::{FakeHost, FakeState};
     use crate::{DriverConfig, DriverReconciler, StatusCode};
+    use erdma_kubelet::podresources::holders_in;
     use erdma_kubelet::podresources::v1::pod_resources_lister_server::{
         PodResourcesLister, PodResourcesListerServer,
     };
@@ -92,6 +45,8 @@ mod tests {
         AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices,
         ContainerResources, GetPodResourcesRequest, GetPodResourcesResponse, PodResources,
     };
+    use erdma_kubelet::podresources::v1::{ListPodResourcesRequest, ListPodResourcesResponse};
+    use erdma_kubelet::uds;
     use erdma_model::DriverMode;
     use std::sync::Arc;
     use tokio_util::sync::CancellationToken;

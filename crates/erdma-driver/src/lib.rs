@@ -33,7 +33,7 @@ pub mod fake;
 pub mod fetch;
 pub use execute::{Executed, execute};
 pub use host::{Host, HostError, ModuleInfo};
-pub use kubelet::{KubeletPodResources, holders_in};
+pub use kubelet::KubeletPodResources;
 pub use node::{CommandOutput, HOST_PATH, HostNamespaces, NodeHost};
 pub use observe::{
     COMPAT_MODE_PARAM, CompatMode, ERDMA_MODULE, ErdmaState, Observed, PEERMEM_MODULE, RunningMode,

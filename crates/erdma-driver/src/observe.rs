@@ -10,8 +10,7 @@ pub const ERDMA_MODULE: &str = "erdma";
 pub const SMC_MODULE: &str = "smc";
 /// Name of the GPUDirect peer-memory module.
 pub const PEERMEM_MODULE: &str = "nvidia_peermem";
-/// The out-of-tree driver's mode parameter.
-pub const COMPAT_MODE_PARAM: &str = "compat_mode";
+pub use crate::host::COMPAT_MODE_PARAM;
 
 /// How the loaded `erdma` module decides its protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -1,8 +1,7 @@
 //! Pure planning: desired mode × observed state → the host actions, as values.
 
-use crate::observe::{
-    COMPAT_MODE_PARAM, CompatMode, ERDMA_MODULE, ErdmaState, Observed, PEERMEM_MODULE, SMC_MODULE,
-};
+pub use crate::host::{Installer, ModuleParam};
+use crate::observe::{CompatMode, ERDMA_MODULE, ErdmaState, Observed, PEERMEM_MODULE, SMC_MODULE};
 use erdma_model::DriverMode;
 use serde::Serialize;
 use std::fmt;
@@ -10,43 +9,6 @@ use std::fmt;
 pub use erdma_model::installer::{
     DEFAULT_INSTALLER_VERSION, InstallerVersion, InvalidInstallerVersion,
 };
-
-/// Which installation path brings the driver onto a node that lacks it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "kind")]
-pub enum Installer {
-    /// `erdma_installer-<version>.tar.gz` + `./install.sh --batch`; `force_mad` sets
-    /// `ERDMA_FORCE_MAD_ENABLE=1` (compat mode).
-    Standard {
-        /// Installer tarball version.
-        version: InstallerVersion,
-        /// Build with MAD support (RoCE-compatible mode).
-        force_mad: bool,
-    },
-    /// Container-optimised OS: `yum install -y kernel-modules-$(uname -r)`.
-    ContainerOs,
-    /// GPU instances: `env_setup.sh --egs` (the OFED-based stack).
-    Gpu,
-}
-
-/// One `name=value` module parameter.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ModuleParam {
-    /// Parameter name.
-    pub name: String,
-    /// Parameter value.
-    pub value: String,
-}
-
-impl ModuleParam {
-    /// `compat_mode=Y` or `compat_mode=N`.
-    pub fn compat_mode(on: bool) -> Self {
-        ModuleParam {
-            name: COMPAT_MODE_PARAM.to_string(),
-            value: if on { "Y" } else { "N" }.to_string(),
-        }
-    }
-}
 
 /// One host action.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -6,7 +6,7 @@ use crate::observe::{ErdmaState, Observed, RunningMode, observe};
 use crate::plan::{InstallerVersion, Plan, plan};
 use crate::status::{DriverStatus, PendingChange, StatusCode};
 use crate::usage::{PodResourceUsage, RESOURCE_NAME};
-use erdma_model::DriverMode;
+use erdma_model::{Backoff, DriverMode};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -382,19 +382,18 @@ impl<H: Host, U: PodResourceUsage> DriverReconciler<H, U> {
     /// Reconciles now and then every `resync` (after failures: backoff from `backoff_initial` doubling
     /// to `backoff_max`), publishing every change on `status_tx`, until `cancel` fires.
     pub async fn run(self, cancel: CancellationToken, status_tx: watch::Sender<DriverStatus>) {
-        let mut backoff = self.config.backoff_initial;
+        let mut backoff = Backoff::new(self.config.backoff_initial, self.config.backoff_max);
         loop {
             let pass = tokio::select! {
                 _ = cancel.cancelled() => return,
                 pass = self.reconcile_once() => pass,
             };
             let delay = if pass.failed {
-                tracing::warn!(reason = %pass.status.reason, retry_in = ?backoff, "driver: not ready");
-                let d = backoff;
-                backoff = (backoff * 2).min(self.config.backoff_max);
+                let d = backoff.next_delay();
+                tracing::warn!(reason = %pass.status.reason, retry_in = ?d, "driver: not ready");
                 d
             } else {
-                backoff = self.config.backoff_initial;
+                backoff.reset();
                 self.config.resync
             };
             status_tx.send_if_modified(|s| {

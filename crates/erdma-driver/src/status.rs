@@ -97,11 +97,25 @@ impl DriverStatus {
         }
     }
 
-    /// Node labels to publish; `None` means "remove the label" (a JSON merge patch `null`).
+    /// The status of `--prefer-driver none`: ready at once, the driver never touched.
+    pub fn unmanaged() -> Self {
+        let mut s = DriverStatus::starting(DriverMode::None);
+        s.running = RunningMode::NotLoaded;
+        s.ready = true;
+        s.code = StatusCode::Unmanaged;
+        s.reason = "--prefer-driver none: the driver is never touched; devices are served as found"
+            .to_string();
+        s
+    }
+
+    /// Node labels to publish; `None` means "remove the label" (a JSON merge patch `null`). With
+    /// `--prefer-driver none` the mode label says `unmanaged`, since nobody looks at the module.
     pub fn node_labels(&self) -> BTreeMap<&'static str, Option<String>> {
         let mut labels = BTreeMap::new();
         let mode = if self.code == StatusCode::Starting {
             None
+        } else if self.code == StatusCode::Unmanaged && self.desired == DriverMode::None {
+            Some("unmanaged".to_string())
         } else {
             Some(self.running.name().to_string())
         };

@@ -1,34 +1,10 @@
 //! Who holds the devices: asked before any disruptive driver action.
 
-use serde::Serialize;
-use std::fmt;
 use std::future::Future;
 
-/// The extended resource erdma serves.
-pub const RESOURCE_NAME: &str = "aliyun/erdma";
+pub use erdma_model::names::RESOURCE as RESOURCE_NAME;
 
-/// A container that has devices of the resource allocated.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Holder {
-    /// Pod namespace.
-    pub namespace: String,
-    /// Pod name.
-    pub pod: String,
-    /// Container name.
-    pub container: String,
-    /// Device IDs it holds.
-    pub device_ids: Vec<String>,
-}
-
-impl fmt::Display for Holder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}/{} (container {})",
-            self.namespace, self.pod, self.container
-        )
-    }
-}
+pub use erdma_kubelet::podresources::Holder;
 
 /// The usage could not be determined.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

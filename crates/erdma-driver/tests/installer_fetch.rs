@@ -114,6 +114,27 @@ fn pin(hex: &str) -> Sha256Pin {
     Sha256Pin::parse(hex).unwrap()
 }
 
+/// The driver installer from `url` that must be refused: the error, and whether it would have run.
+fn refused(
+    url: &str,
+    pin: Option<&Sha256Pin>,
+    trust: &InstallerTrust,
+    dir: &std::path::Path,
+) -> (FetchError, bool) {
+    let mut ran = false;
+    let err = fetch_then_run(
+        url,
+        pin,
+        "--driver-installer-sha256",
+        trust,
+        dir,
+        "installer.tar.gz",
+        |_| ran = true,
+    )
+    .expect_err("must be refused");
+    (err, ran)
+}
+
 #[test]
 fn matching_pin_runs_the_verified_file() {
     let srv = server(BODY, true);
@@ -149,17 +170,12 @@ fn mismatch_is_refused_and_nothing_runs() {
         "https://localhost:{}/erdma/erdma_installer-1.5.9.tar.gz",
         srv.port
     );
-    let mut ran = false;
-    let err = fetch_then_run(
+    let (err, ran) = refused(
         &url,
         Some(&pin(BODY_SHA256)),
-        "--driver-installer-sha256",
         &trust(&srv.ca_pem),
         dir.path(),
-        "installer.tar.gz",
-        |_| ran = true,
-    )
-    .unwrap_err();
+    );
     assert!(!ran, "a mismatching installer must not run");
     assert_eq!(
         err,
@@ -195,17 +211,12 @@ fn plain_http_is_refused_before_connecting() {
         listener.local_addr().unwrap().port()
     );
     let dir = tempfile::tempdir().unwrap();
-    let mut ran = false;
-    let err = fetch_then_run(
+    let (err, ran) = refused(
         &url,
         Some(&pin(BODY_SHA256)),
-        "--driver-installer-sha256",
         &InstallerTrust::default(),
         dir.path(),
-        "installer.tar.gz",
-        |_| ran = true,
-    )
-    .unwrap_err();
+    );
     assert!(!ran);
     assert_eq!(err, FetchError::InsecureUrl { url: url.clone() });
     assert!(err.to_string().contains("--allow-insecure-driver-download"));
@@ -258,17 +269,8 @@ fn missing_pin_or_untrusted_certificate_runs_nothing() {
         srv.port
     );
     let dir = tempfile::tempdir().unwrap();
-    let mut ran = false;
-    let err = fetch_then_run(
-        &url,
-        None,
-        "--driver-installer-sha256",
-        &trust(&srv.ca_pem),
-        dir.path(),
-        "installer.tar.gz",
-        |_| ran = true,
-    )
-    .unwrap_err();
+    let (err, ran) = refused(&url, None, &trust(&srv.ca_pem), dir.path());
+    assert!(!ran);
     assert!(
         err.to_string()
             .starts_with("driver install needs --driver-installer-sha256"),
@@ -280,16 +282,12 @@ fn missing_pin_or_untrusted_certificate_runs_nothing() {
         "not even downloaded"
     );
     // The server's CA is not among the trusted roots: the TLS handshake fails.
-    let err = fetch_then_run(
+    let (err, ran) = refused(
         &url,
         Some(&pin(BODY_SHA256)),
-        "--driver-installer-sha256",
         &InstallerTrust::default(),
         dir.path(),
-        "installer.tar.gz",
-        |_| ran = true,
-    )
-    .unwrap_err();
+    );
     assert!(!ran);
     assert!(matches!(err, FetchError::Transport { .. }), "{err}");
     assert_eq!(srv.requests.load(Ordering::SeqCst), 0);

@@ -99,6 +99,16 @@ impl Shared {
     }
 }
 
+impl crate::podresources::Source for Shared {
+    fn dir(&self) -> &Path {
+        Shared::dir(self)
+    }
+
+    fn resources(&self) -> std::collections::BTreeMap<String, ResourceState> {
+        Shared::resources(self)
+    }
+}
+
 /// A running fake kubelet.
 pub struct FakeKubelet {
     shared: Arc<Shared>,

@@ -1,21 +1,29 @@
 //! The pod-resources v1 API, answered from the fake's allocation ledger and registered devices.
 
-use crate::daemon::Shared;
-use crate::state::{self, AllocationRecord};
+use crate::state::{self, AllocationRecord, ResourceState};
 use erdma_kubelet::podresources::v1 as pr;
 use erdma_kubelet::podresources::v1::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
-pub(crate) fn server(shared: Arc<Shared>) -> PodResourcesListerServer<Lister> {
+/// What the answers are read from: the daemon's state directory and registered resources.
+pub(crate) trait Source: Send + Sync + 'static {
+    /// The state directory (the allocation ledger lives there).
+    fn dir(&self) -> &Path;
+    /// The registered resources now.
+    fn resources(&self) -> BTreeMap<String, ResourceState>;
+}
+
+pub(crate) fn server(shared: Arc<dyn Source>) -> PodResourcesListerServer<Lister> {
     PodResourcesListerServer::new(Lister { shared })
 }
 
 pub(crate) struct Lister {
-    shared: Arc<Shared>,
+    shared: Arc<dyn Source>,
 }
 
 impl Lister {

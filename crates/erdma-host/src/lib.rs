@@ -1,9 +1,13 @@
 //! Doors to the node.
 //!
-//! Every way erdma touches the host goes through a small trait here, with one real implementation
-//! and, behind the `fake` feature, one fake for tests (the device-plugin directory needs no fake: a
-//! temporary directory with real sockets is the test double). Nothing else in the workspace reads host
-//! files or calls host APIs directly.
+//! The device side of the node: sysfs, `/dev` and interface addresses, each behind a small trait
+//! with one real implementation and, behind the `fake` feature, one fake for tests (the
+//! device-plugin directory needs no fake: a temporary directory with real sockets is the test
+//! double). Inventory and health read the node only through these. Other host access has its own
+//! door in the crate that owns the concern: kernel modules and the driver installer
+//! (`erdma-driver`'s `Host`), SMC netlink, namespaces, sysctls and the BPF policy (`erdma-smc`),
+//! routes and addresses (`erdma-netdev`); the agent's flag parsing and the lab read a few `/proc`
+//! files directly.
 
 pub mod addrs;
 pub mod devfs;

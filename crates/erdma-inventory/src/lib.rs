@@ -9,6 +9,7 @@
 //! protocol mode → paired netdev → character devices → health.
 
 mod chardev;
+pub mod events;
 mod identity;
 mod mode;
 mod netdev;

@@ -1,15 +1,9 @@
 //! Names shared with the original controller: labels, annotations, finalizer, resource name.
 
-/// Label on an `ERdmaDevice`: the ECS instance ID.
-pub const LABEL_INSTANCE_ID: &str = "alibabacloud.com/instance-id";
-/// Label on an `ERdmaDevice`: the node name (the agent selects its object by it).
-pub const LABEL_NODE_NAME: &str = "alibabacloud.com/nodename";
+pub use erdma_model::names::{LABEL_INSTANCE_ID, LABEL_NODE_NAME};
 /// The original's finalizer; only ever removed (never added), as the original does.
 pub const FINALIZER: &str = "network.alibabacloud.com/erdma-controller";
-/// Pod annotation that asks for SMC-R.
-pub const ANNOTATION_SMCR: &str = "network.alibabacloud.com/erdma-smcr";
-/// The extended resource.
-pub const RESOURCE_ERDMA: &str = "aliyun/erdma";
+pub use erdma_model::names::{RESOURCE as RESOURCE_ERDMA, SMCR_ANNOTATION as ANNOTATION_SMCR};
 /// The ServiceAccount annotation RRSA uses.
 pub const ANNOTATION_RRSA_ROLE: &str = "pod-identity.alibabacloud.com/role-name";
 /// ENI tag: who created it.

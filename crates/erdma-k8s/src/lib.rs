@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod crd;
+pub mod events;
 #[cfg(feature = "fake")]
 pub mod fake;
 pub mod install;

@@ -82,6 +82,19 @@ fn invalid_values_name_the_value() {
             .to_string()
             .contains("exposedLocalERIs")
     );
+    // The agent's grammar: device names are letters, digits, '_', '-', '*'; `i-*` and globs pass.
+    let mut v = values();
+    v.agent.exposed_local_eris = vec!["i-bp1 erdma.0".into()];
+    let e = render(&v).unwrap_err().to_string();
+    assert!(e.contains("exposedLocalERIs entry 1"), "{e}");
+    let mut v = values();
+    v.agent.exposed_local_eris = vec!["i-* erdma_*".into(), "i-bp1 erdma_0/erdma_1".into()];
+    render(&v).expect("the agent accepts these");
+    // The agent's MTU range.
+    let mut v = values();
+    v.agent.jumbo_frame_mtu = 9001;
+    let e = render(&v).unwrap_err().to_string();
+    assert!(e.contains("1280..=9000"), "{e}");
 }
 
 #[test]

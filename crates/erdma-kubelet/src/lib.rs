@@ -2,7 +2,8 @@
 //!
 //! - [`deviceplugin::v1beta1`]: the device-plugin API (Registration on `kubelet.sock`, the
 //!   DevicePlugin service a plugin serves), including `cdi_devices`.
-//! - [`podresources::v1`]: the pod-resources API the kubelet serves.
+//! - [`podresources::v1`]: the pod-resources API the kubelet serves, and
+//!   [`podresources::PodResourcesClient`], the one client of it (`list(resource)` → holders).
 //! - [`pluginregistration::v1`]: the plugin-watcher registration API a plugin serves on a socket in
 //!   `plugins_registry/` (used by DRA drivers).
 //! - [`dra::v1`]: the DRA kubelet plugin API (`NodePrepareResources` / `NodeUnprepareResources`).
@@ -49,6 +50,9 @@ pub mod podresources {
         /// Default socket of the pod-resources API.
         pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
     }
+
+    mod client;
+    pub use client::{Holder, ListError, PodResourcesClient, TIMEOUT, holders_in};
 }
 
 /// Plugin-watcher registration API.

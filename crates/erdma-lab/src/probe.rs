@@ -290,20 +290,19 @@ mod tests {
             std::fs::write(&tmp, TWO.replace("Unhealthy", "Healthy")).expect("write tmp");
             std::fs::rename(&tmp, &writer_path).expect("rename");
         });
-        // a fallback far beyond the test's patience: only the inotify wake-up can make it pass
+        // No re-read fallback before the wait's own limit: the state can only be seen again
+        // through the inotify wake-up (or, with inotify broken, at the limit, which fails below).
+        let limit = Duration::from_secs(600);
         let took = wait_for(
             &path,
             &cond("rxe0", "Healthy", 0),
             Instant::now(),
-            Duration::from_secs(5),
-            Duration::from_secs(60),
+            limit,
+            Duration::MAX,
         )
         .expect("holds after the rename");
         writer.join().expect("writer");
-        assert!(
-            took >= Duration::from_millis(50) && took < Duration::from_secs(2),
-            "{took:?}"
-        );
+        assert!(took < limit, "woken by the wait's limit, not by inotify");
     }
 
     #[test]

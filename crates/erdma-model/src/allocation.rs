@@ -116,8 +116,8 @@ pub fn preferred_allocation(request: &PreferenceRequest, loads: &[DeviceLoad]) -
     chosen
 }
 
-/// Among `group`, a device that can serve `remaining` alone (the least used, then the one with
-/// the fewest spare slots beyond the need, then by name), else the one with the most free slots.
+/// Among `group`, a device that can serve `remaining` alone (the least used, then by name), else
+/// the one with the most free slots (then the least used, then by name).
 fn pick_device(candidates: &[Candidate], group: &[usize], remaining: usize) -> usize {
     let whole = group
         .iter()

@@ -62,12 +62,6 @@ pub struct EriSelectorError {
     pub why: String,
 }
 
-fn is_word(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
 fn is_device_pattern(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()
@@ -136,7 +130,9 @@ impl EriSelector {
             }
             let instance = match inst.strip_prefix("i-") {
                 Some("*") => InstancePattern::Any,
-                Some(rest) if is_word(rest) => InstancePattern::Exact(inst.to_string()),
+                Some(_) if crate::names::is_instance_id(inst) => {
+                    InstancePattern::Exact(inst.to_string())
+                }
                 _ => {
                     return Err(err(&format!(
                         "instance {inst:?} is neither an ECS instance ID (i-...) nor i-*"

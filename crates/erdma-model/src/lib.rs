@@ -6,12 +6,14 @@
 
 pub mod address;
 pub mod allocation;
+pub mod backoff;
 pub mod coexistence;
 pub mod device;
 pub mod driver;
 pub mod eri_selector;
 pub mod health;
 pub mod installer;
+pub mod names;
 pub mod node;
 pub mod pnet;
 pub mod port;
@@ -20,6 +22,7 @@ pub mod selection;
 pub mod slot;
 
 pub use address::{MacAddr, NodeGuid};
+pub use backoff::Backoff;
 pub use device::{CharDevice, CharDevices, DeviceKind, NetDev, PciInfo, RdmaDevice};
 pub use driver::{DeviceMode, DriverMode};
 pub use eri_selector::EriSelector;

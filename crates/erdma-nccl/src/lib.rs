@@ -1,25 +1,24 @@
-//! NCCL log analysis for erdma (`erdmactl nccl analyze|compare`).
+//! NCCL log analysis for erdma (the library behind `erdmactl nccl analyze|compare`; the CLI and
+//! its text rendering live in erdmactl).
 //!
 //! - [`reader`]: bounded, allocation-free line reading (constant memory, non-UTF-8 tolerated);
 //! - [`line`](mod@line): the `host:pid:tid [dev] NCCL INFO` prefix;
 //! - [`event`]: what a message says (versions, devices, networks, channels, GDR, GID, errors);
 //! - [`diagnose`]: known failures with meaning and fix;
-//! - [`model`]: the streaming analyser and job grouping;
+//! - [`model`]: the streaming analyser and job grouping; [`process`]: what it keeps per process
+//!   and file;
 //! - [`report`]: the `-o json` shape and the "eRDMA used" verdict;
 //! - [`perf`] and [`compare`]: nccl-tests tables, probe/training figures, and A/B comparison;
-//! - [`render`]: text output; [`cli`]: clap types and `run`.
 
-pub mod cli;
 pub mod compare;
 pub mod diagnose;
 pub mod event;
 pub mod line;
 pub mod model;
 pub mod perf;
+pub mod process;
 pub mod reader;
-pub mod render;
 pub mod report;
 
-pub use cli::{NcclArgs, run, run_to};
 pub use model::{Analyzer, Options};
 pub use report::{AnalyzeReport, Answer, JobReport, Verdict};

@@ -1,8 +1,8 @@
 //! The machine-readable result of `nccl analyze` (every field of `-o json`) and the verdict logic.
 
 use crate::diagnose::{self, ErrorKind, Severity};
-use crate::model::{FileState, ProblemSeen, Process};
 use crate::perf::PerfSummary;
+use crate::process::{FileState, ProblemSeen, Process};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -5,17 +5,15 @@
 //! service (IMDSv2), a scope-link subnet route and a default route whose metrics are one more than
 //! any other link's route to the same destination (at least 200), so the primary ENI always wins.
 //!
-//! * [`metadata`]: the metadata-service client ([`ImdsClient`]) behind the [`Metadata`] trait;
-//! * [`emulator`]: a local metadata-service emulator serving the same paths and formats;
+//! * the ENI addressing comes through erdma-cloud's [`Metadata`] trait (real client:
+//!   `erdma_cloud::imds::ImdsClient`);
 //! * [`plan`](mod@plan): pure planning of [`Change`] values from the kernel's [`NetState`];
 //! * [`RouteNetlink`]: reads the state and applies the changes, in any network namespace.
 
-pub mod emulator;
-pub mod metadata;
 mod netlink;
 pub mod plan;
 
-pub use metadata::{EniAddressing, ImdsClient, Metadata, MetadataError};
+pub use erdma_cloud::imds::{EniAddressing, Metadata, MetadataError};
 pub use netlink::{EriSetup, NetdevError, RouteNetlink};
 pub use plan::{
     Change, DEFAULT_JUMBO_MTU, EriNetdev, METRIC_FLOOR, NetState, PlanError, jumbo_mtu,

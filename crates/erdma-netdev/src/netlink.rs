@@ -1,8 +1,8 @@
 //! rtnetlink: reading the kernel's IPv4 state and applying planned changes, optionally in another
 //! network namespace (the socket is opened by a thread that did `setns`).
 
-use crate::metadata::{Metadata, MetadataError};
 use crate::plan::{AddrView, Change, EriNetdev, LinkView, NetState, PlanError, RouteView, plan};
+use erdma_cloud::imds::{Metadata, MetadataError};
 use erdma_model::MacAddr;
 use futures::TryStreamExt;
 use nix::sched::{CloneFlags, setns};

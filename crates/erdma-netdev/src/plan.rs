@@ -1,13 +1,12 @@
 //! Pure planning: the ERI's desired network state × what the kernel has → changes, as values.
 
-use crate::metadata::EniAddressing;
+use erdma_cloud::imds::EniAddressing;
 use erdma_model::MacAddr;
 use serde::Serialize;
 use std::fmt;
 use std::net::Ipv4Addr;
 
-/// MTU used for jumbo frames when `--jumbo-frame-mtu` is not positive (the seed's default).
-pub const DEFAULT_JUMBO_MTU: u32 = 8500;
+pub use erdma_model::names::DEFAULT_JUMBO_MTU;
 /// Lowest metric erdma gives its routes, so they never win over the primary interface's.
 pub const METRIC_FLOOR: u32 = 200;
 

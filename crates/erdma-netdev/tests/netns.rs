@@ -1,8 +1,9 @@
 //! ERI setup against the real kernel, in throw-away network namespaces (needs root and iproute2).
 //! Verification reads the result back with `ip -j`, independently of the code under test.
 
-use erdma_netdev::emulator::MetadataEmulator;
-use erdma_netdev::{EriNetdev, ImdsClient, NetdevError, RouteNetlink};
+use erdma_cloud::imds::ImdsClient;
+use erdma_cloud::imds_emulator::MetadataEmulator;
+use erdma_netdev::{EriNetdev, NetdevError, RouteNetlink};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::PathBuf;

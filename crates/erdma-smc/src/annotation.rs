@@ -3,8 +3,7 @@
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// The annotation key (kept from the original controller).
-pub const SMCR_ANNOTATION: &str = "network.alibabacloud.com/erdma-smcr";
+pub use erdma_model::names::SMCR_ANNOTATION;
 /// The Docker-label spelling the original also read (`annotation.` prefix).
 pub const SMCR_DOCKER_LABEL: &str = "annotation.network.alibabacloud.com/erdma-smcr";
 

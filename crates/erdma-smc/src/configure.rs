@@ -526,8 +526,8 @@ mod tests {
     #[test]
     #[ignore = "needs root and a kernel without SMC; run with --ignored by scripts/test.sh on the CI host (its kernel has no smc) and by crates/erdma-smc/lab/run-smcr.sh in the 7.3 VM"]
     fn real_namespace_without_smc_unsupported_and_gone() {
-        crate::netns::tests_support::require_kernel_without_smc();
-        let (ns, stop) = crate::netns::tests_support::private_netns();
+        crate::testing::require_kernel_without_smc();
+        let (ns, stop) = crate::testing::private_netns();
         let id = PnetId::parse("ABC").unwrap();
         let opts = PodOptions {
             host_netns: PathBuf::from("/proc/self/ns/net"),

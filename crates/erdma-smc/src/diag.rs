@@ -7,7 +7,7 @@
 //! (see [`crate::netns`]).
 
 use crate::decline::{self, Decline};
-use crate::pnet::decode_attrs;
+use crate::genl::decode_attrs;
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_SOCK_DIAG};
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

@@ -136,53 +136,9 @@ pub fn is_same(path: &Path, host: &Path) -> Result<bool, NetnsError> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests_support {
-    use super::*;
-
-    /// Creates a namespace held open by a parked thread; returns its `/proc/<tid>/ns/net` path.
-    pub(crate) fn private_netns() -> (PathBuf, std::sync::mpsc::Sender<()>) {
-        let (tx_path, rx_path) = std::sync::mpsc::channel();
-        let (tx_stop, rx_stop) = std::sync::mpsc::channel::<()>();
-        std::thread::spawn(move || {
-            nix::sched::unshare(CloneFlags::CLONE_NEWNET).expect("unshare");
-            // SAFETY: gettid has no preconditions.
-            let tid = unsafe { libc::gettid() };
-            tx_path
-                .send(PathBuf::from(format!("/proc/self/task/{tid}/ns/net")))
-                .expect("send");
-            let _ = rx_stop.recv();
-        });
-        (rx_path.recv().expect("path"), tx_stop)
-    }
-
-    /// Fails the calling test unless this kernel cannot provide SMC: the `smc` module is neither
-    /// loaded nor installed (a module that is merely installed would be auto-loaded by the first
-    /// SMC socket or netlink request). Tests of the "SMC unsupported" path call it first.
-    pub(crate) fn require_kernel_without_smc() {
-        assert!(
-            !std::path::Path::new("/sys/module/smc").exists(),
-            "needs a kernel without SMC, but smc is loaded here; run this test on a kernel \
-             without SMC (the CI host, or the 7.3 lab VM: crates/erdma-smc/lab/run-smcr.sh)"
-        );
-        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        for dir in ["/lib/modules", "/usr/lib/modules"] {
-            let dep = std::path::Path::new(dir)
-                .join(release.trim())
-                .join("modules.dep");
-            let listed = std::fs::read_to_string(&dep).unwrap_or_default();
-            assert!(
-                !listed.lines().any(|l| l.contains("/smc.ko")),
-                "needs a kernel without SMC, but {} lists the smc module",
-                dep.display()
-            );
-        }
-    }
-}
-
-#[cfg(test)]
 mod tests {
-    use super::tests_support::private_netns;
     use super::*;
+    use crate::testing::private_netns;
 
     #[test]
     fn runs_inside_and_leaves_the_caller_alone() {

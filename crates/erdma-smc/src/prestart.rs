@@ -21,6 +21,62 @@ pub struct PodSandbox {
     pub netns: Option<PathBuf>,
     /// The pod's annotations.
     pub annotations: BTreeMap<String, String>,
+    /// The device IDs granted in this `PreStartContainer` call, for messages.
+    pub devices: Vec<String>,
+}
+
+/// The kind of a pre-start decision: the metric label and the `/healthz` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutcomeKind {
+    /// No annotation, or `"false"`.
+    NotRequested,
+    /// Annotation value other than true/false.
+    InvalidAnnotation,
+    /// Host-network pod.
+    HostNetwork,
+    /// SMC-R is on for the pod.
+    Configured,
+    /// The kernel cannot do SMC-R.
+    Unsupported,
+    /// Configuring failed.
+    Failed,
+    /// The pod could not be looked up (pod-resources or CRI unavailable): no decision was made.
+    LookupFailed,
+}
+
+impl OutcomeKind {
+    /// The stable snake_case name, for metric labels and logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            OutcomeKind::NotRequested => "not_requested",
+            OutcomeKind::InvalidAnnotation => "invalid_annotation",
+            OutcomeKind::HostNetwork => "host_network",
+            OutcomeKind::Configured => "configured",
+            OutcomeKind::Unsupported => "unsupported",
+            OutcomeKind::Failed => "failed",
+            OutcomeKind::LookupFailed => "lookup_failed",
+        }
+    }
+}
+
+/// The type of a Kubernetes Event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// `Normal`.
+    Normal,
+    /// `Warning`.
+    Warning,
+}
+
+impl EventType {
+    /// The API value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        }
+    }
 }
 
 /// What happened.
@@ -59,15 +115,33 @@ pub enum PreStartOutcome {
 }
 
 impl PreStartOutcome {
+    /// The kind of the outcome.
+    pub fn kind(&self) -> OutcomeKind {
+        match self {
+            PreStartOutcome::NotRequested => OutcomeKind::NotRequested,
+            PreStartOutcome::InvalidAnnotation { .. } => OutcomeKind::InvalidAnnotation,
+            PreStartOutcome::HostNetwork { .. } => OutcomeKind::HostNetwork,
+            PreStartOutcome::Configured { .. } => OutcomeKind::Configured,
+            PreStartOutcome::Unsupported { .. } => OutcomeKind::Unsupported,
+            PreStartOutcome::Failed { .. } => OutcomeKind::Failed,
+        }
+    }
+
     /// A stable snake_case name of the outcome, for metric labels and logs.
     pub fn label(&self) -> &'static str {
+        self.kind().label()
+    }
+
+    /// The type and reason of the pod Event for this outcome (sent when
+    /// [`Self::event_message`] has something to say).
+    pub fn event_reason(&self) -> (EventType, &'static str) {
         match self {
-            PreStartOutcome::NotRequested => "not_requested",
-            PreStartOutcome::InvalidAnnotation { .. } => "invalid_annotation",
-            PreStartOutcome::HostNetwork { .. } => "host_network",
-            PreStartOutcome::Configured { .. } => "configured",
-            PreStartOutcome::Unsupported { .. } => "unsupported",
-            PreStartOutcome::Failed { .. } => "failed",
+            PreStartOutcome::Configured { .. } => (EventType::Normal, "SmcrEnabled"),
+            PreStartOutcome::InvalidAnnotation { .. } => {
+                (EventType::Warning, "SmcrInvalidAnnotation")
+            }
+            PreStartOutcome::Unsupported { .. } => (EventType::Warning, "SmcrUnsupported"),
+            _ => (EventType::Warning, "SmcrFailed"),
         }
     }
 
@@ -102,8 +176,10 @@ impl PreStartOutcome {
 }
 
 impl SmcConfigurator {
-    /// The `PreStartContainer` step for SMC-R (blocking; run it in `spawn_blocking`).
-    pub fn prestart(&self, pod: &PodSandbox, pnetid: &PnetId) -> PreStartOutcome {
+    /// The `PreStartContainer` step for SMC-R (blocking; run it in `spawn_blocking`). `pnetid`
+    /// is the PNET ID of the granted device (`None`: none of them has one, and SMC-R cannot pair
+    /// the pod's interface with an RDMA device).
+    pub fn prestart(&self, pod: &PodSandbox, pnetid: Option<&PnetId>) -> PreStartOutcome {
         let request = SmcRequest::from_annotations(&pod.annotations);
         if let Some(problem) = request.problem(&pod.pod) {
             tracing::warn!(pod = %pod.pod, %problem, "smc: invalid annotation");
@@ -119,6 +195,15 @@ impl SmcConfigurator {
                     pod: pod.pod.clone(),
                 };
             }
+        };
+        let Some(pnetid) = pnetid else {
+            return PreStartOutcome::Failed {
+                pod: pod.pod.clone(),
+                error: format!(
+                    "none of the granted devices {:?} has a PNET ID (sysfs ports/1/pnetid or the ERI's MAC); SMC-R needs one to pair the pod's eth0 with the RDMA device",
+                    pod.devices
+                ),
+            };
         };
         match self.configure_pod(netns, pnetid) {
             Ok(report) if report.skipped.is_some() => PreStartOutcome::HostNetwork {
@@ -148,6 +233,7 @@ mod tests {
             annotations: value
                 .map(|v| [(SMCR_ANNOTATION.to_string(), v.to_string())].into())
                 .unwrap_or_default(),
+            devices: vec!["erdma_0/1".into()],
         }
     }
 
@@ -166,14 +252,14 @@ mod tests {
         let c = configurator();
         let id = PnetId::parse("ABC").unwrap();
         assert_eq!(
-            c.prestart(&sandbox(None, false, Some("/x")), &id),
+            c.prestart(&sandbox(None, false, Some("/x")), Some(&id)),
             PreStartOutcome::NotRequested
         );
         assert_eq!(
-            c.prestart(&sandbox(Some("false"), false, Some("/x")), &id),
+            c.prestart(&sandbox(Some("false"), false, Some("/x")), Some(&id)),
             PreStartOutcome::NotRequested
         );
-        let o = c.prestart(&sandbox(Some("yes"), false, Some("/x")), &id);
+        let o = c.prestart(&sandbox(Some("yes"), false, Some("/x")), Some(&id));
         let msg = o.event_message().unwrap();
         assert!(
             msg.contains("default/web-0") && msg.contains("\"yes\""),
@@ -183,15 +269,36 @@ mod tests {
             !o.fails_container(true),
             "an invalid value is treated as false"
         );
-        let o = c.prestart(&sandbox(Some("true"), true, None), &id);
+        let o = c.prestart(&sandbox(Some("true"), true, None), Some(&id));
         assert!(matches!(o, PreStartOutcome::HostNetwork { .. }), "{o:?}");
         assert_eq!(o.event_message(), None);
         // A sandbox that claims its own netns but is the host's: skipped too.
         let o = c.prestart(
             &sandbox(Some("true"), false, Some("/proc/self/ns/net")),
-            &id,
+            Some(&id),
         );
         assert!(matches!(o, PreStartOutcome::HostNetwork { .. }), "{o:?}");
+    }
+
+    #[test]
+    fn no_pnet_id_fails_an_annotated_pod_naming_its_devices() {
+        let c = configurator();
+        assert_eq!(
+            c.prestart(&sandbox(None, false, Some("/x")), None),
+            PreStartOutcome::NotRequested
+        );
+        let o = c.prestart(&sandbox(Some("true"), true, None), None);
+        assert!(matches!(o, PreStartOutcome::HostNetwork { .. }), "{o:?}");
+        let o = c.prestart(&sandbox(Some("true"), false, Some("/x")), None);
+        assert_eq!(o.kind(), OutcomeKind::Failed);
+        assert_eq!(o.label(), "failed");
+        assert_eq!(o.event_reason(), (EventType::Warning, "SmcrFailed"));
+        let msg = o.event_message().unwrap();
+        assert!(
+            msg.contains("PNET ID") && msg.contains("erdma_0/1"),
+            "{msg}"
+        );
+        assert!(!o.fails_container(false) && o.fails_container(true));
     }
 
     #[test]
@@ -204,7 +311,7 @@ mod tests {
                 false,
                 Some("/proc/self/task/999999999/ns/net"),
             ),
-            &id,
+            Some(&id),
         );
         assert!(matches!(o, PreStartOutcome::Failed { .. }), "{o:?}");
         assert!(o.event_message().unwrap().contains("is gone"));
@@ -217,11 +324,11 @@ mod tests {
     #[test]
     #[ignore = "needs root and a kernel without SMC; run with --ignored by scripts/test.sh on the CI host (its kernel has no smc) and by crates/erdma-smc/lab/run-smcr.sh in the 7.3 VM"]
     fn real_namespace_without_smc_is_unsupported() {
-        crate::netns::tests_support::require_kernel_without_smc();
-        let (ns, stop) = crate::netns::tests_support::private_netns();
+        crate::testing::require_kernel_without_smc();
+        let (ns, stop) = crate::testing::private_netns();
         let o = configurator().prestart(
             &sandbox(Some("true"), false, Some(ns.to_str().unwrap())),
-            &PnetId::parse("ABC").unwrap(),
+            Some(&PnetId::parse("ABC").unwrap()),
         );
         assert!(matches!(o, PreStartOutcome::Unsupported { .. }), "{o:?}");
         assert!(o.event_message().unwrap().starts_with("SMC unsupported: "));

@@ -1,8 +1,8 @@
 //! SMC-Rv2 user-defined EIDs (`smcr ueid`) through the `SMC_GEN_NETLINK` family. SMC-Rv2 is
 //! only proposed when both peers share a UEID; the kernel table is global (not per namespace).
-//! Messages are built with the generic-netlink encoder of [`crate::pnet`].
+//! Messages are built with the generic-netlink codec of [`crate::genl`].
 
-use crate::pnet::{
+use crate::genl::{
     Attrs, CTRL_ATTR_FAMILY_ID, Message, decode_messages, encode_get_family, encode_request,
 };
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_GENERIC};

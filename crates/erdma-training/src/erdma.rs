@@ -4,10 +4,7 @@
 //! deliberately absent: in every eRDMA driver source we could read (upstream, out-of-tree r0.2.37)
 //! they do not reach the device (docs/training.md has the evidence and the vendor's advice).
 
-/// The extended resource the erdma device plugin advertises.
-pub const RESOURCE: &str = "aliyun/erdma";
-/// The pod annotation that asks for SMC-R (transparent TCP over RDMA).
-pub const SMCR_ANNOTATION: &str = "network.alibabacloud.com/erdma-smcr";
+pub use erdma_model::names::{RESOURCE, SMCR_ANNOTATION};
 /// The capability `ibv_reg_mr` needs unless the memlock limit is raised.
 pub const IPC_LOCK: &str = "IPC_LOCK";
 

@@ -18,8 +18,7 @@ pub static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/smc_policy.
 #[doc(hidden)]
 pub static REJECTED_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rejected.bpf.o"));
 
-/// Default bpffs directory for the pinned link and map.
-pub const PIN_DIR: &str = "/sys/fs/bpf/erdma-smc";
+pub use erdma_model::names::BPF_PIN_DIR as PIN_DIR;
 /// File name of the pinned map in the pin directory.
 pub const MAP_PIN: &str = "smc_netns";
 /// File name of the pinned link.
@@ -322,8 +321,8 @@ mod tests {
     /// every `::lab::` module to the lab.
     mod lab {
         use super::*;
-        use crate::netns::tests_support::private_netns;
         use crate::netns::{current_cookie, run_in};
+        use crate::testing::private_netns;
         use std::os::fd::{FromRawFd, OwnedFd};
 
         /// Loads the policy on this kernel, or fails the test saying what is missing: these tests

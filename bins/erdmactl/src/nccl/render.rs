@@ -1,44 +1,9 @@
-//! Human-readable rendering of analysis and comparison reports.
+//! Human-readable rendering of NCCL analysis and comparison reports.
 
-use crate::compare::CompareReport;
-use crate::report::{AnalyzeReport, JobReport};
+use crate::output::table;
+use erdma_nccl::compare::CompareReport;
+use erdma_nccl::report::{AnalyzeReport, JobReport};
 use std::fmt::Write as _;
-
-/// Left-aligned text table, two spaces between columns.
-pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (i, cell) in row.iter().enumerate() {
-            if let Some(w) = widths.get_mut(i) {
-                *w = (*w).max(cell.chars().count());
-            }
-        }
-    }
-    let mut out = String::new();
-    let mut line = |cells: &[&str]| {
-        let mut s = String::new();
-        for (i, c) in cells.iter().enumerate() {
-            s.push_str(c);
-            if i + 1 < cells.len() {
-                let pad = widths
-                    .get(i)
-                    .copied()
-                    .unwrap_or(0)
-                    .saturating_sub(c.chars().count())
-                    + 2;
-                s.extend(std::iter::repeat_n(' ', pad));
-            }
-        }
-        out.push_str(s.trim_end());
-        out.push('\n');
-    };
-    line(header);
-    for r in rows {
-        let cells: Vec<&str> = r.iter().map(String::as_str).collect();
-        line(&cells);
-    }
-    out
-}
 
 fn or_dash<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".to_string(), |v| v.to_string())
@@ -169,9 +134,9 @@ fn job_text(out: &mut String, j: &JobReport) {
         let _ = writeln!(out, "  problems:");
         for p in &j.problems {
             let sev = match p.severity {
-                crate::diagnose::Severity::Error => "ERROR",
-                crate::diagnose::Severity::Warning => "WARN",
-                crate::diagnose::Severity::Info => "INFO",
+                erdma_nccl::diagnose::Severity::Error => "ERROR",
+                erdma_nccl::diagnose::Severity::Warning => "WARN",
+                erdma_nccl::diagnose::Severity::Info => "INFO",
             };
             let who = if p.processes == 0 {
                 "in PyTorch/launcher output".to_string()
@@ -279,4 +244,20 @@ pub fn compare(c: &CompareReport) -> String {
     }
     let _ = writeln!(out, "\n{}", c.summary);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use erdma_nccl::{Analyzer, Options};
+
+    proptest::proptest! {
+        /// Whatever the logs hold, the text rendering does not panic.
+        #[test]
+        fn any_report_renders(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..4096)) {
+            let mut an = Analyzer::new(Options::default());
+            an.add_input("fuzz", &data[..]).expect("in-memory read");
+            let _text = analyze(&an.finish());
+        }
+    }
 }

@@ -1,9 +1,8 @@
 //! The agent's DRA mode with the libraries' fakes: a fixture node tree scanned by the real
 //! inventory, the in-memory API server, and the fake kubelet's DRA client over the real sockets.
 
-use crate::cluster::Cluster;
-use crate::health::AgentState;
-use crate::resource_api::{self, Choice, DraSettings, ResourceApi};
+use erdma_agent::cluster::Cluster;
+use erdma_agent::resource_api::{self, Choice, DraSettings, ResourceApi};
 use erdma_fake_kubelet::dra as kubelet;
 use erdma_host::fake::{FixedInterfaceAddrs, NodeTree};
 use erdma_host::{RootedDevFs, RootedSysfs, fixtures};
@@ -59,10 +58,7 @@ async fn a_node_labelled_dra_publishes_slices_and_prepares_claims_instead_of_the
         },
         ..Default::default()
     });
-    let cluster = Cluster {
-        client: api.client(),
-        node: "n1".into(),
-    };
+    let cluster = Cluster::new(api.client(), "n1");
     let chosen = resource_api::resolve(Choice::NodeLabel, Some(&cluster))
         .await
         .unwrap();
@@ -84,7 +80,7 @@ async fn a_node_labelled_dra_publishes_slices_and_prepares_claims_instead_of_the
         .prefix("wt")
         .tempdir_in("/tmp")
         .unwrap();
-    let state = Arc::new(AgentState::default());
+    let (view_tx, view_rx) = watch::channel(None);
     let cancel = CancellationToken::new();
     let (_served_tx, served_rx) = watch::channel(served);
     let run = tokio::spawn(resource_api::run_dra(
@@ -96,7 +92,7 @@ async fn a_node_labelled_dra_publishes_slices_and_prepares_claims_instead_of_the
         cluster.clone(),
         served_rx,
         Some("i-test".into()),
-        state.clone(),
+        view_tx,
         cancel.clone(),
     ));
     until("the ResourceSlice", || {
@@ -125,17 +121,12 @@ async fn a_node_labelled_dra_publishes_slices_and_prepares_claims_instead_of_the
         .await
         .unwrap();
     until("registered in /healthz", || {
-        state
-            .view()
-            .dra
+        view_rx
+            .borrow()
+            .as_ref()
             .is_some_and(|d| d.registration == "registered")
     })
     .await;
-    assert_eq!(
-        state.view().resource_api,
-        None,
-        "set by main, not by run_dra"
-    );
 
     // The allocation the scheduler would write (test-written).
     api.put(&ResourceClaim {

@@ -3,9 +3,9 @@
 //! Events go to the in-memory Kubernetes API server, and the annotated pod's namespace is a real
 //! private network namespace of this kernel.
 
-use crate::cluster::Cluster;
-use crate::health::AgentState;
-use crate::smcr::{self, HookConfig, PodConfigurator, Smc, SmcrHook};
+use erdma_agent::cluster::Cluster;
+use erdma_agent::metrics::AgentMetrics;
+use erdma_agent::smcr::{self, Decision, HookConfig, PodConfigurator, Smc, SmcrHook};
 use erdma_cri::fake::FakeRuntime;
 use erdma_cri::runtime::v1 as cri;
 use erdma_cri::runtime::v1::runtime_service_server::RuntimeServiceServer;
@@ -19,9 +19,10 @@ use erdma_kubelet::uds::{self, ClientAuthority};
 use erdma_model::{NodeDevices, PnetId};
 use erdma_smc::annotation::SMCR_ANNOTATION;
 use erdma_smc::configure::PodReport;
-use erdma_smc::prestart::{PodSandbox, PreStartOutcome};
+use erdma_smc::prestart::{OutcomeKind, PodSandbox, PreStartOutcome};
 use erdma_smc::probe::Mechanism;
 use k8s_openapi::api::events::v1::Event;
+use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -76,6 +77,26 @@ fn sandbox(
     (status, info)
 }
 
+/// What a hook published: its decisions, and the registry its metrics count in.
+struct Seen {
+    decisions: watch::Receiver<Vec<Decision>>,
+    registry: Registry,
+}
+
+impl Seen {
+    fn decisions(&self) -> Vec<Decision> {
+        self.decisions.borrow().clone()
+    }
+
+    fn last(&self) -> Decision {
+        self.decisions().pop().expect("a decision was published")
+    }
+
+    fn metrics(&self) -> String {
+        erdma_agent::metrics::encode(&self.registry)
+    }
+}
+
 /// Records what the hook asks and answers with the real configurator, or with a scripted
 /// outcome (to cover the BPF-policy bookkeeping on a kernel without SMC).
 struct Recorder {
@@ -104,11 +125,14 @@ impl Recorder {
 }
 
 impl PodConfigurator for Recorder {
-    fn prestart(&self, pod: &PodSandbox, pnetid: &PnetId) -> PreStartOutcome {
-        self.calls
-            .lock()
-            .unwrap()
-            .push((pod.pod.clone(), pnetid.as_str().to_string()));
+    fn prestart(&self, pod: &PodSandbox, pnetid: Option<&PnetId>) -> PreStartOutcome {
+        // Only a call with a PNET ID can configure anything.
+        if let Some(p) = pnetid {
+            self.calls
+                .lock()
+                .unwrap()
+                .push((pod.pod.clone(), p.as_str().to_string()));
+        }
         match self.scripted.lock().unwrap().clone() {
             Some(o) => o,
             None => self.real.prestart(pod, pnetid),
@@ -228,10 +252,18 @@ impl World {
         cfg: HookConfig,
         smc: Arc<Recorder>,
         cluster: Option<Cluster>,
-    ) -> (Arc<SmcrHook>, Arc<AgentState>) {
-        let state = Arc::new(AgentState::default());
-        let hook = SmcrHook::new(cfg, smc, self.served.subscribe(), cluster, state.clone());
-        (Arc::new(hook), state)
+    ) -> (Arc<SmcrHook>, Seen) {
+        let mut registry = Registry::default();
+        let metrics = Arc::new(AgentMetrics::register(&mut registry));
+        let hook = SmcrHook::new(cfg, smc, self.served.subscribe(), cluster, metrics);
+        let decisions = hook.decisions();
+        (
+            Arc::new(hook),
+            Seen {
+                decisions,
+                registry,
+            },
+        )
     }
 
     async fn shutdown(self) {
@@ -245,10 +277,7 @@ fn ids(v: &[&str]) -> Vec<String> {
 }
 
 fn cluster(api: &FakeApiServer) -> Cluster {
-    Cluster {
-        client: api.client(),
-        node: "n1".into(),
-    }
+    Cluster::new(api.client(), "n1")
 }
 
 async fn events_for(api: &FakeApiServer, pod: &str, want: usize) -> Vec<Event> {
@@ -288,12 +317,12 @@ async fn annotated_pod_is_configured_with_the_granted_devices_pnet_id() {
         rec.calls(),
         vec![("default/web".to_string(), "ERDMA1".to_string())]
     );
-    let d = state.view().smcr.pop().unwrap();
+    let d = state.last();
     assert_eq!(d.pod.as_deref(), Some("default/web"));
     assert!(!d.failed_container);
     let smc_loaded = Path::new("/sys/module/smc").exists();
     if !smc_loaded {
-        assert_eq!(d.outcome, "unsupported", "{d:?}");
+        assert_eq!(d.outcome, OutcomeKind::Unsupported, "{d:?}");
         let m = d.message.clone().unwrap();
         assert!(m.starts_with("SMC unsupported: "), "{m}");
         let ev = events_for(&api, "web", 1).await;
@@ -304,7 +333,7 @@ async fn annotated_pod_is_configured_with_the_granted_devices_pnet_id() {
         let r = e.regarding.as_ref().unwrap();
         assert_eq!(r.kind.as_deref(), Some("Pod"));
         assert_eq!(r.uid.as_deref(), Some("uid-web"));
-        let text = state.metrics.encode();
+        let text = state.metrics();
         assert!(
             text.contains("erdma_smc_pod_configurations_total{outcome=\"unsupported\"} 1"),
             "{text}"
@@ -318,7 +347,7 @@ async fn annotated_pod_is_configured_with_the_granted_devices_pnet_id() {
         // A kernel with SMC: the pod was configured, or failed with a reason (the lab covers
         // the details); never "unsupported".
         assert!(
-            matches!(d.outcome.as_str(), "configured" | "failed"),
+            matches!(d.outcome, OutcomeKind::Configured | OutcomeKind::Failed),
             "{d:?}"
         );
     }
@@ -353,22 +382,21 @@ async fn unannotated_invalid_and_host_network_pods_are_left_alone() {
     for id in ["erdma_0/1", "erdma_0/2", "erdma_0/3", "erdma_0/4"] {
         hook.pre_start(&ids(&[id])).await.expect("starts");
     }
-    let outcomes: Vec<(Option<String>, String)> = state
-        .view()
-        .smcr
+    let outcomes: Vec<(Option<String>, OutcomeKind)> = state
+        .decisions()
         .into_iter()
         .map(|d| (d.pod, d.outcome))
         .collect();
     let want = [
-        ("default/plain", "not_requested"),
-        ("default/off", "not_requested"),
-        ("default/typo", "invalid_annotation"),
-        ("default/hostnet", "host_network"),
+        ("default/plain", OutcomeKind::NotRequested),
+        ("default/off", OutcomeKind::NotRequested),
+        ("default/typo", OutcomeKind::InvalidAnnotation),
+        ("default/hostnet", OutcomeKind::HostNetwork),
     ];
     assert_eq!(
         outcomes,
         want.iter()
-            .map(|(p, o)| (Some(p.to_string()), o.to_string()))
+            .map(|(p, o)| (Some(p.to_string()), *o))
             .collect::<Vec<_>>()
     );
     let ev = events_for(&api, "typo", 1).await;
@@ -405,8 +433,8 @@ async fn annotated_pod_without_a_pnet_id_is_reported() {
     let (hook, state) = w.hook(w.config(false), rec.clone(), Some(cluster(&api)));
     hook.pre_start(&ids(&["erdma_0/1"])).await.expect("starts");
     assert!(rec.calls().is_empty());
-    let d = state.view().smcr.pop().unwrap();
-    assert_eq!(d.outcome, "failed");
+    let d = state.last();
+    assert_eq!(d.outcome, OutcomeKind::Failed);
     let ev = events_for(&api, "web", 1).await;
     assert_eq!(ev[0].reason.as_deref(), Some("SmcrFailed"));
     let note = ev[0].note.clone().unwrap();
@@ -432,8 +460,8 @@ async fn unavailable_runtime_or_unknown_pod_is_reported_and_fails_only_when_stri
     let rec = Recorder::new(None);
     let (hook, state) = w.hook(cfg.clone(), rec.clone(), None);
     hook.pre_start(&ids(&["erdma_0/1"])).await.expect("starts");
-    let d = state.view().smcr.pop().unwrap();
-    assert_eq!(d.outcome, "lookup_failed");
+    let d = state.last();
+    assert_eq!(d.outcome, OutcomeKind::LookupFailed);
     let m = d.message.unwrap();
     assert!(
         m.contains("container runtime unavailable") && m.contains(missing.to_str().unwrap()),
@@ -441,8 +469,7 @@ async fn unavailable_runtime_or_unknown_pod_is_reported_and_fails_only_when_stri
     );
     assert!(
         state
-            .metrics
-            .encode()
+            .metrics()
             .contains("erdma_agent_smcr_lookup_failures_total 1")
     );
     // Auto-detection under a host root without any runtime socket: the same, naming the paths.
@@ -450,12 +477,12 @@ async fn unavailable_runtime_or_unknown_pod_is_reported_and_fails_only_when_stri
     auto.cri_socket = None;
     let (hook, state) = w.hook(auto, rec.clone(), None);
     hook.pre_start(&ids(&["erdma_0/1"])).await.expect("starts");
-    let m = state.view().smcr.pop().unwrap().message.unwrap();
+    let m = state.last().message.unwrap();
     assert!(m.contains("run/containerd/containerd.sock"), "{m}");
     // The runtime is there, the kubelet does not list the devices: pod not found.
     let (hook, state) = w.hook(w.config(false), rec.clone(), None);
     hook.pre_start(&ids(&["erdma_1/9"])).await.expect("starts");
-    let m = state.view().smcr.pop().unwrap().message.unwrap();
+    let m = state.last().message.unwrap();
     assert!(
         m.contains("pod not found") && m.contains("erdma_1/9"),
         "{m}"
@@ -519,8 +546,7 @@ async fn deleted_pods_leave_the_bpf_policy() {
     assert_eq!(ev[0].type_.as_deref(), Some("Normal"));
     assert!(
         state
-            .metrics
-            .encode()
+            .metrics()
             .contains("erdma_smc_pod_configurations_total{outcome=\"configured\"} 2")
     );
     // Everyone still there: nothing released.
@@ -587,8 +613,8 @@ async fn prestart_through_the_plugin_without_a_runtime_succeeds() {
         .await
         .expect("allocation with PreStartContainer");
     assert!(out.pre_start_called);
-    let d = state.view().smcr.pop().unwrap();
-    assert_eq!(d.outcome, "lookup_failed");
+    let d = state.last();
+    assert_eq!(d.outcome, OutcomeKind::LookupFailed);
     assert!(!d.failed_container);
     cancel.cancel();
     let _ = plugin.await;
@@ -618,15 +644,16 @@ fn pnet_comes_from_the_first_granted_device_that_has_one() {
 /// without SMC.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
-    use crate::nri::{self, AgentNri, Policy};
+    use erdma_agent::nri::{self, AgentNri, NriView, Policy};
     use erdma_model::rdma_limit::{Memlock, RDMA_MAX_ANNOTATION, RdmaLimit};
     use erdma_nri::api::{self, Event};
     let (netns, hold) = private_netns();
     let w = World::start(&[("default/nripod", &["erdma_1/7"])], vec![]).await;
     let api_server = FakeApiServer::new();
     let rec = Recorder::new(None);
-    let (hook, state) = w.hook(w.config(false), rec.clone(), Some(cluster(&api_server)));
-    state.update(|v| v.nri = Some(crate::health::NriView::default()));
+    let (hook, _seen) = w.hook(w.config(false), rec.clone(), Some(cluster(&api_server)));
+    let (nri_tx, nri_rx) = watch::channel(Some(NriView::default()));
+    let metrics = Arc::new(AgentMetrics::register(&mut Registry::default()));
     let handler = Arc::new(AgentNri {
         policy: Policy {
             memlock: Memlock::Unlimited,
@@ -638,7 +665,8 @@ async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
         served: w.served.subscribe(),
         smcr: Some(hook),
         cluster: Some(cluster(&api_server)),
-        state: state.clone(),
+        metrics: metrics.clone(),
+        view: nri_tx,
     });
     let sock = w.dir.path().join("nri.sock");
     let runtime = erdma_nri::fake::FakeRuntime::bind(&sock).unwrap();
@@ -652,7 +680,6 @@ async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
             budget: nri::BUDGET,
         },
         handler,
-        state.clone(),
         cancel.clone(),
     ));
     let mut s = runtime.accept().await.unwrap();
@@ -667,7 +694,7 @@ async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
         assert!(api::subscribed(mask, e), "{e:?}");
     }
     s.synchronize(vec![], vec![]).await.unwrap();
-    assert!(state.view().nri.unwrap().connected);
+    assert!(nri_rx.borrow().as_ref().is_some_and(|n| n.connected));
 
     let pod = |name: &str, ann: &[(&str, &str)]| api::PodSandbox {
         id: format!("sb-{name}"),
@@ -767,7 +794,8 @@ async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
             served: w.served.subscribe(),
             smcr: Some(strict),
             cluster: None,
-            state: state.clone(),
+            metrics,
+            view: watch::channel(None).0,
         };
         use erdma_nri::plugin::Handler;
         let e = handler

@@ -9,7 +9,7 @@
 //! fails too). The table "permission → steps that need it" is kept in `docs/operations.md`
 //! (`UPDATE=1 cargo test -p erdma-agent rbac` regenerates it).
 
-use crate::cluster::{Cluster, PodRef};
+use erdma_agent::cluster::{Cluster, PodRef};
 use erdma_driver::{DriverStatus, PendingChange, RunningMode, StatusCode};
 use erdma_k8s::fake::FakeApiServer;
 use erdma_k8s::install::{Values, render};
@@ -98,10 +98,7 @@ async fn every_agent_api_call_is_allowed_and_every_permission_is_used() {
     let api = FakeApiServer::new();
     api.enforce(authz.clone());
     api.put(&kubelet_node("n1"));
-    let cluster = Cluster {
-        client: api.client_as(&user),
-        node: "n1".into(),
-    };
+    let cluster = Cluster::new(api.client_as(&user), "n1");
     device_plugin_node_steps(&api, &cluster).await;
 
     let c = coverage(&authz, &user, &api.audit());
@@ -118,6 +115,7 @@ async fn every_agent_api_call_is_allowed_and_every_permission_is_used() {
 /// ResourceSlice publishing, claim reads, retiring the slices on a device-plugin node).
 #[tokio::test]
 async fn with_dra_every_agent_api_call_is_allowed_and_every_permission_is_used() {
+    use erdma_agent::resource_api;
     use erdma_dra::publish;
     let mut v = Values::default();
     v.dra.enabled = true;
@@ -128,25 +126,21 @@ async fn with_dra_every_agent_api_call_is_allowed_and_every_permission_is_used()
     api.enforce(authz.clone());
     let mut node = kubelet_node("n1");
     node.metadata.labels = Some(std::collections::BTreeMap::from([(
-        crate::resource_api::NODE_LABEL.to_string(),
+        resource_api::NODE_LABEL.to_string(),
         "dra".to_string(),
     )]));
     api.put(&node);
-    let cluster = Cluster {
-        client: api.client_as(&user),
-        node: "n1".into(),
-    };
+    let cluster = Cluster::new(api.client_as(&user), "n1");
     device_plugin_node_steps(&api, &cluster).await;
 
     api.set_step("DRA: this node's `erdma.alibabacloud.com/resource-api` label");
-    let chosen =
-        crate::resource_api::resolve(crate::resource_api::Choice::NodeLabel, Some(&cluster))
-            .await
-            .unwrap();
-    assert_eq!(chosen, crate::resource_api::ResourceApi::Dra);
+    let chosen = resource_api::resolve(resource_api::Choice::NodeLabel, Some(&cluster))
+        .await
+        .unwrap();
+    assert_eq!(chosen, resource_api::ResourceApi::Dra);
 
     api.set_step("DRA: `ERdmaResourceAPI` condition");
-    crate::resource_api::publish_condition(&cluster, chosen, "aliyun/erdma")
+    resource_api::publish_condition(&cluster, chosen, "aliyun/erdma")
         .await
         .unwrap();
 
@@ -180,21 +174,12 @@ async fn with_dra_every_agent_api_call_is_allowed_and_every_permission_is_used()
             uid: "uid-1".into(),
         }])
         .await;
-    assert!(
-        r.claims["uid-1"]
-            .error
-            .contains("reading the ResourceClaim failed"),
-        "{:?}",
-        r.claims["uid-1"].error
-    );
-    assert!(
-        !r.claims["uid-1"].error.contains("forbidden"),
-        "{:?}",
-        r.claims["uid-1"].error
-    );
+    let err = &r.claims["uid-1"].error;
+    assert!(err.contains("reading the ResourceClaim failed"), "{err:?}");
+    assert!(!err.contains("forbidden"), "{err:?}");
 
     api.set_step("DRA: a node back on the device plugin removes its ResourceSlices");
-    crate::resource_api::retire_dra(&cluster).await;
+    resource_api::retire_dra(&cluster).await;
 
     let c = coverage(&authz, &user, &api.audit());
     c.verdict(ALLOWED_UNUSED).unwrap_or_else(|e| panic!("{e}"));
@@ -238,18 +223,19 @@ async fn device_plugin_node_steps(api: &FakeApiServer, cluster: &Cluster) {
         .await
         .unwrap();
 
+    let trainer = PodRef {
+        namespace: "team-a".into(),
+        name: "trainer-0".into(),
+        uid: "uid-trainer-0".into(),
+    };
     api.set_step("SMC-R pre-start: Event on the pod");
     cluster
-        .pod_event(
-            &PodRef {
-                namespace: "team-a".into(),
-                name: "trainer-0".into(),
-                uid: "uid-trainer-0".into(),
-            },
-            "Normal",
-            "SmcrEnabled",
-            "SMC-R enabled",
-        )
+        .pod_event(&trainer, "Normal", "SmcrEnabled", "SMC-R enabled")
+        .await
+        .unwrap();
+    api.set_step("The same Event again: a series on the first one");
+    cluster
+        .pod_event(&trainer, "Normal", "SmcrEnabled", "SMC-R enabled")
         .await
         .unwrap();
 
@@ -292,10 +278,7 @@ async fn device_plugin_node_steps(api: &FakeApiServer, cluster: &Cluster) {
 async fn kubelet_conditions_survive_the_agent_condition_patch() {
     let api = FakeApiServer::new();
     api.put(&kubelet_node("n1"));
-    let cluster = Cluster {
-        client: api.client(),
-        node: "n1".into(),
-    };
+    let cluster = Cluster::new(api.client(), "n1");
     cluster.publish_driver(None, &pending()).await.unwrap();
     cluster
         .publish_driver(Some(&pending()), &converged())

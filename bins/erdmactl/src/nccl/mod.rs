@@ -1,10 +1,12 @@
-//! `erdmactl nccl analyze|compare`: clap types and the entry point the binary calls.
+//! `erdmactl nccl analyze|compare`: clap types, the entry point, text rendering.
 
-use crate::compare;
-use crate::model::{Analyzer, Options};
-use crate::render;
-use crate::report::Answer;
+mod render;
+
+use crate::output::{self, Format};
 use anyhow::Context as _;
+use erdma_nccl::compare;
+use erdma_nccl::model::{Analyzer, Options};
+use erdma_nccl::report::Answer;
 use std::fs::File;
 use std::io::{self, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -12,15 +14,6 @@ use std::process::ExitCode;
 
 /// Read buffer per input.
 const READ_BUFFER: usize = 256 * 1024;
-
-/// Output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// Human-readable text.
-    Table,
-    /// Complete machine-readable JSON.
-    Json,
-}
 
 /// `erdmactl nccl`: analyse NCCL logs and compare runs.
 #[derive(Debug, Clone, clap::Args)]
@@ -59,7 +52,7 @@ pub struct AnalyzeArgs {
     #[arg(long)]
     pub require_erdma: bool,
     /// Longest line considered, in bytes; longer lines are cut.
-    #[arg(long, default_value_t = crate::reader::DEFAULT_MAX_LINE, value_name = "BYTES")]
+    #[arg(long, default_value_t = erdma_nccl::reader::DEFAULT_MAX_LINE, value_name = "BYTES")]
     pub max_line_bytes: usize,
 }
 
@@ -88,7 +81,7 @@ pub fn run(args: &NcclArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Runs `erdmactl nccl ...`, printing to `out`.
-pub fn run_to(args: &NcclArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+fn run_to(args: &NcclArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     match &args.command {
         NcclCommand::Analyze(a) => analyze(a, out),
         NcclCommand::Compare(c) => compare_cmd(c, out),
@@ -133,13 +126,11 @@ fn analyze(a: &AnalyzeArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         feed(&mut an, p)?;
     }
     let report = an.finish();
-    match a.output {
-        Format::Json => {
-            serde_json::to_writer_pretty(&mut *out, &report)?;
-            writeln!(out)?;
-        }
-        Format::Table => out.write_all(render::analyze(&report).as_bytes())?,
-    }
+    let text = match a.output {
+        Format::Table => render::analyze(&report),
+        f => output::render(&report, f)?,
+    };
+    out.write_all(text.as_bytes())?;
     if a.require_erdma
         && report
             .jobs
@@ -155,8 +146,8 @@ fn one(
     path: &Path,
 ) -> anyhow::Result<(
     String,
-    crate::report::AnalyzeReport,
-    crate::perf::PerfSummary,
+    erdma_nccl::report::AnalyzeReport,
+    erdma_nccl::perf::PerfSummary,
 )> {
     let mut an = Analyzer::new(Options {
         collect_perf: true,
@@ -180,12 +171,10 @@ fn compare_cmd(c: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode>
     let (an, ar, ap) = one(&c.a)?;
     let (bn, br, bp) = one(&c.b)?;
     let report = compare::compare(&an, &ar, ap, &bn, &br, bp, c.in_place);
-    match c.output {
-        Format::Json => {
-            serde_json::to_writer_pretty(&mut *out, &report)?;
-            writeln!(out)?;
-        }
-        Format::Table => out.write_all(render::compare(&report).as_bytes())?,
-    }
+    let text = match c.output {
+        Format::Table => render::compare(&report),
+        f => output::render(&report, f)?,
+    };
+    out.write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }

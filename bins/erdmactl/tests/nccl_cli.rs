@@ -1,15 +1,8 @@
-//! The `nccl analyze|compare` entry point: argument parsing, text and JSON output, exit codes.
+//! `erdmactl nccl analyze|compare` driven as a binary: argument parsing, text and JSON output,
+//! exit codes.
 
-use clap::Parser;
-use erdma_nccl::{NcclArgs, run_to};
+use assert_cmd::Command;
 use std::path::PathBuf;
-use std::process::ExitCode;
-
-#[derive(Debug, Parser)]
-struct Cli {
-    #[command(flatten)]
-    nccl: NcclArgs,
-}
 
 fn testdata(rel: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -19,19 +12,22 @@ fn testdata(rel: &str) -> String {
         .to_string()
 }
 
-fn run(args: &[&str]) -> (ExitCode, String) {
-    let mut argv = vec!["nccl"];
-    argv.extend_from_slice(args);
-    let cli = Cli::try_parse_from(argv).expect("arguments parse");
-    let mut out = Vec::new();
-    let code = run_to(&cli.nccl, &mut out).expect("command succeeds");
-    (code, String::from_utf8(out).expect("utf-8 output"))
+/// Runs `erdmactl nccl <args>`: (exit status, stdout).
+fn run(args: &[&str]) -> (i32, String) {
+    let out = Command::cargo_bin("erdmactl")
+        .expect("erdmactl is built")
+        .arg("nccl")
+        .args(args)
+        .output()
+        .expect("erdmactl runs");
+    let code = out.status.code().expect("exited, not killed");
+    (code, String::from_utf8(out.stdout).expect("utf-8 output"))
 }
 
 #[test]
 fn analyze_table_has_verdict_line() {
     let (code, out) = run(&["analyze", &testdata("synthetic/erdma-2node-gdr.log")]);
-    assert_eq!(code, ExitCode::SUCCESS);
+    assert_eq!(code, 0);
     assert!(
         out.contains(
             "eRDMA used: yes, because 8 channel connections went via NET/IB on erdma_0:1/RoCE"
@@ -80,20 +76,25 @@ fn require_erdma_sets_exit_code() {
         "--require-erdma",
         &testdata("real/h200x2-nccl2.28.9/nccl-p2p.log"),
     ]);
-    assert_eq!(code, ExitCode::from(1));
+    assert_eq!(code, 1);
     let (code, _) = run(&[
         "analyze",
         "--require-erdma",
         &testdata("synthetic/erdma-2node-gdr.log"),
     ]);
-    assert_eq!(code, ExitCode::SUCCESS);
+    assert_eq!(code, 0);
 }
 
 #[test]
 fn missing_file_is_an_error_naming_it() {
-    let cli = Cli::try_parse_from(["nccl", "analyze", "/nonexistent/x.log"]).expect("parse");
-    let err = run_to(&cli.nccl, &mut Vec::new()).expect_err("must fail");
-    assert!(format!("{err:#}").contains("/nonexistent/x.log"));
+    let out = Command::cargo_bin("erdmactl")
+        .expect("erdmactl is built")
+        .args(["nccl", "analyze", "/nonexistent/x.log"])
+        .output()
+        .expect("erdmactl runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/x.log"), "{err}");
 }
 
 #[test]

@@ -1,8 +1,8 @@
 //! The IMDSv2 client against the local metadata-service emulator.
 
+use erdma_cloud::imds::{ImdsClient, Metadata, MetadataError};
+use erdma_cloud::imds_emulator::MetadataEmulator;
 use erdma_model::MacAddr;
-use erdma_netdev::emulator::MetadataEmulator;
-use erdma_netdev::{ImdsClient, Metadata, MetadataError};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 

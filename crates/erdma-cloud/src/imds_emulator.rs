@@ -3,7 +3,7 @@
 //! `PUT /latest/api/token`, 401 for a missing or unknown token, plain-text values, 404 for unknown
 //! paths. Values are stored as raw text so tests can serve garbage.
 
-use crate::metadata::{TOKEN_HEADER, TOKEN_PATH, TOKEN_TTL_HEADER};
+use crate::imds::{TOKEN_HEADER, TOKEN_PATH, TOKEN_TTL_HEADER};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -94,7 +94,7 @@ impl MetadataEmulator {
 
     /// Serves an ENI's addressing fields.
     pub fn add_eni(&self, mac: erdma_model::MacAddr, ip: &str, cidr: &str, gateway: &str) {
-        use crate::metadata::eni_path;
+        use crate::imds::eni_path;
         self.set(&eni_path(mac, "primary-ip-address"), ip);
         self.set(&eni_path(mac, "vswitch-cidr-block"), cidr);
         self.set(&eni_path(mac, "gateway"), gateway);

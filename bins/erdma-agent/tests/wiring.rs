@@ -2,11 +2,14 @@
 //! the in-memory Kubernetes API server, the metadata-service emulator, a fixture node tree, the
 //! fake kubelet and (as root) throw-away network namespaces.
 
-use crate::cluster::Cluster;
-use crate::devices::{self, Inputs, PublisherInputs};
-use crate::health::AgentState;
-use crate::source::{self, ClusterEris, ClusterSourceConfig, EriSource};
-use crate::{driver, hostsetup};
+use erdma_agent::cluster::Cluster;
+use erdma_agent::devices::{self, Inputs, PublisherInputs, ServedView};
+use erdma_agent::health::{Exposition, HealthSources};
+use erdma_agent::metrics::AgentMetrics;
+use erdma_agent::source::{self, ClusterEris, ClusterSourceConfig, EriSource};
+use erdma_agent::{driver, hostsetup};
+use erdma_cloud::imds::ImdsClient;
+use erdma_cloud::imds_emulator::MetadataEmulator;
 use erdma_deviceplugin::{Metrics, Plugin, PluginConfig};
 use erdma_driver::fake::{FakeHost, FakeState, FakeUsage};
 use erdma_driver::{DriverConfig, DriverStatus, Holder, StatusCode};
@@ -17,8 +20,8 @@ use erdma_inventory::{Inventory, Sources};
 use erdma_k8s::fake::FakeApiServer;
 use erdma_k8s::{DeviceInfo, DeviceState, DeviceStatus, ERdmaDevice, ERdmaDeviceSpec};
 use erdma_model::{DeviceSelection, DriverMode, EriSelector, NodeDevices};
-use erdma_netdev::emulator::MetadataEmulator;
-use erdma_netdev::{ImdsClient, RouteNetlink};
+use erdma_netdev::RouteNetlink;
+use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,7 +74,7 @@ fn fast(mode: DriverMode) -> DriverConfig {
 fn compose_gates_on_driver_source_and_allow_list() {
     let (_tree, raw) = fixture();
     let sel = DeviceSelection::default();
-    let ready = driver::unmanaged_status();
+    let ready = DriverStatus::unmanaged();
     let (served, excluded) = devices::compose(&Inputs {
         raw: &raw,
         selection: &sel,
@@ -138,7 +141,7 @@ async fn plugin_advertises_nothing_until_the_fake_driver_is_ready() {
         cancel.clone(),
     );
     let task = task.expect("a reconciler runs for mode default");
-    let state = Arc::new(AgentState::default());
+    let (view_tx, view_rx) = watch::channel(ServedView::default());
     let (_raw_tx, raw_rx) = watch::channel(raw);
     let (_src_tx, src_rx) = watch::channel(EriSource::Local);
     let (_id_tx, id_rx) = watch::channel(None);
@@ -152,7 +155,7 @@ async fn plugin_advertises_nothing_until_the_fake_driver_is_ready() {
         },
         DeviceSelection::default(),
         served_tx,
-        state.clone(),
+        view_tx,
         cancel.clone(),
     ));
     let dir = tempfile::Builder::new()
@@ -181,7 +184,7 @@ async fn plugin_advertises_nothing_until_the_fake_driver_is_ready() {
         s.resources[RESOURCE].devices.is_empty(),
         "nothing advertised before the driver is ready"
     );
-    assert!(state.view().served.is_empty());
+    assert!(view_rx.borrow().served.is_empty());
     host.with_state(|s| s.failing.clear());
     let s = kubelet
         .wait_for(Duration::from_secs(5), |s| {
@@ -246,10 +249,7 @@ async fn refused_reload_shows_in_healthz_metrics_and_on_the_node() {
         },
         ..Default::default()
     });
-    let cluster = Cluster {
-        client: api.client(),
-        node: "n1".into(),
-    };
+    let cluster = Cluster::new(api.client(), "n1");
     let cancel = CancellationToken::new();
     let (rx, _keep, task) = driver::start(
         Arc::clone(&host),
@@ -257,10 +257,10 @@ async fn refused_reload_shows_in_healthz_metrics_and_on_the_node() {
         fast(DriverMode::Default),
         cancel.clone(),
     );
-    let state = Arc::new(AgentState::default());
+    let (plugin_metrics, metrics, registry) = registry();
     let observer = tokio::spawn(driver::observe(
         rx.clone(),
-        state.clone(),
+        metrics,
         Some(cluster),
         cancel.clone(),
     ));
@@ -284,24 +284,33 @@ async fn refused_reload_shows_in_healthz_metrics_and_on_the_node() {
     let cond = node.status.unwrap().conditions.unwrap();
     assert_eq!(cond[0].type_, "ERdmaDriverReady");
     assert_eq!(cond[0].reason.as_deref(), Some("ModeChangePending"));
-    let events = api.list::<k8s_openapi::api::events::v1::Event>(Some("default"));
-    assert!(
-        events
+    // The Event is written after the labels and the condition: wait for it too.
+    let api3 = api.clone();
+    until("the pending-change Event", move || {
+        api3.list::<k8s_openapi::api::events::v1::Event>(Some("default"))
             .iter()
-            .any(|e| e.reason.as_deref() == Some("DriverModeChangePending")
-                && e.type_.as_deref() == Some("Warning")
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("n1")),
-        "{events:?}"
-    );
+            .any(|e| {
+                e.reason.as_deref() == Some("DriverModeChangePending")
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("n1")
+            })
+    })
+    .await;
     assert!(!host.actions().iter().any(|a| a.starts_with("rmmod")));
 
     // Over HTTP, as a probe or Prometheus sees it.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    tokio::spawn(crate::health::serve_on(
+    tokio::spawn(erdma_agent::health::serve_on(
         listener,
-        Arc::new(Metrics::new()),
-        state.clone(),
+        Exposition {
+            registry: registry.clone(),
+            plugin: plugin_metrics,
+            health: HealthSources {
+                driver: rx.clone(),
+                ..HealthSources::fixed(DriverStatus::unmanaged())
+            },
+        },
         cancel.clone(),
     ));
     let healthz: serde_json::Value =
@@ -325,8 +334,7 @@ async fn refused_reload_shows_in_healthz_metrics_and_on_the_node() {
     // Later passes refuse again, but the same pending change counts once.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
-        state
-            .metrics_text(&Metrics::new())
+        erdma_agent::metrics::encode(&registry)
             .contains("erdma_agent_driver_reload_refusals_total 1")
     );
     cancel.cancel();
@@ -396,10 +404,7 @@ fn eri(id: &str, mac: &str, primary: bool) -> DeviceInfo {
 async fn erdmadevice_path_serves_only_matched_devices_and_reports_missing() {
     let (_tree, raw) = fixture();
     let api = FakeApiServer::new();
-    let cluster = Cluster {
-        client: api.client(),
-        node: "n1".into(),
-    };
+    let cluster = Cluster::new(api.client(), "n1");
     // Not Ready yet: nothing is served.
     api.put(&erdma_device(
         "n1",
@@ -410,7 +415,6 @@ async fn erdmadevice_path_serves_only_matched_devices_and_reports_missing() {
         false,
     ));
     let cancel = CancellationToken::new();
-    let state = Arc::new(AgentState::default());
     let (raw_tx, raw_rx) = watch::channel(raw.clone());
     let (src_tx, src_rx) = watch::channel(EriSource::Waiting("starting".into()));
     tokio::spawn(source::follow_cluster(
@@ -423,10 +427,9 @@ async fn erdmadevice_path_serves_only_matched_devices_and_reports_missing() {
         },
         raw_rx.clone(),
         src_tx,
-        state.clone(),
         cancel.clone(),
     ));
-    let (_drv_tx, drv_rx) = watch::channel(driver::unmanaged_status());
+    let (_drv_tx, drv_rx) = watch::channel(DriverStatus::unmanaged());
     let (_id_tx, id_rx) = watch::channel(None);
     let (served_tx, mut served_rx) = watch::channel(NodeDevices::empty());
     tokio::spawn(devices::publish(
@@ -438,7 +441,7 @@ async fn erdmadevice_path_serves_only_matched_devices_and_reports_missing() {
         },
         DeviceSelection::default(),
         served_tx,
-        state.clone(),
+        watch::channel(ServedView::default()).0,
         cancel.clone(),
     ));
     // Waits for the state (generous deadline for a loaded CI machine) instead of sleeping a
@@ -527,7 +530,7 @@ async fn erdmadevice_path_serves_only_matched_devices_and_reports_missing() {
             })
     })
     .await;
-    assert!(state.view().eri_source.contains("1 missing"));
+    assert!(src_rx.borrow().describe().contains("1 missing"));
     cancel.cancel();
 }
 
@@ -535,7 +538,6 @@ async fn erdmadevice_path_serves_only_matched_devices_and_reports_missing() {
 async fn without_a_cluster_the_error_names_the_fix_and_nothing_is_served() {
     let (_tree, raw) = fixture();
     let cancel = CancellationToken::new();
-    let state = Arc::new(AgentState::default());
     let (_raw_tx, raw_rx) = watch::channel(raw);
     let (src_tx, mut src_rx) = watch::channel(EriSource::Waiting("starting".into()));
     let t = tokio::spawn(source::follow_cluster(
@@ -548,14 +550,17 @@ async fn without_a_cluster_the_error_names_the_fix_and_nothing_is_served() {
         },
         raw_rx,
         src_tx,
-        state.clone(),
         cancel.clone(),
     ));
     src_rx
         .wait_for(|s| matches!(s, EriSource::Waiting(w) if w.contains("--local-eri-discovery")))
         .await
         .unwrap();
-    let v = state.view();
+    let v = HealthSources {
+        eri_source: src_rx.clone(),
+        ..HealthSources::fixed(DriverStatus::unmanaged())
+    }
+    .view();
     assert!(!v.eri_source_ready);
     assert!(v.eri_source.contains("NODE_NAME"), "{}", v.eri_source);
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -570,28 +575,24 @@ async fn instance_id_is_retried_until_the_metadata_service_answers() {
     let md = ImdsClient::new(&emu.endpoint())
         .unwrap()
         .with_backoff(Duration::from_millis(2));
-    let state = Arc::new(AgentState::default());
     let (tx, mut rx) = watch::channel(None);
+    let (err_tx, err_rx) = watch::channel(None);
     let cancel = CancellationToken::new();
     let t = tokio::spawn(source::fetch_instance_id(
         md,
         tx,
-        state.clone(),
+        err_tx,
         Duration::from_millis(20),
         cancel.clone(),
     ));
-    let st = state.clone();
-    until("the first failure", move || {
-        st.view().instance_id_error.is_some()
-    })
-    .await;
+    let errors = err_rx.clone();
+    until("the first failure", move || errors.borrow().is_some()).await;
     assert!(rx.borrow().is_none());
     assert!(
-        state
-            .view()
-            .instance_id_error
-            .unwrap()
-            .contains("serving only i-* entries")
+        err_rx
+            .borrow()
+            .as_deref()
+            .is_some_and(|e| e.contains("serving only i-* entries"))
     );
     emu.set(source::INSTANCE_ID_PATH, "i-bp1abc");
     tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|id| id.is_some()))
@@ -599,9 +600,7 @@ async fn instance_id_is_retried_until_the_metadata_service_answers() {
         .expect("instance ID once the service answers")
         .unwrap();
     assert_eq!(rx.borrow().as_deref(), Some("i-bp1abc"));
-    let v = state.view();
-    assert_eq!(v.instance_id.as_deref(), Some("i-bp1abc"));
-    assert!(v.instance_id_error.is_none());
+    assert!(err_rx.borrow().is_none());
     t.await.unwrap();
 }
 
@@ -746,7 +745,8 @@ async fn netdev_setup_in_a_network_namespace() {
         missing: vec![],
         jumbo_frame: true,
     }));
-    let state = Arc::new(AgentState::default());
+    let (_plugin_metrics, metrics, registry) = registry();
+    let (report_tx, report_rx) = watch::channel(Default::default());
     let cancel = CancellationToken::new();
     let path = std::path::PathBuf::from(format!("/run/netns/{}", ns.0));
     let t = tokio::spawn(hostsetup::run_netdev(
@@ -755,24 +755,23 @@ async fn netdev_setup_in_a_network_namespace() {
         served_rx,
         src_rx,
         8500,
-        state.clone(),
+        hostsetup::NetdevReport {
+            failures: metrics.netdev_setup_failures.clone(),
+            report: report_tx,
+        },
         cancel.clone(),
     ));
-    let st = state.clone();
-    until("netdev setup reported", move || st.view().netdev.len() == 3).await;
-    let v = state.view();
-    assert_eq!(v.netdev["eth0"], "primary (untouched)");
-    assert_eq!(v.netdev["eth1"], "ok");
+    let reported = report_rx.clone();
+    until("netdev setup reported", move || {
+        reported.borrow().len() == 3
+    })
+    .await;
+    let netdev = report_rx.borrow().clone();
+    assert_eq!(netdev["eth0"], "primary (untouched)");
+    assert_eq!(netdev["eth1"], "ok");
+    assert!(netdev["eth7"].contains("no such ENI"), "{}", netdev["eth7"]);
     assert!(
-        v.netdev["eth7"].contains("no such ENI"),
-        "{}",
-        v.netdev["eth7"]
-    );
-    assert!(
-        state
-            .metrics
-            .encode()
-            .contains("erdma_agent_eri_netdev_setup_failures 1")
+        erdma_agent::metrics::encode(&registry).contains("erdma_agent_eri_netdev_setup_failures 1")
     );
     let eth1 = ns.ip("-j addr show dev eth1");
     assert!(
@@ -831,28 +830,27 @@ async fn another_plugin_for_aliyun_erdma_is_reported_not_fought_and_replaced_aft
         },
         ..Default::default()
     });
-    let cluster = Cluster {
-        client: api.client(),
-        node: "n1".into(),
-    };
+    let cluster = Cluster::new(api.client(), "n1");
     let cancel = CancellationToken::new();
-    let state = Arc::new(AgentState::default());
+    let (plugin_metrics, metrics, registry) = registry();
+    let (conflict_tx, conflict_rx) = watch::channel(None);
     let (_served_tx, served_rx) = watch::channel(raw);
     let mut cfg = PluginConfig::new(dir.path());
     cfg.slots_per_device = 3;
     cfg.pod_resources_socket = Some(pr);
     let own = cfg.socket_name();
     let observer = Observer::new(&cfg);
-    let plugin = Plugin::new(cfg, served_rx.clone(), Arc::new(Metrics::new()));
-    let watcher = tokio::spawn(crate::coexistence::run(
-        crate::coexistence::Config {
+    let plugin = Plugin::new(cfg, served_rx.clone(), plugin_metrics);
+    let watcher = tokio::spawn(erdma_agent::coexistence::run(
+        erdma_agent::coexistence::Config {
             observer,
             reclaimer: plugin.reclaimer(),
             every: Duration::from_millis(50),
         },
         served_rx,
         Some(cluster),
-        state.clone(),
+        metrics,
+        conflict_tx,
         cancel.clone(),
     ));
     let plugin = tokio::spawn(plugin.run(cancel.clone()));
@@ -900,9 +898,9 @@ async fn another_plugin_for_aliyun_erdma_is_reported_not_fought_and_replaced_aft
     );
     // The kubelet's device list now comes from terway: seen on the second look, which proves the
     // agent kept observing meanwhile.
-    let st = state.clone();
+    let conflict = conflict_rx.clone();
     until("the kubelet's foreign devices in /healthz", || {
-        st.view().device_plugin_conflict.is_some_and(|v| {
+        conflict.borrow().as_ref().is_some_and(|v| {
             v.evidence
                 .iter()
                 .any(|e| matches!(e, erdma_model::coexistence::Evidence::KubeletDevices { .. }))
@@ -913,11 +911,9 @@ async fn another_plugin_for_aliyun_erdma_is_reported_not_fought_and_replaced_aft
     assert_eq!(s.registrations, 2, "erdma did not register again: {s:?}");
     assert_eq!(s.resources[RESOURCE].endpoint, TERWAY);
     assert!(
-        state
-            .metrics_text(&Metrics::new())
-            .contains("erdma_agent_device_plugin_conflict 1")
+        erdma_agent::metrics::encode(&registry).contains("erdma_agent_device_plugin_conflict 1")
     );
-    let view = state.view().device_plugin_conflict.unwrap();
+    let view = conflict_rx.borrow().clone().unwrap();
     assert!(view.conflict && view.fix.is_some_and(|f| f.contains("excluded=true")));
 
     // Terway is switched off: the kubelet marks the resource unhealthy; erdma registers again.
@@ -939,11 +935,19 @@ async fn another_plugin_for_aliyun_erdma_is_reported_not_fought_and_replaced_aft
         ),
         "{events:?}"
     );
-    let view = state.view().device_plugin_conflict.unwrap();
+    let view = conflict_rx.borrow().clone().unwrap();
     assert!(!view.conflict);
     assert_eq!(view.reclaims, 1);
     cancel.cancel();
     watcher.await.unwrap();
     plugin.await.unwrap().unwrap();
     kubelet.shutdown().await;
+}
+
+/// The device plugin's and the agent's metrics in one registry, as the agent builds them.
+fn registry() -> (Arc<Metrics>, Arc<AgentMetrics>, Arc<Registry>) {
+    let mut registry = Registry::default();
+    let plugin = Arc::new(Metrics::register(&mut registry));
+    let agent = Arc::new(AgentMetrics::register(&mut registry));
+    (plugin, agent, Arc::new(registry))
 }

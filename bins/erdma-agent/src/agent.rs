@@ -1,0 +1,440 @@
+//! The agent's tasks, started from resolved [`Settings`]: the device state owner (inventory
+//! scans, published when changed), the driver manager (readiness gate), the ERI source and the
+//! instance ID, the publisher of the served snapshot, ERI netdev and SMC-R pnet host setup, the
+//! SMC-R pre-start hook, the kubelet device plugin and the watch for another plugin serving the
+//! same resource, `/metrics` and `/healthz`. Runs until `cancel` fires.
+
+use crate::cli::{MetricsAddr, Settings};
+use crate::health::{self, Exposition, HealthSources};
+use crate::metrics::AgentMetrics;
+use crate::source::{self, EriSource};
+use crate::{cli, cluster, coexistence, devices, driver, hostsetup, nri, resource_api, smcr};
+use anyhow::Context;
+use erdma_cloud::imds::ImdsClient;
+use erdma_deviceplugin::{CdiConfig, Metrics, Plugin, PluginConfig};
+use erdma_driver::{DriverStatus, KubeletPodResources, NodeHost};
+use erdma_host::{LiveInterfaceAddrs, RootedDevFs, RootedSysfs};
+use erdma_inventory::{Inventory, Sources};
+use erdma_model::DeviceSelection;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// Runs the agent with `s` until `cancel` fires (SIGTERM/SIGINT in the binary) or the device
+/// plugin fails.
+pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
+    // The one metrics registry: every part registers its metrics here.
+    let mut registry = prometheus_client::registry::Registry::default();
+    let plugin_metrics = Arc::new(Metrics::register(&mut registry));
+    let agent_metrics = Arc::new(AgentMetrics::register(&mut registry));
+    let registry = Arc::new(registry);
+    let mut tasks = Vec::new();
+
+    // Kubernetes API: only with a node name and a config.
+    let cluster = match cluster::detect(s.node_name.as_deref(), s.kubeconfig.as_deref()).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}; node labels and Events are only logged");
+            None
+        }
+    };
+
+    // Device plugin or DRA on this node (never both).
+    let api = resource_api::resolve(s.resource_api, cluster.as_ref()).await?;
+    if api == resource_api::ResourceApi::Dra && cluster.is_none() {
+        anyhow::bail!(
+            "--resource-api dra needs the Kubernetes API (NODE_NAME and in-cluster config or --kubeconfig) to publish ResourceSlices and read claims"
+        );
+    }
+    tracing::info!(
+        resource_api = api.name(),
+        "serving eRDMA devices through {}",
+        api.name()
+    );
+    if let Some(c) = &cluster {
+        if let Err(e) = resource_api::publish_condition(c, api, &s.resource_name).await {
+            tracing::warn!("{e}");
+        }
+        if api == resource_api::ResourceApi::DevicePlugin
+            && s.resource_api == resource_api::Choice::NodeLabel
+        {
+            resource_api::retire_dra(c).await;
+        }
+    }
+
+    // Driver manager (readiness gate).
+    let mut driver_cfg = s.driver.clone();
+    driver_cfg.resource = s.resource_name.clone();
+    let usage = match &s.pod_resources_socket {
+        Some(p) => KubeletPodResources::new(p),
+        None => KubeletPodResources::default(),
+    };
+    if driver_cfg.installer_trust.allow_insecure_http {
+        tracing::warn!(
+            "INSECURE: --allow-insecure-driver-download is set; a driver installer may be downloaded over plain HTTP (its SHA-256 pin is still checked)"
+        );
+    }
+    let host = NodeHost::new().with_installer_trust(driver_cfg.installer_trust.clone());
+    let (driver_rx, _driver_tx, reconciler) =
+        driver::start(host, usage, driver_cfg, cancel.clone());
+    tasks.push(tokio::spawn(driver::observe(
+        driver_rx.clone(),
+        agent_metrics.clone(),
+        cluster.clone(),
+        cancel.clone(),
+    )));
+
+    // Instance ID for --exposed-local-eris.
+    let mut allocate_all = s.allocate_all_devices;
+    if !s.exposed_local_eris.is_empty() && s.local_eri_discovery && !allocate_all {
+        // Kept from the original agent: a local allow-list implies all-devices mode.
+        tracing::info!(
+            "--exposed-local-eris with --local-eri-discovery: every container gets every exposed device"
+        );
+        allocate_all = true;
+    }
+    let metadata = || {
+        ImdsClient::new(&s.metadata_endpoint)
+            .with_context(|| format!("metadata endpoint {}", s.metadata_endpoint))
+    };
+    let (id_tx, id_rx) = watch::channel(s.instance_id.clone());
+    let (id_err_tx, id_err_rx) = watch::channel(None);
+    if s.instance_id.is_none() && !s.exposed_local_eris.is_empty() {
+        tasks.push(tokio::spawn(source::fetch_instance_id(
+            metadata()?,
+            id_tx,
+            id_err_tx,
+            Duration::from_secs(1),
+            cancel.clone(),
+        )));
+    } else {
+        drop(id_tx);
+    }
+
+    // Inventory.
+    let sources = Sources {
+        sysfs: Arc::new(RootedSysfs::new(&s.sysfs_root)),
+        devfs: Arc::new(RootedDevFs::new(&s.dev_root)),
+        addrs: Arc::new(LiveInterfaceAddrs),
+    };
+    let inventory = Inventory::new(sources);
+    let raw = {
+        let inv = inventory.clone();
+        tokio::task::spawn_blocking(move || inv.scan())
+            .await
+            .context("initial inventory scan")?
+    };
+    tracing::info!(
+        devices = ?raw.devices.iter().map(|d| (&d.name, d.health.is_healthy())).collect::<Vec<_>>(),
+        drivers = ?s.rdma_drivers,
+        "initial inventory"
+    );
+    let (raw_tx, raw_rx) = watch::channel(raw);
+    let wake = Arc::new(tokio::sync::Notify::new());
+    erdma_inventory::events::watch_links(wake.clone(), cancel.clone());
+    let _dev_watcher = erdma_inventory::events::watch_dev(&s.dev_root, wake.clone());
+    tasks.push(tokio::spawn(devices::run(
+        inventory,
+        raw_tx,
+        s.poll_interval,
+        wake,
+        cancel.clone(),
+    )));
+
+    // ERI source.
+    let (source_tx, source_rx) = if s.local_eri_discovery {
+        let (tx, rx) = watch::channel(EriSource::Local);
+        (Some(tx), rx)
+    } else {
+        let (tx, rx) = watch::channel(EriSource::Waiting(
+            "looking for this node's ERdmaDevice".into(),
+        ));
+        tasks.push(tokio::spawn(source::follow_cluster(
+            cluster.clone(),
+            source::ClusterSourceConfig {
+                node_name: s.node_name.clone(),
+                kubeconfig: s.kubeconfig.clone(),
+                poll: Duration::from_secs(10),
+                retry: Duration::from_secs(30),
+            },
+            raw_rx.clone(),
+            tx,
+            cancel.clone(),
+        )));
+        (None, rx)
+    };
+
+    // The served snapshot, computed once now so that the plugin's first list is already right.
+    let selection = DeviceSelection {
+        drivers: s.rdma_drivers.clone(),
+        eris: s.exposed_local_eris.clone(),
+        instance_id: s.instance_id.clone(),
+    };
+    let (first, _) = devices::compose(&devices::Inputs {
+        raw: &raw_rx.borrow(),
+        selection: &selection,
+        driver: &driver_rx.borrow(),
+        source: &source_rx.borrow(),
+    });
+    let (served_tx, served_rx) = watch::channel(first);
+    let (served_view_tx, served_view_rx) = watch::channel(devices::ServedView::default());
+    let mut health = HealthSources {
+        driver: driver_rx.clone(),
+        instance_id: id_rx.clone(),
+        instance_id_error: id_err_rx,
+        eri_source: source_rx.clone(),
+        served: served_view_rx,
+        resource_api: watch::channel(Some(api)).1,
+        ..HealthSources::fixed(DriverStatus::unmanaged())
+    };
+    tasks.push(tokio::spawn(devices::publish(
+        devices::PublisherInputs {
+            raw: raw_rx,
+            driver: driver_rx,
+            source: source_rx.clone(),
+            instance_id: id_rx,
+        },
+        selection,
+        served_tx,
+        served_view_tx,
+        cancel.clone(),
+    )));
+
+    // Host setup.
+    if s.setup_eri_netdev {
+        tracing::info!(
+            mtu = s.jumbo_frame_mtu,
+            "ERI netdev setup enabled (never touches the primary interface)"
+        );
+        let (tx, rx) = watch::channel(Default::default());
+        health.netdev = rx;
+        tasks.push(tokio::spawn(hostsetup::run_netdev(
+            erdma_netdev::RouteNetlink::connect,
+            metadata()?,
+            served_rx.clone(),
+            source_rx,
+            s.jumbo_frame_mtu,
+            hostsetup::NetdevReport {
+                failures: agent_metrics.netdev_setup_failures.clone(),
+                report: tx,
+            },
+            cancel.clone(),
+        )));
+    } else {
+        tracing::info!("ERI netdev setup disabled (--setup-eri-netdev)");
+    }
+    if s.setup_smc_pnet {
+        let (tx, rx) = watch::channel(Vec::new());
+        health.smc_pnet_warnings = rx;
+        tasks.push(tokio::spawn(hostsetup::run_smc_pnet(
+            served_rx.clone(),
+            tx,
+            cancel.clone(),
+        )));
+    }
+
+    let mut cfg = PluginConfig::new(&s.kubelet_dir);
+    cfg.resource_name = s.resource_name.clone();
+    cfg.slots_per_device = s.slots_per_device;
+    cfg.allocate_all_devices = allocate_all;
+    let use_nri = match s.nri {
+        cli::NriMode::Off => false,
+        cli::NriMode::On => true,
+        cli::NriMode::Auto => s.nri_socket.exists(),
+    };
+    // With NRI, SMC-R happens at sandbox creation: the kubelet need not call PreStartContainer.
+    cfg.pre_start_required = s.prestart_container && !use_nri;
+    let (nri_tx, nri_rx) = watch::channel(Some(nri::NriView {
+        mode: format!("{:?}", s.nri).to_lowercase(),
+        socket: s.nri_socket.display().to_string(),
+        used: use_nri,
+        smcr_path: match (s.prestart_container, use_nri) {
+            (false, _) => "none".into(),
+            (true, true) => "nri".into(),
+            (true, false) => "prestart".into(),
+        },
+        connected: false,
+        last_error: None,
+    }));
+    health.nri = nri_rx;
+    cfg.pod_resources_socket = s.pod_resources_socket.clone();
+    cfg.cdi = s.cdi_spec_dir.clone().map(|spec_dir| CdiConfig {
+        spec_dir,
+        kind: "aliyun.com/erdma".into(),
+    });
+    let observer = erdma_deviceplugin::coexistence::Observer::new(&cfg);
+    let pod_resources = cfg
+        .pod_resources_socket
+        .clone()
+        .unwrap_or_else(|| erdma_kubelet::podresources::v1::DEFAULT_SOCKET.into());
+    let mut plugin = Plugin::new(cfg, served_rx.clone(), plugin_metrics.clone());
+    if api == resource_api::ResourceApi::Dra {
+        let (dra_tx, dra_rx) = watch::channel(None);
+        health.dra = dra_rx;
+        if let MetricsAddr::On(addr) = s.metrics_addr {
+            tasks.push(tokio::spawn(serve_metrics(
+                addr,
+                Exposition {
+                    registry: registry.clone(),
+                    plugin: plugin_metrics.clone(),
+                    health: health.clone(),
+                },
+                cancel.clone(),
+            )));
+        }
+        let dra = resource_api::run_dra(
+            resource_api::DraSettings {
+                kubelet_root_dir: s.kubelet_root_dir.clone(),
+                cdi_dir: s
+                    .cdi_spec_dir
+                    .clone()
+                    .unwrap_or_else(|| "/var/run/cdi".into()),
+                sysfs: s.sysfs_root.clone(),
+            },
+            cluster.clone().context("DRA needs the Kubernetes API")?,
+            served_rx.clone(),
+            s.instance_id.clone(),
+            dra_tx,
+            cancel.clone(),
+        )
+        .await;
+        cancel.cancel();
+        if let Some(r) = reconciler {
+            let _ = r.await;
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        drop(source_tx);
+        dra.context("DRA driver")?;
+        tracing::info!("erdma-agent stopped");
+        return Ok(());
+    }
+    let (conflict_tx, conflict_rx) = watch::channel(None);
+    health.device_plugin_conflict = conflict_rx;
+    tasks.push(tokio::spawn(coexistence::run(
+        coexistence::Config {
+            observer,
+            reclaimer: plugin.reclaimer(),
+            every: coexistence::EVERY,
+        },
+        served_rx.clone(),
+        cluster.clone(),
+        agent_metrics.clone(),
+        conflict_tx,
+        cancel.clone(),
+    )));
+    let mut smcr_for_nri = None;
+    if s.prestart_container {
+        let pin_dir = s.bpf_pin_dir.clone();
+        let policy = tokio::task::spawn_blocking(move || smcr::open_policy(&pin_dir))
+            .await
+            .context("loading the SMC-R BPF policy")?;
+        let smc = smcr::Smc::new(smcr::pod_options(s.smcr_keep_ipv6), policy);
+        let hook = Arc::new(smcr::SmcrHook::new(
+            smcr::HookConfig {
+                resource: s.resource_name.clone(),
+                pod_resources_socket: s
+                    .pod_resources_socket
+                    .clone()
+                    .unwrap_or_else(|| erdma_kubelet::podresources::v1::DEFAULT_SOCKET.into()),
+                cri_socket: s.cri_socket.clone(),
+                host_root: "/".into(),
+                proc_root: "/proc".into(),
+                strict: s.smcr_strict,
+            },
+            Arc::new(smc),
+            served_rx.clone(),
+            cluster.clone(),
+            agent_metrics.clone(),
+        ));
+        health.smcr = hook.decisions();
+        tracing::info!(
+            strict = s.smcr_strict,
+            keep_ipv6 = s.smcr_keep_ipv6,
+            "SMC-R pre-start hook enabled for pods annotated {}=\"true\"",
+            erdma_smc::annotation::SMCR_ANNOTATION
+        );
+        tasks.push(tokio::spawn(
+            hook.clone().reap(smcr::REAP_EVERY, cancel.clone()),
+        ));
+        if use_nri {
+            smcr_for_nri = Some(hook);
+        } else {
+            plugin = plugin.with_pre_start(hook);
+        }
+    }
+    if use_nri {
+        let handler = Arc::new(nri::AgentNri {
+            policy: s.nri_policy.clone(),
+            resource: s.resource_name.clone(),
+            pod_resources_socket: pod_resources,
+            proc_root: "/proc".into(),
+            served: served_rx.clone(),
+            smcr: smcr_for_nri,
+            cluster: cluster.clone(),
+            metrics: agent_metrics.clone(),
+            view: nri_tx,
+        });
+        tasks.push(tokio::spawn(nri::run(
+            erdma_nri::plugin::PluginConfig {
+                socket: s.nri_socket.clone(),
+                name: "erdma".into(),
+                idx: "10".into(),
+                events: nri::EVENTS.to_vec(),
+                budget: nri::BUDGET,
+            },
+            handler,
+            cancel.clone(),
+        )));
+    }
+    if let MetricsAddr::On(addr) = s.metrics_addr {
+        tasks.push(tokio::spawn(serve_metrics(
+            addr,
+            Exposition {
+                registry,
+                plugin: plugin_metrics,
+                health,
+            },
+            cancel.clone(),
+        )));
+    }
+    let plugin = plugin.run(cancel.clone()).await;
+    cancel.cancel();
+    if let Some(r) = reconciler {
+        let _ = r.await;
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    drop(source_tx);
+    plugin.context("device plugin")?;
+    tracing::info!("erdma-agent stopped");
+    Ok(())
+}
+
+/// Serves /metrics, /healthz and /readyz; a busy or forbidden address is logged and retried every
+/// 10 s, never a reason to stop serving devices.
+async fn serve_metrics(addr: std::net::SocketAddr, what: Exposition, cancel: CancellationToken) {
+    loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                tracing::info!(%addr, "serving /metrics and /healthz");
+                if let Err(e) = health::serve_on(listener, what.clone(), cancel.clone()).await {
+                    tracing::error!(%addr, "metrics server failed: {e}");
+                }
+                if cancel.is_cancelled() {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::error!(%addr, "cannot bind --metrics-addr ({e}); retrying in 10 s, devices are served meanwhile")
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(std::time::Duration::from_secs(10)) => {}
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! The agent's DaemonSet: its flags from the values, host paths, capabilities and probes.
+
+use super::*;
+
+/// The agent's arguments (the original's flag names, then the port its probes use and, in
+/// pre-start mode, an explicit `agent.criSocket`). `--exposed-local-eris` only where it applies:
+/// local discovery, or `agent.filterClusterERIs`.
+pub fn agent_args(v: &Values) -> Vec<String> {
+    let a = &v.agent;
+    let mut args = Vec::new();
+    if !a.prefer_driver.is_empty() {
+        args.push(format!("--prefer-driver={}", a.prefer_driver));
+    }
+    if a.allocate_all_devices {
+        args.push("--allocate-all-devices".into());
+    }
+    if a.jumbo_frame_mtu != 0 {
+        args.push(format!("--jumbo-frame-mtu={}", a.jumbo_frame_mtu));
+    }
+    if !a.exposed_local_eris.is_empty() && (v.config.local_eri_discovery || a.filter_cluster_eris) {
+        args.push(format!(
+            "--exposed-local-eris={}",
+            a.exposed_local_eris.join(",")
+        ));
+    }
+    if a.filter_cluster_eris {
+        args.push("--filter-cluster-eris".into());
+    }
+    if v.config.local_eri_discovery {
+        args.push("--local-eri-discovery".into());
+    }
+    if v.dra.enabled {
+        args.push("--resource-api=node-label".into());
+    }
+    if agent_prestart(v) {
+        args.push("--deviceplugin-prestart-container".into());
+        if !a.cri_socket.is_empty() {
+            args.push(format!("--cri-socket={}", a.cri_socket));
+        }
+    }
+    let di = &a.driver_installer;
+    for (flag, value) in [
+        ("--erdma-installer-version", &di.version),
+        ("--driver-installer-sha256", &di.sha256),
+        ("--gpu-installer-sha256", &di.gpu_sha256),
+        ("--driver-installer-base-url", &di.base_url),
+    ] {
+        if !value.is_empty() {
+            args.push(format!("{flag}={value}"));
+        }
+    }
+    if di.allow_insecure_download {
+        args.push("--allow-insecure-driver-download".into());
+    }
+    if a.nri != "auto" {
+        args.push(format!("--nri={}", a.nri));
+    }
+    if a.nri_memlock != "unlimited" {
+        args.push(format!("--nri-memlock={}", a.nri_memlock));
+    }
+    if !a.nri_rdma_max.trim().is_empty() {
+        args.push(format!("--nri-rdma-max={}", a.nri_rdma_max.trim()));
+    }
+    args.push("--dev-root=/host/dev".into());
+    args.push(format!("--metrics-addr=0.0.0.0:{AGENT_METRICS_PORT}"));
+    args
+}
+
+/// The agent's `/metrics` and `/healthz` port (`--metrics-addr`, the agent's default port).
+pub const AGENT_METRICS_PORT: i32 = 9101;
+
+/// Where the agent's CRI client looks without `agent.criSocket` (containerd, the ACK default).
+pub const DEFAULT_CRI_SOCKET_DIR: &str = "/run/containerd";
+
+/// One host path of the agent. Each is justified in `docs/operations.md`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentHostPath {
+    /// Volume name.
+    pub volume: &'static str,
+    /// Path on the host.
+    pub host_path: String,
+    /// hostPath `type`.
+    pub kind: &'static str,
+    /// Path in the agent container.
+    pub mount_path: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+    /// `mountPropagation` (`None`: the default, no propagation).
+    pub propagation: Option<&'static str>,
+}
+
+impl AgentHostPath {
+    fn same(volume: &'static str, path: &str, kind: &'static str, read_only: bool) -> Self {
+        AgentHostPath {
+            volume,
+            host_path: path.into(),
+            kind,
+            mount_path: path.into(),
+            read_only,
+            propagation: None,
+        }
+    }
+}
+
+/// Whether the agent runs the SMC-R pre-start hook (`--deviceplugin-prestart-container`): when
+/// the webhook (and its `smcr-init` init container) is off, as in the original chart.
+pub(super) fn agent_prestart(v: &Values) -> bool {
+    !v.config.enable_webhook
+}
+
+/// The directory holding the CRI socket the agent uses in pre-start mode.
+pub(super) fn cri_socket_dir(v: &Values) -> String {
+    std::path::Path::new(&v.agent.cri_socket)
+        .parent()
+        .map(|p| p.display().to_string())
+        .filter(|p| !v.agent.cri_socket.is_empty() && !p.is_empty())
+        .unwrap_or_else(|| DEFAULT_CRI_SOCKET_DIR.to_string())
+}
+
+/// The agent's host paths, in volume order.
+///
+/// Not mounted on purpose: `/lib/modules` (kmod runs in the host's mount namespace through
+/// `setns`, so it reads the host's own `/lib/modules`), `/sys` (the container's sysfs is the
+/// host's: sysfs is global except for net devices, and the pod is `hostNetwork`; read-only is
+/// enough for the inventory), `/var/run` as a whole (it would carry the ServiceAccount token's
+/// mount point into the host's `/run`).
+pub fn agent_host_paths(v: &Values) -> Vec<AgentHostPath> {
+    let mut p = vec![
+        AgentHostPath::same(
+            "device-plugins",
+            "/var/lib/kubelet/device-plugins",
+            "DirectoryOrCreate",
+            false,
+        ),
+        AgentHostPath::same(
+            "pod-resources",
+            "/var/lib/kubelet/pod-resources",
+            "DirectoryOrCreate",
+            true,
+        ),
+        AgentHostPath {
+            volume: "host-dev",
+            host_path: "/dev".into(),
+            kind: "Directory",
+            mount_path: "/host/dev".into(),
+            read_only: true,
+            propagation: None,
+        },
+    ];
+    if v.agent.nri != "off" {
+        // The runtime's NRI socket (its directory only, never all of /var/run).
+        p.push(AgentHostPath::same(
+            "nri",
+            "/var/run/nri",
+            "DirectoryOrCreate",
+            true,
+        ));
+    }
+    if agent_prestart(v) {
+        let cri = cri_socket_dir(v);
+        let kind = if cri == DEFAULT_CRI_SOCKET_DIR {
+            "DirectoryOrCreate"
+        } else {
+            "Directory"
+        };
+        p.push(AgentHostPath::same("cri-socket", &cri, kind, true));
+        p.push(AgentHostPath {
+            propagation: Some("HostToContainer"),
+            ..AgentHostPath::same("netns", "/var/run/netns", "DirectoryOrCreate", true)
+        });
+        p.push(AgentHostPath::same(
+            "bpffs",
+            "/sys/fs/bpf",
+            "Directory",
+            false,
+        ));
+    }
+    if v.dra.enabled {
+        p.push(AgentHostPath::same(
+            "plugins-registry",
+            "/var/lib/kubelet/plugins_registry",
+            "DirectoryOrCreate",
+            false,
+        ));
+        p.push(AgentHostPath::same(
+            "kubelet-plugins",
+            "/var/lib/kubelet/plugins",
+            "DirectoryOrCreate",
+            false,
+        ));
+        p.push(AgentHostPath::same(
+            "cdi",
+            "/var/run/cdi",
+            "DirectoryOrCreate",
+            false,
+        ));
+    }
+    p
+}
+
+/// Linux capabilities added to the runtime's default set (not privileged). Why each: see
+/// `docs/operations.md`.
+pub const AGENT_CAPABILITIES: [&str; 5] = [
+    "SYS_MODULE",
+    "SYS_ADMIN",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "NET_ADMIN",
+];
+
+/// Capabilities dropped from the runtime's default set: nothing in the agent (or the host
+/// commands it runs) opens raw IP or packet sockets; netlink sockets need no `NET_RAW`.
+pub const AGENT_DROPPED_CAPABILITIES: [&str; 1] = ["NET_RAW"];
+
+pub(super) fn agent_probe(period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some("/healthz".into()),
+            port: IntOrString::String("metrics".into()),
+            ..Default::default()
+        }),
+        initial_delay_seconds: Some(5),
+        period_seconds: Some(period),
+        timeout_seconds: Some(5),
+        failure_threshold: Some(failures),
+        ..Default::default()
+    }
+}
+
+pub(super) fn agent_daemonset(v: &Values) -> Result<DaemonSet, Error> {
+    let paths = agent_host_paths(v);
+    let container = Container {
+        name: "agent".into(),
+        image: Some(v.agent.image.reference("agent")?),
+        image_pull_policy: Some(v.agent.image.pull_policy.clone()),
+        args: Some(agent_args(v)),
+        env: Some(vec![field_env("NODE_NAME", "spec.nodeName")]),
+        ports: Some(vec![ContainerPort {
+            name: Some("metrics".into()),
+            container_port: AGENT_METRICS_PORT,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+        // `/healthz` answers 200 while the agent's HTTP server runs, whatever the driver, ERI
+        // source or kubelet state (those are in its JSON body, the node condition and Events).
+        liveness_probe: Some(agent_probe(20, 3)),
+        readiness_probe: Some(agent_probe(10, 3)),
+        security_context: Some(SecurityContext {
+            privileged: Some(false),
+            capabilities: Some(Capabilities {
+                add: Some(AGENT_CAPABILITIES.iter().map(|c| c.to_string()).collect()),
+                drop: Some(
+                    AGENT_DROPPED_CAPABILITIES
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect(),
+                ),
+            }),
+            ..Default::default()
+        }),
+        resources: Some(
+            v.resources
+                .clone()
+                .filter(|r| *r != ResourceRequirements::default())
+                .unwrap_or_else(|| ResourceRequirements {
+                    requests: Some(BTreeMap::from([
+                        ("cpu".to_string(), Quantity("50m".into())),
+                        ("memory".to_string(), Quantity("64Mi".into())),
+                    ])),
+                    ..Default::default()
+                }),
+        ),
+        volume_mounts: Some(
+            paths
+                .iter()
+                .map(|h| VolumeMount {
+                    mount_propagation: h.propagation.map(str::to_string),
+                    ..mount(h.volume, &h.mount_path, h.read_only)
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    Ok(DaemonSet {
+        metadata: meta(AGENT_NAME, Some(&v.namespace), labels(v, "agent")),
+        spec: Some(DaemonSetSpec {
+            selector: LabelSelector {
+                match_labels: Some(selector(v, "agent")),
+                ..Default::default()
+            },
+            update_strategy: Some(DaemonSetUpdateStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDaemonSet {
+                    max_unavailable: Some(IntOrString::String("10%".into())),
+                    ..Default::default()
+                }),
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(pod_meta(v, "agent")),
+                spec: Some(PodSpec {
+                    service_account_name: Some(v.agent_sa()),
+                    image_pull_secrets: non_empty(&v.agent.image_pull_secrets),
+                    affinity: some_affinity(&v.affinity),
+                    host_network: Some(true),
+                    host_pid: Some(true),
+                    dns_policy: Some("ClusterFirstWithHostNet".into()),
+                    priority_class_name: Some("system-node-critical".into()),
+                    node_selector: non_empty_map(&v.node_selector),
+                    tolerations: non_empty(&v.tolerations),
+                    containers: vec![container],
+                    volumes: Some(
+                        paths
+                            .iter()
+                            .map(|h| host_path(h.volume, &h.host_path, h.kind))
+                            .collect(),
+                    ),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// The DeviceClass of the DRA driver: every device of `erdma.alibabacloud.com`, and requests for
+/// the extended resource `aliyun/erdma` (KEP-5004) on nodes where DRA serves it.
+pub fn dra_device_class(v: &Values) -> DeviceClass {
+    DeviceClass {
+        metadata: meta(DRA_DRIVER, None, labels(v, "agent")),
+        spec: DeviceClassSpec {
+            selectors: Some(vec![DeviceSelector {
+                cel: Some(CELDeviceSelector {
+                    expression: format!("device.driver == \"{DRA_DRIVER}\""),
+                }),
+            }]),
+            extended_resource_name: Some(DRA_EXTENDED_RESOURCE.into()),
+            config: None,
+        },
+    }
+}

@@ -1,0 +1,532 @@
+//! Install manifests, rendered from typed k8s-openapi structs: the same objects as the Helm chart
+//! in `deploy/helm` (the chart is the reference; `tests/chart.rs` compares both for every values
+//! file of the chart's CI matrix). [`Values`] is the chart's values (the original
+//! alibabacloud-erdma-controller chart's keys, plus erdma's additions); [`render`] returns every
+//! object in apply order; [`apply`] server-side-applies them; [`delete`] removes them.
+//!
+//! Object names: the workloads, the webhook Service and configuration keep the original chart's
+//! fixed names (`alibabacloud-erdma-agent`, `alibabacloud-erdma-controller`) and selectors, so an
+//! upgrade of the original's release keeps them; per-release objects (ConfigMap, Secret, RBAC,
+//! ServiceAccounts) are named after the release ([`Values::name`], default
+//! `alibaba-erdma-controller`, the original's release name).
+
+use crate::Error;
+use crate::crd::ERdmaDevice;
+use crate::labels::ANNOTATION_RRSA_ROLE;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+    WebhookClientConfig,
+};
+use k8s_openapi::api::apps::v1::{
+    DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, Deployment, DeploymentSpec,
+    RollingUpdateDaemonSet,
+};
+use k8s_openapi::api::core::v1::{
+    Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar,
+    EnvVarSource, HTTPGetAction, HostPathVolumeSource, LocalObjectReference, Namespace,
+    ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile,
+    Secret, SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
+    Toleration, Volume, VolumeMount,
+};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::api::resource::v1::{
+    CELDeviceSelector, DeviceClass, DeviceClassSpec, DeviceSelector,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResourceExt;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+mod agent;
+mod controller;
+mod rules;
+mod values;
+
+pub use agent::*;
+use controller::*;
+pub use rules::*;
+pub use values::*;
+
+/// The erdma release these manifests install; image tags default to it (the chart's appVersion).
+pub const APP_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// `app.kubernetes.io/name` of every object (the original chart's name; part of the selectors).
+pub const APP_NAME: &str = "alibabacloud-erdma-controller";
+
+/// Name of the controller Deployment, its webhook Service and the webhook configuration (fixed,
+/// as in the original chart, and the controller's `controllerName`).
+pub const CONTROLLER_NAME: &str = "alibabacloud-erdma-controller";
+
+/// Name of the agent DaemonSet (fixed, as in the original chart).
+pub const AGENT_NAME: &str = "alibabacloud-erdma-agent";
+
+/// Default release name (the original chart's README's).
+pub const DEFAULT_RELEASE: &str = "alibaba-erdma-controller";
+
+/// erdma's image repositories (built from `deploy/docker`).
+pub const AGENT_IMAGE: &str = "ghcr.io/erdma/erdma-agent";
+/// erdma's controller image repository.
+pub const CONTROLLER_IMAGE: &str = "ghcr.io/erdma/erdma-controller";
+
+fn non_empty_or(s: &str, default: &str) -> String {
+    if s.is_empty() {
+        default.into()
+    } else {
+        s.into()
+    }
+}
+
+fn trunc63(s: &str) -> String {
+    let cut: String = s.chars().take(63).collect();
+    cut.trim_end_matches('-').to_string()
+}
+
+fn selector(v: &Values, tier: &str) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
+        ("app.kubernetes.io/instance".to_string(), v.name.clone()),
+    ]);
+    if !tier.is_empty() {
+        m.insert("tier".into(), tier.into());
+    }
+    m
+}
+
+fn labels(v: &Values, tier: &str) -> BTreeMap<String, String> {
+    let mut m = selector(v, tier);
+    m.insert("app.kubernetes.io/version".into(), APP_VERSION.into());
+    m.insert("app.kubernetes.io/managed-by".into(), "erdmactl".into());
+    m
+}
+
+fn meta(name: &str, namespace: Option<&str>, labels: BTreeMap<String, String>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: namespace.map(str::to_string),
+        labels: Some(labels),
+        ..Default::default()
+    }
+}
+
+fn to_value<T: Serialize>(t: &T) -> Result<Value, Error> {
+    serde_json::to_value(t).map_err(|e| Error::Serialize(e.to_string()))
+}
+
+fn host_path(name: &str, path: &str, kind: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        host_path: Some(HostPathVolumeSource {
+            path: path.into(),
+            type_: Some(kind.into()),
+        }),
+        ..Default::default()
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: Some(read_only),
+        ..Default::default()
+    }
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The controller's `config.json`.
+pub fn config_json(v: &Values) -> Result<String, Error> {
+    let c = &v.config;
+    let j = serde_json::json!({
+        "region": c.region, "manageNonOwnedENIs": c.manage_non_owned_enis,
+        "controllerNamespace": v.namespace, "controllerName": CONTROLLER_NAME,
+        "clusterDomain": if c.cluster_domain.is_empty() { "cluster.local" } else { c.cluster_domain.as_str() },
+        "certDir": "/var/lib/certDir", "enableDevicePlugin": c.enable_device_plugin, "enableWebhook": c.enable_webhook,
+        "smcInitImage": c.smc_init_image, "enableInitContainerInject": c.enable_init_container_inject,
+        "localERIDiscovery": c.local_eri_discovery, "nodeSelector": v.node_selector,
+    });
+    serde_json::to_string_pretty(&j).map_err(|e| Error::Serialize(e.to_string()))
+}
+
+/// Every manifest, in apply order, as JSON values of typed objects.
+pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
+    v.validate()?;
+    let ns = v.namespace.as_str();
+    let mut out: Vec<Value> = Vec::new();
+    if !matches!(ns, "kube-system" | "default") {
+        out.push(to_value(&Namespace {
+            metadata: meta(ns, None, labels(v, "")),
+            ..Default::default()
+        })?);
+    }
+    let mut crd = ERdmaDevice::crd();
+    crd.metadata.labels = Some(labels(v, ""));
+    // `helm uninstall` keeps the CRD (and every ERdmaDevice); `erdmactl uninstall --include-crd`.
+    crd.metadata.annotations = Some(BTreeMap::from([(
+        "helm.sh/resource-policy".to_string(),
+        "keep".to_string(),
+    )]));
+    out.push(to_value(&crd)?);
+    let bind = |sa: &str| Subject {
+        kind: "ServiceAccount".into(),
+        name: sa.into(),
+        namespace: Some(ns.into()),
+        ..Default::default()
+    };
+    if v.service_account.create {
+        if v.runs_controller() {
+            let mut sa = ServiceAccount {
+                metadata: meta(&v.controller_sa(), Some(ns), labels(v, "controller")),
+                ..Default::default()
+            };
+            if !v.service_account.annotations.is_empty() {
+                sa.metadata.annotations = Some(v.service_account.annotations.clone());
+            }
+            out.push(to_value(&sa)?);
+        }
+        out.push(to_value(&ServiceAccount {
+            metadata: meta(&v.agent_sa(), Some(ns), labels(v, "agent")),
+            ..Default::default()
+        })?);
+    }
+    if v.runs_controller() {
+        out.push(to_value(&ConfigMap {
+            metadata: meta(&v.name, Some(ns), labels(v, "controller")),
+            data: Some(BTreeMap::from([(
+                "config.json".to_string(),
+                config_json(v)?,
+            )])),
+            ..Default::default()
+        })?);
+    }
+    if !v.config.local_eri_discovery {
+        let cred = serde_json::json!({"type": v.credentials.kind, "accessKeyID": v.credentials.access_key_id,
+            "accessKeySecret": v.credentials.access_key_secret});
+        out.push(to_value(&Secret {
+            metadata: meta(&v.name, Some(ns), labels(v, "controller")),
+            type_: Some("Opaque".into()),
+            string_data: Some(BTreeMap::from([(
+                "credential.json".to_string(),
+                cred.to_string(),
+            )])),
+            ..Default::default()
+        })?);
+    }
+    if v.runs_controller() {
+        let sa = v.controller_sa();
+        out.push(to_value(&ClusterRole {
+            metadata: meta(&v.name, None, labels(v, "controller")),
+            rules: Some(controller_cluster_rules()),
+            ..Default::default()
+        })?);
+        out.push(to_value(&ClusterRoleBinding {
+            metadata: meta(&v.name, None, labels(v, "controller")),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+                name: v.name.clone(),
+            },
+            subjects: Some(vec![bind(&sa)]),
+        })?);
+        out.push(to_value(&Role {
+            metadata: meta(&v.name, Some(ns), labels(v, "controller")),
+            rules: Some(controller_namespace_rules()),
+        })?);
+        out.push(to_value(&RoleBinding {
+            metadata: meta(&v.name, Some(ns), labels(v, "controller")),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "Role".into(),
+                name: v.name.clone(),
+            },
+            subjects: Some(vec![bind(&sa)]),
+        })?);
+        if v.credentials.kind == "ram_role_sts" {
+            let name = format!("{}-sts-token", v.name);
+            out.push(to_value(&Role {
+                metadata: meta(&name, Some("kube-system"), labels(v, "controller")),
+                rules: Some(vec![rule(
+                    &[""],
+                    &["secrets"],
+                    &["get"],
+                    &["addon.network.token"],
+                )]),
+            })?);
+            out.push(to_value(&RoleBinding {
+                metadata: meta(&name, Some("kube-system"), labels(v, "controller")),
+                role_ref: RoleRef {
+                    api_group: "rbac.authorization.k8s.io".into(),
+                    kind: "Role".into(),
+                    name,
+                },
+                subjects: Some(vec![bind(&sa)]),
+            })?);
+        }
+    }
+    let agent_rbac = v.agent_rbac();
+    let mut agent_rules = agent_cluster_rules();
+    if v.dra.enabled {
+        agent_rules.extend(agent_dra_rules());
+    }
+    out.push(to_value(&ClusterRole {
+        metadata: meta(&agent_rbac, None, labels(v, "agent")),
+        rules: Some(agent_rules),
+        ..Default::default()
+    })?);
+    out.push(to_value(&ClusterRoleBinding {
+        metadata: meta(&agent_rbac, None, labels(v, "agent")),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: agent_rbac.clone(),
+        },
+        subjects: Some(vec![bind(&v.agent_sa())]),
+    })?);
+    if v.dra.enabled {
+        out.push(to_value(&dra_device_class(v))?);
+    }
+    if v.runs_controller() {
+        out.push(to_value(&controller_deployment(v)?)?);
+        // Headless, as the original's (clusterIP cannot change on upgrade); port name and target
+        // as the original's; selects controller pods only (the original's also matched agents).
+        out.push(to_value(&Service {
+            metadata: meta(CONTROLLER_NAME, Some(ns), labels(v, "controller")),
+            spec: Some(ServiceSpec {
+                cluster_ip: Some("None".into()),
+                selector: Some(selector(v, "controller")),
+                ports: Some(vec![ServicePort {
+                    name: Some("https".into()),
+                    port: 443,
+                    target_port: Some(IntOrString::String("webhook".into())),
+                    protocol: Some("TCP".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })?);
+        out.push(to_value(&Service {
+            metadata: meta(
+                &format!("{CONTROLLER_NAME}-metrics"),
+                Some(ns),
+                labels(v, "controller"),
+            ),
+            spec: Some(ServiceSpec {
+                selector: Some(selector(v, "controller")),
+                ports: Some(vec![ServicePort {
+                    name: Some("http".into()),
+                    port: 8080,
+                    target_port: Some(IntOrString::Int(8080)),
+                    protocol: Some("TCP".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })?);
+    }
+    out.push(to_value(&agent_daemonset(v)?)?);
+    out.push(to_value(&Service {
+        metadata: meta(
+            &format!("{AGENT_NAME}-metrics"),
+            Some(ns),
+            labels(v, "agent"),
+        ),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            selector: Some(selector(v, "agent")),
+            ports: Some(vec![ServicePort {
+                name: Some("metrics".into()),
+                port: AGENT_METRICS_PORT,
+                target_port: Some(IntOrString::Int(AGENT_METRICS_PORT)),
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })?);
+    if v.config.enable_webhook {
+        out.push(to_value(&MutatingWebhookConfiguration {
+            metadata: meta(CONTROLLER_NAME, None, labels(v, "controller")),
+            webhooks: Some(vec![MutatingWebhook {
+                name: "erdma-smcr.network.alibabacloud.com".into(),
+                admission_review_versions: vec!["v1".into(), "v1beta1".into()],
+                client_config: WebhookClientConfig {
+                    service: Some(ServiceReference {
+                        name: CONTROLLER_NAME.into(),
+                        namespace: ns.into(),
+                        path: Some("/mutate-pod".into()),
+                        port: Some(443),
+                    }),
+                    ..Default::default()
+                },
+                failure_policy: Some(v.webhook_failure_policy.clone()),
+                side_effects: "None".into(),
+                timeout_seconds: Some(v.webhook_timeout_seconds),
+                reinvocation_policy: Some("Never".into()),
+                rules: Some(vec![RuleWithOperations {
+                    api_groups: Some(vec!["".into()]),
+                    api_versions: Some(vec!["v1".into()]),
+                    operations: Some(vec!["CREATE".into()]),
+                    resources: Some(vec!["pods".into()]),
+                    scope: Some("Namespaced".into()),
+                }]),
+                ..Default::default()
+            }]),
+        })?);
+    }
+    Ok(out)
+}
+
+fn non_empty<T: Clone>(v: &[T]) -> Option<Vec<T>> {
+    (!v.is_empty()).then(|| v.to_vec())
+}
+
+fn non_empty_map(m: &BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
+    (!m.is_empty()).then(|| m.clone())
+}
+
+/// `affinity: {}` in a values file means none (Helm's `with` skips an empty map).
+fn some_affinity(a: &Option<Affinity>) -> Option<Affinity> {
+    a.clone().filter(|a| *a != Affinity::default())
+}
+
+fn pod_meta(v: &Values, tier: &str) -> ObjectMeta {
+    ObjectMeta {
+        labels: Some(selector(v, tier)),
+        annotations: non_empty_map(&v.pod_annotations),
+        ..Default::default()
+    }
+}
+
+/// Renders as a `---`-joined YAML stream.
+pub fn render_yaml(v: &Values) -> Result<String, Error> {
+    crate::yaml::to_yaml_stream(&render(v)?)
+}
+
+/// Renders as a JSON `List`.
+pub fn render_json(v: &Values) -> Result<String, Error> {
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": render(v)?});
+    serde_json::to_string_pretty(&list).map_err(|e| Error::Serialize(e.to_string()))
+}
+
+/// The dynamic API of one rendered object, found through discovery.
+async fn api_for(
+    client: &kube::Client,
+    v: &Values,
+    obj: &Value,
+) -> Result<(kube::Api<kube::api::DynamicObject>, String, String), Error> {
+    use kube::api::{Api, DynamicObject};
+    use kube::discovery::{self, Scope};
+    let api_version = obj["apiVersion"].as_str().unwrap_or_default().to_string();
+    let kind = obj["kind"].as_str().unwrap_or_default().to_string();
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let (group, version) = api_version
+        .split_once('/')
+        .unwrap_or(("", api_version.as_str()));
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, &kind);
+    let (ar, caps) = discovery::pinned_kind(client, &gvk)
+        .await
+        .map_err(|source| Error::Kube {
+            what: format!("discover {api_version} {kind}"),
+            source,
+        })?;
+    let api: Api<DynamicObject> = match caps.scope {
+        Scope::Namespaced => Api::namespaced_with(
+            client.clone(),
+            obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or(&v.namespace),
+            &ar,
+        ),
+        Scope::Cluster => Api::all_with(client.clone(), &ar),
+    };
+    Ok((api, kind, name))
+}
+
+/// What [`delete`] did to one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deleted {
+    /// Deleted (`kind/name`).
+    Deleted(String),
+    /// Not there (`kind/name`).
+    Absent(String),
+    /// Kept on purpose (the CRD without `include_crd`).
+    Kept(String),
+}
+
+/// Deletes exactly the objects [`render`] produces for `v` (the ones `install` created), in
+/// reverse apply order. The CRD (and with it every ERdmaDevice) only with `include_crd`; a
+/// Namespace is never deleted.
+pub async fn delete(
+    client: &kube::Client,
+    v: &Values,
+    include_crd: bool,
+) -> Result<Vec<Deleted>, Error> {
+    use kube::api::DeleteParams;
+    let mut done = Vec::new();
+    for obj in render(v)?.iter().rev() {
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        let id = format!("{kind}/{name}");
+        if kind == "Namespace" || (kind == "CustomResourceDefinition" && !include_crd) {
+            done.push(Deleted::Kept(id));
+            continue;
+        }
+        let (api, _, _) = api_for(client, v, obj).await?;
+        match api.delete(name, &DeleteParams::background()).await {
+            Ok(_) => done.push(Deleted::Deleted(id)),
+            Err(kube::Error::Api(e)) if e.code == 404 => done.push(Deleted::Absent(id)),
+            Err(source) => {
+                return Err(Error::Kube {
+                    what: format!("delete {id}"),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// Server-side-applies every manifest (field manager `erdmactl`, forced) in order; returns
+/// `kind/name` of each applied object.
+pub async fn apply(client: &kube::Client, v: &Values) -> Result<Vec<String>, Error> {
+    use kube::api::{Patch, PatchParams};
+    let mut done = Vec::new();
+    for obj in render(v)? {
+        let (api, kind, name) = api_for(client, v, &obj).await?;
+        api.patch(
+            &name,
+            &PatchParams::apply("erdmactl").force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .map_err(|source| Error::Kube {
+            what: format!("apply {kind}/{name}"),
+            source,
+        })?;
+        done.push(format!("{kind}/{name}"));
+    }
+    Ok(done)
+}

@@ -1,0 +1,520 @@
+//! The chart's values (the original chart's keys plus erdma's additions) and their validation.
+
+use super::*;
+
+/// An image reference.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ImageValues {
+    /// Repository.
+    pub repository: String,
+    /// Tag; empty: [`APP_VERSION`].
+    pub tag: String,
+    /// `Always`, `IfNotPresent`, `Never`.
+    pub pull_policy: String,
+}
+
+impl ImageValues {
+    pub(super) fn of(repo: &str) -> Self {
+        Self {
+            repository: repo.into(),
+            tag: String::new(),
+            pull_policy: "Always".into(),
+        }
+    }
+
+    /// Whether this is one of the original's Go images (any `*aliyuncs.com/erdma/{agent,controller}`).
+    pub fn is_original(&self) -> bool {
+        let r = self.repository.as_str();
+        ["agent", "controller"].iter().any(|c| {
+            r.strip_suffix(&format!("aliyuncs.com/erdma/{c}"))
+                .is_some_and(|head| head.is_empty() || head.ends_with(['.', '/']))
+        })
+    }
+
+    /// Whether this is the original chart's unchanged default for `component` (carried by a
+    /// values file copied from the original), which erdma's image replaces.
+    pub fn is_original_default(&self, component: &str) -> bool {
+        self.repository == format!("registry.aliyuncs.com/erdma/{component}")
+            && matches!(self.tag.as_str(), "" | "latest")
+    }
+
+    /// `repository:tag` for `component` (`agent`, `controller`): the tag defaults to
+    /// [`APP_VERSION`]; the original's default Go image becomes erdma's; any other Go image is
+    /// refused (it does not understand erdma's flags).
+    pub fn reference(&self, component: &str) -> Result<String, Error> {
+        let tag = if self.tag.is_empty() {
+            APP_VERSION
+        } else {
+            &self.tag
+        };
+        if self.is_original() {
+            if self.is_original_default(component) {
+                return Ok(format!("ghcr.io/erdma/erdma-{component}:{APP_VERSION}"));
+            }
+            return Err(Error::Invalid(format!(
+                "{component}.image {}:{tag} is the original alibabacloud-erdma-controller's Go image: it does not understand erdma's flags, so pods would crash. Use erdma's image (default ghcr.io/erdma/erdma-{component}, built from deploy/docker/{component}.Dockerfile) or keep the original chart for the Go images.",
+                self.repository
+            )));
+        }
+        Ok(format!("{}:{tag}", self.repository))
+    }
+}
+
+impl Default for ImageValues {
+    fn default() -> Self {
+        Self::of("")
+    }
+}
+
+/// `controller.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ControllerValues {
+    /// Replicas (leader election picks one active).
+    pub replica_count: i32,
+    /// Image.
+    pub image: ImageValues,
+    /// Pull secrets of the controller pods.
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// Accepted for compatibility; names are fixed.
+    pub name_override: String,
+    /// Accepted for compatibility; names are fixed.
+    pub fullname_override: String,
+    /// nodeSelector of the controller pods.
+    pub node_selector: BTreeMap<String, String>,
+    /// Affinity of the controller pods.
+    pub affinity: Option<Affinity>,
+}
+
+impl Default for ControllerValues {
+    fn default() -> Self {
+        Self {
+            replica_count: 2,
+            image: ImageValues::of(CONTROLLER_IMAGE),
+            image_pull_secrets: Vec::new(),
+            name_override: String::new(),
+            fullname_override: String::new(),
+            node_selector: BTreeMap::new(),
+            affinity: None,
+        }
+    }
+}
+
+/// `agent.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AgentValues {
+    /// Image.
+    pub image: ImageValues,
+    /// `--prefer-driver`: `default`, `compat`, `ofed`; empty = auto.
+    pub prefer_driver: String,
+    /// `--allocate-all-devices`.
+    pub allocate_all_devices: bool,
+    /// `--jumbo-frame-mtu`; 0 leaves the MTU alone (flag omitted).
+    #[serde(rename = "jumboFrameMTU")]
+    pub jumbo_frame_mtu: u32,
+    /// `--exposed-local-eris` entries (`<instance-id|i-*> <ibdev>[/<ibdev>…]`), applied with local
+    /// discovery only (as in the original), or also in cluster mode with `filterClusterERIs`.
+    #[serde(rename = "exposedLocalERIs")]
+    pub exposed_local_eris: Vec<String>,
+    /// (new) Apply `exposedLocalERIs` in cluster mode too (`--filter-cluster-eris`).
+    #[serde(rename = "filterClusterERIs")]
+    pub filter_cluster_eris: bool,
+    /// `--cri-socket` for the SMC-R pre-start hook (webhook off); empty: containerd's
+    /// `/run/containerd/containerd.sock`. Its directory is mounted into the agent, so it must
+    /// have one of its own (not directly in `/run` or `/var/run`).
+    pub cri_socket: String,
+    /// (new) The driver installer the agent runs when the driver is missing.
+    pub driver_installer: DriverInstallerValues,
+    /// (new) `--nri`: `auto` (NRI when the runtime's socket exists), `on` or `off`.
+    pub nri: String,
+    /// (new) `--nri-memlock` for containers holding `aliyun/erdma`.
+    pub nri_memlock: String,
+    /// (new) `--nri-rdma-max`: default `rdma.max` limits (empty: none).
+    pub nri_rdma_max: String,
+    /// Pull secrets of the agent pods.
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    /// Accepted for compatibility; names are fixed.
+    pub name_override: String,
+    /// Accepted for compatibility; names are fixed.
+    pub fullname_override: String,
+}
+
+impl Default for AgentValues {
+    fn default() -> Self {
+        Self {
+            image: ImageValues::of(AGENT_IMAGE),
+            prefer_driver: String::new(),
+            allocate_all_devices: false,
+            jumbo_frame_mtu: 8500,
+            exposed_local_eris: vec!["i-XXX erdma_0/erdma_1".into()],
+            filter_cluster_eris: false,
+            cri_socket: String::new(),
+            driver_installer: DriverInstallerValues::default(),
+            nri: "auto".into(),
+            nri_memlock: "unlimited".into(),
+            nri_rdma_max: String::new(),
+            image_pull_secrets: Vec::new(),
+            name_override: String::new(),
+            fullname_override: String::new(),
+        }
+    }
+}
+
+/// `agent.driverInstaller.*` (new): the eRDMA driver installer (docs/operations.md, "Driver
+/// installer trust"). Empty strings leave the agent's defaults; without `sha256` the agent never
+/// runs a downloaded installer and says so in its `ERdmaDriverReady` condition.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DriverInstallerValues {
+    /// `--erdma-installer-version` (dot-separated numbers).
+    pub version: String,
+    /// `--driver-installer-sha256` of `erdma_installer-<version>.tar.gz`.
+    pub sha256: String,
+    /// `--gpu-installer-sha256` of `env_setup.sh` (`preferDriver: ofed`).
+    pub gpu_sha256: String,
+    /// `--driver-installer-base-url` (`https://`).
+    #[serde(rename = "baseURL")]
+    pub base_url: String,
+    /// `--allow-insecure-driver-download`: accept an `http://` base URL.
+    pub allow_insecure_download: bool,
+}
+
+/// `serviceAccount.*`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ServiceAccountValues {
+    /// Create the ServiceAccounts (false: both workloads run as `name`, default `default`).
+    pub create: bool,
+    /// Annotations of the controller's ServiceAccount (RRSA: `pod-identity.alibabacloud.com/role-name`).
+    pub annotations: BTreeMap<String, String>,
+    /// ServiceAccount name (created: the controller's, default `<release>-alibabacloud-erdma-controller`).
+    pub name: String,
+}
+
+impl Default for ServiceAccountValues {
+    fn default() -> Self {
+        Self {
+            create: true,
+            annotations: BTreeMap::new(),
+            name: String::new(),
+        }
+    }
+}
+
+/// `config.*` (rendered into `config.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ConfigValues {
+    /// Region; empty: from the metadata service.
+    pub region: String,
+    /// Adopt HighPerformance ENIs the controller did not create.
+    #[serde(rename = "manageNonOwnedENIs")]
+    pub manage_non_owned_enis: bool,
+    /// Cluster DNS domain; empty: `cluster.local`.
+    pub cluster_domain: String,
+    /// The webhook injects only with the device plugin.
+    pub enable_device_plugin: bool,
+    /// Mutating webhook (false: the agent does SMC-R in PreStartContainer).
+    pub enable_webhook: bool,
+    /// Inject `smcr-init`.
+    pub enable_init_container_inject: bool,
+    /// `smcr-init` image; empty: the default.
+    pub smc_init_image: String,
+    /// Local ERI discovery (no cloud credentials needed).
+    #[serde(rename = "localERIDiscovery")]
+    pub local_eri_discovery: bool,
+}
+
+impl Default for ConfigValues {
+    fn default() -> Self {
+        Self {
+            region: String::new(),
+            manage_non_owned_enis: true,
+            cluster_domain: String::new(),
+            enable_device_plugin: true,
+            enable_webhook: false,
+            enable_init_container_inject: true,
+            smc_init_image: String::new(),
+            local_eri_discovery: false,
+        }
+    }
+}
+
+/// `credentials.*`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+pub struct CredentialValues {
+    /// `access_key` (or empty), `oidc_role_arn`, `ecs_ram_role`, `ram_role_sts`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Access key ID.
+    #[serde(rename = "accessKeyID")]
+    pub access_key_id: String,
+    /// Access key secret.
+    pub access_key_secret: String,
+}
+
+impl std::fmt::Debug for CredentialValues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CredentialValues")
+            .field("kind", &self.kind)
+            .field("access_key_secret", &"***")
+            .finish()
+    }
+}
+
+/// All install options: the chart's values, plus `namespace` and `name` (the release).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Values {
+    /// Namespace of the controller and agent.
+    pub namespace: String,
+    /// Release name (names of the ConfigMap, Secret, RBAC and ServiceAccounts).
+    pub name: String,
+    /// Controller.
+    pub controller: ControllerValues,
+    /// Agent.
+    pub agent: AgentValues,
+    /// ServiceAccounts.
+    pub service_account: ServiceAccountValues,
+    /// Annotations of the controller and agent pods.
+    pub pod_annotations: BTreeMap<String, String>,
+    /// Nodes that run the agent and get ERIs.
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations of the agent and controller.
+    pub tolerations: Vec<Toleration>,
+    /// Affinity of the agent pods.
+    pub affinity: Option<Affinity>,
+    /// Resources of the agent container (empty: erdma's requests).
+    pub resources: Option<ResourceRequirements>,
+    /// `Ignore` (default) or `Fail`.
+    pub webhook_failure_policy: String,
+    /// Webhook timeout.
+    pub webhook_timeout_seconds: i32,
+    /// `config.json`.
+    pub config: ConfigValues,
+    /// Cloud credentials.
+    pub credentials: CredentialValues,
+    /// (new) The DRA driver.
+    pub dra: DraValues,
+}
+
+/// `dra.*` (new): the DRA driver `erdma.alibabacloud.com`. Off by default. When on, the install
+/// adds the DeviceClass (with `extendedResourceName: aliyun/erdma`, so pods asking
+/// `aliyun/erdma` are served through DRA on DRA nodes), the agent's RBAC for ResourceSlices,
+/// ResourceClaims and reading its Node, the kubelet plugin directories and `/var/run/cdi`, and
+/// runs the agent with `--resource-api=node-label`: nodes labelled
+/// `erdma.alibabacloud.com/resource-api=dra` use DRA, every other node the device plugin.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DraValues {
+    /// Enable the DRA driver (per node, by label).
+    pub enabled: bool,
+}
+
+/// The DRA driver name.
+pub const DRA_DRIVER: &str = "erdma.alibabacloud.com";
+/// The extended resource the DeviceClass maps to DRA (KEP-5004).
+pub const DRA_EXTENDED_RESOURCE: &str = "aliyun/erdma";
+
+impl Default for Values {
+    fn default() -> Self {
+        Self {
+            namespace: "kube-system".into(),
+            name: DEFAULT_RELEASE.into(),
+            controller: ControllerValues::default(),
+            agent: AgentValues::default(),
+            service_account: ServiceAccountValues::default(),
+            pod_annotations: BTreeMap::new(),
+            node_selector: BTreeMap::new(),
+            tolerations: vec![Toleration {
+                operator: Some("Exists".into()),
+                ..Default::default()
+            }],
+            affinity: None,
+            resources: None,
+            webhook_failure_policy: "Ignore".into(),
+            webhook_timeout_seconds: 10,
+            config: ConfigValues::default(),
+            credentials: CredentialValues::default(),
+            dra: DraValues::default(),
+        }
+    }
+}
+
+const DRIVERS: [&str; 3] = ["default", "compat", "ofed"];
+const CREDENTIAL_TYPES: [&str; 5] = [
+    "",
+    "access_key",
+    "oidc_role_arn",
+    "ecs_ram_role",
+    "ram_role_sts",
+];
+
+impl Values {
+    /// Checks the values (as the chart's schema and templates do); the error names the value and
+    /// the fix. Missing credentials are not an error here: see [`Values::warnings`].
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |m: String| Err(Error::Invalid(m));
+        if !self.agent.prefer_driver.is_empty()
+            && !DRIVERS.contains(&self.agent.prefer_driver.as_str())
+        {
+            return bad(format!(
+                "agent.preferDriver {:?} is not one of default, compat, ofed (or empty for auto)",
+                self.agent.prefer_driver
+            ));
+        }
+        if !CREDENTIAL_TYPES.contains(&self.credentials.kind.as_str()) {
+            return bad(format!(
+                "credentials.type {:?} is not one of access_key, oidc_role_arn, ecs_ram_role, ram_role_sts",
+                self.credentials.kind
+            ));
+        }
+        if !["Ignore", "Fail"].contains(&self.webhook_failure_policy.as_str()) {
+            return bad(format!(
+                "webhookFailurePolicy {:?} must be Ignore or Fail",
+                self.webhook_failure_policy
+            ));
+        }
+        if !(1..=30).contains(&self.webhook_timeout_seconds) {
+            return bad(format!(
+                "webhookTimeoutSeconds {} must be 1..30 (the API server's limit)",
+                self.webhook_timeout_seconds
+            ));
+        }
+        // The same parsers the agent applies to --jumbo-frame-mtu and --exposed-local-eris.
+        let mtu = self.agent.jumbo_frame_mtu;
+        if mtu != 0
+            && let Err(e) = erdma_model::names::check_jumbo_mtu(mtu.into())
+        {
+            return bad(format!(
+                "agent.jumboFrameMTU: {e}; or 0 to leave --jumbo-frame-mtu out (the agent's default, {})",
+                erdma_model::names::DEFAULT_JUMBO_MTU
+            ));
+        }
+        if let Err(e) = erdma_model::EriSelector::from_entries(&self.agent.exposed_local_eris) {
+            return bad(format!("agent.{e}"));
+        }
+        let cri = self.agent.cri_socket.as_str();
+        if !cri.is_empty() {
+            let path = std::path::Path::new(cri);
+            let dir = path.parent().map(|p| p.display().to_string());
+            let own_dir = dir
+                .as_deref()
+                .is_some_and(|d| !matches!(d, "" | "/" | "/run" | "/var/run" | "/var"));
+            if !path.is_absolute() || cri.contains("..") || cri.starts_with("unix:") || !own_dir {
+                return bad(format!(
+                    "agent.criSocket {cri:?} must be an absolute socket path inside a directory of its own (e.g. /run/k3s/containerd/containerd.sock, /var/run/crio/crio.sock); that directory is mounted into the agent, and mounting all of /run would put the mount point of the agent's ServiceAccount token (/var/run/secrets) into the host's /run. For cri-dockerd, start it with --container-runtime-endpoint unix:///var/run/cri-dockerd/cri-dockerd.sock"
+                ));
+            }
+        }
+        let di = &self.agent.driver_installer;
+        if !di.version.is_empty()
+            && let Err(e) = erdma_model::installer::InstallerVersion::parse(&di.version)
+        {
+            return bad(format!("agent.driverInstaller.version: {e}"));
+        }
+        for (key, pin) in [("sha256", &di.sha256), ("gpuSha256", &di.gpu_sha256)] {
+            if !pin.is_empty()
+                && let Err(e) = erdma_model::installer::Sha256Pin::parse(pin)
+            {
+                return bad(format!("agent.driverInstaller.{key}: {e}"));
+            }
+        }
+        if !di.base_url.is_empty()
+            && let Err(e) =
+                erdma_model::installer::check_base_url(&di.base_url, di.allow_insecure_download)
+        {
+            return bad(format!(
+                "agent.driverInstaller.baseURL: {e} (agent.driverInstaller.allowInsecureDownload accepts http://)"
+            ));
+        }
+        if !["auto", "on", "off"].contains(&self.agent.nri.as_str()) {
+            return bad(format!(
+                "agent.nri {:?} must be auto, on or off",
+                self.agent.nri
+            ));
+        }
+        if let Err(e) = erdma_model::rdma_limit::Memlock::parse(&self.agent.nri_memlock) {
+            return bad(format!("agent.nriMemlock: {e}"));
+        }
+        if !self.agent.nri_rdma_max.trim().is_empty()
+            && let Err(e) = erdma_model::rdma_limit::RdmaLimit::parse(&self.agent.nri_rdma_max)
+        {
+            return bad(format!("agent.nriRdmaMax: {e}"));
+        }
+        if self.controller.replica_count < 1 {
+            return bad("controller.replicaCount must be at least 1".into());
+        }
+        self.controller.image.reference("controller")?;
+        self.agent.image.reference("agent")?;
+        Ok(())
+    }
+
+    /// What is missing for a working install (the chart prints the same in NOTES.txt): cloud
+    /// credentials in cluster mode, the RRSA role annotation.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        if self.config.local_eri_discovery || self.agent.filter_cluster_eris {
+            for e in &self.agent.exposed_local_eris {
+                if e.split_whitespace().next() == Some("i-XXX") {
+                    w.push(format!("agent.exposedLocalERIs entry {e:?} is the original chart's placeholder: it matches no instance, so agents expose nothing. Use real instance IDs or i-* (e.g. \"i-* erdma_0\"), or set the list to [] to expose every device"));
+                }
+            }
+        }
+        if self.config.local_eri_discovery {
+            return w;
+        }
+        let c = &self.credentials;
+        if matches!(c.kind.as_str(), "" | "access_key")
+            && (c.access_key_id.is_empty() || c.access_key_secret.is_empty())
+        {
+            w.push(format!("credentials.type {:?} needs credentials.accessKeyID and credentials.accessKeySecret, which are missing: the controller cannot create ERIs and agents serve nothing until they are set (or choose credentials.type ecs_ram_role, oidc_role_arn, ram_role_sts, or config.localERIDiscovery)", if c.kind.is_empty() { "access_key" } else { &c.kind }));
+        }
+        if c.kind == "oidc_role_arn"
+            && !self
+                .service_account
+                .annotations
+                .contains_key(ANNOTATION_RRSA_ROLE)
+        {
+            w.push(format!("credentials.type oidc_role_arn needs serviceAccount.annotations.\"{ANNOTATION_RRSA_ROLE}\" (the RAM role name), which is missing"));
+        }
+        w
+    }
+
+    /// The controller's ServiceAccount (the original chart's naming).
+    pub fn controller_sa(&self) -> String {
+        if !self.service_account.create {
+            return non_empty_or(&self.service_account.name, "default");
+        }
+        if !self.service_account.name.is_empty() {
+            return self.service_account.name.clone();
+        }
+        let full = if self.name.contains(APP_NAME) {
+            self.name.clone()
+        } else {
+            format!("{}-{APP_NAME}", self.name)
+        };
+        trunc63(&full)
+    }
+
+    /// The agent's ServiceAccount: its own when created, else the shared one.
+    pub fn agent_sa(&self) -> String {
+        if self.service_account.create {
+            trunc63(&format!("{}-agent", self.name))
+        } else {
+            non_empty_or(&self.service_account.name, "default")
+        }
+    }
+
+    pub(super) fn agent_rbac(&self) -> String {
+        format!("{}-agent", self.name)
+    }
+
+    /// Whether the controller runs: cloud provisioning, or the webhook in local mode.
+    pub fn runs_controller(&self) -> bool {
+        !self.config.local_eri_discovery || self.config.enable_webhook
+    }
+}

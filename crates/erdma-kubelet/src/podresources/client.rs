@@ -1,0 +1,170 @@
+//! The one pod-resources client: the kubelet's `List` answer reduced to the containers that hold
+//! devices of one resource, and `GetAllocatableResources` reduced to that resource's device IDs.
+//! What a caller makes of them (slots in use, the owner of a device, the live pods, foreign
+//! devices) is a pure function in the caller's crate.
+
+use super::v1::pod_resources_lister_client::PodResourcesListerClient;
+use super::v1::{
+    AllocatableResourcesRequest, DEFAULT_SOCKET, ListPodResourcesRequest, ListPodResourcesResponse,
+};
+use crate::uds::{self, ClientAuthority};
+use serde::Serialize;
+use std::fmt;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tonic::transport::Channel;
+
+/// How long connecting, and then the `List` call, may take each.
+pub const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A container that has devices of a resource allocated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Holder {
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub pod: String,
+    /// Container name.
+    pub container: String,
+    /// Device IDs of the resource it holds (never empty).
+    pub device_ids: Vec<String>,
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{} (container {})",
+            self.namespace, self.pod, self.container
+        )
+    }
+}
+
+/// The kubelet did not answer `List`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ListError {
+    /// The socket could not be reached.
+    #[error("cannot connect to the kubelet pod-resources API at {}: {detail}", socket.display())]
+    Connect {
+        /// The pod-resources socket.
+        socket: PathBuf,
+        /// Why.
+        detail: String,
+    },
+    /// The call failed or timed out.
+    #[error("pod-resources {call} on {}: {detail}", socket.display())]
+    Call {
+        /// The RPC (`List`, `GetAllocatableResources`).
+        call: &'static str,
+        /// The pod-resources socket.
+        socket: PathBuf,
+        /// The gRPC status, or the timeout.
+        detail: String,
+    },
+}
+
+/// A client of the kubelet's pod-resources socket.
+#[derive(Debug, Clone)]
+pub struct PodResourcesClient {
+    socket: PathBuf,
+}
+
+impl Default for PodResourcesClient {
+    fn default() -> Self {
+        Self::new(Path::new(DEFAULT_SOCKET))
+    }
+}
+
+impl PodResourcesClient {
+    /// A client of the pod-resources socket at `socket` (default [`DEFAULT_SOCKET`]).
+    pub fn new(socket: &Path) -> Self {
+        PodResourcesClient {
+            socket: socket.to_path_buf(),
+        }
+    }
+
+    /// The socket asked.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The containers that hold devices of `resource` now (one `List` call, [`TIMEOUT`] each
+    /// for connecting and for the answer).
+    pub async fn list(&self, resource: &str) -> Result<Vec<Holder>, ListError> {
+        let mut client = self.connect().await?;
+        let resp = self
+            .answer("List", client.list(ListPodResourcesRequest {}))
+            .await?;
+        Ok(holders_in(&resp, resource))
+    }
+
+    /// The device IDs of `resource` the kubelet holds (`GetAllocatableResources`): the device
+    /// list of whichever plugin fed the kubelet last.
+    pub async fn allocatable(&self, resource: &str) -> Result<Vec<String>, ListError> {
+        let mut client = self.connect().await?;
+        let resp = self
+            .answer(
+                "GetAllocatableResources",
+                client.get_allocatable_resources(AllocatableResourcesRequest {}),
+            )
+            .await?;
+        Ok(resp
+            .devices
+            .into_iter()
+            .filter(|d| d.resource_name == resource)
+            .flat_map(|d| d.device_ids)
+            .collect())
+    }
+
+    async fn connect(&self) -> Result<PodResourcesListerClient<Channel>, ListError> {
+        let channel = uds::connect(&self.socket, ClientAuthority::Localhost, TIMEOUT)
+            .await
+            .map_err(|e| ListError::Connect {
+                socket: self.socket.clone(),
+                detail: e.to_string(),
+            })?;
+        Ok(PodResourcesListerClient::new(channel))
+    }
+
+    async fn answer<T>(
+        &self,
+        call: &'static str,
+        fut: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, ListError> {
+        let error = |detail: String| ListError::Call {
+            call,
+            socket: self.socket.clone(),
+            detail,
+        };
+        Ok(tokio::time::timeout(TIMEOUT, fut)
+            .await
+            .map_err(|_| error(format!("no answer within {TIMEOUT:?}")))?
+            .map_err(|s| error(format!("{}: {}", s.code(), s.message())))?
+            .into_inner())
+    }
+}
+
+/// The containers in a `List` answer that have devices of `resource`.
+pub fn holders_in(resp: &ListPodResourcesResponse, resource: &str) -> Vec<Holder> {
+    let mut out = Vec::new();
+    for pod in &resp.pod_resources {
+        for c in &pod.containers {
+            let device_ids: Vec<String> = c
+                .devices
+                .iter()
+                .filter(|d| d.resource_name == resource)
+                .flat_map(|d| d.device_ids.iter().cloned())
+                .collect();
+            if !device_ids.is_empty() {
+                out.push(Holder {
+                    namespace: pod.namespace.clone(),
+                    pod: pod.name.clone(),
+                    container: c.name.clone(),
+                    device_ids,
+                });
+            }
+        }
+    }
+    out
+}
