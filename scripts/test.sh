@@ -48,6 +48,9 @@ stage rustfmt cargo fmt --all --check
 
 stage clippy cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
+# No two files import each other anywhere (docs/design.md's crate map is the picture).
+stage imports python3 scripts/imports.py
+
 stage cargo-test cargo test --workspace --all-features --locked --no-fail-fast
 read -r t_pass t_fail t_ign < <(libtest_sum "$LOGS/cargo-test.log")
 
