@@ -761,7 +761,8 @@ async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
         a.linux.is_none(),
         "nothing applied rather than something wrong"
     );
-    let ev = events_for(&api_server, "nripod", 1).await;
+    // Two Events on the pod: the SMC-R outcome at sandbox creation and the invalid annotation.
+    let ev = events_for(&api_server, "nripod", 2).await;
     assert!(
         ev.iter()
             .any(|e| e.reason.as_deref() == Some("ErdmaRdmaMaxInvalid")
