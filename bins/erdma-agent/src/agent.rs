@@ -299,13 +299,7 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
             cancel.clone(),
         )
         .await;
-        cancel.cancel();
-        if let Some(r) = reconciler {
-            let _ = r.await;
-        }
-        for t in tasks {
-            let _ = t.await;
-        }
+        stop_tasks(&cancel, reconciler, tasks).await;
         drop(source_tx);
         dra.context("DRA driver")?;
         tracing::info!("erdma-agent stopped");
@@ -401,6 +395,20 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         )));
     }
     let plugin = plugin.run(cancel.clone()).await;
+    stop_tasks(&cancel, reconciler, tasks).await;
+    drop(source_tx);
+    plugin.context("device plugin")?;
+    tracing::info!("erdma-agent stopped");
+    Ok(())
+}
+
+/// Cancels every task and waits for them, the driver reconciler first: the one shutdown of the
+/// device-plugin and the DRA paths.
+async fn stop_tasks(
+    cancel: &CancellationToken,
+    reconciler: Option<tokio::task::JoinHandle<()>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) {
     cancel.cancel();
     if let Some(r) = reconciler {
         let _ = r.await;
@@ -408,10 +416,6 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
     for t in tasks {
         let _ = t.await;
     }
-    drop(source_tx);
-    plugin.context("device plugin")?;
-    tracing::info!("erdma-agent stopped");
-    Ok(())
 }
 
 /// Serves /metrics, /healthz and /readyz; a busy or forbidden address is logged and retried every
