@@ -471,6 +471,17 @@ pub fn smcr(pod: &Pod, node: Option<&Node>, peer: Option<&Pod>) -> Vec<Check> {
     out
 }
 
+/// The last literal `value` the container sets for `name` (values from ConfigMaps or fields are
+/// not read).
+fn literal_env<'a>(c: &'a Container, name: &str) -> Option<&'a str> {
+    c.env
+        .iter()
+        .flatten()
+        .rev()
+        .filter(|e| e.name == name)
+        .find_map(|e| e.value.as_deref())
+}
+
 /// `pod.nccl_env`: NCCL settings in the eRDMA container that keep NCCL off eRDMA
 /// (`nccl-and-arena.md` A1). Only literal `value`s are read.
 pub fn nccl_env(pod: &Pod) -> Check {
@@ -478,13 +489,7 @@ pub fn nccl_env(pod: &Pod) -> Check {
     let Some(c) = requesting_container(pod) else {
         return Check::skip("pod.nccl_env", format!("pod {pr} uses no {RESOURCE}"));
     };
-    let env: Vec<(&str, &str)> = c
-        .env
-        .iter()
-        .flatten()
-        .filter_map(|e| Some((e.name.as_str(), e.value.as_deref()?)))
-        .collect();
-    let get = |k: &str| env.iter().rev().find(|(n, _)| *n == k).map(|(_, v)| *v);
+    let get = |k: &str| literal_env(c, k);
     let mut fails = Vec::new();
     if get("NCCL_IB_DISABLE").is_some_and(|v| v.trim() == "1") {
         fails.push("NCCL_IB_DISABLE=1 forces the socket transport".to_string());
@@ -553,13 +558,7 @@ pub const NCCL_RETRY_EVIDENCE: &str = "in the eRDMA driver sources erdma has rea
 pub fn nccl_retry(pod: &Pod) -> Option<Check> {
     let pr = pod_ref(pod);
     let c = requesting_container(pod)?;
-    let env: Vec<(&str, &str)> = c
-        .env
-        .iter()
-        .flatten()
-        .filter_map(|e| Some((e.name.as_str(), e.value.as_deref()?)))
-        .collect();
-    let get = |k: &str| env.iter().rev().find(|(n, _)| *n == k).map(|(_, v)| *v);
+    let get = |k: &str| literal_env(c, k);
     let mut set = Vec::new();
     if let Some(v) = get("NCCL_IB_TIMEOUT") {
         set.push(format!("NCCL_IB_TIMEOUT={v}"));
