@@ -18,6 +18,24 @@ log() { printf '\n==> %s\n' "$*"; }
 # reuse it.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${HOME:-/root}/.cache/erdma/target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# A clean clone gains nothing from incremental state, and it is the largest part of a debug target.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
+# The kept target dir grows with every toolchain, lockfile and feature set it has seen; a full run
+# needs about ERDMA_MIN_FREE_GB on its filesystem. When less is free, the old build output goes
+# (a cold build costs minutes; running out of disk half-way fails the whole run).
+min_free_gb=${ERDMA_MIN_FREE_GB:-16}
+free_gb() { df -Pk "$1" | awk 'NR == 2 { print int($4 / 1048576) }'; }
+mkdir -p "$CARGO_TARGET_DIR"
+if [ "$(free_gb "$CARGO_TARGET_DIR")" -lt "$min_free_gb" ]; then
+  printf '==> %s GiB free for %s, below %s GiB: removing its old build output (%s)\n' \
+    "$(free_gb "$CARGO_TARGET_DIR")" "$CARGO_TARGET_DIR" "$min_free_gb" "$(du -sh "$CARGO_TARGET_DIR" | cut -f1)"
+  rm -rf "$CARGO_TARGET_DIR" && mkdir -p "$CARGO_TARGET_DIR"
+  if [ "$(free_gb "$CARGO_TARGET_DIR")" -lt "$min_free_gb" ]; then
+    printf '==> WARNING: still only %s GiB free for %s (a full run needs about %s GiB); free disk space or set CARGO_TARGET_DIR to a larger filesystem\n' \
+      "$(free_gb "$CARGO_TARGET_DIR")" "$CARGO_TARGET_DIR" "$min_free_gb"
+  fi
+fi
 
 # One installer for the host's needs, shared with lab/demo.sh (the lab installs its own group
 # when it runs: lab/run.sh and lab/demo.sh call the same script).
@@ -99,6 +117,8 @@ if [ "$unrun" -gt 0 ]; then
   echo "FAIL: $unrun #[ignore]d tests ran neither on this host nor in a lab VM"; failures+=(ignored-unrun)
 fi
 skips=$(( (unrun > 0 ? unrun : 0) + lab_missing ))
+printf '\n==> build output: %s in %s, %s GiB free there\n' "$(du -sh "$CARGO_TARGET_DIR" | cut -f1)" \
+  "$CARGO_TARGET_DIR" "$(free_gb "$CARGO_TARGET_DIR")"
 verdict() { if [[ " ${failures[*]} " =~ " $1 " ]]; then echo FAILED; else echo ok; fi; }
 example=$(verdict example)
 lab="$l_pass passed, $l_fail failed"; [ -n "$lab_note" ] && lab=skipped
