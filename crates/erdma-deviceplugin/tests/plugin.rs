@@ -664,6 +664,13 @@ async fn invalid_configuration_is_reported_before_serving() {
 async fn metrics_after_an_allocation() {
     let h = start(two_numa_node(), |_, _| {}).await;
     h.kubelet.allocate(&alloc("default/m", 1)).await.unwrap();
+    // The plugin counts its registration when the kubelet's answer is back, which may be after
+    // the kubelet already serves (and answered the Allocate above).
+    let registered = "erdma_deviceplugin_registrations_total{result=\"ok\"} 1";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !h.metrics.encode().contains(registered) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     let m = h.metrics.encode();
     for needle in [
         "erdma_deviceplugin_devices{health=\"healthy\",mode=\"iwarp\"} 3",
