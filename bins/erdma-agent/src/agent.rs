@@ -31,6 +31,25 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
     let registry = Arc::new(registry);
     let mut tasks = Vec::new();
 
+    // The first inventory scan reads every device's sysfs files (tens of ms for 64 devices): it
+    // starts now, beside the API client and the SMC-R probe, and is awaited when it is needed.
+    let sources = Sources {
+        sysfs: Arc::new(RootedSysfs::new(&s.sysfs_root)),
+        devfs: Arc::new(RootedDevFs::new(&s.dev_root)),
+        addrs: Arc::new(LiveInterfaceAddrs),
+    };
+    let inventory = Inventory::new(sources);
+    let first_scan = {
+        let inv = inventory.clone();
+        tokio::task::spawn_blocking(move || inv.scan())
+    };
+    // The SMC-R BPF policy: its kernel probe reads /proc/kallsyms (tens of ms), so it runs
+    // beside the inventory scan instead of before the device plugin starts.
+    let smcr_policy = s.prestart_container.then(|| {
+        let pin_dir = s.bpf_pin_dir.clone();
+        tokio::task::spawn_blocking(move || smcr::open_policy(&pin_dir))
+    });
+
     // Kubernetes API: only with a node name and a config.
     let cluster = match cluster::detect(s.node_name.as_deref(), s.kubeconfig.as_deref()).await {
         Ok(c) => c,
@@ -52,15 +71,25 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         "serving eRDMA devices through {}",
         api.name()
     );
-    if let Some(c) = &cluster {
-        if let Err(e) = resource_api::publish_condition(c, api, &s.resource_name).await {
-            tracing::warn!("{e}");
-        }
-        if api == resource_api::ResourceApi::DevicePlugin
-            && s.resource_api == resource_api::Choice::NodeLabel
-        {
-            resource_api::retire_dra(c).await;
-        }
+    if let Some(c) = cluster.clone() {
+        // Reported beside the start-up, not before it: nothing below waits for the API server.
+        let (resource, choice, stop) = (s.resource_name.clone(), s.resource_api, cancel.clone());
+        tasks.push(tokio::spawn(async move {
+            let report = async {
+                if let Err(e) = resource_api::publish_condition(&c, api, &resource).await {
+                    tracing::warn!("{e}");
+                }
+                if api == resource_api::ResourceApi::DevicePlugin
+                    && choice == resource_api::Choice::NodeLabel
+                {
+                    resource_api::retire_dra(&c).await;
+                }
+            };
+            tokio::select! {
+                _ = stop.cancelled() => {}
+                _ = report => {}
+            }
+        }));
     }
 
     // Driver manager (readiness gate).
@@ -113,31 +142,21 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
     }
 
     // Inventory.
-    let sources = Sources {
-        sysfs: Arc::new(RootedSysfs::new(&s.sysfs_root)),
-        devfs: Arc::new(RootedDevFs::new(&s.dev_root)),
-        addrs: Arc::new(LiveInterfaceAddrs),
-    };
-    let inventory = Inventory::new(sources);
-    let raw = {
-        let inv = inventory.clone();
-        tokio::task::spawn_blocking(move || inv.scan())
-            .await
-            .context("initial inventory scan")?
-    };
+    let raw = first_scan.await.context("initial inventory scan")?;
     tracing::info!(
         devices = ?raw.devices.iter().map(|d| (&d.name, d.health.is_healthy())).collect::<Vec<_>>(),
         drivers = ?s.rdma_drivers,
         "initial inventory"
     );
     let (raw_tx, raw_rx) = watch::channel(raw);
-    let wake = Arc::new(tokio::sync::Notify::new());
-    erdma_inventory::events::watch_links(wake.clone(), cancel.clone());
-    let _dev_watcher = erdma_inventory::events::watch_dev(&s.dev_root, wake.clone());
+    let wake = devices::Wake::default();
+    erdma_inventory::events::watch_links(wake.refresh.clone(), wake.rescan.clone(), cancel.clone());
+    let _dev_watcher = erdma_inventory::events::watch_dev(&s.dev_root, wake.refresh.clone());
     tasks.push(tokio::spawn(devices::run(
         inventory,
         raw_tx,
         s.poll_interval,
+        devices::FULL_SCAN_EVERY,
         wake,
         cancel.clone(),
     )));
@@ -320,11 +339,8 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         cancel.clone(),
     )));
     let mut smcr_for_nri = None;
-    if s.prestart_container {
-        let pin_dir = s.bpf_pin_dir.clone();
-        let policy = tokio::task::spawn_blocking(move || smcr::open_policy(&pin_dir))
-            .await
-            .context("loading the SMC-R BPF policy")?;
+    if let Some(policy) = smcr_policy {
+        let policy = policy.await.context("loading the SMC-R BPF policy")?;
         let smc = smcr::Smc::new(smcr::pod_options(s.smcr_keep_ipv6), policy);
         let hook = Arc::new(smcr::SmcrHook::new(
             smcr::HookConfig {

@@ -11,33 +11,46 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-/// Full rescans (new or removed devices, driver reloads) happen at least this often; in between,
-/// the cheap [`Inventory::refresh`] re-reads port state, operstate and char-device presence.
-const FULL_SCAN_EVERY: Duration = Duration::from_secs(5);
+/// Full scans (every GID, MAC, NUMA node, link) run at start, on an address event, and at least
+/// this often as a safety net; in between, the cheap [`Inventory::refresh`] re-reads port state,
+/// link state and char-device presence, and notices devices that came or went (which then get a
+/// full read of their own).
+pub const FULL_SCAN_EVERY: Duration = Duration::from_secs(300);
 
 /// After a wake-up, the inventory is read once more this much later. The kernel sends the
 /// rtnetlink message of `ip link set up/down` before it runs the netdev notifiers, in which an
 /// RDMA driver (rxe, for one) moves its port state; that move sends no message of its own.
 const SETTLE: Duration = Duration::from_millis(50);
 
-/// Re-reads the inventory every `interval`, at once when `wake` fires (netlink link events,
-/// `/dev/infiniband` changes) and again [`SETTLE`] after that, until `cancel` fires; publishes on
-/// `tx` only when it changed.
+/// What makes the reader look between its safety polls.
+#[derive(Debug, Clone, Default)]
+pub struct Wake {
+    /// Re-read health now (and [`SETTLE`] later): rtnetlink link events, `/dev/infiniband`.
+    pub refresh: Arc<Notify>,
+    /// Scan everything now: rtnetlink address events (the GID tables follow the addresses).
+    pub rescan: Arc<Notify>,
+}
+
+/// Re-reads the inventory every `interval` (the safety poll), at once when `wake.refresh` fires
+/// and again [`SETTLE`] after that, and scans everything when `wake.rescan` fires or
+/// `full_every` passed, until `cancel` fires; publishes on `tx` only when it changed.
 ///
-/// The full scan (every [`FULL_SCAN_EVERY`]) reads every GID slot and can take seconds (rxe has
-/// 1024 slots per port; more so under emulation), so it runs beside the loop: link events keep
-/// being answered by the cheap refresh meanwhile, and the scan's result is refreshed once more when
-/// it arrives, so its port and link state are current, not those of when it started.
+/// The full scan reads every GID slot and can take seconds (rxe has 1024 slots per port; more so
+/// under emulation), so it runs beside the loop: link events keep being answered by the cheap
+/// refresh meanwhile, and the scan's result is refreshed once more when it arrives, so its port
+/// and link state are current, not those of when it started.
 pub async fn run(
     inventory: Inventory,
     tx: watch::Sender<NodeDevices>,
     interval: Duration,
-    wake: Arc<Notify>,
+    full_every: Duration,
+    wake: Wake,
     cancel: CancellationToken,
 ) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_full = tokio::time::Instant::now();
+    let mut rescan_due = false;
     let mut raw = tx.borrow().clone();
     let mut settle: Option<tokio::time::Instant> = None;
     let mut full_scan: Option<tokio::task::JoinHandle<NodeDevices>> = None;
@@ -47,14 +60,19 @@ pub async fn run(
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = ticker.tick() => {}
-            _ = wake.notified() => settle = Some(tokio::time::Instant::now() + SETTLE),
+            _ = wake.refresh.notified() => settle = Some(tokio::time::Instant::now() + SETTLE),
+            _ = wake.rescan.notified() => rescan_due = true,
             _ = tokio::time::sleep_until(settle_at), if settle.is_some() => settle = None,
             r = async { full_scan.as_mut().expect("guarded by is_some").await }, if full_scan.is_some() => {
                 full_scan = None;
                 scanned = Some(r);
             }
         }
-        if full_scan.is_none() && scanned.is_none() && last_full.elapsed() >= FULL_SCAN_EVERY {
+        // A rescan asked for while a scan ran starts as soon as that one is in.
+        if full_scan.is_none()
+            && (rescan_due || (scanned.is_none() && last_full.elapsed() >= full_every))
+        {
+            rescan_due = false;
             let inv = inventory.clone();
             // sysfs reads block: keep them off the async workers.
             full_scan = Some(tokio::task::spawn_blocking(move || inv.scan()));
@@ -326,11 +344,12 @@ mod tests {
         assert!(first.devices[1].health.is_healthy());
         sysfs.hooks.reads.store(0, Ordering::SeqCst);
         let (tx, mut rx) = watch::channel(first);
-        let wake = Arc::new(Notify::new());
+        let wake = Wake::default();
         let cancel = CancellationToken::new();
         tokio::spawn(run(
             inv,
             tx,
+            Duration::from_secs(3600),
             Duration::from_secs(3600),
             wake.clone(),
             cancel.clone(),
@@ -341,7 +360,7 @@ mod tests {
         }
         tree.write(PORT, "1: DOWN\n");
         *sysfs.hooks.then.lock().unwrap() = Some("4: ACTIVE\n");
-        wake.notify_one();
+        wake.refresh.notify_one();
         let hang_guard = Duration::from_secs(30);
         tokio::time::timeout(hang_guard, rx.changed())
             .await
@@ -400,21 +419,23 @@ mod tests {
             addrs: Arc::new(erdma_host::fake::FixedInterfaceAddrs::default()),
         });
         let (tx, mut rx) = watch::channel(first);
-        let wake = Arc::new(Notify::new());
+        let wake = Wake::default();
         let cancel = CancellationToken::new();
         tokio::spawn(run(
             inv,
             tx,
             Duration::from_millis(100),
+            Duration::from_secs(3600),
             wake.clone(),
             cancel.clone(),
         ));
-        // The first full scan starts FULL_SCAN_EVERY after the start, and hangs in the GIDs.
+        // An address event asks for a full scan, which hangs in the GIDs.
+        wake.rescan.notify_one();
         while !sysfs.hooks.blocked.load(Ordering::SeqCst) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         tree.write(PORT, "1: DOWN\n");
-        wake.notify_one();
+        wake.refresh.notify_one();
         tokio::time::timeout(Duration::from_secs(30), rx.changed())
             .await
             .expect("the link event is answered during the scan")

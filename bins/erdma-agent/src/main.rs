@@ -20,8 +20,32 @@ fn init_logs(json: bool) {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// Async worker threads. A node agent waits on sockets and timers; tokio's default (one worker
+/// per CPU) would start 128 threads, each with its own stack and malloc arena, on a 128-CPU node.
+const WORKER_THREADS: usize = 2;
+/// Threads for blocking work (sysfs reads, namespace entry).
+const MAX_BLOCKING_THREADS: usize = 16;
+/// An idle blocking thread exits after this long: longer than the inventory's 10 s safety poll,
+/// so an idle agent reuses one thread instead of creating one every poll.
+const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(30);
+
+fn main() -> ExitCode {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(WORKER_THREADS)
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
+        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
+        .enable_all()
+        .build();
+    match runtime {
+        Ok(rt) => rt.block_on(run()),
+        Err(e) => {
+            eprintln!("erdma-agent: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> ExitCode {
     let flags = Flags::parse();
     let settings = match Settings::resolve(flags) {
         Ok(s) => s,

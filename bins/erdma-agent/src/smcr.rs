@@ -158,17 +158,18 @@ fn is_read_only(p: &Path) -> bool {
 pub fn open_policy(pin_dir: &Path) -> Option<Arc<dyn SocketPolicy>> {
     use erdma_smc::policy::BpfSocketPolicy;
     use erdma_smc::probe;
+    // The cheap probe (one socket call) first: without IPPROTO_SMC the hook does not matter.
+    if !probe::ipproto_smc_works() {
+        tracing::info!(
+            "SMC-R BPF socket policy not loaded: IPPROTO_SMC sockets are not supported here (Linux 6.11+ with the smc module)"
+        );
+        return None;
+    }
     if let Err(why) = probe::bpf_hook_present(
         Path::new("/proc/kallsyms"),
         Path::new("/sys/kernel/btf/vmlinux"),
     ) {
         tracing::info!("SMC-R BPF socket policy not loaded: {why}");
-        return None;
-    }
-    if !probe::ipproto_smc_works() {
-        tracing::info!(
-            "SMC-R BPF socket policy not loaded: IPPROTO_SMC sockets are not supported here (Linux 6.11+ with the smc module)"
-        );
         return None;
     }
     match BpfSocketPolicy::open_pinned(pin_dir) {

@@ -79,7 +79,13 @@ async fn agent_serves_fixture_devices_follows_health_survives_restarts_and_stops
         .unwrap();
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
-    let mut agent = spawn_agent(&tree, dir.path(), &["--metrics-addr", &addr]);
+    // The fixture's operstate is a plain file, which sends no netlink event: the flip below is
+    // seen by the safety poll, shortened here from its 10 s default.
+    let mut agent = spawn_agent(
+        &tree,
+        dir.path(),
+        &["--metrics-addr", &addr, "--poll-interval-ms", "100"],
+    );
 
     // Registration and ListAndWatch contents from the real inventory of the fixture.
     let s = kubelet

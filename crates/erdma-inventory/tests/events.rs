@@ -25,11 +25,12 @@ async fn dev_changes_wake_the_reader() {
 
 #[tokio::test]
 #[ignore = "needs root (creates a veth pair in the host's network namespace); run with --ignored by scripts/test.sh on the CI host, which runs as root"]
-async fn link_changes_wake_the_reader() {
+async fn link_changes_wake_the_reader_and_address_changes_ask_for_a_rescan() {
     let wake = Arc::new(Notify::new());
+    let rescan = Arc::new(Notify::new());
     let cancel = CancellationToken::new();
     assert!(
-        watch_links(wake.clone(), cancel.clone()),
+        watch_links(wake.clone(), rescan.clone(), cancel.clone()),
         "netlink route socket"
     );
     let name = format!("erdmanl{}", std::process::id() % 100_000);
@@ -42,9 +43,19 @@ async fn link_changes_wake_the_reader() {
         other => panic!("needs root and iproute2 to create the veth pair {name}: {other:?}"),
     }
     let woke = tokio::time::timeout(DEADLINE, wake.notified()).await;
+    // An address on the new link: the GID tables follow addresses, so this asks for a full scan.
+    let addr = std::process::Command::new("ip")
+        .args(["addr", "add", "198.51.100.7/32", "dev", &name])
+        .output();
+    let rescanned = tokio::time::timeout(DEADLINE, rescan.notified()).await;
     let _ = std::process::Command::new("ip")
         .args(["link", "del", &name])
         .output();
     cancel.cancel();
     assert!(woke.is_ok(), "a new link must wake the reader");
+    assert!(
+        matches!(&addr, Ok(o) if o.status.success()),
+        "ip addr add on {name}: {addr:?}"
+    );
+    assert!(rescanned.is_ok(), "a new address must ask for a full scan");
 }

@@ -160,17 +160,50 @@ pub fn bpf_hook_present(kallsyms: &Path, btf: &Path) -> Result<(), String> {
             btf.display()
         ));
     }
-    let syms = std::fs::read_to_string(kallsyms)
+    let found = kallsyms_lists(kallsyms, BPF_HOOK)
         .map_err(|e| format!("cannot read {}: {e}", kallsyms.display()))?;
-    let found = syms
-        .lines()
-        .any(|l| l.split_whitespace().nth(2) == Some(BPF_HOOK));
     if found {
         Ok(())
     } else {
         Err(format!(
             "kernel has no {BPF_HOOK} (needs Linux 6.6+ with CONFIG_MPTCP)"
         ))
+    }
+}
+
+/// Whether a `kallsyms` file lists symbol `name` (its third field, followed by the end of the
+/// line or a module tab). Streams the file through one buffer: a distribution kernel's
+/// `/proc/kallsyms` is several MB, and the agent probes it while it starts.
+fn kallsyms_lists(kallsyms: &Path, name: &str) -> std::io::Result<bool> {
+    use std::io::Read;
+    let needle = format!(" {name}");
+    let finder = memchr::memmem::Finder::new(needle.as_bytes());
+    let mut f = std::fs::File::open(kallsyms)?;
+    let mut buf = vec![0u8; 256 * 1024];
+    // Bytes kept from the previous read: a match may straddle two reads, and its next byte is
+    // needed to tell `name` from `name_longer`.
+    let mut kept = 0;
+    loop {
+        let n = f.read(&mut buf[kept..])?;
+        let end = kept + n;
+        let hay = &buf[..end];
+        let mut from = 0;
+        while let Some(i) = finder.find(&hay[from..]) {
+            let at = from + i;
+            match hay.get(at + needle.len()) {
+                Some(b'\n' | b'\t') => return Ok(true),
+                Some(_) => from = at + 1,
+                None if n == 0 => return Ok(true),
+                None => break,
+            }
+        }
+        if n == 0 {
+            return Ok(false);
+        }
+        // Keep the tail that could start a match.
+        let keep = needle.len().min(end);
+        buf.copy_within(end - keep..end, 0);
+        kept = keep;
     }
 }
 
@@ -276,6 +309,48 @@ mod tests {
                 .unwrap_err()
                 .contains("CONFIG_MPTCP")
         );
+    }
+
+    /// The streamed search agrees with a line-by-line reading wherever the name falls against
+    /// the read buffer's edges, and for names that only start like it.
+    #[test]
+    fn kallsyms_search_across_buffer_edges() {
+        let d = tempfile::tempdir().unwrap();
+        let ks = d.path().join("kallsyms");
+        for pad in [
+            0usize,
+            1,
+            7,
+            256 * 1024 - 30,
+            256 * 1024 - 10,
+            256 * 1024 + 3,
+        ] {
+            for (tail, want) in [
+                ("update_socket_protocol\n", true),
+                ("update_socket_protocol\t[mptcp]\n", true),
+                ("update_socket_protocol", true),
+                ("update_socket_protocol_x\n", false),
+                ("update_socket_protocoX\n", false),
+            ] {
+                let mut text = String::new();
+                while text.len() < pad {
+                    text.push_str("ffffffff81000000 t some_other_symbol\n");
+                }
+                text.truncate(pad);
+                text.push_str("\nffffffff81e2e0b0 W ");
+                text.push_str(tail);
+                std::fs::write(&ks, &text).unwrap();
+                let by_lines = text
+                    .lines()
+                    .any(|l| l.split_whitespace().nth(2) == Some(BPF_HOOK));
+                assert_eq!(by_lines, want, "reference, pad {pad}, {tail:?}");
+                assert_eq!(
+                    kallsyms_lists(&ks, BPF_HOOK).unwrap(),
+                    want,
+                    "pad {pad}, {tail:?}"
+                );
+            }
+        }
     }
 
     /// This machine: no SMC module, so the probe says so and the choice is "SMC unsupported".
