@@ -6,6 +6,7 @@
 #   deviceplugin  cargo bench -p erdma-deviceplugin --bench deviceplugin
 #   agent         cargo bench -p erdma-agent --features bpf --bench agent (the shipped configuration)
 #   nri           cargo bench -p erdma-nri --bench nri (CreateContainer with erdma's adjustment vs none)
+#   dra           cargo bench -p erdma-dra --bench prepare (NodePrepareResources vs an empty call)
 #   nccl          crates/erdma-nccl/bench/bench-analyze.sh (1 GiB log, against grep -c)
 #   lab-demo      lab/demo.sh (the demo report: ib_write_bw, ibv_rc_pingpong, timings)
 #   lab-run       lab/run.sh (all scenarios; REPORT lines: health flips, kubelet restart)
@@ -20,7 +21,7 @@
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO" || exit 2
-ALL="inventory deviceplugin agent nri nccl lab-demo lab-run smcr"
+ALL="inventory deviceplugin agent nri dra nccl lab-demo lab-run smcr"
 LAB="lab-demo lab-run smcr"
 only=(); no_lab=0; write=1; keep=""
 while [ $# -gt 0 ]; do
@@ -64,6 +65,7 @@ command_of() {
     deviceplugin) echo "cargo bench -p erdma-deviceplugin --bench deviceplugin" ;;
     agent) echo "cargo bench -p erdma-agent --features bpf --bench agent" ;;
     nri) echo "cargo bench -p erdma-nri --bench nri" ;;
+    dra) echo "cargo bench -p erdma-dra --bench prepare" ;;
     nccl) echo "crates/erdma-nccl/bench/bench-analyze.sh" ;;
     lab-demo) echo "ERDMA_LAB_WORK=$RUN/lab-demo.work lab/demo.sh" ;;
     lab-run) echo "ERDMA_LAB_WORK=$RUN/lab-run.work lab/run.sh" ;;

@@ -4,21 +4,25 @@
 //! The agent runs as a child process with the flags `erdma_k8s::install::agent_args` renders for
 //! the default values (so the bench follows the install), `NODE_NAME` set and a kubeconfig that
 //! points at the in-memory fake API server (`erdma_k8s::fake`) served over HTTP in this process:
-//! it follows this node's `ERdmaDevice` (a watch), patches node labels and the driver condition
-//! and records Events, as in a cluster. Host-specific paths are replaced by a fixture node of 8
-//! eRDMA devices (sysfs + /dev tree), the fake kubelet in this process, and `--prefer-driver none`
-//! (the driver manager, ERI netdev setup and SMC pnet setup act on the real host's kernel
-//! module and interfaces, which a benchmark must not touch).
+//! it reads this node's `ERdmaDevice`, patches node labels and the driver condition and records
+//! Events, as in a cluster. Host-specific paths are replaced by a fixture node of eRDMA devices
+//! (sysfs + /dev tree), the fake kubelet in this process, and `--prefer-driver none` (the driver
+//! manager, ERI netdev setup and SMC pnet setup act on the real host's kernel module and
+//! interfaces, which a benchmark must not touch).
 //!
-//! Measured:
-//! 1. process start → registered with all 8 × 200 slots;
-//! 2. idle RSS and CPU after registration (target RSS ≤ 15 MiB);
-//! 3. fixture flip (netdev operstate down/up) → ListAndWatch update at the kubelet, through the
-//!    inventory poll (target: every flip ≤ 250 ms);
-//! 4. kubelet restart → re-registered with all devices (target: every restart ≤ 1 s).
+//! Three agents, one after the other:
+//! 1. 64 devices × 200 slots: process start → registered with every slot (target ≤ 50 ms), idle
+//!    CPU over 60 s (target ≤ 0.1 % of a core), RSS;
+//! 2. 8 devices × 200 slots: the same start and idle figures (idle CPU target ≤ 0.1 %, idle RSS
+//!    target ≤ 8 MiB), then 20 device flips through the event path (the uverbs node of `erdma_0`
+//!    removed and created again in the fixture's `/dev/infiniband`, which the agent watches with
+//!    inotify; target: every flip ≤ 250 ms), then 10 kubelet restarts (target ≤ 1 s each);
+//! 3. 8 devices × 1 200 slots: idle RSS, for the RSS growth per 1 000 slots against run 2.
 //!
 //! Output: human lines, `BENCH key=value unit` lines and `BENCHCONF agent text` lines that
-//! `scripts/bench.sh` renders. `ERDMA_AGENT_BIN` overrides the agent binary.
+//! `scripts/bench.sh` renders. `ERDMA_AGENT_BIN` overrides the agent binary;
+//! `ERDMA_BENCH_IDLE_S` the idle window (default 60 s); `ERDMA_BENCH_AGENT_LOGS=DIR` keeps each
+//! agent's log there, and `ERDMA_BENCH_RUST_LOG` sets its `RUST_LOG` (default `info`, shipped).
 
 use erdma_fake_kubelet::{FakeKubelet, FakeKubeletConfig};
 use erdma_host::fake::NodeTree;
@@ -32,8 +36,8 @@ use tokio_util::sync::CancellationToken;
 
 const RESOURCE: &str = "aliyun/erdma";
 const NODE: &str = "bench-node";
-const DEVICES: u32 = 8;
-const SLOTS: usize = 200;
+/// The slots per device the install ships (`--slots-per-device` default).
+const SHIPPED_SLOTS: u32 = 200;
 
 fn proc_field(pid: u32, key: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -56,6 +60,42 @@ fn cpu_ns(pid: u32) -> Option<u64> {
     Some((utime + stime) * 10_000_000)
 }
 
+/// CPU time of each of the process's threads in nanoseconds, from
+/// `/proc/PID/task/TID/schedstat` (the scheduler's exact run time, not tick samples).
+fn thread_cpu_ns(pid: u32) -> std::collections::BTreeMap<u32, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(tid) = e.file_name().to_str().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        let ns = std::fs::read_to_string(e.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()));
+        if let Some(ns) = ns {
+            out.insert(tid, ns);
+        }
+    }
+    out
+}
+
+/// CPU time between two [`thread_cpu_ns`] readings: threads in both count their difference,
+/// threads born in between all of theirs; returns the time and how many threads ended in between
+/// (their time is lost, so the bench reports it).
+fn cpu_between(
+    a: &std::collections::BTreeMap<u32, u64>,
+    b: &std::collections::BTreeMap<u32, u64>,
+) -> (u64, usize) {
+    let used = b
+        .iter()
+        .map(|(tid, ns)| ns.saturating_sub(a.get(tid).copied().unwrap_or(0)))
+        .sum();
+    let ended = a.keys().filter(|t| !b.contains_key(t)).count();
+    (used, ended)
+}
+
 fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
     v.sort();
     v[((v.len() as f64 - 1.0) * p).round() as usize]
@@ -69,9 +109,9 @@ fn bench(key: &str, value: f64, unit: &str) {
     println!("BENCH agent.{key}={value:.2} {unit}");
 }
 
-fn erdma_device() -> ERdmaDevice {
+fn erdma_device(devices: u32) -> ERdmaDevice {
     // The MACs `fixtures::large` gives device i's netdev.
-    let eris: Vec<DeviceInfo> = (0..DEVICES)
+    let eris: Vec<DeviceInfo> = (0..devices)
         .map(|i| DeviceInfo {
             instance_id: "i-bench".into(),
             mac: format!("00:16:3e:00:00:{i:02x}"),
@@ -118,107 +158,159 @@ fn agent_args(dev_root: &std::path::Path) -> Vec<String> {
     args
 }
 
-fn main() {
-    let bin = std::env::var("ERDMA_AGENT_BIN")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_erdma-agent").to_string());
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    rt.block_on(async move {
-        let tree = NodeTree::temp();
-        fixtures::large(&tree, DEVICES, 1, 2);
-        let dir = tempfile::Builder::new()
-            .prefix("agb")
-            .tempdir_in("/tmp")
-            .expect("temp dir");
-        let kubelet = FakeKubelet::start(FakeKubeletConfig::new(dir.path()))
-            .await
-            .expect("fake kubelet");
+/// One agent run's node and what to measure.
+struct Run {
+    devices: u32,
+    slots: u32,
+    idle: Duration,
+    flips_and_restarts: bool,
+}
 
-        let api = FakeApiServer::new();
-        api.put(&Node {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                name: Some(NODE.into()),
-                ..Default::default()
-            },
+/// What one run measured.
+#[derive(Default)]
+struct Measured {
+    start_ms: f64,
+    idle_cpu_pct: f64,
+    idle_rss_mib: f64,
+    idle_threads: u64,
+    idle_threads_ended: u64,
+    idle_cpu_ticks_pct: f64,
+}
+
+/// Reports one figure of run `tag` (`d64`, `d8`, `d8s1200`).
+fn report(tag: &str, m: &Measured) {
+    bench(&format!("{tag}.start_to_registered"), m.start_ms, "ms");
+    bench(&format!("{tag}.idle_cpu"), m.idle_cpu_pct, "%");
+    bench(&format!("{tag}.idle_rss"), m.idle_rss_mib, "MiB");
+    bench(
+        &format!("{tag}.idle_threads"),
+        m.idle_threads as f64,
+        "threads",
+    );
+    bench(
+        &format!("{tag}.idle_threads_ended"),
+        m.idle_threads_ended as f64,
+        "threads",
+    );
+    bench(&format!("{tag}.idle_cpu_ticks"), m.idle_cpu_ticks_pct, "%");
+}
+
+async fn run_agent(bin: &str, run: &Run) -> Measured {
+    let tree = NodeTree::temp();
+    fixtures::large(&tree, run.devices, 1, 2);
+    let dir = tempfile::Builder::new()
+        .prefix("agb")
+        .tempdir_in("/tmp")
+        .expect("temp dir");
+    let kubelet = FakeKubelet::start(FakeKubeletConfig::new(dir.path()))
+        .await
+        .expect("fake kubelet");
+
+    let api = FakeApiServer::new();
+    api.put(&Node {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(NODE.into()),
             ..Default::default()
-        });
-        api.put(&erdma_device());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind fake API server");
-        let addr = listener.local_addr().expect("local addr");
-        let cancel = CancellationToken::new();
-        tokio::spawn(api.clone().serve_http(listener, cancel.clone()));
-        let kubeconfig = dir.path().join("kubeconfig");
-        erdma_k8s::fake::kubeconfig(&kubeconfig, addr).expect("write kubeconfig");
-        let pin_dir = dir.path().join("bpf-pin");
-        let log_path = dir.path().join("agent.log");
+        },
+        ..Default::default()
+    });
+    api.put(&erdma_device(run.devices));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind fake API server");
+    let addr = listener.local_addr().expect("local addr");
+    let cancel = CancellationToken::new();
+    tokio::spawn(api.clone().serve_http(listener, cancel.clone()));
+    let kubeconfig = dir.path().join("kubeconfig");
+    erdma_k8s::fake::kubeconfig(&kubeconfig, addr).expect("write kubeconfig");
+    let pin_dir = dir.path().join("bpf-pin");
+    let log_path = dir.path().join("agent.log");
 
-        let mut args = agent_args(tree.dev().as_path());
-        args.extend([
-            format!("--sysfs-root={}", tree.sys().display()),
-            format!("--kubelet-dir={}", dir.path().display()),
-            format!("--kubeconfig={}", kubeconfig.display()),
-            format!("--bpf-pin-dir={}", pin_dir.display()),
-        ]);
-        let shown: Vec<String> = args
-            .iter()
-            .map(|a| {
-                a.replace(&tree.root().display().to_string(), "FIXTURE")
-                    .replace(&dir.path().display().to_string(), "TMP")
-            })
-            .collect();
-        println!(
-            "BENCHCONF agent erdma-agent {} with NODE_NAME={NODE}; {DEVICES} eRDMA devices x {SLOTS} slots (fixture tree); fake kubelet and fake API server (HTTP) in the bench process",
-            shown.join(" ")
-        );
-        println!(
-            "BENCHCONF agent built with the bpf feature: {}",
-            if cfg!(feature = "bpf") { "yes" } else { "NO" }
-        );
-        let log = std::fs::File::create(&log_path).expect("agent log");
-        let mut child = Command::new(&bin)
-            .args(&args)
-            .env("NODE_NAME", NODE)
-            .env_remove("RUST_LOG")
-            .env_remove("KUBECONFIG")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn erdma-agent");
-        let pid = child.id();
-        let want = DEVICES as usize * SLOTS;
-        let t = Instant::now();
-        kubelet
-            .wait_for(Duration::from_secs(30), |s| {
-                s.resources
-                    .get(RESOURCE)
-                    .is_some_and(|r| r.devices.len() == want)
-            })
-            .await
-            .expect("agent registers 8 x 200 slots (from the ERdmaDevice)");
-        let start = t.elapsed();
-        println!("agent start -> registered: {:.2} ms", ms(start));
-        bench("start_to_registered", ms(start), "ms");
+    let mut args = agent_args(tree.dev().as_path());
+    args.extend([
+        format!("--sysfs-root={}", tree.sys().display()),
+        format!("--kubelet-dir={}", dir.path().display()),
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--bpf-pin-dir={}", pin_dir.display()),
+    ]);
+    if run.slots != SHIPPED_SLOTS {
+        args.push(format!("--slots-per-device={}", run.slots));
+    }
+    let shown: Vec<String> = args
+        .iter()
+        .map(|a| {
+            a.replace(&tree.root().display().to_string(), "FIXTURE")
+                .replace(&dir.path().display().to_string(), "TMP")
+        })
+        .collect();
+    println!(
+        "BENCHCONF agent {} devices x {} slots: erdma-agent {} with NODE_NAME={NODE}",
+        run.devices,
+        run.slots,
+        shown.join(" ")
+    );
+    let log = std::fs::File::create(&log_path).expect("agent log");
+    let t = Instant::now();
+    let mut child = Command::new(bin)
+        .args(&args)
+        .env("NODE_NAME", NODE)
+        // The shipped log level, unless ERDMA_BENCH_RUST_LOG asks for more (to see phases).
+        .env(
+            "RUST_LOG",
+            std::env::var("ERDMA_BENCH_RUST_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .env_remove("KUBECONFIG")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn erdma-agent");
+    let pid = child.id();
+    let want = (run.devices * run.slots) as usize;
+    kubelet
+        .wait_for(Duration::from_secs(30), |s| {
+            s.resources
+                .get(RESOURCE)
+                .is_some_and(|r| r.devices.len() == want)
+        })
+        .await
+        .expect("agent registers every slot (from the ERdmaDevice)");
+    let mut m = Measured {
+        start_ms: ms(t.elapsed()),
+        ..Default::default()
+    };
+    println!(
+        "{} x {}: agent start -> registered: {:.2} ms",
+        run.devices, run.slots, m.start_ms
+    );
 
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let (cpu0, t0) = (cpu_ns(pid), Instant::now());
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        let idle_cpu = match (cpu0, cpu_ns(pid)) {
-            (Some(a), Some(b)) => b.saturating_sub(a) as f64 / t0.elapsed().as_nanos() as f64 * 100.0,
-            _ => f64::NAN,
-        };
-        let rss = proc_field(pid, "VmRSS:").unwrap_or(0);
-        println!(
-            "idle: RSS {rss} KiB = {:.1} MiB (target <= 15 MiB), CPU {idle_cpu:.1} % of a core over 10 s",
-            rss as f64 / 1024.0
-        );
-        bench("idle_rss", rss as f64 / 1024.0, "MiB");
-        bench("idle_cpu", idle_cpu, "%");
+    // Let the start-up work settle (blocking threads exit after 1 s idle), then measure.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (cpu0, threads0, t0) = (cpu_ns(pid), thread_cpu_ns(pid), Instant::now());
+    tokio::time::sleep(run.idle).await;
+    let (threads1, cpu1) = (thread_cpu_ns(pid), cpu_ns(pid));
+    let window = t0.elapsed().as_nanos() as f64;
+    let (used, ended) = cpu_between(&threads0, &threads1);
+    m.idle_cpu_pct = used as f64 / window * 100.0;
+    m.idle_threads_ended = ended as u64;
+    m.idle_cpu_ticks_pct = match (cpu0, cpu1) {
+        (Some(a), Some(b)) => b.saturating_sub(a) as f64 / window * 100.0,
+        _ => f64::NAN,
+    };
+    m.idle_rss_mib = proc_field(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0;
+    m.idle_threads = proc_field(pid, "Threads:").unwrap_or(0);
+    println!(
+        "{} x {}: idle over {} s: CPU {:.3} % of a core ({:.3} % from /proc/PID/stat ticks; {} thread(s) ended), RSS {:.2} MiB, {} threads",
+        run.devices,
+        run.slots,
+        run.idle.as_secs(),
+        m.idle_cpu_pct,
+        m.idle_cpu_ticks_pct,
+        m.idle_threads_ended,
+        m.idle_rss_mib,
+        m.idle_threads
+    );
 
+    if run.flips_and_restarts {
         // What the cluster client did so far: ERdmaDevice reads (the agent polls it), node label
         // and condition patches, Events.
         let reads = api.requests_matching("GET", "erdmadevices").len();
@@ -237,78 +329,157 @@ fn main() {
             })
             .unwrap_or_else(|| "no log line".into());
         println!(
-            "BENCHCONF agent cluster client after start and 13 s idle: {reads} ERdmaDevice read(s) (the agent re-reads it every 10 s), {patches} node patch(es) (driver labels, condition), {events} Event(s) (none is due with the driver unmanaged); pre-start hook on, the agent logged: SMC-R BPF {policy}"
+            "BENCHCONF agent cluster client of the 8-device agent after start and {} s idle: {reads} ERdmaDevice read(s) (the agent re-reads it every 10 s), {patches} node patch(es) (driver labels, condition), {events} Event(s) (none is due with the driver unmanaged); pre-start hook on, the agent logged: SMC-R BPF {policy}",
+            run.idle.as_secs() + 3
         );
         if reads == 0 || patches == 0 {
             println!(
                 "BENCHCONF agent WARNING: the cluster client did not read the ERdmaDevice or patch the node"
             );
         }
-
-        let mut flips = Vec::new();
-        for i in 0..20u64 {
-            let down = i % 2 == 0;
-            // Flip at a varying phase of the 100 ms poll (otherwise every flip lands just after
-            // a poll and waits a whole period).
-            tokio::time::sleep(Duration::from_millis(i * 37 % 100)).await;
-            let t = Instant::now();
-            tree.set_operstate("eth1", if down { "down" } else { "up" });
-            kubelet
-                .wait_for(Duration::from_secs(5), |s| {
-                    s.resources[RESOURCE]
-                        .devices
-                        .iter()
-                        .filter(|d| d.id.starts_with("erdma_0/"))
-                        .all(|d| (d.health == "Unhealthy") == down)
-                })
-                .await
-                .expect("flip reaches the kubelet");
-            flips.push(t.elapsed());
-        }
-        let (p50, max) = (pct(flips.clone(), 0.5), pct(flips, 1.0));
-        println!(
-            "fixture flip -> update: n=20 p50 {:.2} ms, max {:.2} ms (target <= 250 ms)",
-            ms(p50),
-            ms(max)
-        );
-        bench("flip_p50", ms(p50), "ms");
-        bench("flip_max", ms(max), "ms");
-
-        let mut restarts = Vec::new();
-        for i in 1..=10u64 {
-            let t = Instant::now();
-            kubelet.restart().await.expect("restart the fake kubelet");
-            kubelet
-                .wait_for(Duration::from_secs(5), |s| {
-                    s.kubelet_restarts == i
-                        && s.resources
-                            .get(RESOURCE)
-                            .is_some_and(|r| r.connected && r.devices.len() == want)
-                })
-                .await
-                .expect("re-registered");
-            restarts.push(t.elapsed());
-        }
-        let (p50, max) = (pct(restarts.clone(), 0.5), pct(restarts, 1.0));
-        println!(
-            "kubelet restart -> re-registered: n=10 p50 {:.2} ms, max {:.2} ms (target <= 1 s)",
-            ms(p50),
-            ms(max)
-        );
-        bench("restart_p50", ms(p50), "ms");
-        bench("restart_max", ms(max), "ms");
+        flips(&tree, &kubelet).await;
+        restarts(&kubelet, want).await;
         let rss = proc_field(pid, "VmRSS:").unwrap_or(0);
         println!(
             "RSS after flips and restarts: {rss} KiB = {:.1} MiB",
             rss as f64 / 1024.0
         );
         bench("rss_after_restarts", rss as f64 / 1024.0, "MiB");
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid as i32),
-            nix::sys::signal::Signal::SIGTERM,
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = child.wait();
+    if let Ok(keep) = std::env::var("ERDMA_BENCH_AGENT_LOGS") {
+        let to =
+            std::path::Path::new(&keep).join(format!("agent-{}x{}.log", run.devices, run.slots));
+        if let Err(e) = std::fs::copy(&log_path, &to) {
+            eprintln!("could not keep the agent log at {}: {e}", to.display());
+        }
+    }
+    cancel.cancel();
+    kubelet.shutdown().await;
+    m
+}
+
+/// 20 flips of `erdma_0` through the event path: its uverbs node goes (the device turns
+/// `Unhealthy`: the kernel removes the node when the device goes) and comes back.
+async fn flips(tree: &NodeTree, kubelet: &FakeKubelet) {
+    let mut flips = Vec::new();
+    for i in 0..20u64 {
+        let down = i % 2 == 0;
+        // Vary the phase against the agent's timers.
+        tokio::time::sleep(Duration::from_millis(50 + i * 37 % 100)).await;
+        let t = Instant::now();
+        if down {
+            tree.remove_dev("infiniband/uverbs0");
+        } else {
+            tree.char_node("infiniband/uverbs0", 231, 192);
+        }
+        kubelet
+            .wait_for(Duration::from_secs(15), |s| {
+                s.resources[RESOURCE]
+                    .devices
+                    .iter()
+                    .filter(|d| d.id.starts_with("erdma_0/"))
+                    .all(|d| (d.health == "Unhealthy") == down)
+            })
+            .await
+            .expect("flip reaches the kubelet");
+        flips.push(t.elapsed());
+    }
+    let (p50, max) = (pct(flips.clone(), 0.5), pct(flips, 1.0));
+    println!(
+        "device flip (uverbs node, inotify) -> update: n=20 p50 {:.2} ms, max {:.2} ms (target <= 250 ms)",
+        ms(p50),
+        ms(max)
+    );
+    bench("flip_p50", ms(p50), "ms");
+    bench("flip_max", ms(max), "ms");
+}
+
+/// 10 kubelet restarts, each until the agent registered again with every slot.
+async fn restarts(kubelet: &FakeKubelet, want: usize) {
+    let mut restarts = Vec::new();
+    for i in 1..=10u64 {
+        let t = Instant::now();
+        kubelet.restart().await.expect("restart the fake kubelet");
+        kubelet
+            .wait_for(Duration::from_secs(5), |s| {
+                s.kubelet_restarts == i
+                    && s.resources
+                        .get(RESOURCE)
+                        .is_some_and(|r| r.connected && r.devices.len() == want)
+            })
+            .await
+            .expect("re-registered");
+        restarts.push(t.elapsed());
+    }
+    let (p50, max) = (pct(restarts.clone(), 0.5), pct(restarts, 1.0));
+    println!(
+        "kubelet restart -> re-registered: n=10 p50 {:.2} ms, max {:.2} ms (target <= 1 s)",
+        ms(p50),
+        ms(max)
+    );
+    bench("restart_p50", ms(p50), "ms");
+    bench("restart_max", ms(max), "ms");
+}
+
+fn main() {
+    let bin = std::env::var("ERDMA_AGENT_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_erdma-agent").to_string());
+    let idle = Duration::from_secs(
+        std::env::var("ERDMA_BENCH_IDLE_S")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(60),
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(async move {
+        println!(
+            "BENCHCONF agent built with the bpf feature: {}",
+            if cfg!(feature = "bpf") { "yes" } else { "NO" }
         );
-        let _ = child.wait();
-        cancel.cancel();
-        kubelet.shutdown().await;
+        let d64 = run_agent(
+            &bin,
+            &Run {
+                devices: 64,
+                slots: SHIPPED_SLOTS,
+                idle,
+                flips_and_restarts: false,
+            },
+        )
+        .await;
+        report("d64", &d64);
+        let d8 = run_agent(
+            &bin,
+            &Run {
+                devices: 8,
+                slots: SHIPPED_SLOTS,
+                idle,
+                flips_and_restarts: true,
+            },
+        )
+        .await;
+        report("d8", &d8);
+        let big = run_agent(
+            &bin,
+            &Run {
+                devices: 8,
+                slots: 1200,
+                idle: Duration::from_secs(5),
+                flips_and_restarts: false,
+            },
+        )
+        .await;
+        report("d8s1200", &big);
+        let growth = (big.idle_rss_mib - d8.idle_rss_mib) / (8.0 * (1200.0 - 200.0) / 1000.0);
+        println!("RSS growth per 1 000 slots: {growth:.3} MiB");
+        bench("rss_per_1000_slots", growth, "MiB");
     });
 }
