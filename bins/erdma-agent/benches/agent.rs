@@ -172,6 +172,10 @@ struct Measured {
     start_ms: f64,
     idle_cpu_pct: f64,
     idle_rss_mib: f64,
+    /// Anonymous memory (heap, stacks) of the idle RSS.
+    idle_rss_anon_mib: f64,
+    /// File-backed pages (the binary's and libraries' touched pages) of the idle RSS.
+    idle_rss_file_mib: f64,
     idle_threads: u64,
     idle_threads_ended: u64,
     idle_cpu_ticks_pct: f64,
@@ -182,6 +186,8 @@ fn report(tag: &str, m: &Measured) {
     bench(&format!("{tag}.start_to_registered"), m.start_ms, "ms");
     bench(&format!("{tag}.idle_cpu"), m.idle_cpu_pct, "%");
     bench(&format!("{tag}.idle_rss"), m.idle_rss_mib, "MiB");
+    bench(&format!("{tag}.idle_rss_anon"), m.idle_rss_anon_mib, "MiB");
+    bench(&format!("{tag}.idle_rss_file"), m.idle_rss_file_mib, "MiB");
     bench(
         &format!("{tag}.idle_threads"),
         m.idle_threads as f64,
@@ -297,9 +303,11 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
         _ => f64::NAN,
     };
     m.idle_rss_mib = proc_field(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0;
+    m.idle_rss_anon_mib = proc_field(pid, "RssAnon:").unwrap_or(0) as f64 / 1024.0;
+    m.idle_rss_file_mib = proc_field(pid, "RssFile:").unwrap_or(0) as f64 / 1024.0;
     m.idle_threads = proc_field(pid, "Threads:").unwrap_or(0);
     println!(
-        "{} x {}: idle over {} s: CPU {:.3} % of a core ({:.3} % from /proc/PID/stat ticks; {} thread(s) ended), RSS {:.2} MiB, {} threads",
+        "{} x {}: idle over {} s: CPU {:.3} % of a core ({:.3} % from /proc/PID/stat ticks; {} thread(s) ended), RSS {:.2} MiB (anon {:.2}, file {:.2}), {} threads",
         run.devices,
         run.slots,
         run.idle.as_secs(),
@@ -307,6 +315,8 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
         m.idle_cpu_ticks_pct,
         m.idle_threads_ended,
         m.idle_rss_mib,
+        m.idle_rss_anon_mib,
+        m.idle_rss_file_mib,
         m.idle_threads
     );
 
