@@ -5,9 +5,9 @@
 //! ledger and on pod-resources before the pre-start hook runs, and the sandbox already exists
 //! for a hook that looks the pod up in the runtime), then `CreateContainer` with the Allocate
 //! response's devices, mounts, envs, annotations and CDI device names, and `StartContainer`.
-//! With DRA ([`PodSpec::dra`]), the container's ResourceClaims are prepared instead
-//! ([`crate::claims`]: `NodePrepareResources` through each claim's driver) and the CDI device
-//! IDs the drivers return go to `CreateContainer`, as the kubelet's DRA manager hands them over.
+//! With DRA ([`PodSpec::dra`]), the container's ResourceClaims are prepared first, before the
+//! sandbox as the kubelet does ([`crate::claims`]: `NodePrepareResources` through each claim's
+//! driver), and the CDI device IDs the drivers return go to `CreateContainer`.
 //! [`delete_pod`] stops and removes the container and the sandbox, releases the devices and
 //! unprepares the claims.
 //!
@@ -304,6 +304,37 @@ pub async fn run_pod(dir: &Path, cri: &mut CriClient, spec: &PodSpec) -> Result<
     }
     let t0 = Instant::now();
     let mut timings = BTreeMap::new();
+    // DRA: the kubelet prepares a pod's claims before it creates the sandbox (SyncPod), so a
+    // refused claim leaves nothing behind in the runtime.
+    let dra_claims = match &spec.dra {
+        Some(access) => {
+            let (ns, name) = split_pod(&spec.pod)?;
+            let t = Instant::now();
+            let c = crate::claims::prepare_container(access, ns, name, &spec.container).await?;
+            timings.insert("prepare".to_string(), ms(t));
+            c
+        }
+        None => Vec::new(),
+    };
+    let out = run_prepared(dir, cri, spec, t0, timings, dra_claims.clone()).await;
+    if out.is_err()
+        && let Some(access) = &spec.dra
+        && let Err(u) = crate::claims::unprepare(access, &dra_claims).await
+    {
+        tracing::warn!(pod = %spec.pod, "unpreparing the claims failed: {u}");
+    }
+    out
+}
+
+async fn run_prepared(
+    dir: &Path,
+    cri: &mut CriClient,
+    spec: &PodSpec,
+    t0: Instant,
+    mut timings: BTreeMap<String, u64>,
+    dra_claims: Vec<PreparedPodClaim>,
+) -> Result<PodRecord> {
+    let path = record_path(dir, &spec.pod)?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -319,7 +350,6 @@ pub async fn run_pod(dir: &Path, cri: &mut CriClient, spec: &PodSpec) -> Result<
     let t = Instant::now();
     let sandbox_id = cri.run_pod_sandbox(sandbox.clone()).await?;
     timings.insert("sandbox".to_string(), ms(t));
-    let mut dra_claims = Vec::new();
     let started = start_in_sandbox(
         dir,
         cri,
@@ -327,7 +357,7 @@ pub async fn run_pod(dir: &Path, cri: &mut CriClient, spec: &PodSpec) -> Result<
         &sandbox,
         &sandbox_id,
         &mut timings,
-        &mut dra_claims,
+        &dra_claims,
     )
     .await;
     let (allocation, container_id) = match started {
@@ -340,11 +370,6 @@ pub async fn run_pod(dir: &Path, cri: &mut CriClient, spec: &PodSpec) -> Result<
                 && let Err(r) = crate::release(dir, &spec.pod).await
             {
                 tracing::warn!(pod = %spec.pod, "releasing the devices failed: {r}");
-            }
-            if let Some(access) = &spec.dra
-                && let Err(u) = crate::claims::unprepare(access, &dra_claims).await
-            {
-                tracing::warn!(pod = %spec.pod, "unpreparing the claims failed: {u}");
             }
             return Err(e);
         }
@@ -401,7 +426,7 @@ async fn start_in_sandbox(
     sandbox: &cri::PodSandboxConfig,
     sandbox_id: &str,
     timings: &mut BTreeMap<String, u64>,
-    dra_claims: &mut Vec<PreparedPodClaim>,
+    dra_claims: &[PreparedPodClaim],
 ) -> Result<(Option<AllocationOutput>, String)> {
     let allocation = match &spec.resource {
         Some((resource, count)) => {
@@ -420,17 +445,11 @@ async fn start_in_sandbox(
         None => None,
     };
     let mut config = container_config(spec, sandbox, allocation.as_ref());
-    if let Some(access) = &spec.dra {
-        let (ns, name) = split_pod(&spec.pod)?;
-        let t = Instant::now();
-        *dra_claims = crate::claims::prepare_container(access, ns, name, &spec.container).await?;
-        timings.insert("prepare".to_string(), ms(t));
-        let names: Vec<String> = dra_claims
-            .iter()
-            .flat_map(|c| c.cdi_devices.clone())
-            .collect();
-        push_cdi(&mut config, spec, "dra", &names);
-    }
+    let names: Vec<String> = dra_claims
+        .iter()
+        .flat_map(|c| c.cdi_devices.clone())
+        .collect();
+    push_cdi(&mut config, spec, "dra", &names);
     let t = Instant::now();
     let container_id = cri
         .create_container(sandbox_id, config, sandbox.clone())

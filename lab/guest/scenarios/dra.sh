@@ -123,12 +123,14 @@ claim pod-c claim-c 1 --device rxe0
 ck "the allocator refuses claim-c on rxe0: $(tail -1 /tmp/claim-c.claim.err | cut -c1-160)" grep -qF 'rxe0: shares=200, allocated 200, asked 1' /tmp/claim-c.claim.err
 claim pod-c claim-c 1 --device rxe0 --overcommit || { fail "$SCEN" "writing claim-c's allocation failed: $(tail -1 /tmp/claim-c.claim.err)"; exit 0; }
 UC=$(jq -r .metadata.uid /tmp/claim-c.claim.json)
+n0=$(ctr -n k8s.io containers ls -q | wc -l)
 if dpod pod-c 0 > /dev/null; then bad "pod-c started although claim-c exceeds rxe0's shares"; fi
 sed 's/^/        pod-c| /' /tmp/pod-c.pod.err | tail -2
 ck "NodePrepareResources refused claim-c naming the capacity (shares=200; 2 claims hold 200, it asks 1)" \
   grep -qF 'device rxe0 has shares=200; 2 prepared claim(s) hold 200 and this claim asks 1, which exceeds the capacity' /tmp/pod-c.pod.err
 ck "claim-c has no CDI spec and is not in the driver's checkpoint" sh -c "! test -e $CDI/$DRV-claim_$UC.json && ! jq -e --arg u $UC '.claims[\$u]' $CK"
-ck "pod-c has no container (the lab kubelet removed its sandbox)" sh -c "! erdma-fake-kubelet pod status --dir $KDIR --pod lab/pod-c"
+n1=$(ctr -n k8s.io containers ls -q | wc -l)
+ck "pod-c left nothing in the runtime ($n0 -> $n1 containers; the lab kubelet prepares before RunPodSandbox, as the kubelet does)" sh -c "! erdma-fake-kubelet pod status --dir $KDIR --pod lab/pod-c && test $n0 = $n1"
 
 # --- a device taint on link down --------------------------------------------------------------
 taint() { slice | jq -r --arg d "$1" '[.spec.devices[] | select(.name == $d) | (.taints // [])[] | "\(.key)=\(.value):\(.effect)"] | join(",")'; }
