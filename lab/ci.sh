@@ -1,7 +1,7 @@
 #!/bin/bash
 # Every lab scenario that CI runs, on the kernels they need, with one summary line at the end:
 #   lab/run.sh                         inventory, allocation, allocation-modes, health, numa,
-#                                      smcr-prestart (7.3; pods on containerd in the guest)
+#                                      smcr-prestart, dra (7.3; pods on containerd in the guest)
 #   crates/erdma-smc/lab/run-smcr.sh   SMC-R scoping between two pod namespaces (6.12)
 #   same on 7.3                        the unsupported-kernel case (no SMC): clear "unsupported"
 #   crates/erdma-smc/lab/run-smcr-2vm.sh  SMC-R data path between two VMs over rxe (6.12)

@@ -1,13 +1,13 @@
 #!/bin/bash
 # Run the lab scenarios in a real Linux kernel (qemu, TCG) with Soft-RoCE devices.
 #   lab/run.sh [--suite SUITE] [--scenario NAME]... [--strict]
-# Scenarios: inventory allocation allocation-modes health numa smcr-prestart (default: all). Each prints "PASS: name",
+# Scenarios: inventory allocation allocation-modes health numa smcr-prestart dra (default: all). Each prints "PASS: name",
 # "FAIL: name (why)" or "SKIP: name (why)"; the last line is "N passed, M failed" and the exit
 # status is non-zero when anything failed (with --strict or ERDMA_LAB_STRICT=1, skips fail too).
 # See lab/README.md for the environment variables.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
-ALL_SCENARIOS="inventory allocation allocation-modes health numa smcr-prestart"
+ALL_SCENARIOS="inventory allocation allocation-modes health numa smcr-prestart dra"
 SCENARIOS=()
 STRICT=${ERDMA_LAB_STRICT:-0}
 while [ $# -gt 0 ]; do

@@ -185,3 +185,160 @@ async fn a_node_labelled_dra_publishes_slices_and_prepares_claims_instead_of_the
         "deregistered on shutdown"
     );
 }
+
+/// The lab's path end to end without containers: the lab allocator writes what the scheduler
+/// would (shares by consumable capacity, the extended-resource claim of KEP-5004), and the fake
+/// kubelet's DRA manager finds each container's claims in its Pod object and prepares them.
+#[tokio::test]
+async fn lab_allocator_and_kubelet_claims_share_a_device_by_capacity_and_serve_the_extended_resource()
+ {
+    use erdma_fake_kubelet::allocator::{Allocator, ClaimRequest};
+    use erdma_fake_kubelet::claims::{self, DraAccess};
+    let (tree, served) = served_fixture();
+    let api = FakeApiServer::new();
+    let mut values = erdma_k8s::install::Values::default();
+    values.dra.enabled = true;
+    api.put(&erdma_k8s::install::dra_device_class(&values));
+    let dir = tempfile::Builder::new()
+        .prefix("wt")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let (view_tx, _view_rx) = watch::channel(None);
+    let cancel = CancellationToken::new();
+    let (_served_tx, served_rx) = watch::channel(served);
+    let run = tokio::spawn(resource_api::run_dra(
+        DraSettings {
+            kubelet_root_dir: dir.path().join("kubelet"),
+            cdi_dir: dir.path().join("cdi"),
+            sysfs: tree.sys().to_path_buf(),
+        },
+        Cluster::new(api.client(), "n1"),
+        served_rx,
+        None,
+        view_tx,
+        cancel.clone(),
+    ));
+    let registry = dir.path().join("kubelet/plugins_registry");
+    until("the slice and the registration socket", || {
+        api.get::<ResourceSlice>(None, "n1-erdma.alibabacloud.com")
+            .is_some()
+            && registry.join("erdma.alibabacloud.com-reg.sock").exists()
+    })
+    .await;
+    let alloc = Allocator::new(api.client(), "n1");
+    let access = DraAccess {
+        client: api.client(),
+        registry,
+    };
+    let req = |pod: &str, claim: &str, shares: u64| ClaimRequest {
+        pod: format!("lab/{pod}"),
+        container: "c".into(),
+        claim: claim.into(),
+        class: "erdma.alibabacloud.com".into(),
+        count: 1,
+        capacity: BTreeMap::from([("shares".to_string(), shares)]),
+        device: Some("erdma-1".into()),
+        overcommit: false,
+    };
+    let a = alloc.claim(&req("pod-a", "claim-a", 150)).await.unwrap();
+    let b = alloc.claim(&req("pod-b", "claim-b", 50)).await.unwrap();
+    let result = |c: &ResourceClaim| {
+        c.status
+            .clone()
+            .unwrap()
+            .allocation
+            .unwrap()
+            .devices
+            .unwrap()
+            .results
+            .unwrap()[0]
+            .clone()
+    };
+    assert_eq!(result(&a).device, "erdma-1");
+    assert_eq!(result(&b).device, "erdma-1");
+    assert_ne!(result(&a).share_id, result(&b).share_id);
+    let pa = claims::prepare_container(&access, "lab", "pod-a", "c")
+        .await
+        .unwrap();
+    let pb = claims::prepare_container(&access, "lab", "pod-b", "c")
+        .await
+        .unwrap();
+    let ua = a.metadata.uid.clone().unwrap();
+    let ub = b.metadata.uid.clone().unwrap();
+    assert_eq!(
+        pa[0].cdi_devices,
+        [format!("erdma.alibabacloud.com/claim={ua}-erdma_1")]
+    );
+    assert_eq!(
+        pb[0].cdi_devices,
+        [format!("erdma.alibabacloud.com/claim={ub}-erdma_1")]
+    );
+
+    // A third claim: the allocator sees erdma-1 full; written anyway, the driver refuses it.
+    let e = alloc
+        .claim(&req("pod-c", "claim-c", 1))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("erdma-1: shares=200, allocated 200, asked 1"),
+        "{e}"
+    );
+    let mut over = req("pod-c", "claim-c2", 1);
+    over.overcommit = true;
+    alloc.claim(&over).await.unwrap();
+    let e = claims::prepare_container(&access, "lab", "pod-c", "c")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("device erdma-1 has shares=200; 2 prepared claim(s) hold 200 and this claim asks 1, which exceeds the capacity"),
+        "{e}"
+    );
+
+    // aliyun/erdma: 1 through the DeviceClass mapping: the claim goes to the device with room.
+    let ext = alloc
+        .extended("lab/pod-e", "c", "aliyun/erdma", 1)
+        .await
+        .unwrap();
+    assert!(
+        ext.metadata
+            .name
+            .as_deref()
+            .unwrap()
+            .starts_with("pod-e-extended-resources-")
+    );
+    assert_eq!(result(&ext).request, "container-0-request-0");
+    assert_eq!(result(&ext).device, "erdma-0");
+    let pe = claims::prepare_container(&access, "lab", "pod-e", "c")
+        .await
+        .unwrap();
+    let ue = ext.metadata.uid.clone().unwrap();
+    assert_eq!(
+        pe[0].cdi_devices,
+        [format!("erdma.alibabacloud.com/claim={ue}-erdma_0")]
+    );
+    let e = alloc
+        .extended("lab/pod-x", "c", "example.com/none", 1)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no DeviceClass has extendedResourceName example.com/none"),
+        "{e}"
+    );
+
+    claims::unprepare(&access, &pa).await.unwrap();
+    assert!(
+        !dir.path()
+            .join(format!("cdi/erdma.alibabacloud.com-claim_{ua}.json"))
+            .exists()
+    );
+    assert!(
+        dir.path()
+            .join(format!("cdi/erdma.alibabacloud.com-claim_{ub}.json"))
+            .exists()
+    );
+    cancel.cancel();
+    run.await.unwrap().unwrap();
+}

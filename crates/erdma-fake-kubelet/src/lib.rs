@@ -23,11 +23,18 @@
 //!   open stream keeps feeding the device list, any stream ending marks the resource unhealthy);
 //!   [`other_plugin`] is a stand-in for such a plugin (terway's eRDMA ENI plugin);
 //! - plays the kubelet's side of DRA ([`dra`]): plugin-watcher registration of a DRA driver and
-//!   NodePrepareResources / NodeUnprepareResources over its sockets.
+//!   NodePrepareResources / NodeUnprepareResources over its sockets; [`claims`] finds a
+//!   container's ResourceClaims in its Pod object and prepares them, so that [`pods`] runs the
+//!   container with the CDI devices the driver returned;
+//! - for the lab, a minimal allocator ([`allocator`], not the scheduler) that writes the
+//!   allocation the scheduler would into a ResourceClaim, including the claim the scheduler makes
+//!   for an extended resource served through a DeviceClass (KEP-5004).
 //!
 //! Everything it knows is written to `<dir>/fake-kubelet-state.json` whenever it changes, so a
 //! test or a lab script can read it.
 
+pub mod allocator;
+pub mod claims;
 pub mod client;
 pub mod daemon;
 pub mod dra;

@@ -5,10 +5,15 @@
 //! ledger and on pod-resources before the pre-start hook runs, and the sandbox already exists
 //! for a hook that looks the pod up in the runtime), then `CreateContainer` with the Allocate
 //! response's devices, mounts, envs, annotations and CDI device names, and `StartContainer`.
-//! [`delete_pod`] stops and removes the container and the sandbox and releases the devices.
+//! With DRA ([`PodSpec::dra`]), the container's ResourceClaims are prepared first, before the
+//! sandbox as the kubelet does ([`crate::claims`]: `NodePrepareResources` through each claim's
+//! driver), and the CDI device IDs the drivers return go to `CreateContainer`.
+//! [`delete_pod`] stops and removes the container and the sandbox, releases the devices and
+//! unprepares the claims.
 //!
 //! Each running pod is recorded in `<dir>/pods/<namespace>_<name>.json` ([`PodRecord`]).
 
+use crate::claims::{DraAccess, PreparedPodClaim};
 use crate::client::{AllocateOptions, AllocationOutput};
 use crate::{FakeKubeletError, Result};
 use erdma_cri::runtime::v1 as cri;
@@ -58,6 +63,9 @@ pub struct PodSpec {
     pub authority: ClientAuthority,
     /// Where pod log directories are made (the kubelet's `/var/log/pods`).
     pub log_root: PathBuf,
+    /// DRA: prepare the container's ResourceClaims (read from the Pod object) and pass their CDI
+    /// device IDs; `None`: no DRA.
+    pub dra: Option<DraAccess>,
 }
 
 /// A pod the lab's kubelet started, as recorded in `<dir>/pods/`.
@@ -83,8 +91,14 @@ pub struct PodRecord {
     pub cdi_devices: Vec<String>,
     /// `field` or `annotation`.
     pub cdi_form: CdiForm,
-    /// Milliseconds per step: `sandbox`, `allocate`, `create`, `start`, `total`.
+    /// Milliseconds per step: `sandbox`, `allocate`, `prepare`, `create`, `start`, `total`.
     pub timings_ms: BTreeMap<String, u64>,
+    /// ResourceClaims prepared for the container (DRA), with the CDI device IDs each gave it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dra_claims: Vec<PreparedPodClaim>,
+    /// The kubelet plugin registry the claims were prepared through (to unprepare them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dra_registry: Option<PathBuf>,
 }
 
 fn split_pod(pod: &str) -> Result<(&str, &str)> {
@@ -247,26 +261,29 @@ pub fn container_config(
         })
         .collect();
     config.annotations = a.annotations.clone();
-    if !a.cdi_devices.is_empty() {
-        match spec.cdi {
-            CdiForm::Field => {
-                config.cdi_devices = a
-                    .cdi_devices
-                    .iter()
-                    .map(|n| cri::CdiDevice { name: n.clone() })
-                    .collect();
-            }
-            CdiForm::Annotation => {
-                // One annotation per container, as the kubelet's device manager wrote it.
-                let key = format!(
-                    "{CDI_ANNOTATION_PREFIX}erdma-fake-kubelet_{}",
-                    spec.container
-                );
-                config.annotations.insert(key, a.cdi_devices.join(","));
-            }
+    push_cdi(&mut config, spec, "erdma-fake-kubelet", &a.cdi_devices);
+    config
+}
+
+/// Adds CDI device names to a container config in the form `spec.cdi` asks for; `source` names
+/// the annotation key's owner (`erdma-fake-kubelet`: the device manager, `dra`: the DRA manager)
+/// so that the two forms of one container do not overwrite each other.
+pub fn push_cdi(config: &mut cri::ContainerConfig, spec: &PodSpec, source: &str, names: &[String]) {
+    if names.is_empty() {
+        return;
+    }
+    match spec.cdi {
+        CdiForm::Field => {
+            config
+                .cdi_devices
+                .extend(names.iter().map(|n| cri::CdiDevice { name: n.clone() }));
+        }
+        CdiForm::Annotation => {
+            // One annotation per container and manager, as the kubelet wrote it.
+            let key = format!("{CDI_ANNOTATION_PREFIX}{source}_{}", spec.container);
+            config.annotations.insert(key, names.join(","));
         }
     }
-    config
 }
 
 fn ms(since: Instant) -> u64 {
@@ -287,6 +304,37 @@ pub async fn run_pod(dir: &Path, cri: &mut CriClient, spec: &PodSpec) -> Result<
     }
     let t0 = Instant::now();
     let mut timings = BTreeMap::new();
+    // DRA: the kubelet prepares a pod's claims before it creates the sandbox (SyncPod), so a
+    // refused claim leaves nothing behind in the runtime.
+    let dra_claims = match &spec.dra {
+        Some(access) => {
+            let (ns, name) = split_pod(&spec.pod)?;
+            let t = Instant::now();
+            let c = crate::claims::prepare_container(access, ns, name, &spec.container).await?;
+            timings.insert("prepare".to_string(), ms(t));
+            c
+        }
+        None => Vec::new(),
+    };
+    let out = run_prepared(dir, cri, spec, t0, timings, dra_claims.clone()).await;
+    if out.is_err()
+        && let Some(access) = &spec.dra
+        && let Err(u) = crate::claims::unprepare(access, &dra_claims).await
+    {
+        tracing::warn!(pod = %spec.pod, "unpreparing the claims failed: {u}");
+    }
+    out
+}
+
+async fn run_prepared(
+    dir: &Path,
+    cri: &mut CriClient,
+    spec: &PodSpec,
+    t0: Instant,
+    mut timings: BTreeMap<String, u64>,
+    dra_claims: Vec<PreparedPodClaim>,
+) -> Result<PodRecord> {
+    let path = record_path(dir, &spec.pod)?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -302,7 +350,16 @@ pub async fn run_pod(dir: &Path, cri: &mut CriClient, spec: &PodSpec) -> Result<
     let t = Instant::now();
     let sandbox_id = cri.run_pod_sandbox(sandbox.clone()).await?;
     timings.insert("sandbox".to_string(), ms(t));
-    let started = start_in_sandbox(dir, cri, spec, &sandbox, &sandbox_id, &mut timings).await;
+    let started = start_in_sandbox(
+        dir,
+        cri,
+        spec,
+        &sandbox,
+        &sandbox_id,
+        &mut timings,
+        &dra_claims,
+    )
+    .await;
     let (allocation, container_id) = match started {
         Ok(v) => v,
         Err(e) => {
@@ -341,10 +398,15 @@ pub async fn run_pod(dir: &Path, cri: &mut CriClient, spec: &PodSpec) -> Result<
         cdi_devices: allocation
             .as_ref()
             .map(|a| a.cdi_devices.clone())
-            .unwrap_or_default(),
+            .unwrap_or_default()
+            .into_iter()
+            .chain(dra_claims.iter().flat_map(|c| c.cdi_devices.clone()))
+            .collect(),
         cdi_form: spec.cdi,
         allocation,
         timings_ms: timings,
+        dra_registry: spec.dra.as_ref().map(|a| a.registry.clone()),
+        dra_claims,
     };
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|source| FakeKubeletError::Io {
@@ -364,6 +426,7 @@ async fn start_in_sandbox(
     sandbox: &cri::PodSandboxConfig,
     sandbox_id: &str,
     timings: &mut BTreeMap<String, u64>,
+    dra_claims: &[PreparedPodClaim],
 ) -> Result<(Option<AllocationOutput>, String)> {
     let allocation = match &spec.resource {
         Some((resource, count)) => {
@@ -381,7 +444,12 @@ async fn start_in_sandbox(
         }
         None => None,
     };
-    let config = container_config(spec, sandbox, allocation.as_ref());
+    let mut config = container_config(spec, sandbox, allocation.as_ref());
+    let names: Vec<String> = dra_claims
+        .iter()
+        .flat_map(|c| c.cdi_devices.clone())
+        .collect();
+    push_cdi(&mut config, spec, "dra", &names);
     let t = Instant::now();
     let container_id = cri
         .create_container(sandbox_id, config, sandbox.clone())
@@ -420,5 +488,12 @@ pub async fn delete_pod(
         path,
         source,
     })?;
+    // After the pod is gone, as the kubelet unprepares once no container of the pod runs (it
+    // retries a failed unprepare; here the error is returned to the caller).
+    if let Some(registry) = &record.dra_registry
+        && !record.dra_claims.is_empty()
+    {
+        crate::claims::unprepare_at(registry, &record.dra_claims).await?;
+    }
     Ok(record)
 }

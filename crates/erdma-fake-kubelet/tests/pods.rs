@@ -26,6 +26,7 @@ fn spec(pod: &str, cdi: CdiForm) -> PodSpec {
         host_network: false,
         authority: ClientAuthority::Localhost,
         log_root: std::env::temp_dir().join("erdma-fake-kubelet-test-logs"),
+        dra: None,
     }
 }
 

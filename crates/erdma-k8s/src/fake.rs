@@ -4,7 +4,8 @@
 //! server where erdma's code depends on it, and no further.
 //!
 //! Modelled:
-//! - GET (object, list with `labelSelector` equality terms and `fieldSelector` `metadata.name=`),
+//! - GET (object, list with `labelSelector` equality terms and `fieldSelector` `metadata.name=`;
+//!   a list without a namespace spans every namespace),
 //!   POST (409 `AlreadyExists`), PUT, PATCH, DELETE with finalizers (sets `deletionTimestamp`;
 //!   removal when the last finalizer goes), resourceVersion/uid/creationTimestamp.
 //! - Optimistic concurrency: PUT or PATCH carrying a stale `metadata.resourceVersion` gets 409
@@ -422,11 +423,25 @@ impl FakeApiServer {
 
     fn list_answer(&self, route: &Route, query: &BTreeMap<String, String>) -> Response<Body> {
         let st = self.state();
-        let items: Vec<Value> = st
+        let mut items: Vec<Value> = st
             .objects
             .get(&route.collection)
             .map(|m| m.values().filter(|v| selected(v, query)).cloned().collect())
             .unwrap_or_default();
+        if route.namespace.is_none() {
+            // A list without a namespace of a namespaced resource spans every namespace.
+            let prefix = route
+                .collection
+                .strip_suffix(&format!("/{}", route.resource))
+                .map(|p| format!("{p}/namespaces/"))
+                .unwrap_or_default();
+            let suffix = format!("/{}", route.resource);
+            for (coll, objs) in &st.objects {
+                if !prefix.is_empty() && coll.starts_with(&prefix) && coll.ends_with(&suffix) {
+                    items.extend(objs.values().filter(|v| selected(v, query)).cloned());
+                }
+            }
+        }
         ok(
             200,
             &json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": st.rv.to_string()}, "items": items}),

@@ -435,3 +435,44 @@ async fn an_identified_client_is_denied_what_its_rbac_does_not_allow() {
         ]
     );
 }
+
+#[tokio::test]
+async fn a_list_without_a_namespace_spans_every_namespace() {
+    let api = FakeApiServer::new();
+    let secret = |ns: &str, name: &str| Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    for (ns, name) in [("a", "s1"), ("b", "s2"), ("b", "s3")] {
+        Api::<Secret>::namespaced(api.client(), ns)
+            .create(&PostParams::default(), &secret(ns, name))
+            .await
+            .unwrap();
+    }
+    let mut all: Vec<String> = Api::<Secret>::all(api.client())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|s| {
+            format!(
+                "{}/{}",
+                s.metadata.namespace.unwrap(),
+                s.metadata.name.unwrap()
+            )
+        })
+        .collect();
+    all.sort();
+    assert_eq!(all, ["a/s1", "b/s2", "b/s3"]);
+    let in_b = Api::<Secret>::namespaced(api.client(), "b")
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(in_b.len(), 2);
+}

@@ -117,6 +117,93 @@ enum Cmd {
         #[command(subcommand)]
         cmd: PodCmd,
     },
+    /// The lab's in-memory Kubernetes API server (erdma-k8s's fake) over plain HTTP until
+    /// SIGTERM/SIGINT. Writes a kubeconfig pointing at it once it listens. Starts with the Node
+    /// object and the DeviceClass the erdma install renders with dra.enabled (every device of
+    /// erdma.alibabacloud.com, extendedResourceName aliyun/erdma).
+    Apiserver {
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:6443")]
+        listen: std::net::SocketAddr,
+        /// Where to write the kubeconfig.
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        /// The Node object to create.
+        #[arg(long)]
+        node: String,
+    },
+    /// A minimal DRA allocator for the lab (NOT the scheduler): writes the allocation the
+    /// scheduler would write into a ResourceClaim (devices from this node's ResourceSlices,
+    /// shareID, consumedCapacity) and prints the claim as JSON.
+    Dra {
+        #[command(subcommand)]
+        cmd: DraCmd,
+    },
+}
+
+#[derive(clap::Args)]
+struct ApiTarget {
+    /// Kubeconfig of the API server.
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// The node whose ResourceSlices are allocated from.
+    #[arg(long)]
+    node: String,
+}
+
+#[derive(Subcommand)]
+enum DraCmd {
+    /// Make ResourceClaim CLAIM (one request `rdma` of CLASS, COUNT devices, the capacity
+    /// amounts asked), reference it from the pod's container (creating the Pod object when
+    /// missing) and allocate it.
+    Claim {
+        #[command(flatten)]
+        api: ApiTarget,
+        /// Pod as NAMESPACE/NAME.
+        #[arg(long)]
+        pod: String,
+        /// Container name.
+        #[arg(long, default_value = "c")]
+        container: String,
+        /// Claim name (in the pod's namespace).
+        #[arg(long)]
+        claim: String,
+        /// DeviceClass.
+        #[arg(long, default_value = "erdma.alibabacloud.com")]
+        class: String,
+        /// Devices.
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+        /// Capacity asked, NAME=AMOUNT (repeatable), e.g. shares=120.
+        #[arg(long = "capacity", value_name = "NAME=AMOUNT")]
+        capacity: Vec<String>,
+        /// Only this device (ResourceSlice device name).
+        #[arg(long)]
+        device: Option<String>,
+        /// Write the allocation without the capacity check, as a scheduler with another view of
+        /// the device would (the driver's own guard at prepare then refuses it).
+        #[arg(long)]
+        overcommit: bool,
+    },
+    /// What the scheduler does for a container asking an extended resource served through a
+    /// DeviceClass (KEP-5004): the pod's special claim, allocated, and the pod's
+    /// status.extendedResourceClaimStatus.
+    Extended {
+        #[command(flatten)]
+        api: ApiTarget,
+        /// Pod as NAMESPACE/NAME.
+        #[arg(long)]
+        pod: String,
+        /// Container name.
+        #[arg(long, default_value = "c")]
+        container: String,
+        /// Extended resource.
+        #[arg(long, default_value = "aliyun/erdma")]
+        resource: String,
+        /// Amount.
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -176,6 +263,14 @@ enum PodCmd {
         /// Where pod log directories are made.
         #[arg(long, default_value = "/var/log/pods")]
         log_root: PathBuf,
+        /// DRA: read the Pod object from this API server and prepare the container's
+        /// ResourceClaims (resources.claims, status.extendedResourceClaimStatus) through their
+        /// drivers; their CDI device IDs go to CreateContainer.
+        #[arg(long, value_name = "FILE")]
+        kubeconfig: Option<PathBuf>,
+        /// The kubelet's root directory (DRA drivers register in its plugins_registry).
+        #[arg(long, default_value = "/var/lib/kubelet")]
+        kubelet_root_dir: PathBuf,
         /// The container's command (default: the image's).
         #[arg(last = true)]
         command: Vec<String>,
@@ -279,7 +374,116 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Pod { cmd } => pod(cmd).await,
+        Cmd::Apiserver {
+            listen,
+            kubeconfig,
+            node,
+        } => apiserver(listen, &kubeconfig, &node).await,
+        Cmd::Dra { cmd } => dra(cmd).await,
     }
+}
+
+async fn kube_client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig)
+        .with_context(|| format!("read kubeconfig {}", kubeconfig.display()))?;
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
+    Ok(kube::Client::try_from(cfg)?)
+}
+
+async fn apiserver(
+    listen: std::net::SocketAddr,
+    kubeconfig: &Path,
+    node: &str,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let api = erdma_k8s::fake::FakeApiServer::new();
+    api.put(&k8s_openapi::api::core::v1::Node {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(node.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let mut values = erdma_k8s::install::Values::default();
+    values.dra.enabled = true;
+    api.put(&erdma_k8s::install::dra_device_class(&values));
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("listen on {listen}"))?;
+    let addr = listener.local_addr()?;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let served = tokio::spawn(api.serve_http(listener, cancel.clone()));
+    // Written after the listener is bound: a reader of the file finds the server answering.
+    let tmp = kubeconfig.with_extension("tmp");
+    erdma_k8s::fake::kubeconfig(&tmp, addr).with_context(|| format!("write {}", tmp.display()))?;
+    std::fs::rename(&tmp, kubeconfig).with_context(|| format!("write {}", kubeconfig.display()))?;
+    tracing::info!(%addr, kubeconfig = %kubeconfig.display(), "fake API server serving");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    cancel.cancel();
+    let _ = served.await;
+    Ok(())
+}
+
+fn parse_capacity(list: &[String]) -> anyhow::Result<BTreeMap<String, u64>> {
+    list.iter()
+        .map(|a| match a.split_once('=') {
+            Some((k, v)) if !k.is_empty() => {
+                Ok((k.to_string(), erdma_fake_kubelet::allocator::quantity(v)?))
+            }
+            _ => bail!("--capacity {a:?} must be NAME=AMOUNT, e.g. shares=120"),
+        })
+        .collect()
+}
+
+async fn dra(cmd: DraCmd) -> anyhow::Result<()> {
+    use erdma_fake_kubelet::allocator::{Allocator, ClaimRequest};
+    let claim = match cmd {
+        DraCmd::Claim {
+            api,
+            pod,
+            container,
+            claim,
+            class,
+            count,
+            capacity,
+            device,
+            overcommit,
+        } => {
+            valid_pod(&pod)?;
+            let a = Allocator::new(kube_client(&api.kubeconfig).await?, api.node);
+            a.claim(&ClaimRequest {
+                pod,
+                container,
+                claim,
+                class,
+                count,
+                capacity: parse_capacity(&capacity)?,
+                device,
+                overcommit,
+            })
+            .await?
+        }
+        DraCmd::Extended {
+            api,
+            pod,
+            container,
+            resource,
+            count,
+        } => {
+            valid_pod(&pod)?;
+            let a = Allocator::new(kube_client(&api.kubeconfig).await?, api.node);
+            a.extended(&pod, &container, &resource, count).await?
+        }
+    };
+    println!("{}", serde_json::to_string_pretty(&claim)?);
+    Ok(())
 }
 
 async fn cri_client(t: &PodTarget) -> anyhow::Result<erdma_cri::CriClient> {
@@ -310,9 +514,18 @@ async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
             host_network,
             authority,
             log_root,
+            kubeconfig,
+            kubelet_root_dir,
             command,
         } => {
             valid_pod(&pod)?;
+            let dra = match &kubeconfig {
+                Some(k) => Some(erdma_fake_kubelet::claims::DraAccess {
+                    client: kube_client(k).await?,
+                    registry: kubelet_root_dir.join("plugins_registry"),
+                }),
+                None => None,
+            };
             let spec = pods::PodSpec {
                 pod,
                 container,
@@ -327,6 +540,7 @@ async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
                 host_network,
                 authority: authority.into(),
                 log_root,
+                dra,
             };
             let mut cri = cri_client(&target).await?;
             let record = pods::run_pod(&target.dir, &mut cri, &spec).await?;
