@@ -19,7 +19,7 @@ need erdma-fake-kubelet; need erdma-agent --nri; need erdmactl
 runtime_up || { fail "$SCEN" "the container runtime did not start (see out/containerd.log)"; exit 0; }
 modprobe smc > /tmp/modprobe.err 2>&1 && modprobe smc_diag >> /tmp/modprobe.err 2>&1 \
   || { fail "$SCEN" "kernel $(uname -r) has no SMC (run it on bookworm-backports 6.12): $(tr '\n' ' ' < /tmp/modprobe.err)"; exit 0; }
-mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+grep -q " /sys/fs/bpf " /proc/mounts || mount -t bpf bpf /sys/fs/bpf
 SMCR=network.alibabacloud.com/erdma-smcr=true
 SRV=10.89.0.1   # cri0, the node's side of the pods' bridge
 
@@ -49,10 +49,11 @@ phase() {
   echo "  $_p: nri $(jq -c .nri /tmp/healthz.json), pod-s decision '$(decision)', pre_start_called $(jq .allocation.pre_start_called /tmp/pod-s.pod.json)"
   decision > "/tmp/$_p-decision"
   runtime_clean; stop_daemons
+  cp "$OUT/$SCEN-agent.log" "$OUT/$SCEN-$_p-agent.log"
 }
 
 echo " with the NRI plugin (--nri on, SMC-R on):"
-phase on 5000 --deviceplugin-prestart-container true --nri on --cri-socket "$CTRD_SOCK"
+phase on 5000 --deviceplugin-prestart-container true --nri on --nri-budget-ms 8000 --cri-socket "$CTRD_SOCK"
 ck "the agent asked for no PreStartContainer (NRI path), and the lab kubelet called none" \
   jq -e '.allocation.pre_start_called == false' /tmp/on-pod.json
 ck "pod-s: the NRI plugin configured SMC-R at RunPodSandbox (decision '$(cat /tmp/on-decision)')" grep -qx configured /tmp/on-decision

@@ -36,7 +36,7 @@ dev_of_pod() { jq -r '.allocation.device_ids[0] | split("/")[0]' "/tmp/$1.pod.js
 # neighbour pod-n runs only with the plugin (without it nothing is limited anyway).
 phase() {
   start_kubelet || { bad "fake kubelet did not start ($1)"; return 1; }
-  start_agent --slots-per-device 2 --nri "$1" || { bad "agent (--nri $1) did not register"; return 1; }
+  start_agent --slots-per-device 2 --nri "$1" --nri-budget-ms 8000 || { bad "agent (--nri $1) did not register"; return 1; }
   if [ "$1" = on ]; then
     wait_for 30 sh -c "wget -qO- http://127.0.0.1:9464/healthz | jq -e '.nri.connected'" \
       || { bad "the agent's NRI plugin did not connect to containerd: $(wget -qO- http://127.0.0.1:9464/healthz | jq -c .nri)"; return 1; }
@@ -83,6 +83,7 @@ phase() {
   cp "/tmp/$1-"* "$OUT/" 2>/dev/null
   DN=
   runtime_clean; stop_daemons
+  cp "$OUT/$SCEN-agent.log" "$OUT/$SCEN-$1-agent.log"
 }
 
 echo " with the NRI plugin (--nri on):"
