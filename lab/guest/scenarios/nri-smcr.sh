@@ -24,7 +24,7 @@ SMCR=network.alibabacloud.com/erdma-smcr=true
 SRV=10.89.0.1   # cri0, the node's side of the pods' bridge
 
 estab_on() { nsenter --net="$1" ss -tan | grep -q "ESTAB.*$SRV:$2"; }
-decision() { jq -r '[.smcr[] | select(.pod == "lab/pod-s")] | last | .outcome // "none"' /tmp/healthz.json; }
+decision() { jq -r '[(.smcr // [])[] | select(.pod == "lab/pod-s")] | last | .outcome // "none"' /tmp/healthz.json; }
 # phase NAME PORT AGENT-FLAGS...: the server, the agent, pod-s; results in /tmp/NAME-*
 phase() {
   _p=$1; _port=$2; shift 2
