@@ -1,7 +1,8 @@
 #!/bin/bash
 # Every lab scenario that CI runs, on the kernels they need, with one summary line at the end:
 #   lab/run.sh                         inventory, allocation, allocation-modes, health, numa,
-#                                      smcr-prestart, dra (7.3; pods on containerd in the guest)
+#                                      smcr-prestart, nri, dra (7.3; pods on containerd in the guest)
+#   lab/run.sh --scenario nri-smcr     SMC-R at sandbox creation through NRI (6.12)
 #   crates/erdma-smc/lab/run-smcr.sh   SMC-R scoping between two pod namespaces (6.12)
 #   same on 7.3                        the unsupported-kernel case (no SMC): clear "unsupported"
 #   crates/erdma-smc/lab/run-smcr-2vm.sh  SMC-R data path between two VMs over rxe (6.12)
@@ -42,6 +43,7 @@ run() {
   if [ "$n" -gt 0 ]; then ignored_ran=$((ignored_ran + n)); ignored_where+=("$name $n"); fi
 }
 run scenarios bash lab/run.sh
+run nri-smcr-6.12 env ERDMA_LAB_SUITE=bookworm-backports bash lab/run.sh --scenario nri-smcr
 run smcr-6.12 env ERDMA_SMC_EXPECT=present bash crates/erdma-smc/lab/run-smcr.sh
 run smcr-unsupported-7.3 env ERDMA_LAB_SUITE=trixie-backports ERDMA_SMC_EXPECT=absent bash crates/erdma-smc/lab/run-smcr.sh
 run smcr-2vm-6.12 bash crates/erdma-smc/lab/run-smcr-2vm.sh

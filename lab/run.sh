@@ -1,13 +1,16 @@
 #!/bin/bash
 # Run the lab scenarios in a real Linux kernel (qemu, TCG) with Soft-RoCE devices.
 #   lab/run.sh [--suite SUITE] [--scenario NAME]... [--strict]
-# Scenarios: inventory allocation allocation-modes health numa smcr-prestart dra (default: all). Each prints "PASS: name",
+# Scenarios: inventory allocation allocation-modes health numa smcr-prestart nri dra (default: all),
+# and nri-smcr (run by name only: it needs SMC, --suite bookworm-backports). Each prints "PASS: name",
 # "FAIL: name (why)" or "SKIP: name (why)"; the last line is "N passed, M failed" and the exit
 # status is non-zero when anything failed (with --strict or ERDMA_LAB_STRICT=1, skips fail too).
 # See lab/README.md for the environment variables.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
-ALL_SCENARIOS="inventory allocation allocation-modes health numa smcr-prestart dra"
+ALL_SCENARIOS="inventory allocation allocation-modes health numa smcr-prestart nri dra"
+# known, run only when named (they need another kernel than the default)
+BY_NAME_SCENARIOS="nri-smcr"
 SCENARIOS=()
 STRICT=${ERDMA_LAB_STRICT:-0}
 while [ $# -gt 0 ]; do
@@ -15,13 +18,14 @@ while [ $# -gt 0 ]; do
     --suite) SUITE=${2:?--suite needs a value}; shift 2 ;;
     --scenario) SCENARIOS+=("${2:?--scenario needs a name}"); shift 2 ;;
     --strict) STRICT=1; shift ;;
-    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 [ "${#SCENARIOS[@]}" -gt 0 ] || read -r -a SCENARIOS <<<"$ALL_SCENARIOS"
 for s in "${SCENARIOS[@]}"; do
-  grep -qw -- "$s" <<<"$ALL_SCENARIOS" || { echo "run.sh: unknown scenario '$s' (known: $ALL_SCENARIOS)" >&2; exit 2; }
+  grep -qx -- "$s" < <(tr ' ' '\n' <<<"$ALL_SCENARIOS $BY_NAME_SCENARIOS") \
+    || { echo "run.sh: unknown scenario '$s' (known: $ALL_SCENARIOS $BY_NAME_SCENARIOS)" >&2; exit 2; }
 done
 
 timed host-packages lab_packages

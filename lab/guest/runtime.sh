@@ -1,6 +1,6 @@
 # The guest's container runtime and the lab kubelet's pods on it (sourced by dash, after lib.sh).
 #
-# runtime_up starts containerd 1.7 (CRI plugin with CDI; NRI off, see runtime/config.toml) with
+# runtime_up starts containerd 1.7 (CRI plugin with CDI; NRI on, see runtime/config.toml) with
 # runc and the CNI bridge network "lab" (bridge cri0, 10.89.0.0/24: each pod gets its own network
 # namespace /var/run/netns/cni-... and an address), and imports the offline image
 # lab.local/rdma-tools:1 (busybox, rdma-core tools, the rxe provider). Its binaries come in the
@@ -8,7 +8,7 @@
 # runtime/config.toml needs no image rebuild. Later issues (NRI, DRA) reuse this set-up.
 #
 # Pods are run by the lab's kubelet, `erdma-fake-kubelet pod run`, over the real CRI socket:
-# RunPodSandbox, Allocate + PreStartContainer, CreateContainer with the Allocate response's
+# Allocate (admission), RunPodSandbox, PreStartContainer, CreateContainer with the Allocate response's
 # devices/mounts/envs/CDI names, StartContainer. The helpers below wrap it.
 CTRD_SOCK=/run/containerd/containerd.sock
 IMAGE=lab.local/rdma-tools:1
@@ -30,6 +30,10 @@ runtime_up() {
   [ -e /etc/resolv.conf ] || : > /etc/resolv.conf
   cp "$RUNTIME_CFG/config.toml" /etc/containerd/config.toml
   cp "$RUNTIME_CFG/10-lab.conflist" /etc/cni/net.d/
+  # containers inherit containerd's RLIMIT_MEMLOCK (the CRI sets none): 8 MiB, the kernel's
+  # default since 5.16 and a common distribution default, set here so that it does not depend on
+  # the kernel (the nri scenario shows a non-root container's ibv_reg_mr failing with it)
+  ulimit -l 8192
   # its own session: the scenario sessions are killed when a scenario ends, the runtime stays
   setsid containerd --config /etc/containerd/config.toml > "$OUT/containerd.log" 2>&1 < /dev/null &
   wait_for 60 ctr version || { log "containerd did not answer in 60 s:"; tail -20 "$OUT/containerd.log"; return 1; }

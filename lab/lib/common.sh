@@ -44,6 +44,8 @@ lab_build() {
   for b in $LAB_BINARIES; do
     if grep -qx "$b" <<<"$have"; then args+=(--bin "$b"); else say "note: the workspace has no binary $b yet"; fi
   done
+  # the agent as shipped: with the SMC-R BPF socket policy (clang + libbpf from the build group)
+  grep -qx erdma-agent <<<"$have" && args+=(--features erdma-agent/bpf)
   say "cargo build ${args[*]}"
   (cd "$REPO" && cargo build -q "${args[@]}") || die "cargo build failed"
   dir=$(cargo_target_dir)/debug

@@ -393,7 +393,7 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
                 name: "erdma".into(),
                 idx: "10".into(),
                 events: nri::EVENTS.to_vec(),
-                budget: nri::BUDGET,
+                budget: s.nri_budget,
             },
             handler,
             cancel.clone(),

@@ -175,6 +175,11 @@ pub struct Flags {
     /// annotation, through NRI [default: none].
     #[arg(long, value_name = "LIMITS")]
     pub nri_rdma_max: Option<String>,
+    /// Milliseconds one NRI call may take in the agent before the runtime is answered "no
+    /// change"; keep it inside the runtime's plugin timeout (containerd's
+    /// `plugin_request_timeout`, 2 s by default) [default: 800].
+    #[arg(long, value_name = "MS")]
+    pub nri_budget_ms: Option<u64>,
     /// Config file (YAML or JSON) with the same settings; flags win. The controller's flag name;
     /// `--config` is accepted too.
     #[arg(long = "config-path", alias = "config", value_name = "FILE")]
@@ -234,6 +239,7 @@ pub struct FileConfig {
     nri_socket: Option<PathBuf>,
     nri_memlock: Option<String>,
     nri_rdma_max: Option<String>,
+    nri_budget_ms: Option<u64>,
     setup_eri_netdev: Option<bool>,
     setup_smc_pnet: Option<bool>,
     kubeconfig: Option<PathBuf>,
@@ -344,6 +350,8 @@ pub struct Settings {
     pub nri_socket: PathBuf,
     /// NRI policy (memlock, default rdma limits).
     pub nri_policy: crate::nri::Policy,
+    /// Time one NRI call may take in the agent (`--nri-budget-ms`).
+    pub nri_budget: std::time::Duration,
 }
 
 /// `--nri`.
@@ -464,6 +472,11 @@ impl Settings {
             .map(|s| erdma_model::rdma_limit::RdmaLimit::parse(&s))
             .transpose()
             .map_err(|e| anyhow::anyhow!("--nri-rdma-max: {e}"))?;
+        let nri_budget = match flags.nri_budget_ms.or(file.nri_budget_ms) {
+            None => crate::nri::BUDGET,
+            Some(0) => anyhow::bail!("--nri-budget-ms must be more than 0"),
+            Some(ms) => std::time::Duration::from_millis(ms),
+        };
         let prefer_driver: DriverMode = driver.mode;
         let local_eri_discovery = flags
             .local_eri_discovery
@@ -643,6 +656,7 @@ impl Settings {
                 memlock,
                 default_rdma_max,
             },
+            nri_budget,
         })
     }
 }
@@ -717,6 +731,20 @@ mod tests {
         assert_eq!(s.poll_interval, Duration::from_secs(10));
         assert!(!s.smcr_strict && !s.smcr_keep_ipv6);
         assert_eq!(s.bpf_pin_dir, PathBuf::from("/sys/fs/bpf/erdma-smc"));
+    }
+
+    #[test]
+    fn nri_budget_defaults_inside_the_runtimes_timeout_and_can_be_raised() {
+        assert_eq!(parse(&[]).unwrap().nri_budget, Duration::from_millis(800));
+        let s = parse(&["--nri-budget-ms", "8000"]).unwrap();
+        assert_eq!(s.nri_budget, Duration::from_millis(8000));
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("agent.yaml");
+        std::fs::write(&cfg, "nri-budget-ms: 1500\n").unwrap();
+        let s = parse(&["--config", cfg.to_str().unwrap()]).unwrap();
+        assert_eq!(s.nri_budget, Duration::from_millis(1500));
+        let e = parse(&["--nri-budget-ms", "0"]).unwrap_err();
+        assert!(e.to_string().contains("--nri-budget-ms"), "{e}");
     }
 
     #[test]

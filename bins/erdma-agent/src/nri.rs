@@ -246,6 +246,7 @@ impl AgentNri {
             }
         };
         if device_ids.is_empty() {
+            tracing::info!(pod = %who, "NRI RunPodSandbox: annotated for SMC-R but holds no {}; SMC-R not configured", self.resource);
             return Ok(());
         }
         let linux = pod.linux.clone().unwrap_or_default();
@@ -343,7 +344,8 @@ impl Handler for AgentNri {
     }
 }
 
-/// Time one NRI call may take in the agent (the runtime allows 2 s by default).
+/// Default time one NRI call may take in the agent (the runtime allows 2 s by default);
+/// `--nri-budget-ms` changes it.
 pub const BUDGET: std::time::Duration = std::time::Duration::from_millis(800);
 
 /// Keeps a plugin session up: reconnects when the runtime restarts, backs off while the socket is

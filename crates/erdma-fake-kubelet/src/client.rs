@@ -122,7 +122,51 @@ pub async fn allocate_reusing(
 ) -> Result<AllocationOutput> {
     let _lock = take_lock(dir).await?;
     let st = ledger_io(dir, state::read_state).await?;
-    allocate_locked(dir, &st.resources, opts, init_container, true).await
+    allocate_locked(dir, &st.resources, opts, init_container, true, true).await
+}
+
+/// The kubelet's admission step alone: `Allocate` (recorded in the ledger and on pod-resources),
+/// without `PreStartContainer`. The kubelet allocates a pod's devices when it admits the pod,
+/// before `RunPodSandbox`; it calls [`pre_start`] later, just before creating the container.
+pub async fn admit(dir: &Path, opts: &AllocateOptions) -> Result<AllocationOutput> {
+    let _lock = take_lock(dir).await?;
+    let st = ledger_io(dir, state::read_state).await?;
+    allocate_locked(dir, &st.resources, opts, None, true, false).await
+}
+
+/// `PreStartContainer` for an allocation made by [`admit`], when the plugin registered
+/// `pre_start_required` (sets `pre_start_called`). On a refusal the container's devices go back
+/// to the pool, as the kubelet fails the container.
+pub async fn pre_start(
+    dir: &Path,
+    allocation: &mut AllocationOutput,
+    authority: ClientAuthority,
+) -> Result<()> {
+    let st = ledger_io(dir, state::read_state).await?;
+    let resource = st.resources.get(&allocation.resource).ok_or_else(|| {
+        FakeKubeletError::Refused(format!(
+            "resource {} is no longer registered; is the device plugin running?",
+            allocation.resource
+        ))
+    })?;
+    if !resource.options.pre_start_required {
+        return Ok(());
+    }
+    let path = dir.join(&resource.endpoint);
+    let channel = uds::connect(&path, authority, Duration::from_secs(10)).await?;
+    let r = DevicePluginClient::new(channel)
+        .pre_start_container(api::PreStartContainerRequest {
+            devices_ids: allocation.device_ids.clone(),
+        })
+        .await;
+    if let Err(status) = r {
+        if let Err(e) = release(dir, &allocation.pod).await {
+            tracing::warn!(pod = %allocation.pod, "cannot remove the failed container's allocation: {e}");
+        }
+        return Err(rpc("PreStartContainer", &path)(status));
+    }
+    allocation.pre_start_called = true;
+    Ok(())
 }
 
 impl FakeKubelet {
@@ -130,7 +174,7 @@ impl FakeKubelet {
     pub async fn allocate(&self, opts: &AllocateOptions) -> Result<AllocationOutput> {
         let _lock = take_lock(self.dir()).await?;
         let resources = self.shared().resources();
-        allocate_locked(self.dir(), &resources, opts, None, false).await
+        allocate_locked(self.dir(), &resources, opts, None, false, true).await
     }
 }
 
@@ -146,6 +190,7 @@ async fn allocate_locked(
     opts: &AllocateOptions,
     init_container: Option<&str>,
     update_state_file: bool,
+    with_pre_start: bool,
 ) -> Result<AllocationOutput> {
     let resource = resources.get(&opts.resource).ok_or_else(|| {
         FakeKubeletError::Refused(format!(
@@ -273,7 +318,7 @@ async fn allocate_locked(
     });
     save_ledger(dir, ledger.clone(), update_state_file).await?;
     let mut pre_start_called = false;
-    if resource.options.pre_start_required {
+    if with_pre_start && resource.options.pre_start_required {
         let pre_start = client
             .pre_start_container(api::PreStartContainerRequest {
                 devices_ids: chosen.clone(),

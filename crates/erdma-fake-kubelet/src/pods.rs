@@ -1,20 +1,21 @@
-//! The lab's kubelet after admission, over a real container runtime (CRI): a pod is one sandbox
-//! with one container. [`run_pod`] does what the kubelet's `SyncPod` does for it:
-//! `RunPodSandbox` (labels and annotations as the kubelet sets them), the device plugin's
-//! `Allocate` and `PreStartContainer` (through [`crate::allocate`], so the allocation is in the
-//! ledger and on pod-resources before the pre-start hook runs, and the sandbox already exists
-//! for a hook that looks the pod up in the runtime), then `CreateContainer` with the Allocate
-//! response's devices, mounts, envs, annotations and CDI device names, and `StartContainer`.
-//! With DRA ([`PodSpec::dra`]), the container's ResourceClaims are prepared first, before the
-//! sandbox as the kubelet does ([`crate::claims`]: `NodePrepareResources` through each claim's
-//! driver), and the CDI device IDs the drivers return go to `CreateContainer`.
+//! The lab's kubelet from admission on, over a real container runtime (CRI): a pod is one sandbox
+//! with one container. [`run_pod`] does what the kubelet does for it, in the kubelet's order:
+//! with DRA ([`PodSpec::dra`]), the container's ResourceClaims are prepared before the sandbox
+//! ([`crate::claims`]: `NodePrepareResources` through each claim's driver); the device plugin's
+//! `Allocate` at admission ([`crate::client::admit`]: the allocation is in the ledger and on
+//! pod-resources from then on, so an NRI plugin can find the pod's devices when the runtime hands
+//! it the sandbox), `RunPodSandbox` (labels and annotations as the kubelet sets them),
+//! `PreStartContainer` when the plugin asks for it (the sandbox exists by then, for a hook that
+//! looks the pod up in the runtime), then `CreateContainer` with the Allocate response's devices,
+//! mounts, envs, annotations and CDI device names, the CDI device IDs the DRA drivers returned
+//! (plus the pod's own host-path mounts and user), and `StartContainer`.
 //! [`delete_pod`] stops and removes the container and the sandbox, releases the devices and
 //! unprepares the claims.
 //!
 //! Each running pod is recorded in `<dir>/pods/<namespace>_<name>.json` ([`PodRecord`]).
 
 use crate::claims::{DraAccess, PreparedPodClaim};
-use crate::client::{AllocateOptions, AllocationOutput};
+use crate::client::{AllocateOptions, AllocationOutput, MountOut};
 use crate::{FakeKubeletError, Result};
 use erdma_cri::runtime::v1 as cri;
 use erdma_cri::{CriClient, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
@@ -66,6 +67,10 @@ pub struct PodSpec {
     /// DRA: prepare the container's ResourceClaims (read from the Pod object) and pass their CDI
     /// device IDs; `None`: no DRA.
     pub dra: Option<DraAccess>,
+    /// The container's user (`securityContext.runAsUser`); `None`: the image's (root).
+    pub run_as_user: Option<i64>,
+    /// The pod's host-path volumes mounted into the container.
+    pub mounts: Vec<MountOut>,
 }
 
 /// A pod the lab's kubelet started, as recorded in `<dir>/pods/`.
@@ -91,7 +96,8 @@ pub struct PodRecord {
     pub cdi_devices: Vec<String>,
     /// `field` or `annotation`.
     pub cdi_form: CdiForm,
-    /// Milliseconds per step: `sandbox`, `allocate`, `prepare`, `create`, `start`, `total`.
+    /// Milliseconds per step: `prepare`, `allocate`, `sandbox`, `pre_start`, `create`, `start`,
+    /// `total`.
     pub timings_ms: BTreeMap<String, u64>,
     /// ResourceClaims prepared for the container (DRA), with the CDI device IDs each gave it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -228,6 +234,12 @@ pub fn container_config(
         command: spec.command.clone(),
         labels,
         log_path: format!("{}/0.log", spec.container),
+        mounts: spec.mounts.iter().map(cri_mount).collect(),
+        linux: spec.run_as_user.map(|uid| cri::LinuxContainerConfig {
+            security_context: Some(cri::LinuxContainerSecurityContext {
+                run_as_user: Some(cri::Int64Value { value: uid }),
+            }),
+        }),
         ..Default::default()
     };
     let Some(a) = allocation else {
@@ -241,16 +253,7 @@ pub fn container_config(
             value: v.clone(),
         })
         .collect();
-    config.mounts = a
-        .mounts
-        .iter()
-        .map(|m| cri::Mount {
-            container_path: m.container_path.clone(),
-            host_path: m.host_path.clone(),
-            readonly: m.read_only,
-            ..Default::default()
-        })
-        .collect();
+    config.mounts.extend(a.mounts.iter().map(cri_mount));
     config.devices = a
         .devices
         .iter()
@@ -286,13 +289,22 @@ pub fn push_cdi(config: &mut cri::ContainerConfig, spec: &PodSpec, source: &str,
     }
 }
 
+fn cri_mount(m: &MountOut) -> cri::Mount {
+    cri::Mount {
+        container_path: m.container_path.clone(),
+        host_path: m.host_path.clone(),
+        readonly: m.read_only,
+        ..Default::default()
+    }
+}
+
 fn ms(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Runs one pod: sandbox, allocation (Allocate, PreStartContainer), container, start. On a
-/// failure after the sandbox exists, the sandbox is stopped and removed again (and the
-/// allocation released), as the kubelet cleans up a pod that cannot start.
+/// Runs one pod: allocation (Allocate), sandbox, PreStartContainer, container, start. On a
+/// failure the sandbox (when it exists) is stopped and removed again and the allocation released,
+/// as the kubelet cleans up a pod that cannot start.
 pub async fn run_pod(dir: &Path, cri: &mut CriClient, spec: &PodSpec) -> Result<PodRecord> {
     let path = record_path(dir, &spec.pod)?;
     if path.exists() {
@@ -347,8 +359,31 @@ async fn run_prepared(
         path: PathBuf::from(&sandbox.log_directory),
         source,
     })?;
+    // Admission: the kubelet allocates devices before it syncs the pod.
+    let mut allocation = match &spec.resource {
+        Some((resource, count)) => {
+            let t = Instant::now();
+            let opts = AllocateOptions {
+                resource: resource.clone(),
+                count: *count,
+                pod: spec.pod.clone(),
+                container: spec.container.clone(),
+                authority: spec.authority.clone(),
+            };
+            let a = crate::client::admit(dir, &opts).await?;
+            timings.insert("allocate".to_string(), ms(t));
+            Some(a)
+        }
+        None => None,
+    };
     let t = Instant::now();
-    let sandbox_id = cri.run_pod_sandbox(sandbox.clone()).await?;
+    let sandbox_id = match cri.run_pod_sandbox(sandbox.clone()).await {
+        Ok(id) => id,
+        Err(e) => {
+            release_devices(dir, spec).await;
+            return Err(e.into());
+        }
+    };
     timings.insert("sandbox".to_string(), ms(t));
     let started = start_in_sandbox(
         dir,
@@ -356,21 +391,18 @@ async fn run_prepared(
         spec,
         &sandbox,
         &sandbox_id,
+        allocation.as_mut(),
         &mut timings,
         &dra_claims,
     )
     .await;
-    let (allocation, container_id) = match started {
+    let container_id = match started {
         Ok(v) => v,
         Err(e) => {
             if let Err(c) = remove_sandbox(cri, &sandbox_id).await {
                 tracing::warn!(pod = %spec.pod, "cleaning up the sandbox failed: {c}");
             }
-            if spec.resource.is_some()
-                && let Err(r) = crate::release(dir, &spec.pod).await
-            {
-                tracing::warn!(pod = %spec.pod, "releasing the devices failed: {r}");
-            }
+            release_devices(dir, spec).await;
             return Err(e);
         }
     };
@@ -419,32 +451,37 @@ async fn run_prepared(
     Ok(record)
 }
 
+/// Gives a pod's devices back after it failed to start (a warning when that fails too).
+async fn release_devices(dir: &Path, spec: &PodSpec) {
+    if spec.resource.is_some()
+        && let Err(r) = crate::release(dir, &spec.pod).await
+    {
+        tracing::warn!(pod = %spec.pod, "releasing the devices failed: {r}");
+    }
+}
+
 async fn start_in_sandbox(
     dir: &Path,
     cri: &mut CriClient,
     spec: &PodSpec,
     sandbox: &cri::PodSandboxConfig,
     sandbox_id: &str,
+    allocation: Option<&mut AllocationOutput>,
     timings: &mut BTreeMap<String, u64>,
     dra_claims: &[PreparedPodClaim],
-) -> Result<(Option<AllocationOutput>, String)> {
-    let allocation = match &spec.resource {
-        Some((resource, count)) => {
+) -> Result<String> {
+    let allocation = match allocation {
+        Some(a) => {
             let t = Instant::now();
-            let opts = AllocateOptions {
-                resource: resource.clone(),
-                count: *count,
-                pod: spec.pod.clone(),
-                container: spec.container.clone(),
-                authority: spec.authority.clone(),
-            };
-            let a = crate::allocate(dir, &opts).await?;
-            timings.insert("allocate".to_string(), ms(t));
-            Some(a)
+            crate::client::pre_start(dir, a, spec.authority.clone()).await?;
+            if a.pre_start_called {
+                timings.insert("pre_start".to_string(), ms(t));
+            }
+            Some(&*a)
         }
         None => None,
     };
-    let mut config = container_config(spec, sandbox, allocation.as_ref());
+    let mut config = container_config(spec, sandbox, allocation);
     let names: Vec<String> = dra_claims
         .iter()
         .flat_map(|c| c.cdi_devices.clone())
@@ -458,7 +495,7 @@ async fn start_in_sandbox(
     let t = Instant::now();
     cri.start_container(&container_id).await?;
     timings.insert("start".to_string(), ms(t));
-    Ok((allocation, container_id))
+    Ok(container_id)
 }
 
 async fn remove_sandbox(cri: &mut CriClient, sandbox_id: &str) -> Result<()> {

@@ -27,6 +27,8 @@ fn spec(pod: &str, cdi: CdiForm) -> PodSpec {
         authority: ClientAuthority::Localhost,
         log_root: std::env::temp_dir().join("erdma-fake-kubelet-test-logs"),
         dra: None,
+        run_as_user: None,
+        mounts: vec![],
     }
 }
 
@@ -107,6 +109,50 @@ fn container_config_carries_the_allocate_response() {
     let c = pods::container_config(&s, &sandbox, None);
     assert!(c.devices.is_empty() && c.mounts.is_empty() && c.envs.is_empty());
     assert!(c.cdi_devices.is_empty() && c.annotations.is_empty());
+    assert_eq!(c.linux, None, "no user given: the image's");
+}
+
+#[test]
+fn container_config_carries_the_user_and_the_pods_host_paths() {
+    let mut s = spec("lab/pod-u", CdiForm::Field);
+    s.run_as_user = Some(1000);
+    s.mounts = vec![MountOut {
+        container_path: "/usr/local/bin/probe".into(),
+        host_path: "/usr/bin/probe".into(),
+        read_only: true,
+    }];
+    let sandbox = pods::sandbox_config(&s, "uid-1").unwrap();
+    let c = pods::container_config(&s, &sandbox, Some(&allocation()));
+    let uid = c
+        .linux
+        .as_ref()
+        .and_then(|l| l.security_context.as_ref())
+        .and_then(|sc| sc.run_as_user.as_ref())
+        .map(|u| u.value);
+    assert_eq!(uid, Some(1000));
+    let paths: Vec<(&str, &str, bool)> = c
+        .mounts
+        .iter()
+        .map(|m| (m.host_path.as_str(), m.container_path.as_str(), m.readonly))
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            ("/usr/bin/probe", "/usr/local/bin/probe", true),
+            ("/var/lib/erdma", "/etc/erdma", true)
+        ],
+        "the pod's own volume and the Allocate response's mount"
+    );
+    // Root is a user too: 0 is sent, not left out.
+    s.run_as_user = Some(0);
+    let c = pods::container_config(&s, &sandbox, None);
+    assert_eq!(
+        c.linux
+            .and_then(|l| l.security_context)
+            .and_then(|sc| sc.run_as_user)
+            .map(|u| u.value),
+        Some(0)
+    );
 }
 
 #[test]

@@ -16,3 +16,4 @@ pub mod link;
 pub mod plan;
 pub mod probe;
 pub mod runtime;
+pub mod verbs;

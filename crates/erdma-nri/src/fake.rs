@@ -26,6 +26,8 @@ pub struct Session {
     pub events: i32,
     /// Timeout of each call to the plugin.
     pub timeout: Duration,
+    /// Whether `Configure` tells the plugin that timeout (containerd 1.7 sends none).
+    pub announce_timeout: bool,
     tasks: Vec<tokio::task::AbortHandle>,
 }
 
@@ -95,6 +97,7 @@ impl FakeRuntime {
             registrations: rx,
             events: 0,
             timeout: Duration::from_secs(2),
+            announce_timeout: true,
             tasks: vec![
                 mux_task.abort_handle(),
                 server.abort_handle(),
@@ -137,7 +140,11 @@ impl Session {
                     runtime_name: "erdma-fake-runtime".into(),
                     runtime_version: "0".into(),
                     registration_timeout: 5_000_000_000,
-                    request_timeout: i64::try_from(self.timeout.as_nanos()).unwrap_or(i64::MAX),
+                    request_timeout: if self.announce_timeout {
+                        i64::try_from(self.timeout.as_nanos()).unwrap_or(i64::MAX)
+                    } else {
+                        0
+                    },
                 },
             )
             .await?;

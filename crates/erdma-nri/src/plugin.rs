@@ -52,7 +52,10 @@ pub struct PluginConfig {
     pub idx: String,
     /// Events to subscribe (CreateContainer is always answered when subscribed).
     pub events: Vec<Event>,
-    /// Longest time a handler may take for one call; the runtime's own timeout halves it further.
+    /// Longest time a handler may take for one call; the runtime's own timeout, when the runtime
+    /// tells it at Configure, caps it at half of that. A runtime that does not tell it
+    /// (containerd 1.7) is assumed to allow 2 s, unless the budget is set above half of that:
+    /// then the operator raised the runtime's timeout too (`plugin_request_timeout`).
     pub budget: Duration,
 }
 
@@ -255,7 +258,7 @@ pub async fn run_session<H: Handler>(
         handler,
         events: api::event_mask(&cfg.events),
         budget: cfg.budget,
-        runtime_timeout: Mutex::new(RUNTIME_REQUEST_TIMEOUT),
+        runtime_timeout: Mutex::new(RUNTIME_REQUEST_TIMEOUT.max(cfg.budget * 2)),
         shutdown: shutdown.clone(),
     });
     let mut server = tokio::spawn(ttrpc::serve(plugin_conn, service));

@@ -58,6 +58,9 @@ impl Handler for Recorder {
             if c.name == "slow" {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
             }
+            if c.name == "takes-1200ms" {
+                tokio::time::sleep(Duration::from_millis(1200)).await;
+            }
             let devices: Vec<String> = c
                 .linux
                 .unwrap_or_default()
@@ -196,6 +199,46 @@ async fn a_plugin_session_as_the_runtime_drives_it() {
     drop(runtime);
     let r = tokio::time::timeout(Duration::from_secs(10), session).await;
     assert!(matches!(r, Ok(Ok(Ok(())))), "{r:?}");
+}
+
+/// A runtime that does not say its timeout (containerd 1.7) and a budget raised above the 2 s
+/// default's half: the budget holds, and a handler taking 1.2 s still adjusts the container. The
+/// same runtime telling 2 s caps it at 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raised_budget_holds_when_the_runtime_does_not_say_its_timeout() {
+    for (announce, adjusted) in [(false, true), (true, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("nri.sock");
+        let runtime = FakeRuntime::bind(&sock).unwrap();
+        let cfg = PluginConfig {
+            socket: sock.clone(),
+            name: "erdma".into(),
+            idx: "10".into(),
+            events: vec![Event::CreateContainer],
+            budget: Duration::from_millis(3000),
+        };
+        let cancel = CancellationToken::new();
+        let c2 = cancel.clone();
+        let h = Arc::new(Recorder::default());
+        let session = tokio::spawn(async move { plugin::run_session(&cfg, h, &c2).await });
+        let mut s = runtime.accept().await.unwrap();
+        s.registration().await.expect("RegisterPlugin");
+        s.announce_timeout = announce;
+        s.timeout = Duration::from_secs(2);
+        s.configure().await.unwrap();
+        s.synchronize(vec![], vec![]).await.unwrap();
+        let c = api::Container {
+            name: "takes-1200ms".into(),
+            ..Default::default()
+        };
+        let r = s.create_container(&pod("p1"), &c).await.unwrap();
+        let rlimits = r.adjust.unwrap_or_default().rlimits.len();
+        assert_eq!(rlimits == 1, adjusted, "announced timeout: {announce}");
+        cancel.cancel();
+        drop(s);
+        drop(runtime);
+        let _ = tokio::time::timeout(Duration::from_secs(10), session).await;
+    }
 }
 
 #[tokio::test]

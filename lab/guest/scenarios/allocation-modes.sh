@@ -71,7 +71,7 @@ ck "pod-c's ibv_devices lists both devices: [$seen]" test "$seen" = "rxe0 rxe1 "
 runtime_clean; stop_daemons
 
 start_kubelet || { fail "$SCEN" "fake kubelet did not restart"; exit 0; }
-start_agent --slots-per-device 1 --deviceplugin-prestart-container true || { fail "$SCEN" "agent (pre-start) did not register"; exit 0; }
+start_agent --slots-per-device 1 --deviceplugin-prestart-container true --nri off || { fail "$SCEN" "agent (pre-start) did not register"; exit 0; }
 ck "with --deviceplugin-prestart-container the agent registers pre_start_required" \
   jq -e --arg r "$RES" '.resources[$r].options.pre_start_required' "$STATE"
 PD=$(cpod pod-d 1) || { fail "$SCEN" "pod-d (pre-start) did not start: $(tail -1 /tmp/pod-d.pod.err)"; exit 0; }

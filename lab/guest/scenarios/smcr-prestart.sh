@@ -16,7 +16,7 @@
 need erdma-fake-kubelet; need erdma-agent --cri-socket
 runtime_up || { fail "$SCEN" "the container runtime did not start (see out/containerd.log)"; exit 0; }
 start_kubelet || { fail "$SCEN" "fake kubelet did not start"; exit 0; }
-start_agent --slots-per-device 2 --deviceplugin-prestart-container true --cri-socket "$CTRD_SOCK" \
+start_agent --slots-per-device 2 --deviceplugin-prestart-container true --nri off --cri-socket "$CTRD_SOCK" \
   || { fail "$SCEN" "agent (pre-start, CRI) did not register"; exit 0; }
 ANN=network.alibabacloud.com/erdma-smcr=true
 cpod pod-s 1 --annotation "$ANN" > /dev/null || { fail "$SCEN" "pod-s did not start: $(tail -1 /tmp/pod-s.pod.err)"; exit 0; }

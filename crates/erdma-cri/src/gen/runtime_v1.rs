@@ -328,9 +328,31 @@ pub struct ContainerConfig {
     /// Log file, relative to the sandbox's log_directory.
     #[prost(string, tag = "11")]
     pub log_path: ::prost::alloc::string::String,
-    /// Fields 12-16 (stdin, tty, Linux resources and security context, Windows) are not used by erdma.
+    /// Fields 12-14 (stdin, tty) and 16 (Windows) are not used by erdma.
+    #[prost(message, optional, tag = "15")]
+    pub linux: ::core::option::Option<LinuxContainerConfig>,
     #[prost(message, repeated, tag = "17")]
     pub cdi_devices: ::prost::alloc::vec::Vec<CdiDevice>,
+}
+/// A wrapped int64, so that an unset value differs from 0 (root).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Int64Value {
+    #[prost(int64, tag = "1")]
+    pub value: i64,
+}
+/// Linux security settings of a container; erdma sets only the user (a non-root container).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct LinuxContainerSecurityContext {
+    /// Fields 1-4 and 6-16 (capabilities, privileged, namespaces, SELinux, groups, seccomp, ...) are
+    /// not used by erdma.
+    #[prost(message, optional, tag = "5")]
+    pub run_as_user: ::core::option::Option<Int64Value>,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct LinuxContainerConfig {
+    /// Field 1 (resources) is not used by erdma.
+    #[prost(message, optional, tag = "2")]
+    pub security_context: ::core::option::Option<LinuxContainerSecurityContext>,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct CreateContainerRequest {

@@ -226,9 +226,9 @@ struct PodTarget {
 
 #[derive(Subcommand)]
 enum PodCmd {
-    /// RunPodSandbox, then (with --count > 0) Allocate and PreStartContainer through the plugin,
-    /// CreateContainer with the Allocate response's devices, mounts, envs, annotations and CDI
-    /// names, StartContainer. Prints the pod record as JSON (sandbox and container ids, IP,
+    /// In the kubelet's order: (with --count > 0) Allocate through the plugin, RunPodSandbox,
+    /// PreStartContainer (when the plugin asks for it), CreateContainer with the Allocate
+    /// response's devices, mounts, envs, annotations and CDI names, StartContainer. Prints the pod record as JSON (sandbox and container ids, IP,
     /// network namespace, allocation, milliseconds per step).
     Run {
         #[command(flatten)]
@@ -271,6 +271,13 @@ enum PodCmd {
         /// The kubelet's root directory (DRA drivers register in its plugins_registry).
         #[arg(long, default_value = "/var/lib/kubelet")]
         kubelet_root_dir: PathBuf,
+        /// Run the container as this UID (the CRI's run_as_user; default: the image's user).
+        #[arg(long, value_name = "UID")]
+        user: Option<i64>,
+        /// A host path mounted read-only into the container, HOST:CONTAINER (a hostPath volume;
+        /// repeatable).
+        #[arg(long = "mount", value_name = "HOST:CONTAINER")]
+        mounts: Vec<String>,
         /// The container's command (default: the image's).
         #[arg(last = true)]
         command: Vec<String>,
@@ -516,6 +523,8 @@ async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
             log_root,
             kubeconfig,
             kubelet_root_dir,
+            user,
+            mounts,
             command,
         } => {
             valid_pod(&pod)?;
@@ -526,6 +535,19 @@ async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
                 }),
                 None => None,
             };
+            let mounts = mounts
+                .iter()
+                .map(|m| match m.split_once(':') {
+                    Some((h, c)) if h.starts_with('/') && c.starts_with('/') => {
+                        Ok(erdma_fake_kubelet::client::MountOut {
+                            host_path: h.to_string(),
+                            container_path: c.to_string(),
+                            read_only: true,
+                        })
+                    }
+                    _ => bail!("--mount {m:?} must be HOST:CONTAINER, both absolute paths"),
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
             let spec = pods::PodSpec {
                 pod,
                 container,
@@ -541,6 +563,8 @@ async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
                 authority: authority.into(),
                 log_root,
                 dra,
+                run_as_user: user,
+                mounts,
             };
             let mut cri = cri_client(&target).await?;
             let record = pods::run_pod(&target.dir, &mut cri, &spec).await?;

@@ -7,6 +7,15 @@
 //! Both print `elapsed_ms=<ms>` and `started_utc=<hh:mm:ss.micros>` (the wall-clock moment
 //! timing started, to line up with the agent's log) and exit 0 when the condition held, or print
 //! why and exit 1.
+//!
+//! Two resource probes run inside containers (libibverbs through `dlopen`, see
+//! `erdma_lab::verbs`):
+//! - `contexts`: opens N device contexts one after the other and holds them (each is an
+//!   `hca_handle` of the rdma cgroup); prints `opened=<k>` and, when one fails, the errno;
+//! - `reg-mr`: registers a buffer of a given size; prints the process's `RLIMIT_MEMLOCK` and
+//!   `registered=<bytes>` or the errno.
+//!
+//! Both exit 0 when everything asked for succeeded and 1 otherwise.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -65,6 +74,76 @@ enum Command {
         #[command(flatten)]
         watch: Watch,
     },
+    /// Open COUNT contexts on DEVICE and hold them; prints `opened=<k>` and the errno of the
+    /// first failure.
+    Contexts {
+        /// RDMA device.
+        #[arg(long)]
+        device: String,
+        /// Contexts to open.
+        #[arg(long)]
+        count: usize,
+        /// Keep the contexts open this long after opening them (to read `rdma.current`).
+        #[arg(long, default_value_t = 0)]
+        hold_ms: u64,
+    },
+    /// Register SIZE bytes on DEVICE (`ibv_reg_mr`); prints `RLIMIT_MEMLOCK` and the outcome.
+    RegMr {
+        /// RDMA device.
+        #[arg(long)]
+        device: String,
+        /// Bytes, with an optional K, M or G.
+        #[arg(long, value_parser = erdma_lab::verbs::parse_size)]
+        size: usize,
+    },
+}
+
+/// `contexts`: opens up to `count` contexts, holds them `hold_ms`, reports.
+fn contexts(device: &str, count: usize, hold_ms: u64) -> anyhow::Result<()> {
+    let verbs = erdma_lab::verbs::Verbs::load()?;
+    let mut held = Vec::with_capacity(count);
+    let mut failure = None;
+    for i in 1..=count {
+        match verbs.open(device) {
+            Ok(c) => held.push(c),
+            Err(e) => {
+                failure = Some((i, e));
+                break;
+            }
+        }
+    }
+    println!("opened={} requested={count}", held.len());
+    if hold_ms > 0 {
+        println!("holding_ms={hold_ms}");
+        std::thread::sleep(Duration::from_millis(hold_ms));
+    }
+    drop(held);
+    match failure {
+        None => Ok(()),
+        Some((i, e)) => {
+            println!("failed_at={i} errno={}", e.errno().unwrap_or(0));
+            anyhow::bail!("context {i} of {count} on {device}: {e}")
+        }
+    }
+}
+
+/// `reg-mr`: one registration of `size` bytes.
+fn reg_mr(device: &str, size: usize) -> anyhow::Result<()> {
+    let show = |v: Option<u64>| v.map_or_else(|| "unlimited".to_string(), |b| b.to_string());
+    let (soft, hard) = erdma_lab::verbs::memlock_limit();
+    println!("memlock_soft={} memlock_hard={}", show(soft), show(hard));
+    let verbs = erdma_lab::verbs::Verbs::load()?;
+    let ctx = verbs.open(device)?;
+    match ctx.register(size) {
+        Ok(()) => {
+            println!("registered={size}");
+            Ok(())
+        }
+        Err(e) => {
+            println!("errno={}", e.errno().unwrap_or(0));
+            anyhow::bail!("registering {size} bytes on {device}: {e}")
+        }
+    }
 }
 
 /// How often the state file is re-read when no inotify event came.
@@ -126,6 +205,12 @@ fn main() {
                 .and_then(|()| watch(&w, start))
         }
         Command::Wait { watch: w } => watch(&w, start_clock()),
+        Command::Contexts {
+            device,
+            count,
+            hold_ms,
+        } => return finish(contexts(&device, count, hold_ms)),
+        Command::RegMr { device, size } => return finish(reg_mr(&device, size)),
     };
     match result {
         Ok(elapsed) => println!("elapsed_ms={}", elapsed.as_millis()),
@@ -133,5 +218,13 @@ fn main() {
             eprintln!("erdma-labprobe: {e:#}");
             std::process::exit(1);
         }
+    }
+}
+
+/// Exit status of a resource probe: 0, or 1 with the reason on stderr.
+fn finish(r: anyhow::Result<()>) {
+    if let Err(e) = r {
+        eprintln!("erdma-labprobe: {e:#}");
+        std::process::exit(1);
     }
 }
