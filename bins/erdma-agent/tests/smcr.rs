@@ -280,8 +280,11 @@ fn cluster(api: &FakeApiServer) -> Cluster {
     Cluster::new(api.client(), "n1")
 }
 
+/// Waits until `pod` has at least `want` Events (a hang guard for a loaded CI machine, not a
+/// latency target).
 async fn events_for(api: &FakeApiServer, pod: &str, want: usize) -> Vec<Event> {
-    for _ in 0..300 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
         let evs: Vec<Event> = api
             .list::<Event>(Some("default"))
             .into_iter()
@@ -292,7 +295,16 @@ async fn events_for(api: &FakeApiServer, pod: &str, want: usize) -> Vec<Event> {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("no Event for pod {pod}");
+    let have = api
+        .list::<Event>(Some("default"))
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pod))
+        .map(|e| e.reason.unwrap_or_default())
+        .collect::<Vec<_>>();
+    panic!(
+        "pod {pod}: {} Event(s) in 30 s, want {want}: {have:?}",
+        have.len()
+    );
 }
 
 /// An annotated pod: the configurator gets the pod's namespace and the PNET ID of the granted
