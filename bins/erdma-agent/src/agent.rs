@@ -269,6 +269,8 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         socket: s.nri_socket.display().to_string(),
         used: use_nri,
         smcr_path: match (s.prestart_container, use_nri) {
+            // A DRA node has no pre-start call and no pod-resources device IDs for the PNET ID.
+            _ if api == resource_api::ResourceApi::Dra => "none".into(),
             (false, _) => "none".into(),
             (true, true) => "nri".into(),
             (true, false) => "prestart".into(),
@@ -301,6 +303,23 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
                 },
                 cancel.clone(),
             )));
+        }
+        // NRI on a DRA node: memlock and the claims' rdma limits (the driver's CDI specs hand
+        // them over in the container's environment).
+        if use_nri {
+            tasks.push(spawn_nri(
+                &s,
+                nri_handler(
+                    &s,
+                    &served_rx,
+                    None,
+                    &cluster,
+                    &agent_metrics,
+                    &pod_resources,
+                    nri_tx.clone(),
+                ),
+                &cancel,
+            ));
         }
         let dra = resource_api::run_dra(
             resource_api::DraSettings {
@@ -376,28 +395,16 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         }
     }
     if use_nri {
-        let handler = Arc::new(nri::AgentNri {
-            policy: s.nri_policy.clone(),
-            resource: s.resource_name.clone(),
-            pod_resources_socket: pod_resources,
-            proc_root: "/proc".into(),
-            served: served_rx.clone(),
-            smcr: smcr_for_nri,
-            cluster: cluster.clone(),
-            metrics: agent_metrics.clone(),
-            view: nri_tx,
-        });
-        tasks.push(tokio::spawn(nri::run(
-            erdma_nri::plugin::PluginConfig {
-                socket: s.nri_socket.clone(),
-                name: "erdma".into(),
-                idx: "10".into(),
-                events: nri::EVENTS.to_vec(),
-                budget: s.nri_budget,
-            },
-            handler,
-            cancel.clone(),
-        )));
+        let handler = nri_handler(
+            &s,
+            &served_rx,
+            smcr_for_nri,
+            &cluster,
+            &agent_metrics,
+            &pod_resources,
+            nri_tx,
+        );
+        tasks.push(spawn_nri(&s, handler, &cancel));
     }
     if let MetricsAddr::On(addr) = s.metrics_addr {
         tasks.push(tokio::spawn(serve_metrics(
@@ -416,6 +423,49 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
     plugin.context("device plugin")?;
     tracing::info!("erdma-agent stopped");
     Ok(())
+}
+
+/// The agent's NRI handler: the install's policy, the served devices, SMC-R when this node
+/// configures it through NRI.
+fn nri_handler(
+    s: &Settings,
+    served: &watch::Receiver<erdma_model::NodeDevices>,
+    smcr: Option<Arc<smcr::SmcrHook>>,
+    cluster: &Option<cluster::Cluster>,
+    metrics: &Arc<crate::metrics::AgentMetrics>,
+    pod_resources: &std::path::Path,
+    view: watch::Sender<Option<nri::NriView>>,
+) -> Arc<nri::AgentNri> {
+    Arc::new(nri::AgentNri {
+        policy: s.nri_policy.clone(),
+        resource: s.resource_name.clone(),
+        pod_resources_socket: pod_resources.to_path_buf(),
+        proc_root: "/proc".into(),
+        served: served.clone(),
+        smcr,
+        cluster: cluster.clone(),
+        metrics: metrics.clone(),
+        view,
+    })
+}
+
+/// Runs the NRI plugin session until `cancel`.
+fn spawn_nri(
+    s: &Settings,
+    handler: Arc<nri::AgentNri>,
+    cancel: &CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(nri::run(
+        erdma_nri::plugin::PluginConfig {
+            socket: s.nri_socket.clone(),
+            name: "erdma".into(),
+            idx: "10".into(),
+            events: nri::EVENTS.to_vec(),
+            budget: s.nri_budget,
+        },
+        handler,
+        cancel.clone(),
+    ))
 }
 
 /// Cancels every task and waits for them, the driver reconciler first: the one shutdown of the

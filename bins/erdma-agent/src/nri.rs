@@ -15,6 +15,7 @@ use crate::cluster::{Cluster, PodRef};
 use crate::metrics::AgentMetrics;
 use crate::smcr::SmcrHook;
 use erdma_deviceplugin::service::ENV_ERDMA_DEVICES;
+use erdma_dra::cdi::ENV_RDMA_MAX;
 use erdma_kubelet::podresources::{Holder, PodResourcesClient};
 use erdma_model::NodeDevices;
 use erdma_model::rdma_limit::{Memlock, RDMA_MAX_ANNOTATION, RdmaLimit};
@@ -51,12 +52,7 @@ pub struct Notice {
 /// The RDMA devices (served names) a container holds: from the `ERDMA_DEVICES` env the device
 /// plugin sets at Allocate, else from its device nodes.
 pub fn held_devices(c: &api::Container, served: &NodeDevices) -> Vec<String> {
-    let from_env = c
-        .env
-        .iter()
-        .rev()
-        .find_map(|e| e.strip_prefix(ENV_ERDMA_DEVICES)?.strip_prefix('='));
-    if let Some(list) = from_env {
+    if let Some(list) = env_value(c, ENV_ERDMA_DEVICES) {
         let names: Vec<String> = list
             .split(',')
             .filter(|n| served.device(n).is_some())
@@ -87,6 +83,41 @@ pub fn held_devices(c: &api::Container, served: &NodeDevices) -> Vec<String> {
         .collect()
 }
 
+/// The last value of `key` in a container's environment.
+fn env_value<'a>(c: &'a api::Container, key: &str) -> Option<&'a str> {
+    c.env
+        .iter()
+        .rev()
+        .find_map(|e| e.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// The `rdma.max` line of a DRA claim's hand-off (`<ibdev> hca_handle=N hca_object=M`, entries
+/// `;`-separated): exactly one entry, for a device the container holds, with valid limits.
+fn claimed_limit(lines: &str, held: &[String]) -> Result<String, String> {
+    let entries: Vec<&str> = lines
+        .split(';')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .collect();
+    let [entry] = entries.as_slice() else {
+        return Err(format!(
+            "{} entries; the rdma cgroup takes one device per write",
+            entries.len()
+        ));
+    };
+    let (ibdev, limits) = entry
+        .split_once(' ')
+        .ok_or_else(|| format!("{entry:?} is not `<device> hca_handle=N hca_object=M`"))?;
+    if !held.iter().any(|h| h == ibdev) {
+        return Err(format!(
+            "device {ibdev} is not one the container holds ({})",
+            held.join(", ")
+        ));
+    }
+    let limit = RdmaLimit::parse(limits).map_err(|e| e.to_string())?;
+    Ok(limit.line(ibdev))
+}
+
 /// The adjustment of one container (pure): memlock and `rdma.max` for containers holding devices.
 pub fn adjust_container(
     pod: &api::PodSandbox,
@@ -106,6 +137,29 @@ pub fn adjust_container(
             hard: v,
             soft: v,
         });
+    }
+    // A DRA claim's consumed capacity, handed over by the driver's CDI spec: what the scheduler
+    // allocated to this container, so it comes before the annotation and the install default.
+    if let Some(lines) = env_value(c, ENV_RDMA_MAX) {
+        match claimed_limit(lines, &devices) {
+            Ok(line) => {
+                adjust.linux = Some(api::LinuxContainerAdjustment {
+                    resources: Some(api::LinuxResources {
+                        unified: [("rdma.max".to_string(), line)].into_iter().collect(),
+                    }),
+                    ..Default::default()
+                });
+            }
+            Err(why) => notices.push(Notice {
+                kind: "Warning",
+                reason: "ErdmaRdmaMaxNotApplied",
+                message: format!(
+                    "container {} of pod {}/{}: {ENV_RDMA_MAX}={lines:?} from its DRA claim: {why}; no rdma limit applied",
+                    c.name, pod.namespace, pod.name
+                ),
+            }),
+        }
+        return (adjust, notices);
     }
     let limit = match pod.annotations.get(RDMA_MAX_ANNOTATION) {
         Some(v) => match RdmaLimit::parse(v) {
@@ -507,6 +561,54 @@ mod tests {
             a.linux.unwrap().resources.unwrap().unified["rdma.max"],
             format!("{dev} hca_handle=1")
         );
+    }
+
+    /// A DRA claim's hand-off (the driver's CDI spec env) sets the limit, before the annotation;
+    /// a hand-off naming a device the container does not hold, or two devices, applies nothing.
+    #[test]
+    fn a_dra_claims_consumed_capacity_becomes_its_rdma_max() {
+        let (_t, served) = served();
+        let dev = served.devices[0].name.clone();
+        let other = served.devices[1].name.clone();
+        let c = container(
+            &[
+                &format!("ERDMA_DEVICES={dev}"),
+                &format!("ERDMA_RDMA_MAX={dev} hca_handle=4 hca_object=8000"),
+            ],
+            &[],
+        );
+        let (a, n) = adjust_container(&pod(Some("hca_handle=1")), &c, &served, &POLICY);
+        assert!(n.is_empty(), "{n:?}");
+        assert_eq!(a.rlimits.len(), 1, "memlock for a DRA container too");
+        assert_eq!(
+            a.linux.unwrap().resources.unwrap().unified["rdma.max"],
+            format!("{dev} hca_handle=4 hca_object=8000")
+        );
+        for bad in [
+            format!("{other} hca_handle=4 hca_object=8000"),
+            format!("{dev} hca_handle=4;{other} hca_handle=4"),
+            format!("{dev} hca_handle=many"),
+        ] {
+            let c = container(
+                &[
+                    &format!("ERDMA_DEVICES={dev}"),
+                    &format!("ERDMA_RDMA_MAX={bad}"),
+                ],
+                &[],
+            );
+            let (a, n) = adjust_container(&pod(None), &c, &served, &POLICY);
+            assert!(
+                a.linux.is_none(),
+                "{bad}: nothing rather than something wrong"
+            );
+            assert_eq!(n.len(), 1, "{bad}: {n:?}");
+            assert_eq!(n[0].reason, "ErdmaRdmaMaxNotApplied");
+            assert!(
+                n[0].message.contains("from its DRA claim"),
+                "{}",
+                n[0].message
+            );
+        }
     }
 
     #[test]

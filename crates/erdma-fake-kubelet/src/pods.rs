@@ -389,11 +389,15 @@ async fn run_prepared(
         dir,
         cri,
         spec,
-        &sandbox,
-        &sandbox_id,
-        allocation.as_mut(),
+        Sandbox {
+            config: &sandbox,
+            id: &sandbox_id,
+        },
+        Grants {
+            allocation: allocation.as_mut(),
+            dra_claims: &dra_claims,
+        },
         &mut timings,
-        &dra_claims,
     )
     .await;
     let container_id = match started {
@@ -460,17 +464,32 @@ async fn release_devices(dir: &Path, spec: &PodSpec) {
     }
 }
 
+/// A pod's sandbox as the runtime made it.
+struct Sandbox<'a> {
+    config: &'a cri::PodSandboxConfig,
+    id: &'a str,
+}
+
+/// What the container was given: the device plugin's allocation and the prepared DRA claims.
+struct Grants<'a> {
+    allocation: Option<&'a mut AllocationOutput>,
+    dra_claims: &'a [PreparedPodClaim],
+}
+
 async fn start_in_sandbox(
     dir: &Path,
     cri: &mut CriClient,
     spec: &PodSpec,
-    sandbox: &cri::PodSandboxConfig,
-    sandbox_id: &str,
-    allocation: Option<&mut AllocationOutput>,
+    sandbox: Sandbox<'_>,
+    grants: Grants<'_>,
     timings: &mut BTreeMap<String, u64>,
-    dra_claims: &[PreparedPodClaim],
 ) -> Result<String> {
-    let allocation = match allocation {
+    let Sandbox {
+        config: sandbox,
+        id: sandbox_id,
+    } = sandbox;
+    let dra_claims = grants.dra_claims;
+    let allocation = match grants.allocation {
         Some(a) => {
             let t = Instant::now();
             crate::client::pre_start(dir, a, spec.authority.clone()).await?;

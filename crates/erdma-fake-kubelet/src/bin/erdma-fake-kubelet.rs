@@ -230,58 +230,7 @@ enum PodCmd {
     /// PreStartContainer (when the plugin asks for it), CreateContainer with the Allocate
     /// response's devices, mounts, envs, annotations and CDI names, StartContainer. Prints the pod record as JSON (sandbox and container ids, IP,
     /// network namespace, allocation, milliseconds per step).
-    Run {
-        #[command(flatten)]
-        target: PodTarget,
-        /// Pod as NAMESPACE/NAME.
-        #[arg(long)]
-        pod: String,
-        /// Container name.
-        #[arg(long, default_value = "c")]
-        container: String,
-        /// Image (already in the runtime).
-        #[arg(long, default_value = "lab.local/rdma-tools:1")]
-        image: String,
-        /// Resource name.
-        #[arg(long, default_value = "aliyun/erdma")]
-        resource: String,
-        /// Device IDs to allocate; 0: a pod without the resource.
-        #[arg(long, default_value_t = 0)]
-        count: usize,
-        /// How CDI device names reach the runtime.
-        #[arg(long, value_enum, default_value = "field")]
-        cdi: Cdi,
-        /// Pod annotation KEY=VALUE (repeatable).
-        #[arg(long = "annotation", value_name = "KEY=VALUE")]
-        annotations: Vec<String>,
-        /// Use the node's network namespace.
-        #[arg(long)]
-        host_network: bool,
-        /// `:authority` sent to the plugin.
-        #[arg(long, value_enum, default_value = "localhost")]
-        authority: Authority,
-        /// Where pod log directories are made.
-        #[arg(long, default_value = "/var/log/pods")]
-        log_root: PathBuf,
-        /// DRA: read the Pod object from this API server and prepare the container's
-        /// ResourceClaims (resources.claims, status.extendedResourceClaimStatus) through their
-        /// drivers; their CDI device IDs go to CreateContainer.
-        #[arg(long, value_name = "FILE")]
-        kubeconfig: Option<PathBuf>,
-        /// The kubelet's root directory (DRA drivers register in its plugins_registry).
-        #[arg(long, default_value = "/var/lib/kubelet")]
-        kubelet_root_dir: PathBuf,
-        /// Run the container as this UID (the CRI's run_as_user; default: the image's user).
-        #[arg(long, value_name = "UID")]
-        user: Option<i64>,
-        /// A host path mounted read-only into the container, HOST:CONTAINER (a hostPath volume;
-        /// repeatable).
-        #[arg(long = "mount", value_name = "HOST:CONTAINER")]
-        mounts: Vec<String>,
-        /// The container's command (default: the image's).
-        #[arg(last = true)]
-        command: Vec<String>,
-    },
+    Run(Box<RunArgs>),
     /// ExecSync in the pod's container: prints its stdout and stderr and exits with its code.
     Exec {
         #[command(flatten)]
@@ -318,6 +267,61 @@ enum PodCmd {
         #[arg(long, default_value_t = 0)]
         grace: i64,
     },
+}
+
+/// `pod run`.
+#[derive(clap::Args)]
+struct RunArgs {
+    #[command(flatten)]
+    target: PodTarget,
+    /// Pod as NAMESPACE/NAME.
+    #[arg(long)]
+    pod: String,
+    /// Container name.
+    #[arg(long, default_value = "c")]
+    container: String,
+    /// Image (already in the runtime).
+    #[arg(long, default_value = "lab.local/rdma-tools:1")]
+    image: String,
+    /// Resource name.
+    #[arg(long, default_value = "aliyun/erdma")]
+    resource: String,
+    /// Device IDs to allocate; 0: a pod without the resource.
+    #[arg(long, default_value_t = 0)]
+    count: usize,
+    /// How CDI device names reach the runtime.
+    #[arg(long, value_enum, default_value = "field")]
+    cdi: Cdi,
+    /// Pod annotation KEY=VALUE (repeatable).
+    #[arg(long = "annotation", value_name = "KEY=VALUE")]
+    annotations: Vec<String>,
+    /// Use the node's network namespace.
+    #[arg(long)]
+    host_network: bool,
+    /// `:authority` sent to the plugin.
+    #[arg(long, value_enum, default_value = "localhost")]
+    authority: Authority,
+    /// Where pod log directories are made.
+    #[arg(long, default_value = "/var/log/pods")]
+    log_root: PathBuf,
+    /// DRA: read the Pod object from this API server and prepare the container's
+    /// ResourceClaims (resources.claims, status.extendedResourceClaimStatus) through their
+    /// drivers; their CDI device IDs go to CreateContainer.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// The kubelet's root directory (DRA drivers register in its plugins_registry).
+    #[arg(long, default_value = "/var/lib/kubelet")]
+    kubelet_root_dir: PathBuf,
+    /// Run the container as this UID (the CRI's run_as_user; default: the image's user).
+    #[arg(long, value_name = "UID")]
+    user: Option<i64>,
+    /// A host path mounted read-only into the container, HOST:CONTAINER (a hostPath volume;
+    /// repeatable).
+    #[arg(long = "mount", value_name = "HOST:CONTAINER")]
+    mounts: Vec<String>,
+    /// The container's command (default: the image's).
+    #[arg(last = true)]
+    command: Vec<String>,
 }
 
 fn valid_pod(pod: &str) -> anyhow::Result<()> {
@@ -509,24 +513,25 @@ fn parse_annotations(list: &[String]) -> anyhow::Result<BTreeMap<String, String>
 async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
     use erdma_fake_kubelet::pods;
     match cmd {
-        PodCmd::Run {
-            target,
-            pod,
-            container,
-            image,
-            resource,
-            count,
-            cdi,
-            annotations,
-            host_network,
-            authority,
-            log_root,
-            kubeconfig,
-            kubelet_root_dir,
-            user,
-            mounts,
-            command,
-        } => {
+        PodCmd::Run(args) => {
+            let RunArgs {
+                target,
+                pod,
+                container,
+                image,
+                resource,
+                count,
+                cdi,
+                annotations,
+                host_network,
+                authority,
+                log_root,
+                kubeconfig,
+                kubelet_root_dir,
+                user,
+                mounts,
+                command,
+            } = *args;
             valid_pod(&pod)?;
             let dra = match &kubeconfig {
                 Some(k) => Some(erdma_fake_kubelet::claims::DraAccess {
