@@ -3,7 +3,10 @@
 use crate::rooted::Root;
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, Read};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -80,6 +83,11 @@ pub struct RootedSysfs {
     dirs: Mutex<DirCache>,
 }
 
+thread_local! {
+    /// The buffer of the first `read` of an attribute (one page, the most sysfs returns at once).
+    static PAGE: RefCell<Vec<u8>> = RefCell::new(vec![0; 4096]);
+}
+
 /// Most directory descriptors a [`RootedSysfs`] keeps open at once (the oldest is closed first).
 const MAX_DIR_FDS: usize = 32;
 
@@ -89,9 +97,33 @@ const MAX_DIR_FDS: usize = 32;
 /// the whole path again for every attribute.
 #[derive(Debug, Default)]
 struct DirCache {
-    dirs: HashMap<PathBuf, Resolved>,
+    /// Keyed by the relative path's bytes: a different spelling of one path only costs a miss.
+    dirs: HashMap<OsString, Resolved, BuildHasherDefault<Fnv>>,
     /// Relative paths whose entry holds a descriptor, oldest first (at most [`MAX_DIR_FDS`]).
-    with_fd: VecDeque<PathBuf>,
+    with_fd: VecDeque<OsString>,
+}
+
+/// FNV-1a: the cache's keys are short paths hashed once per file read, where SipHash and `Path`'s
+/// component-wise hashing cost more than the rest of the lookup (no untrusted keys here).
+#[derive(Debug)]
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 #[derive(Debug)]
@@ -136,7 +168,7 @@ impl RootedSysfs {
     }
 
     fn resolve_cached(&self, cache: &mut DirCache, rel: &Path, hops: usize) -> io::Result<PathBuf> {
-        if let Some(hit) = cache.dirs.get(rel) {
+        if let Some(hit) = cache.dirs.get(rel.as_os_str()) {
             return Ok(hit.host.clone());
         }
         let simple = rel
@@ -179,7 +211,7 @@ impl RootedSysfs {
             _ => candidate,
         };
         cache.dirs.insert(
-            rel.to_path_buf(),
+            rel.as_os_str().to_os_string(),
             Resolved {
                 host: resolved.clone(),
                 opens: 0,
@@ -193,9 +225,15 @@ impl RootedSysfs {
     /// its resolved host path.
     fn dir_handle(&self, rel: &Path) -> io::Result<DirHandle> {
         let mut cache = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = cache.dirs.get_mut(rel.as_os_str())
+            && let Some(fd) = &entry.fd
+        {
+            entry.opens = entry.opens.saturating_add(1);
+            return Ok(DirHandle::Fd(fd.clone()));
+        }
         let host = self.resolve_cached(&mut cache, rel, 0)?;
         let DirCache { dirs, with_fd } = &mut *cache;
-        let Some(entry) = dirs.get_mut(rel) else {
+        let Some(entry) = dirs.get_mut(rel.as_os_str()) else {
             // Not cacheable (`..` or `.` in it): resolved from the root every time.
             return Ok(DirHandle::Path(host));
         };
@@ -214,7 +252,7 @@ impl RootedSysfs {
         };
         let fd = Arc::new(fd);
         entry.fd = Some(fd.clone());
-        with_fd.push_back(rel.to_path_buf());
+        with_fd.push_back(rel.as_os_str().to_os_string());
         while with_fd.len() > MAX_DIR_FDS {
             if let Some(old) = with_fd.pop_front()
                 && let Some(e) = dirs.get_mut(&old)
@@ -256,12 +294,16 @@ impl Sysfs for RootedSysfs {
             .open_file(rel)
             .map_err(|e| SysfsError::from_io(&shown(), e))?;
         // sysfs returns a whole attribute (at most a page) in one read; a short first read is EOF.
-        let mut page = [0u8; 4096];
-        let n = file
-            .read(&mut page)
-            .map_err(|e| SysfsError::from_io(&shown(), e))?;
-        let mut buf = page[..n].to_vec();
-        if n == page.len() {
+        // The page is this thread's, reused: clearing 4 KiB for every attribute cost more than
+        // the parsing.
+        let first = PAGE.with(|page| {
+            let mut page = page.borrow_mut();
+            let n = file.read(&mut page[..])?;
+            Ok::<_, io::Error>((page[..n].to_vec(), n == page.len()))
+        });
+        let (mut buf, full) = first.map_err(|e| SysfsError::from_io(&shown(), e))?;
+        let n = buf.len();
+        if full {
             file.take(MAX_ATTR_BYTES + 1 - n as u64)
                 .read_to_end(&mut buf)
                 .map_err(|e| SysfsError::from_io(&shown(), e))?;
