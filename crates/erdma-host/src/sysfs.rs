@@ -1,10 +1,16 @@
 //! Reading sysfs.
 
 use crate::rooted::Root;
-use std::collections::HashMap;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, Read};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Largest attribute file read; sysfs attributes are at most one page.
 pub const MAX_ATTR_BYTES: u64 = 64 * 1024;
@@ -73,9 +79,66 @@ pub trait Sysfs: Send + Sync {
 #[derive(Debug)]
 pub struct RootedSysfs {
     root: Root,
-    /// Resolved host directories by relative directory path. sysfs reads are many small files in
-    /// few directories; resolving each directory once per scan keeps a scan fast.
-    dirs: Mutex<HashMap<PathBuf, PathBuf>>,
+    /// Resolved directories by relative path, for one scan (see [`Sysfs::refresh`]).
+    dirs: Mutex<DirCache>,
+}
+
+thread_local! {
+    /// The buffer of the first `read` of an attribute (one page, the most sysfs returns at once).
+    static PAGE: RefCell<Vec<u8>> = RefCell::new(vec![0; 4096]);
+}
+
+/// Most directory descriptors a [`RootedSysfs`] keeps open at once (the oldest is closed first).
+const MAX_DIR_FDS: usize = 32;
+
+/// sysfs reads are many small files in few directories: each directory is resolved once per scan
+/// (one `lstat` per new component), and one that a second file is read from also gets an `O_PATH`
+/// descriptor, so that further files in it are opened with `openat` and the kernel does not walk
+/// the whole path again for every attribute.
+#[derive(Debug, Default)]
+struct DirCache {
+    /// Keyed by the relative path's bytes: a different spelling of one path only costs a miss.
+    dirs: HashMap<OsString, Resolved, BuildHasherDefault<Fnv>>,
+    /// Relative paths whose entry holds a descriptor, oldest first (at most [`MAX_DIR_FDS`]).
+    with_fd: VecDeque<OsString>,
+}
+
+/// FNV-1a: the cache's keys are short paths hashed once per file read, where SipHash and `Path`'s
+/// component-wise hashing cost more than the rest of the lookup (no untrusted keys here).
+#[derive(Debug)]
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Hasher for Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+#[derive(Debug)]
+struct Resolved {
+    /// The host path (inside the root, no symlink left in it).
+    host: PathBuf,
+    /// Files opened in it so far.
+    opens: u32,
+    fd: Option<Arc<OwnedFd>>,
+}
+
+/// Where to open a file: through a directory descriptor or by its host path.
+enum DirHandle {
+    Fd(Arc<OwnedFd>),
+    Path(PathBuf),
 }
 
 impl RootedSysfs {
@@ -83,7 +146,7 @@ impl RootedSysfs {
     pub fn new(base: impl Into<PathBuf>) -> Self {
         RootedSysfs {
             root: Root::new(base, Some(PathBuf::from("/sys"))),
-            dirs: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(DirCache::default()),
         }
     }
 
@@ -100,12 +163,13 @@ impl RootedSysfs {
     /// component; a symlink's target is resolved the same way (relative to the resolved parent, or
     /// re-rooted when absolute), so link chains stay inside the root and are bounded.
     fn resolve_dir(&self, rel: &Path) -> io::Result<PathBuf> {
-        self.resolve_cached(rel, 0)
+        let mut cache = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        self.resolve_cached(&mut cache, rel, 0)
     }
 
-    fn resolve_cached(&self, rel: &Path, hops: usize) -> io::Result<PathBuf> {
-        if let Some(hit) = self.dirs.lock().ok().and_then(|m| m.get(rel).cloned()) {
-            return Ok(hit);
+    fn resolve_cached(&self, cache: &mut DirCache, rel: &Path, hops: usize) -> io::Result<PathBuf> {
+        if let Some(hit) = cache.dirs.get(rel.as_os_str()) {
+            return Ok(hit.host.clone());
         }
         let simple = rel
             .components()
@@ -116,7 +180,7 @@ impl RootedSysfs {
         let parent_host = if parent.as_os_str().is_empty() {
             self.root.base().to_path_buf()
         } else {
-            self.resolve_cached(parent, hops)?
+            self.resolve_cached(cache, parent, hops)?
         };
         let candidate = parent_host.join(name);
         let resolved = match std::fs::symlink_metadata(&candidate) {
@@ -142,14 +206,61 @@ impl RootedSysfs {
                 } else {
                     parent_rel.join(&target)
                 };
-                self.resolve_cached(&normalize(&joined), hops + 1)?
+                self.resolve_cached(cache, &normalize(&joined), hops + 1)?
             }
             _ => candidate,
         };
-        if let Ok(mut m) = self.dirs.lock() {
-            m.insert(rel.to_path_buf(), resolved.clone());
-        }
+        cache.dirs.insert(
+            rel.as_os_str().to_os_string(),
+            Resolved {
+                host: resolved.clone(),
+                opens: 0,
+                fd: None,
+            },
+        );
         Ok(resolved)
+    }
+
+    /// The directory `rel` to open a file in: its descriptor when it has (or now earns) one, else
+    /// its resolved host path.
+    fn dir_handle(&self, rel: &Path) -> io::Result<DirHandle> {
+        let mut cache = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = cache.dirs.get_mut(rel.as_os_str())
+            && let Some(fd) = &entry.fd
+        {
+            entry.opens = entry.opens.saturating_add(1);
+            return Ok(DirHandle::Fd(fd.clone()));
+        }
+        let host = self.resolve_cached(&mut cache, rel, 0)?;
+        let DirCache { dirs, with_fd } = &mut *cache;
+        let Some(entry) = dirs.get_mut(rel.as_os_str()) else {
+            // Not cacheable (`..` or `.` in it): resolved from the root every time.
+            return Ok(DirHandle::Path(host));
+        };
+        entry.opens = entry.opens.saturating_add(1);
+        if let Some(fd) = &entry.fd {
+            return Ok(DirHandle::Fd(fd.clone()));
+        }
+        if entry.opens < 2 {
+            return Ok(DirHandle::Path(host));
+        }
+        // O_NOFOLLOW: the host path was resolved component by component and holds no symlink;
+        // should one have been put there since, opening fails instead of following it.
+        let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let Ok(fd) = nix::fcntl::open(entry.host.as_path(), flags, Mode::empty()) else {
+            return Ok(DirHandle::Path(host));
+        };
+        let fd = Arc::new(fd);
+        entry.fd = Some(fd.clone());
+        with_fd.push_back(rel.as_os_str().to_os_string());
+        while with_fd.len() > MAX_DIR_FDS {
+            if let Some(old) = with_fd.pop_front()
+                && let Some(e) = dirs.get_mut(&old)
+            {
+                e.fd = None;
+            }
+        }
+        Ok(DirHandle::Fd(fd))
     }
 
     /// Opens a file: its directory through the cache, then `O_NOFOLLOW`; a final symlink (`ELOOP`)
@@ -158,7 +269,16 @@ impl RootedSysfs {
         let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
             return open_nofollow(&self.root.resolve(rel)?);
         };
-        match open_nofollow(&self.resolve_dir(parent)?.join(name)) {
+        let opened = match self.dir_handle(parent)? {
+            DirHandle::Fd(dir) => {
+                let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+                nix::fcntl::openat(&*dir, name, flags, Mode::empty())
+                    .map(std::fs::File::from)
+                    .map_err(io::Error::from)
+            }
+            DirHandle::Path(dir) => open_nofollow(&dir.join(name)),
+        };
+        match opened {
             Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
                 open_nofollow(&self.resolve_dir(rel)?)
             }
@@ -174,12 +294,16 @@ impl Sysfs for RootedSysfs {
             .open_file(rel)
             .map_err(|e| SysfsError::from_io(&shown(), e))?;
         // sysfs returns a whole attribute (at most a page) in one read; a short first read is EOF.
-        let mut page = [0u8; 4096];
-        let n = file
-            .read(&mut page)
-            .map_err(|e| SysfsError::from_io(&shown(), e))?;
-        let mut buf = page[..n].to_vec();
-        if n == page.len() {
+        // The page is this thread's, reused: clearing 4 KiB for every attribute cost more than
+        // the parsing.
+        let first = PAGE.with(|page| {
+            let mut page = page.borrow_mut();
+            let n = file.read(&mut page[..])?;
+            Ok::<_, io::Error>((page[..n].to_vec(), n == page.len()))
+        });
+        let (mut buf, full) = first.map_err(|e| SysfsError::from_io(&shown(), e))?;
+        let n = buf.len();
+        if full {
             file.take(MAX_ATTR_BYTES + 1 - n as u64)
                 .read_to_end(&mut buf)
                 .map_err(|e| SysfsError::from_io(&shown(), e))?;
@@ -244,9 +368,9 @@ impl Sysfs for RootedSysfs {
     }
 
     fn refresh(&self) {
-        if let Ok(mut m) = self.dirs.lock() {
-            m.clear();
-        }
+        let mut cache = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        cache.dirs.clear();
+        cache.with_fd.clear();
     }
 }
 

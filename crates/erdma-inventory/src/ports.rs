@@ -4,6 +4,7 @@ use crate::read::Notes;
 use erdma_host::Sysfs;
 use erdma_model::port::parse_rate_gbps;
 use erdma_model::{Gid, GidType, LinkLayer, PhysState, Port, PortState};
+use std::fmt::Write as _;
 use std::net::Ipv6Addr;
 use std::path::Path;
 
@@ -67,32 +68,47 @@ fn read_gids(sysfs: &dyn Sysfs, dir: &Path, notes: &mut Notes) -> Vec<Gid> {
     indexes.sort_unstable();
     indexes.truncate(MAX_GIDS);
     let mut out = Vec::new();
+    // Three files per GID: one reused path buffer each (push the index, read, pop), so that a
+    // port's table costs no allocation per entry beyond the values read.
+    let attrs = dir.join("gid_attrs");
+    let mut gid_rel = gid_dir.clone();
+    let mut type_rel = attrs.join("types");
+    let mut ndev_rel = attrs.join("ndevs");
+    let mut name = String::new();
     for index in indexes {
-        let rel = gid_dir.join(index.to_string());
+        name.clear();
+        // Writing to a String cannot fail.
+        let _ = write!(name, "{index}");
+        gid_rel.push(&name);
+        let text = sysfs.read_attr(&gid_rel);
+        let rel_shown = |rel: &Path| crate::read::sysfs_path(sysfs, rel);
         // Empty GID slots can fail to read (EINVAL); they carry no information.
-        let Ok(text) = sysfs.read_attr(&rel) else {
+        let Ok(text) = text else {
+            gid_rel.pop();
             continue;
         };
         let Some(gid) = Gid::parse_addr(&text) else {
             notes.findings.push(erdma_model::Finding::error(format!(
                 "{}: {text:?} is not a GID (expected 8 groups of 4 hex digits)",
-                crate::read::sysfs_path(sysfs, &rel)
+                rel_shown(&gid_rel)
             )));
+            gid_rel.pop();
             continue;
         };
+        gid_rel.pop();
         if gid == Ipv6Addr::UNSPECIFIED {
             continue;
         }
-        let attrs = dir.join("gid_attrs");
+        type_rel.push(&name);
         let gid_type = sysfs
-            .read_attr(&attrs.join("types").join(index.to_string()))
+            .read_attr(&type_rel)
             .ok()
             .filter(|t| !t.is_empty())
             .map(|t| GidType::parse(&t));
-        let ndev = sysfs
-            .read_attr(&attrs.join("ndevs").join(index.to_string()))
-            .ok()
-            .filter(|t| !t.is_empty());
+        type_rel.pop();
+        ndev_rel.push(&name);
+        let ndev = sysfs.read_attr(&ndev_rel).ok().filter(|t| !t.is_empty());
+        ndev_rel.pop();
         out.push(Gid {
             index,
             gid,

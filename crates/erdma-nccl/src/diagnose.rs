@@ -234,6 +234,7 @@ pub fn result_name(code: u32) -> &'static str {
 #[derive(Debug)]
 pub struct ForeignMatcher {
     patterns: Vec<(memchr::memmem::Finder<'static>, ErrorKind)>,
+    version: memchr::memmem::Finder<'static>,
 }
 
 impl Default for ForeignMatcher {
@@ -252,6 +253,7 @@ impl Default for ForeignMatcher {
                     ErrorKind::NetPluginInitFailed,
                 ),
             ],
+            version: memchr::memmem::Finder::new("NCCL version "),
         }
     }
 }
@@ -264,5 +266,12 @@ impl ForeignMatcher {
             .iter()
             .find(|(f, _)| f.find(b).is_some())
             .map(|(_, k)| *k)
+    }
+
+    /// Whether a non-NCCL line can say anything: it holds one of the patterns or `NCCL version `
+    /// (all ASCII, so the raw bytes hold one exactly when the lossy text does).
+    pub fn may_match(&self, line: &[u8]) -> bool {
+        self.version.find(line).is_some()
+            || self.patterns.iter().any(|(f, _)| f.find(line).is_some())
     }
 }

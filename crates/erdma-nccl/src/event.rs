@@ -329,7 +329,7 @@ fn classify_c(msg: &str, warn: bool) -> Event<'_> {
 
 /// `Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA` and the older forms.
 fn channel(msg: &str) -> Option<ChannelLink<'_>> {
-    let via_at = msg.find(" via ")?;
+    let via_at = find(msg, " via ")?;
     let head = &msg[..via_at];
     let via = msg[via_at + 5..].trim();
     let direction = if head.ends_with("[send]") {
@@ -339,18 +339,27 @@ fn channel(msg: &str) -> Option<ChannelLink<'_>> {
     } else {
         None
     };
-    let (from_rank, to_rank) = match head.find(" : ") {
+    let (from_rank, to_rank) = match find(head, " : ") {
         Some(i) => {
-            let mut parts = head[i + 3..].split(" -> ");
-            let from = parts.next().and_then(rank_of);
-            let to = parts.next().and_then(rank_of);
-            (from, to)
+            // The first two pieces of `split(" -> ")`.
+            let ranks = &head[i + 3..];
+            let (from, to) = match find(ranks, " -> ") {
+                Some(j) => {
+                    let rest = &ranks[j + 4..];
+                    (
+                        &ranks[..j],
+                        Some(find(rest, " -> ").map_or(rest, |k| &rest[..k])),
+                    )
+                }
+                None => (ranks, None),
+            };
+            (rank_of(from), to.and_then(rank_of))
         }
         None => (None, None),
     };
     // via: NET/IB/0/GDRDMA, NET/IB/0(3)/GDRDMA, NET/Socket/0, P2P/CUMEM/read, P2P/direct pointer,
     // SHM/direct/direct, COLLNET/...
-    let via = via.split(" comm ").next().unwrap_or(via);
+    let via = find(via, " comm ").map_or(via, |i| &via[..i]);
     let (family, rest) = match via.find('/') {
         Some(i) => (&via[..i], &via[i + 1..]),
         None => (via, ""),
@@ -372,11 +381,30 @@ fn channel(msg: &str) -> Option<ChannelLink<'_>> {
         family,
         kind,
         net_dev,
-        gdr: tail.contains("GDRDMA"),
+        gdr: find(tail, "GDRDMA").is_some(),
         direction,
         from_rank,
         to_rank,
     })
+}
+
+/// `haystack.find(needle)` for the short messages of a log line: one `memchr` per candidate of the
+/// needle's first non-space byte, where `str::find` would first build a two-way searcher (which
+/// costs more than the whole search on a line this short).
+fn find(haystack: &str, needle: &str) -> Option<usize> {
+    let (h, n) = (haystack.as_bytes(), needle.as_bytes());
+    let Some(k) = n.iter().position(|&b| b != b' ') else {
+        return haystack.find(needle);
+    };
+    let mut from = k;
+    while from < h.len() {
+        let p = from + memchr::memchr(n[k], &h[from..])?;
+        if h[p - k..].starts_with(n) {
+            return Some(p - k);
+        }
+        from = p + 1;
+    }
+    None
 }
 
 /// `0[0]` / `1[3e000]` → 0 / 1.
@@ -456,6 +484,17 @@ fn classify_rest(msg: &str, warn: bool) -> Event<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn find_equals_str_find(
+            h in proptest::collection::vec(proptest::sample::select(vec![" ", "via", "v", "->", "-", ">", ":", "comm", "GDRDMA", "a", "é"]), 0..24),
+            n in proptest::sample::select(vec![" via ", " -> ", " : ", " comm ", "GDRDMA"]),
+        ) {
+            let h = h.concat();
+            proptest::prop_assert_eq!(find(&h, n), h.find(n));
+        }
+    }
 
     fn classify_info(msg: &str) -> Event<'_> {
         classify(msg, false)

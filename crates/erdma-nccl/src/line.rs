@@ -5,8 +5,6 @@
 //! Launchers add their own prefixes (`[1,0]<stdout>:` from mpirun, `[pod/x/c] ` from kubectl), so
 //! the prefix is read from the right, starting at the ` NCCL ` marker.
 
-use memchr::memmem::Finder;
-
 /// Severity of an NCCL log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Level {
@@ -39,32 +37,108 @@ pub struct NcclLine<'a> {
     pub message: &'a str,
 }
 
-/// Finds and parses NCCL line prefixes. Holds the precompiled marker search.
-#[derive(Debug)]
+/// Finds and parses NCCL line prefixes.
+#[derive(Debug, Default)]
 pub struct PrefixParser {
-    marker: Finder<'static>,
+    _private: (),
 }
 
-impl Default for PrefixParser {
-    fn default() -> Self {
-        Self {
-            marker: Finder::new(" NCCL "),
-        }
-    }
+/// An NCCL line found in raw bytes (not yet checked to be UTF-8): its level, the prefix before the
+/// ` NCCL ` marker and the message after `NCCL <LEVEL> `.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawSplit<'a> {
+    /// Level after `NCCL`.
+    pub level: Level,
+    /// The bytes before the marker (launcher prefix, timestamp, `host:pid:tid [dev] location`).
+    pub pre: &'a [u8],
+    /// The message after `NCCL <LEVEL> `.
+    pub message: &'a [u8],
 }
 
 impl PrefixParser {
     /// Parses `line` when it is an NCCL INFO/WARN/TRACE line; `None` for any other line.
     pub fn parse<'a>(&self, line: &'a str) -> Option<NcclLine<'a>> {
-        let bytes = line.as_bytes();
-        // A line may begin with "NCCL INFO" (no prefix at all).
-        let (pre, rest) = if bytes.starts_with(b"NCCL ") {
-            ("", &line[5..])
+        self.split(line).map(|s| s.parse())
+    }
+
+    /// Finds the ` NCCL <LEVEL> ` marker of `line` without reading the prefix before it: `None`
+    /// exactly when [`PrefixParser::parse`] gives `None`. Most lines of a log need only the level
+    /// and the message; [`SplitLine::parse`] reads the prefix of those that need more.
+    pub fn split<'a>(&self, line: &'a str) -> Option<SplitLine<'a>> {
+        let raw = self.split_bytes(line.as_bytes())?;
+        // Both cuts are next to ASCII bytes, so they are char boundaries.
+        Some(SplitLine {
+            level: raw.level,
+            message: &line[line.len() - raw.message.len()..],
+            pre: &line[..raw.pre.len()],
+        })
+    }
+
+    /// [`PrefixParser::split`] on bytes: finds the marker before any UTF-8 check, so that a line
+    /// that is not an NCCL line costs one `memchr` pass.
+    pub fn split_bytes<'a>(&self, line: &'a [u8]) -> Option<RawSplit<'a>> {
+        // A line may begin with "NCCL INFO" (no prefix at all); otherwise the first " NCCL ".
+        let (pre_end, rest_at) = if line.starts_with(b"NCCL ") {
+            (0, 5)
         } else {
-            let at = self.marker.find(bytes)?;
-            (&line[..at], &line[at + 6..])
+            let n = memchr::memchr_iter(b'N', line)
+                .find(|&n| n > 0 && line[n - 1] == b' ' && line[n..].starts_with(b"NCCL "))?;
+            (n - 1, n + 5)
         };
-        let (level, message) = split_level(rest)?;
+        let rest = &line[rest_at..];
+        let (word, message) = match rest.iter().take(6).position(|&b| b == b' ') {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            // No level word is longer than 5 bytes: a longer first word is not a level.
+            None if rest.len() > 5 => return None,
+            None => (rest, &rest[rest.len()..]),
+        };
+        let level = match word {
+            b"INFO" => Level::Info,
+            b"WARN" => Level::Warn,
+            b"TRACE" => Level::Trace,
+            b"ERROR" | b"ABORT" => Level::Error,
+            _ => return None,
+        };
+        Some(RawSplit {
+            level,
+            pre: &line[..pre_end],
+            message,
+        })
+    }
+}
+
+/// An NCCL line cut at its marker: level and message, and the prefix text still unparsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitLine<'a> {
+    /// Level after `NCCL`.
+    pub level: Level,
+    /// The message after `NCCL <LEVEL> `.
+    pub message: &'a str,
+    pre: &'a str,
+}
+
+impl<'a> SplitLine<'a> {
+    /// A line from its pieces (text of a [`RawSplit`]).
+    pub fn new(level: Level, message: &'a str, pre: &'a str) -> Self {
+        SplitLine {
+            level,
+            message,
+            pre,
+        }
+    }
+
+    /// The text before the marker, unparsed.
+    pub fn prefix_text(&self) -> &'a str {
+        self.pre
+    }
+
+    /// Parses the prefix: the whole line as [`PrefixParser::parse`] gives it.
+    pub fn parse(self) -> NcclLine<'a> {
+        let SplitLine {
+            level,
+            message,
+            pre,
+        } = self;
         let mut pre = pre.trim_end();
         let mut location = None;
         let mut cuda_dev = None;
@@ -87,7 +161,7 @@ impl PrefixParser {
             Some((_, token)) => host_pid(token),
             None => ("", "", None),
         };
-        Some(NcclLine {
+        NcclLine {
             process,
             host,
             pid,
@@ -95,23 +169,8 @@ impl PrefixParser {
             location,
             level,
             message,
-        })
+        }
     }
-}
-
-fn split_level(rest: &str) -> Option<(Level, &str)> {
-    let (word, msg) = match memchr::memchr(b' ', rest.as_bytes()) {
-        Some(i) => (&rest[..i], &rest[i + 1..]),
-        None => (rest, ""),
-    };
-    let level = match word {
-        "INFO" => Level::Info,
-        "WARN" => Level::Warn,
-        "TRACE" => Level::Trace,
-        "ERROR" | "ABORT" => Level::Error,
-        _ => return None,
-    };
-    Some((level, msg))
 }
 
 /// Splits off the last whitespace-separated token: `(everything before, token)`.
@@ -180,6 +239,52 @@ fn host_pid(token: &str) -> (&str, &str, Option<u32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The parser as it was before the marker search moved to bytes (memmem, `str` level word):
+    /// the reference the proptest below holds the fast one to.
+    fn reference_parse(line: &str) -> Option<NcclLine<'_>> {
+        let bytes = line.as_bytes();
+        let (pre, rest) = if bytes.starts_with(b"NCCL ") {
+            ("", &line[5..])
+        } else {
+            let at = memchr::memmem::find(bytes, b" NCCL ")?;
+            (&line[..at], &line[at + 6..])
+        };
+        let (word, message) = match memchr::memchr(b' ', rest.as_bytes()) {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
+        let level = match word {
+            "INFO" => Level::Info,
+            "WARN" => Level::Warn,
+            "TRACE" => Level::Trace,
+            "ERROR" | "ABORT" => Level::Error,
+            _ => return None,
+        };
+        Some(SplitLine::new(level, message, pre).parse())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parse_equals_reference(
+            pieces in proptest::collection::vec(proptest::sample::select(vec![
+                "NCCL", " NCCL ", "NCCL ", " ", "INFO", "WARN", "TRACE", "ERROR", "ABORT", "INF",
+                "N", "vm:881:881", "[1]", "[x]", "plugin/net.cc:379", "[1,0]<stdout>:", ":", "\t",
+                "msg", "é", "[2026-11-29 13:51:19]",
+            ]), 0..14),
+        ) {
+            let line = pieces.concat();
+            let p = PrefixParser::default();
+            proptest::prop_assert_eq!(p.parse(&line), reference_parse(&line));
+            let raw = p.split_bytes(line.as_bytes());
+            let split = p.split(&line);
+            proptest::prop_assert_eq!(raw.is_some(), split.is_some());
+            if let (Some(r), Some(s)) = (raw, split) {
+                proptest::prop_assert_eq!(r.message, s.message.as_bytes());
+                proptest::prop_assert_eq!(r.pre, s.prefix_text().as_bytes());
+            }
+        }
+    }
 
     #[test]
     fn info_line_from_nccl_2_28() {

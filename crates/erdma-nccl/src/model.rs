@@ -6,11 +6,12 @@
 
 use crate::diagnose::{self, ErrorKind};
 use crate::event::{self, Event};
-use crate::line::{Level, PrefixParser};
+use crate::line::{Level, PrefixParser, SplitLine};
 use crate::perf::{PerfCollector, PerfSummary};
 pub use crate::process::{FileState, ProblemSeen, Process, TransportCount};
 use crate::reader::LineReader;
 use crate::report::{self, AnalyzeReport, FileSummary};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, BufRead};
 
@@ -76,11 +77,7 @@ impl Analyzer {
         let mut no = 0u64;
         reader.for_each_line(|line| {
             no += 1;
-            // from_utf8 is much faster than the lossy scan on the (usual) valid input.
-            match std::str::from_utf8(line) {
-                Ok(text) => self.line(file, no, text),
-                Err(_) => self.line(file, no, &String::from_utf8_lossy(line)),
-            }
+            self.line_bytes(file, no, line);
         })?;
         let f = &mut self.files[file];
         f.truncated_lines = reader.truncated_lines();
@@ -113,15 +110,54 @@ impl Analyzer {
         if let Some(p) = f.perf.as_mut() {
             p.line(text);
         }
-        let Some(l) = self.parser.parse(text) else {
+        let Some(split) = self.parser.split(text) else {
             self.foreign_line(file, no, text);
             return;
         };
         f.nccl_lines += 1;
-        let ev = event::classify(l.message, l.level != Level::Info);
-        if matches!(ev, Event::Other) && l.level == Level::Info {
+        self.nccl_line(
+            file,
+            no,
+            split.level,
+            split.message,
+            split.prefix_text().as_bytes(),
+        );
+    }
+
+    /// [`Analyzer::line`] on raw bytes, with the same result: invalid UTF-8 is read lossily. Only
+    /// the parts a line needs are checked and turned into text: the message of an NCCL line, its
+    /// prefix when the message matters, a foreign line only when one of its patterns is in it.
+    fn line_bytes(&mut self, file: usize, no: u64, bytes: &[u8]) {
+        let Some(f) = self.files.get_mut(file) else {
+            return;
+        };
+        if f.perf.is_some() {
+            // The performance collector reads every line as text.
+            self.line(file, no, &text_of(bytes));
             return;
         }
+        f.lines += 1;
+        let Some(raw) = self.parser.split_bytes(bytes) else {
+            if self.foreign.may_match(bytes) {
+                self.foreign_line(file, no, &text_of(bytes));
+            }
+            return;
+        };
+        f.nccl_lines += 1;
+        self.nccl_line(file, no, raw.level, &text_of(raw.message), raw.pre);
+    }
+
+    /// The part of [`Analyzer::line`] after an NCCL line's marker was found; `pre` is the raw
+    /// prefix, read as text only when the message matters. Lossy conversion of the pieces equals
+    /// that of the whole line, since the cuts are next to ASCII bytes.
+    fn nccl_line(&mut self, file: usize, no: u64, level: Level, message: &str, pre: &[u8]) {
+        let ev = event::classify(message, level != Level::Info);
+        if matches!(ev, Event::Other) && level == Level::Info {
+            // Most lines of a log end here: their prefix is never parsed.
+            return;
+        }
+        let pre = text_of(pre);
+        let l = SplitLine::new(level, message, &pre).parse();
         let Some(pi) = self.process_index(file, l.process, l.host) else {
             return;
         };
@@ -411,6 +447,15 @@ pub fn group_jobs(processes: &[Process], nfiles: usize) -> Vec<(Vec<usize>, BTre
         }
     }
     out
+}
+
+/// `bytes` as text: borrowed when valid UTF-8 (`from_utf8` is much faster than the lossy scan on
+/// the usual valid input), else with U+FFFD for each invalid sequence.
+fn text_of(bytes: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(t) => Cow::Borrowed(t),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
 }
 
 fn insert_str(set: &mut BTreeSet<String>, v: &str) {
