@@ -64,6 +64,11 @@ impl Driver {
         })
     }
 
+    /// The served devices this driver prepares from.
+    pub fn served(&self) -> watch::Receiver<NodeDevices> {
+        self.served.clone()
+    }
+
     /// The configuration.
     pub fn config(&self) -> &DraConfig {
         &self.cfg
@@ -118,6 +123,7 @@ impl Driver {
                 pool_name: d.pool.clone(),
                 device_name: d.device.clone(),
                 cdi_device_ids: d.cdi_ids.clone(),
+                share_id: d.share_id.clone(),
             })
             .collect()
     }

@@ -20,6 +20,7 @@ pub mod cdi;
 pub mod checkpoint;
 pub mod claims;
 pub mod config;
+pub mod health;
 pub mod publish;
 pub mod quantity;
 pub mod server;

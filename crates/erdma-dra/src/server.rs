@@ -1,11 +1,15 @@
-//! The two sockets: the DRA service (`<kubelet>/plugins/<driver>/dra.sock`) and the plugin-watcher
+//! The two sockets: the DRA service (`<kubelet>/plugins/<driver>/dra.sock`, with the
+//! resource-health stream of [`crate::health`] beside it) and the plugin-watcher
 //! registration (`<kubelet>/plugins_registry/<driver>-reg.sock`). The service socket is bound
 //! first, so the kubelet, which dials the endpoint as soon as it sees the registration socket,
 //! always finds it.
 
 use crate::claims::Driver;
+use crate::health::HealthService;
 use erdma_kubelet::dra::v1 as dra;
 use erdma_kubelet::dra::v1::dra_plugin_server::{DraPlugin, DraPluginServer};
+use erdma_kubelet::dra_health::v1::dra_resource_health_server as health_v1;
+use erdma_kubelet::dra_health::v1alpha1::dra_resource_health_server as health_v1alpha1;
 use erdma_kubelet::pluginregistration::v1 as reg;
 use erdma_kubelet::pluginregistration::v1::registration_server::{
     Registration, RegistrationServer,
@@ -135,11 +139,20 @@ pub fn serve(driver: Arc<Driver>, cancel: &CancellationToken) -> crate::Result<S
     let stop = cancel.child_token();
     let mut tasks = Vec::new();
     let dra_listener = uds::bind(&dra_path)?;
+    let health = HealthService {
+        pool: cfg.pool_name().to_string(),
+        served: driver.served(),
+        stop: stop.clone(),
+    };
     let svc = DraPluginServer::new(DraService { driver });
     let s = stop.clone();
     tasks.push(tokio::spawn(async move {
         if let Err(e) = tonic::transport::Server::builder()
             .add_service(svc)
+            .add_service(health_v1alpha1::DraResourceHealthServer::new(
+                health.clone(),
+            ))
+            .add_service(health_v1::DraResourceHealthServer::new(health))
             .serve_with_incoming_shutdown(uds::incoming(dra_listener), s.cancelled())
             .await
         {

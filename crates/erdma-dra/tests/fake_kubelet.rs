@@ -286,6 +286,16 @@ async fn shared_capacity_prepare_refusal_and_restart_idempotency() {
         prepared.claims["uid-b"].devices[0].share_id.as_deref(),
         Some("share-uid-b")
     );
+    let again = run
+        .kubelet
+        .prepare(vec![kubelet::claim("default", "claim-b", "uid-b")])
+        .await
+        .expect("prepare answers");
+    assert_eq!(
+        again.claims["uid-b"].devices[0].share_id.as_deref(),
+        Some("share-uid-b"),
+        "the kubelet gets the share the claim was allocated"
+    );
 
     // Unprepare frees the capacity; unpreparing again (or an unknown claim) succeeds.
     let un = run
@@ -458,4 +468,82 @@ async fn slices_follow_the_inventory_with_taints_and_stale_slices_go() {
     let removed = publish::remove_all(&client, &cfg).await.expect("remove");
     assert_eq!(removed, ["node-a-erdma.alibabacloud.com"]);
     assert_eq!(api.list::<ResourceSlice>(None).len(), 1);
+}
+
+/// The kubelet's resource-health stream: every device of the pool at once, HEALTHY or UNHEALTHY
+/// with the inventory's reason, and an update as soon as a device's health changes.
+#[tokio::test]
+async fn health_stream_reports_each_device_and_follows_changes() {
+    use erdma_kubelet::dra_health::v1alpha1::HealthStatus;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let cfg = config(tmp.path());
+    let api = FakeApiServer::new();
+    let (inv_tx, inv) = watch::channel(inventory(true));
+    let run = start(&cfg, &api, inv).await;
+    let mut stream = run.kubelet.watch_health().await.expect("stream opens");
+    let deadline = std::time::Duration::from_secs(30);
+    let mut next = async || {
+        tokio::time::timeout(deadline, stream.message())
+            .await
+            .expect("an update within the hang guard")
+            .expect("stream healthy")
+            .expect("stream open")
+    };
+    let seen = |m: &erdma_kubelet::dra_health::v1alpha1::NodeWatchResourcesResponse| {
+        m.devices
+            .iter()
+            .map(|d| {
+                let id = d.device.clone().unwrap_or_default();
+                (
+                    id.pool_name,
+                    id.device_name,
+                    HealthStatus::try_from(d.health).unwrap_or(HealthStatus::Unknown),
+                    d.message.clone(),
+                    d.health_check_timeout_seconds,
+                    d.last_updated_time > 1_700_000_000,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let first = next().await;
+    assert_eq!(
+        seen(&first),
+        [
+            (
+                NODE.to_string(),
+                "erdma-0".to_string(),
+                HealthStatus::Healthy,
+                String::new(),
+                60,
+                true
+            ),
+            (
+                NODE.to_string(),
+                "erdma-1".to_string(),
+                HealthStatus::Healthy,
+                String::new(),
+                60,
+                true
+            ),
+        ]
+    );
+    inv_tx.send_replace(inventory(false));
+    let second = next().await;
+    assert_eq!(
+        seen(&second)[1],
+        (
+            NODE.to_string(),
+            "erdma-1".to_string(),
+            HealthStatus::Unhealthy,
+            "port 1 is DOWN (netdev eth2 is down)".to_string(),
+            60,
+            true
+        )
+    );
+    assert_eq!(
+        seen(&second)[0].2,
+        HealthStatus::Healthy,
+        "erdma-0 stays healthy"
+    );
+    run.servers.shutdown().await;
 }

@@ -167,6 +167,22 @@ impl DraDriverClient {
         Ok(resp)
     }
 
+    /// Opens `DRAResourceHealth.NodeWatchResources` (`v1alpha1`, what 1.34 to 1.36 kubelets
+    /// call) on the driver's service socket, as the kubelet does after registration.
+    pub async fn watch_health(
+        &self,
+    ) -> Result<tonic::Streaming<erdma_kubelet::dra_health::v1alpha1::NodeWatchResourcesResponse>>
+    {
+        use erdma_kubelet::dra_health::v1alpha1 as health;
+        let stream =
+            health::dra_resource_health_client::DraResourceHealthClient::new(self.channel.clone())
+                .node_watch_resources(health::NodeWatchResourcesRequest {})
+                .await
+                .map_err(rpc("NodeWatchResources", Path::new(&self.info.endpoint)))?
+                .into_inner();
+        Ok(stream)
+    }
+
     /// `NodeUnprepareResources`, checking that every claim got an entry.
     pub async fn unprepare(
         &self,

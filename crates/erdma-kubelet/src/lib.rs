@@ -87,6 +87,22 @@ pub mod dra {
     }
 }
 
+/// The kubelet's DRA resource-health API (`DRAResourceHealth.NodeWatchResources`), served by a
+/// DRA driver on its service socket: `v1alpha1` (kubelets 1.34 to 1.36, deprecated from 1.37) and
+/// `v1` (newer kubelets), the same messages.
+pub mod dra_health {
+    /// `package v1alpha1` (`k8s.io/kubelet/pkg/apis/dra-health/v1alpha1`).
+    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    pub mod v1alpha1 {
+        include!("gen/dra_health_v1alpha1.rs");
+    }
+    /// `package v1` (`k8s.io/kubelet/pkg/apis/dra-health/v1`).
+    #[allow(missing_docs, clippy::all, clippy::pedantic)]
+    pub mod v1 {
+        include!("gen/dra_health_v1.rs");
+    }
+}
+
 /// True when `name` is an extended resource name the kubelet accepts from a device plugin:
 /// `<domain>/<name>`, both parts non-empty DNS-ish tokens, not in the `kubernetes.io/` namespace.
 pub fn is_extended_resource_name(name: &str) -> bool {

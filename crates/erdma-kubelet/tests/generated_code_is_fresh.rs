@@ -24,6 +24,12 @@ const APIS: &[(&str, &str, &str)] = &[
         "k8s.io.kubelet.pkg.apis.dra.v1.rs",
         "dra_v1.rs",
     ),
+    (
+        "dra-health/v1alpha1/api.proto",
+        "v1alpha1.rs",
+        "dra_health_v1alpha1.rs",
+    ),
+    ("dra-health/v1/api.proto", "v1.rs", "dra_health_v1.rs"),
 ];
 
 fn generate(proto: &str, out: &Path) {

@@ -20,13 +20,16 @@
 #   resource through the DeviceClass's extendedResourceName (KEP-5004), the lab kubelet finds it
 #   in the pod's status.extendedResourceClaimStatus and the container gets rxe1 (rxe0 is full) and
 #   runs RDMA with pod-a.
+# - each claim's consumed rdma capacity (ERDMA_RDMA_MAX in its CDI spec) becomes its container's
+#   rdma.max through the agent's NRI plugin (OCI spec and cgroup).
 # - the device plugin is not registered; deleting pod-a unprepares claim-a (spec gone).
 # Would fail if: the agent in DRA mode published no slice, wrong attributes or capacity, or also
 # served aliyun/erdma through the device plugin; the driver did not register or prepare; a
 # claim's CDI spec granted another device or was not injected by containerd; two claims could not
 # share one device by capacity, or their containers could not run RDMA; prepare accepted a claim
 # beyond the device's capacity; a link-down device was not tainted (or stayed tainted after up);
-# an aliyun/erdma pod was not served through the DeviceClass mapping; or unprepare left the spec.
+# an aliyun/erdma pod was not served through the DeviceClass mapping; unprepare left the spec; or
+# a claim's consumed rdma capacity did not become its container's rdma.max (the NRI hand-off).
 . /mnt/host/guest/lib.sh
 need erdma-fake-kubelet apiserver; need erdma-agent --resource-api
 # kube-rs's client (rustls) does not start without a root certificate and the guest has no CA
@@ -44,7 +47,7 @@ wait_for 20 test -s "$KC" || { fail "$SCEN" "the lab API server did not start: $
 start_kubelet || { fail "$SCEN" "fake kubelet did not start"; exit 0; }
 erdma-agent --resource-api dra --node-name "$NODE" --kubeconfig "$KC" --kubelet-root-dir "$ROOT" --cdi-spec-dir "$CDI" \
   --kubelet-dir "$KDIR" --pod-resources-socket "$PODRES" --rdma-driver rxe --prefer-driver none --local-eri-discovery \
-  --instance-id i-lab --metrics-addr 127.0.0.1:9464 > "$OUT/$SCEN-agent.log" 2>&1 &
+  --instance-id i-lab --metrics-addr 127.0.0.1:9464 --nri on --nri-budget-ms 8000 > "$OUT/$SCEN-agent.log" 2>&1 &
 AGENT_PID=$!
 get() { wget -qO- "$API$1"; }
 slice() { get "/apis/resource.k8s.io/v1/resourceslices/$SLICE"; }
@@ -54,6 +57,8 @@ t=$(now)
 wait_for 60 has_slice || { fail "$SCEN" "no ResourceSlice $SLICE with two devices in 60 s: $(tail -3 "$OUT/$SCEN-agent.log")"; exit 0; }
 wait_for 20 registered_dra || { fail "$SCEN" "the DRA registration socket did not appear"; exit 0; }
 echo "dra-agent-to-slice $(awk -v a="$t" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')" >> "$OUT/timings.txt"
+wait_for 30 sh -c "wget -qO- http://127.0.0.1:9464/healthz | jq -e '.nri.connected'" \
+  || { fail "$SCEN" "the agent's NRI plugin did not connect to containerd: $(wget -qO- http://127.0.0.1:9464/healthz | jq -c .nri)"; exit 0; }
 slice > "$OUT/$SCEN-slice.json"
 echo " slice: $(jq -c '[.spec.devices[] | {name, ibdev: .attributes.ibdev.string, netdev: .attributes.netdev.string, numa: .attributes.numaNode.int, shares: .capacity.shares.value, multi: .allowMultipleAllocations}]' "$OUT/$SCEN-slice.json")"
 ck "the slice has rxe0 (eth0, NUMA 0) and rxe1 (eth1, NUMA 1), 200 shares each, shareable, untainted" jq -e '
@@ -102,6 +107,12 @@ for p in a b; do
     sh -c "ctr -n k8s.io containers info $CID | jq -e --arg e 'ERDMA_DRA_CLAIM_UID=$uid' '([.Spec.linux.devices[]?.path] | index(\"/dev/infiniband/$U0\") != null) and ([.Spec.linux.devices[]?.path] | index(\"/dev/infiniband/$U1\") == null) and (.Spec.process.env | index(\$e) != null)'"
   seen=$(cx "pod-$p" ibv_devices | awk 'NR > 2 {print $1}' | tr '\n' ' ')
   ck "pod-$p's ibv_devices lists only rxe0: [$seen]" test "$seen" = "rxe0 "
+  # The claim's consumed capacity reaches the kernel: the agent's NRI plugin turns the spec's
+  # ERDMA_RDMA_MAX hand-off into the container's rdma.max (OCI spec and cgroup).
+  ctr -n k8s.io containers info "$CID" > "/tmp/pod-$p.ctr.json"
+  CGP=/sys/fs/cgroup$(jq -r .Spec.linux.cgroupsPath "/tmp/pod-$p.ctr.json")
+  ck "pod-$p's rdma.max is claim-$p's consumed capacity (NRI from the CDI hand-off): OCI spec $(jq -c '.Spec.linux.resources.unified // {}' "/tmp/pod-$p.ctr.json"), cgroup [$(grep '^rxe0 ' "$CGP/rdma.max" 2>&1)]" \
+    sh -c "jq -e '.Spec.linux.resources.unified[\"rdma.max\"] == \"rxe0 hca_handle=4 hca_object=8000\"' /tmp/pod-$p.ctr.json && grep -q '^rxe0 hca_handle=4 hca_object=8000 *\$' '$CGP/rdma.max'"
 done
 G0=$(gid_v4 rxe0); G1=$(gid_v4 rxe1); IPA=$(cpod_ip pod-a)
 pkts() { rdma -j statistic show link "$1/1" | jq -r '.[0].rcvd_pkts'; }

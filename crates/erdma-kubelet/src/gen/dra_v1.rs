@@ -35,6 +35,10 @@ pub struct Device {
     pub device_name: ::prost::alloc::string::String,
     #[prost(string, repeated, tag = "4")]
     pub cdi_device_ids: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// The share of a device that allows multiple allocations (consumable capacity), as the
+    /// allocation result named it.
+    #[prost(string, optional, tag = "5")]
+    pub share_id: ::core::option::Option<::prost::alloc::string::String>,
 }
 /// Claims to unprepare.
 #[derive(Clone, PartialEq, ::prost::Message)]
