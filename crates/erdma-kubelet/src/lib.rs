@@ -7,6 +7,7 @@
 //! - [`pluginregistration::v1`]: the plugin-watcher registration API a plugin serves on a socket in
 //!   `plugins_registry/` (used by DRA drivers).
 //! - [`dra::v1`]: the DRA kubelet plugin API (`NodePrepareResources` / `NodeUnprepareResources`).
+//! - [`dra_health`]: the DRA resource-health stream (`NodeWatchResources`, `v1alpha1` and `v1`).
 //!
 //! The Rust code is generated from `proto/**/*.proto` and checked in under `src/gen/`, so normal
 //! builds need neither protoc nor prost-build; the test `generated_code_is_fresh` fails when it is
