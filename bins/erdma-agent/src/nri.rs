@@ -118,6 +118,16 @@ fn claimed_limit(lines: &str, held: &[String]) -> Result<String, String> {
     Ok(limit.line(ibdev))
 }
 
+/// The cgroup v2 adjustment that writes one `rdma.max` line.
+fn rdma_max_adjustment(line: String) -> api::LinuxContainerAdjustment {
+    api::LinuxContainerAdjustment {
+        resources: Some(api::LinuxResources {
+            unified: [("rdma.max".to_string(), line)].into_iter().collect(),
+        }),
+        ..Default::default()
+    }
+}
+
 /// The adjustment of one container (pure): memlock and `rdma.max` for containers holding devices.
 pub fn adjust_container(
     pod: &api::PodSandbox,
@@ -143,12 +153,7 @@ pub fn adjust_container(
     if let Some(lines) = env_value(c, ENV_RDMA_MAX) {
         match claimed_limit(lines, &devices) {
             Ok(line) => {
-                adjust.linux = Some(api::LinuxContainerAdjustment {
-                    resources: Some(api::LinuxResources {
-                        unified: [("rdma.max".to_string(), line)].into_iter().collect(),
-                    }),
-                    ..Default::default()
-                });
+                adjust.linux = Some(rdma_max_adjustment(line));
             }
             Err(why) => notices.push(Notice {
                 kind: "Warning",
@@ -181,13 +186,7 @@ pub fn adjust_container(
     match (limit, devices.as_slice()) {
         (None, _) => {}
         (Some(l), [one]) => {
-            let line = l.line(one);
-            adjust.linux = Some(api::LinuxContainerAdjustment {
-                resources: Some(api::LinuxResources {
-                    unified: [("rdma.max".to_string(), line)].into_iter().collect(),
-                }),
-                ..Default::default()
-            });
+            adjust.linux = Some(rdma_max_adjustment(l.line(one)));
         }
         (Some(_), many) => notices.push(Notice {
             kind: "Warning",

@@ -33,6 +33,51 @@ fn served_fixture() -> (NodeTree, NodeDevices) {
     (tree, served)
 }
 
+/// The agent's DRA driver (`resource_api::run_dra`) on a fixture node, with its kubelet and CDI
+/// directories in a temporary directory.
+struct RunningDra {
+    dir: tempfile::TempDir,
+    view: watch::Receiver<Option<resource_api::DraView>>,
+    /// Kept so that the served set stays open.
+    served: watch::Sender<NodeDevices>,
+    cancel: CancellationToken,
+    run: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+fn start_dra(
+    tree: &NodeTree,
+    served: NodeDevices,
+    cluster: Cluster,
+    instance_id: Option<String>,
+) -> RunningDra {
+    let dir = tempfile::Builder::new()
+        .prefix("wt")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let (view_tx, view) = watch::channel(None);
+    let cancel = CancellationToken::new();
+    let (served_tx, served_rx) = watch::channel(served);
+    let run = tokio::spawn(resource_api::run_dra(
+        DraSettings {
+            kubelet_root_dir: dir.path().join("kubelet"),
+            cdi_dir: dir.path().join("cdi"),
+            sysfs: tree.sys().to_path_buf(),
+        },
+        cluster,
+        served_rx,
+        instance_id,
+        view_tx,
+        cancel.clone(),
+    ));
+    RunningDra {
+        dir,
+        view,
+        served: served_tx,
+        cancel,
+        run,
+    }
+}
+
 async fn until(what: &str, mut f: impl FnMut() -> bool) {
     for _ in 0..500 {
         if f() {
@@ -76,25 +121,13 @@ async fn a_node_labelled_dra_publishes_slices_and_prepares_claims_instead_of_the
         .expect("condition");
     assert_eq!(cond.reason.as_deref(), Some("DRA"));
 
-    let dir = tempfile::Builder::new()
-        .prefix("wt")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let (view_tx, view_rx) = watch::channel(None);
-    let cancel = CancellationToken::new();
-    let (_served_tx, served_rx) = watch::channel(served);
-    let run = tokio::spawn(resource_api::run_dra(
-        DraSettings {
-            kubelet_root_dir: dir.path().join("kubelet"),
-            cdi_dir: dir.path().join("cdi"),
-            sysfs: tree.sys().to_path_buf(),
-        },
-        cluster.clone(),
-        served_rx,
-        Some("i-test".into()),
-        view_tx,
-        cancel.clone(),
-    ));
+    let RunningDra {
+        dir,
+        view: view_rx,
+        served: _served_tx,
+        cancel,
+        run,
+    } = start_dra(&tree, served, cluster.clone(), Some("i-test".into()));
     until("the ResourceSlice", || {
         api.get::<ResourceSlice>(None, "n1-erdma.alibabacloud.com")
             .is_some()
@@ -199,25 +232,13 @@ async fn lab_allocator_and_kubelet_claims_share_a_device_by_capacity_and_serve_t
     let mut values = erdma_k8s::install::Values::default();
     values.dra.enabled = true;
     api.put(&erdma_k8s::install::dra_device_class(&values));
-    let dir = tempfile::Builder::new()
-        .prefix("wt")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let (view_tx, _view_rx) = watch::channel(None);
-    let cancel = CancellationToken::new();
-    let (_served_tx, served_rx) = watch::channel(served);
-    let run = tokio::spawn(resource_api::run_dra(
-        DraSettings {
-            kubelet_root_dir: dir.path().join("kubelet"),
-            cdi_dir: dir.path().join("cdi"),
-            sysfs: tree.sys().to_path_buf(),
-        },
-        Cluster::new(api.client(), "n1"),
-        served_rx,
-        None,
-        view_tx,
-        cancel.clone(),
-    ));
+    let RunningDra {
+        dir,
+        view: _view_rx,
+        served: _served_tx,
+        cancel,
+        run,
+    } = start_dra(&tree, served, Cluster::new(api.client(), "n1"), None);
     let registry = dir.path().join("kubelet/plugins_registry");
     until("the slice and the registration socket", || {
         api.get::<ResourceSlice>(None, "n1-erdma.alibabacloud.com")

@@ -103,40 +103,6 @@ where
     Box::pin(stream)
 }
 
-fn device_v1alpha1(s: &DeviceState, pool: &str, now: i64) -> v1alpha1::DeviceHealth {
-    v1alpha1::DeviceHealth {
-        device: Some(v1alpha1::DeviceIdentifier {
-            pool_name: pool.to_string(),
-            device_name: s.device.clone(),
-        }),
-        health: if s.healthy {
-            v1alpha1::HealthStatus::Healthy
-        } else {
-            v1alpha1::HealthStatus::Unhealthy
-        } as i32,
-        last_updated_time: now,
-        health_check_timeout_seconds: TIMEOUT_SECONDS,
-        message: s.message.clone(),
-    }
-}
-
-fn device_v1(s: &DeviceState, pool: &str, now: i64) -> v1::DeviceHealth {
-    v1::DeviceHealth {
-        device: Some(v1::DeviceIdentifier {
-            pool_name: pool.to_string(),
-            device_name: s.device.clone(),
-        }),
-        health: if s.healthy {
-            v1::HealthStatus::Healthy
-        } else {
-            v1::HealthStatus::Unhealthy
-        } as i32,
-        last_updated_time: now,
-        health_check_timeout_seconds: TIMEOUT_SECONDS,
-        message: s.message.clone(),
-    }
-}
-
 /// The health service of one driver, in both API versions.
 #[derive(Debug, Clone)]
 pub struct HealthService {
@@ -154,47 +120,51 @@ impl HealthService {
     }
 }
 
-#[tonic::async_trait]
-impl v1alpha1::dra_resource_health_server::DraResourceHealth for HealthService {
-    type NodeWatchResourcesStream = BoxStream<v1alpha1::NodeWatchResourcesResponse>;
+/// `DRAResourceHealth` for one API version: the versions differ only in their package, so one
+/// definition serves both.
+macro_rules! health_api {
+    ($v:ident) => {
+        #[tonic::async_trait]
+        impl $v::dra_resource_health_server::DraResourceHealth for HealthService {
+            type NodeWatchResourcesStream = BoxStream<$v::NodeWatchResourcesResponse>;
 
-    async fn node_watch_resources(
-        &self,
-        _: Request<v1alpha1::NodeWatchResourcesRequest>,
-    ) -> Result<Response<Self::NodeWatchResourcesStream>, Status> {
-        self.open("v1alpha1");
-        let pool = self.pool.clone();
-        let make = move |s: &[DeviceState], now: i64| v1alpha1::NodeWatchResourcesResponse {
-            devices: s.iter().map(|d| device_v1alpha1(d, &pool, now)).collect(),
-        };
-        Ok(Response::new(updates(
-            self.served.clone(),
-            self.stop.clone(),
-            make,
-        )))
-    }
+            async fn node_watch_resources(
+                &self,
+                _: Request<$v::NodeWatchResourcesRequest>,
+            ) -> Result<Response<Self::NodeWatchResourcesStream>, Status> {
+                self.open(stringify!($v));
+                let pool = self.pool.clone();
+                let make = move |states: &[DeviceState], now: i64| $v::NodeWatchResourcesResponse {
+                    devices: states
+                        .iter()
+                        .map(|s| $v::DeviceHealth {
+                            device: Some($v::DeviceIdentifier {
+                                pool_name: pool.clone(),
+                                device_name: s.device.clone(),
+                            }),
+                            health: if s.healthy {
+                                $v::HealthStatus::Healthy
+                            } else {
+                                $v::HealthStatus::Unhealthy
+                            } as i32,
+                            last_updated_time: now,
+                            health_check_timeout_seconds: TIMEOUT_SECONDS,
+                            message: s.message.clone(),
+                        })
+                        .collect(),
+                };
+                Ok(Response::new(updates(
+                    self.served.clone(),
+                    self.stop.clone(),
+                    make,
+                )))
+            }
+        }
+    };
 }
 
-#[tonic::async_trait]
-impl v1::dra_resource_health_server::DraResourceHealth for HealthService {
-    type NodeWatchResourcesStream = BoxStream<v1::NodeWatchResourcesResponse>;
-
-    async fn node_watch_resources(
-        &self,
-        _: Request<v1::NodeWatchResourcesRequest>,
-    ) -> Result<Response<Self::NodeWatchResourcesStream>, Status> {
-        self.open("v1");
-        let pool = self.pool.clone();
-        let make = move |s: &[DeviceState], now: i64| v1::NodeWatchResourcesResponse {
-            devices: s.iter().map(|d| device_v1(d, &pool, now)).collect(),
-        };
-        Ok(Response::new(updates(
-            self.served.clone(),
-            self.stop.clone(),
-            make,
-        )))
-    }
-}
+health_api!(v1alpha1);
+health_api!(v1);
 
 #[cfg(test)]
 mod tests {

@@ -328,7 +328,7 @@ pub async fn run_pod(dir: &Path, cri: &mut CriClient, spec: &PodSpec) -> Result<
         }
         None => Vec::new(),
     };
-    let out = run_prepared(dir, cri, spec, t0, timings, dra_claims.clone()).await;
+    let out = run_prepared(dir, cri, spec, &path, t0, timings, dra_claims.clone()).await;
     if out.is_err()
         && let Some(access) = &spec.dra
         && let Err(u) = crate::claims::unprepare(access, &dra_claims).await
@@ -342,11 +342,11 @@ async fn run_prepared(
     dir: &Path,
     cri: &mut CriClient,
     spec: &PodSpec,
+    path: &Path,
     t0: Instant,
     mut timings: BTreeMap<String, u64>,
     dra_claims: Vec<PreparedPodClaim>,
 ) -> Result<PodRecord> {
-    let path = record_path(dir, &spec.pod)?;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -451,7 +451,7 @@ async fn run_prepared(
             source,
         })?;
     }
-    crate::state::write_json(&path, &record)?;
+    crate::state::write_json(path, &record)?;
     Ok(record)
 }
 

@@ -103,13 +103,13 @@ for p in a b; do
   seen=$(cx "pod-$p" env | grep -E '^ERDMA_(DRA_CLAIM_UID|RDMA_MAX|DEVICES)=' | sort | tr '\n' ' ')
   ck "pod-$p's env is its own claim's: [$seen]" test "$seen" = "ERDMA_DEVICES=rxe0 ERDMA_DRA_CLAIM_UID=$uid ERDMA_RDMA_MAX=rxe0 hca_handle=4 hca_object=8000 "
   CID=$(jq -r .container_id "/tmp/pod-$p.pod.json")
+  ctr -n k8s.io containers info "$CID" > "/tmp/pod-$p.ctr.json"
   ck "pod-$p's OCI spec (ctr) holds /dev/infiniband/$U0 and claim-$p's UID, from CDI (no DeviceSpecs were sent)" \
-    sh -c "ctr -n k8s.io containers info $CID | jq -e --arg e 'ERDMA_DRA_CLAIM_UID=$uid' '([.Spec.linux.devices[]?.path] | index(\"/dev/infiniband/$U0\") != null) and ([.Spec.linux.devices[]?.path] | index(\"/dev/infiniband/$U1\") == null) and (.Spec.process.env | index(\$e) != null)'"
+    sh -c "jq -e --arg e 'ERDMA_DRA_CLAIM_UID=$uid' '([.Spec.linux.devices[]?.path] | index(\"/dev/infiniband/$U0\") != null) and ([.Spec.linux.devices[]?.path] | index(\"/dev/infiniband/$U1\") == null) and (.Spec.process.env | index(\$e) != null)' /tmp/pod-$p.ctr.json"
   seen=$(cx "pod-$p" ibv_devices | awk 'NR > 2 {print $1}' | tr '\n' ' ')
   ck "pod-$p's ibv_devices lists only rxe0: [$seen]" test "$seen" = "rxe0 "
   # The claim's consumed capacity reaches the kernel: the agent's NRI plugin turns the spec's
   # ERDMA_RDMA_MAX hand-off into the container's rdma.max (OCI spec and cgroup).
-  ctr -n k8s.io containers info "$CID" > "/tmp/pod-$p.ctr.json"
   CGP=/sys/fs/cgroup$(jq -r .Spec.linux.cgroupsPath "/tmp/pod-$p.ctr.json")
   ck "pod-$p's rdma.max is claim-$p's consumed capacity (NRI from the CDI hand-off): OCI spec $(jq -c '.Spec.linux.resources.unified // {}' "/tmp/pod-$p.ctr.json"), cgroup [$(grep '^rxe0 ' "$CGP/rdma.max" 2>&1)]" \
     sh -c "jq -e '.Spec.linux.resources.unified[\"rdma.max\"] == \"rxe0 hca_handle=4 hca_object=8000\"' /tmp/pod-$p.ctr.json && grep -q '^rxe0 hca_handle=4 hca_object=8000 *\$' '$CGP/rdma.max'"
