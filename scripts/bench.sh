@@ -45,6 +45,10 @@ for s in $ALL; do
 done
 [ "${#sections[@]}" -gt 0 ] || { echo "bench.sh: no section left to run" >&2; exit 2; }
 
+# The benches build the workspace (the agent with its BPF policy): the same host packages as the
+# test command (the lab sections install their own on top).
+"$REPO/scripts/host-deps.sh" build || { echo "bench.sh: host packages missing (see above)" >&2; exit 1; }
+
 RUN=${keep:-$(mktemp -d /tmp/erdma-bench.XXXXXX)}
 mkdir -p "$RUN"
 commit=$(git rev-parse --short HEAD)
@@ -68,7 +72,7 @@ command_of() {
     dra) echo "cargo bench -p erdma-dra --bench prepare" ;;
     nccl) echo "crates/erdma-nccl/bench/bench-analyze.sh" ;;
     lab-demo) echo "ERDMA_LAB_WORK=$RUN/lab-demo.work lab/demo.sh" ;;
-    lab-run) echo "ERDMA_LAB_WORK=$RUN/lab-run.work lab/run.sh" ;;
+    lab-run) echo "ERDMA_LAB_PROFILE=release ERDMA_LAB_WORK=$RUN/lab-run.work lab/run.sh" ;;
     smcr) echo "ERDMA_LAB_WORK=$RUN/smcr.work crates/erdma-smc/lab/run-smcr-2vm.sh" ;;
   esac
 }

@@ -3,6 +3,7 @@
 #      ERDMA_LAB_WORK    work dir of this run: share, logs, initrd (default: a new /tmp/erdma-lab.*)
 #      ERDMA_LAB_SUITE   kernel suite (default trixie-backports; see lab/kernels.conf)
 #      ERDMA_NO_APT=1    never run apt-get install (fail naming what is missing); ERDMA_LAB_NO_APT=1 too
+#      ERDMA_LAB_PROFILE debug (default, the test build cache) or release (as shipped; the benchmark)
 #      CARGO_TARGET_DIR  honoured when locating the built binaries
 LAB=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REPO=$(cd "$LAB/.." && pwd)
@@ -46,9 +47,16 @@ lab_build() {
   done
   # the agent as shipped: with the SMC-R BPF socket policy (clang + libbpf from the build group)
   grep -qx erdma-agent <<<"$have" && args+=(--features erdma-agent/bpf)
+  # ERDMA_LAB_PROFILE=release builds them as shipped (the benchmark's lab sections); the default
+  # debug build shares the test command's build cache.
+  case "${ERDMA_LAB_PROFILE:-debug}" in
+    debug) dir=debug ;;
+    release) dir=release; args+=(--release) ;;
+    *) die "ERDMA_LAB_PROFILE is '${ERDMA_LAB_PROFILE}' (debug or release)" ;;
+  esac
   say "cargo build ${args[*]}"
   (cd "$REPO" && cargo build -q "${args[@]}") || die "cargo build failed"
-  dir=$(cargo_target_dir)/debug
+  dir=$(cargo_target_dir)/$dir
   BINS=()
   for b in $LAB_BINARIES; do [ -x "$dir/$b" ] && grep -qx "$b" <<<"$have" && BINS+=("$dir/$b"); done
   return 0

@@ -3,7 +3,8 @@
 //!
 //! The agent runs as a child process with the flags `erdma_k8s::install::agent_args` renders for
 //! the default values (so the bench follows the install), `NODE_NAME` set and a kubeconfig that
-//! points at the in-memory fake API server (`erdma_k8s::fake`) served over HTTP in this process:
+//! points at the in-memory fake API server (`erdma_k8s::fake`) served over HTTPS in this process
+//! (the kubeconfig carries its CA, as an in-cluster client has the service account's `ca.crt`):
 //! it reads this node's `ERdmaDevice`, patches node labels and the driver condition and records
 //! Events, as in a cluster. Host-specific paths are replaced by a fixture node of eRDMA devices
 //! (sysfs + /dev tree), the fake kubelet in this process, and `--prefer-driver none` (the driver
@@ -226,9 +227,15 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
         .expect("bind fake API server");
     let addr = listener.local_addr().expect("local addr");
     let cancel = CancellationToken::new();
-    tokio::spawn(api.clone().serve_http(listener, cancel.clone()));
+    // HTTPS with the CA in the kubeconfig, as in a cluster (the service account's ca.crt): the
+    // client trusts that CA only and never loads the system's root certificates.
+    let tls = erdma_k8s::fake::FakeTls::generate().expect("fake API server TLS");
+    tokio::spawn(
+        api.clone()
+            .serve_https(listener, tls.clone(), cancel.clone()),
+    );
     let kubeconfig = dir.path().join("kubeconfig");
-    erdma_k8s::fake::kubeconfig(&kubeconfig, addr).expect("write kubeconfig");
+    erdma_k8s::fake::kubeconfig_tls(&kubeconfig, addr, &tls).expect("write kubeconfig");
     let pin_dir = dir.path().join("bpf-pin");
     let log_path = dir.path().join("agent.log");
 

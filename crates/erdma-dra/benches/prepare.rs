@@ -144,9 +144,19 @@ fn main() {
             .prefix("drab")
             .tempdir_in("/tmp")
             .expect("temp dir");
+        // CDI specs on tmpfs, as the shipped `/var/run/cdi`; the checkpoint under the kubelet
+        // directory on disk, as `/var/lib/kubelet`.
+        let cdi_tmp = tempfile::Builder::new()
+            .prefix("drab-cdi")
+            .tempdir_in(if fs_of(std::path::Path::new("/dev/shm")) == "tmpfs" {
+                "/dev/shm"
+            } else {
+                "/tmp"
+            })
+            .expect("CDI temp dir");
         let mut cfg = DraConfig::new(NODE);
         cfg.kubelet_dir = tmp.path().join("kubelet");
-        cfg.cdi_dir = tmp.path().join("cdi");
+        cfg.cdi_dir = cdi_tmp.path().join("cdi");
         cfg.sysfs = tmp.path().join("sys");
         cfg.capacity = CapacityModel {
             shares: 100_000,
@@ -181,7 +191,9 @@ fn main() {
         .await
         .expect("the kubelet registers the driver");
         println!(
-            "BENCHCONF dra the driver (erdma_dra::Driver, erdma_dra::server) in the bench process on its Unix sockets under a temp kubelet dir, 2 tokio worker threads; the fake kubelet's DRA client on the same connection; claims read from the fake API server over HTTP on loopback; {PREPARED} claims prepared before measuring (the checkpoint's size); CDI specs and the checkpoint in /tmp ({})",
+            "BENCHCONF dra the driver (erdma_dra::Driver, erdma_dra::server) in the bench process on its Unix sockets under a temp kubelet dir, 2 tokio worker threads; the fake kubelet's DRA client on the same connection; claims read from the fake API server over HTTP on loopback; {PREPARED} claims prepared before measuring (the checkpoint's size); CDI specs in {} ({}, as the shipped /var/run/cdi), the checkpoint in /tmp ({}, as /var/lib/kubelet), both written by rename without fsync",
+            cdi_tmp.path().display(),
+            fs_of(cdi_tmp.path()),
             fs_of(tmp.path())
         );
 

@@ -69,8 +69,47 @@ pub struct Used {
 
 impl Checkpoint {
     /// Reads the checkpoint; a missing file is an empty checkpoint, an unreadable or corrupt one
-    /// an error (never silently forgotten: it would double-book capacity).
+    /// an error (never silently forgotten: it would double-book capacity), except a corrupt one
+    /// last written before this boot (see [`Checkpoint::load_since`]).
     pub fn load(path: &Path) -> crate::Result<Checkpoint> {
+        Self::load_since(path, boot_time())
+    }
+
+    /// [`Checkpoint::load`] with the time this system booted (`None`: unknown). A corrupt file
+    /// written before `booted` is what a power loss can leave of a checkpoint that was never
+    /// flushed (see `write_atomic`); the claims it described died with that boot (their
+    /// containers and tmpfs CDI specs), so it is renamed to `*.corrupt` beside the original,
+    /// logged, and the checkpoint starts empty: the kubelet prepares its claims again.
+    pub fn load_since(
+        path: &Path,
+        booted: Option<std::time::SystemTime>,
+    ) -> crate::Result<Checkpoint> {
+        match Self::read(path) {
+            Err(e @ crate::DraError::Json { .. }) => {
+                let written = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+                match (written, booted) {
+                    (Some(w), Some(b)) if w < b => {
+                        let aside = path.with_extension("json.corrupt");
+                        let moved = std::fs::rename(path, &aside);
+                        tracing::warn!(
+                            checkpoint = %path.display(),
+                            set_aside = %aside.display(),
+                            moved = moved.is_ok(),
+                            "the DRA checkpoint is corrupt ({e}) and was last written before this boot, so the claims it recorded ended with that boot; starting empty (the kubelet prepares its claims again)"
+                        );
+                        Ok(Checkpoint {
+                            version: VERSION,
+                            claims: BTreeMap::new(),
+                        })
+                    }
+                    _ => Err(e),
+                }
+            }
+            other => other,
+        }
+    }
+
+    fn read(path: &Path) -> crate::Result<Checkpoint> {
         let text = match std::fs::read(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -99,7 +138,7 @@ impl Checkpoint {
 
     /// Writes the checkpoint atomically.
     pub fn save(&self, path: &Path) -> crate::Result<()> {
-        let mut text = serde_json::to_vec_pretty(self).map_err(|source| crate::DraError::Json {
+        let mut text = serde_json::to_vec(self).map_err(|source| crate::DraError::Json {
             what: "DRA checkpoint",
             path: path.to_path_buf(),
             source,
@@ -148,6 +187,18 @@ pub fn claims_by_device(cp: &Checkpoint) -> BTreeMap<String, Vec<String>> {
     out
 }
 
+/// When this system booted: `btime` of `/proc/stat` (seconds since the epoch).
+pub fn boot_time() -> Option<std::time::SystemTime> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let secs: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+}
+
 /// Where the checkpoint of `driver` lives under a kubelet root directory.
 pub fn path_under(kubelet_root: &Path, driver: &str) -> PathBuf {
     kubelet_root
@@ -167,6 +218,51 @@ mod tests {
         assert!(Checkpoint::load(&p).expect("missing").claims.is_empty());
         std::fs::write(&p, "{not json").expect("write");
         assert!(Checkpoint::load(&p).is_err());
+        assert!(
+            p.exists(),
+            "a corrupt checkpoint of this boot is left in place"
+        );
+    }
+
+    #[test]
+    fn a_corrupt_checkpoint_from_before_this_boot_is_set_aside() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("checkpoint.json");
+        // What a power loss can leave of a checkpoint that was not flushed: nothing, or a part.
+        for left in ["", "{\"version\":1,\"claims\":{\"a\":{\"namesp"] {
+            std::fs::write(&p, left).expect("write");
+            let written = std::fs::metadata(&p)
+                .and_then(|m| m.modified())
+                .expect("mtime");
+            let later = written + std::time::Duration::from_secs(60);
+            let earlier = written - std::time::Duration::from_secs(60);
+            // Written during this boot (booted earlier): an error, the file kept.
+            assert!(
+                Checkpoint::load_since(&p, Some(earlier)).is_err(),
+                "{left:?}"
+            );
+            assert!(
+                Checkpoint::load_since(&p, None).is_err(),
+                "{left:?}: boot time unknown"
+            );
+            assert!(p.exists());
+            // Written before this boot: empty, the file renamed beside it.
+            let cp = Checkpoint::load_since(&p, Some(later)).expect("set aside");
+            assert!(cp.claims.is_empty());
+            assert_eq!(cp.version, VERSION);
+            assert!(!p.exists());
+            assert_eq!(
+                std::fs::read_to_string(dir.path().join("checkpoint.json.corrupt")).expect("kept"),
+                left
+            );
+        }
+    }
+
+    #[test]
+    fn boot_time_is_in_the_past() {
+        let b = boot_time().expect("/proc/stat has btime");
+        assert!(b < std::time::SystemTime::now());
+        assert!(b > std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_500_000_000));
     }
 
     #[test]

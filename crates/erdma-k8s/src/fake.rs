@@ -305,6 +305,28 @@ impl FakeApiServer {
         listener: tokio::net::TcpListener,
         cancel: tokio_util::sync::CancellationToken,
     ) {
+        self.serve_with(listener, None, cancel).await
+    }
+
+    /// Serves this API server over HTTPS (HTTP/1.1 in TLS, the certificate of `tls`) on
+    /// `listener` until `cancel`, as a cluster's API server is reached: a client configured by
+    /// [`kubeconfig_tls`] trusts only `tls`'s CA, as an in-cluster client trusts only the
+    /// service account's `ca.crt`.
+    pub async fn serve_https(
+        self,
+        listener: tokio::net::TcpListener,
+        tls: FakeTls,
+        cancel: tokio_util::sync::CancellationToken,
+    ) {
+        self.serve_with(listener, Some(tls.acceptor), cancel).await
+    }
+
+    async fn serve_with(
+        self,
+        listener: tokio::net::TcpListener,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        cancel: tokio_util::sync::CancellationToken,
+    ) {
         loop {
             let stream = tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -317,14 +339,28 @@ impl FakeApiServer {
                 },
             };
             let me = self.clone();
+            let tls = tls.clone();
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                     let me = me.clone();
                     async move { Ok::<_, Infallible>(me.handle(req, None).await) }
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
+                let http = hyper::server::conn::http1::Builder::new();
+                match tls {
+                    None => {
+                        let _ = http
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                            .await;
+                    }
+                    Some(acceptor) => match acceptor.accept(stream).await {
+                        Ok(stream) => {
+                            let _ = http
+                                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                                .await;
+                        }
+                        Err(e) => tracing::debug!("fake API server: TLS handshake failed: {e}"),
+                    },
+                }
             });
         }
     }
@@ -1126,6 +1162,88 @@ fn merge(target: &mut Value, patch: &Value) {
 pub fn kubeconfig(path: &std::path::Path, addr: std::net::SocketAddr) -> std::io::Result<()> {
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{addr}\n\
+         contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\n\
+         current-context: fake\nusers:\n- name: fake\n  user: {{}}\n"
+    );
+    std::fs::write(path, text)
+}
+
+/// TLS material for [`FakeApiServer::serve_https`]: a CA generated for this run and a serving
+/// certificate for `127.0.0.1` and `localhost` signed by it.
+#[derive(Clone)]
+pub struct FakeTls {
+    ca_pem: String,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl std::fmt::Debug for FakeTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeTls").finish_non_exhaustive()
+    }
+}
+
+impl FakeTls {
+    /// Generates a CA and the serving certificate (ECDSA P-256, valid for a day).
+    pub fn generate() -> Result<FakeTls, String> {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+            KeyPair, KeyUsagePurpose,
+        };
+        fn e(what: &'static str) -> impl Fn(rcgen::Error) -> String {
+            move |err| format!("fake API server TLS: {what}: {err}")
+        }
+        let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(e("CA parameters"))?;
+        ca.distinguished_name
+            .push(DnType::CommonName, "erdma fake API server CA");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        ca.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_key = KeyPair::generate().map_err(e("CA key"))?;
+        let ca_cert = ca.self_signed(&ca_key).map_err(e("CA certificate"))?;
+        let mut leaf = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
+            .map_err(e("serving certificate parameters"))?;
+        leaf.distinguished_name
+            .push(DnType::CommonName, "erdma fake API server");
+        leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let leaf_key = KeyPair::generate().map_err(e("serving key"))?;
+        let leaf_cert = leaf
+            .signed_by(&leaf_key, &Issuer::new(ca, ca_key))
+            .map_err(e("serving certificate"))?;
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
+        let mut cfg = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|err| format!("fake API server TLS: protocol versions: {err}"))?
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf_cert.der().clone()], key)
+        .map_err(|err| format!("fake API server TLS: serving certificate: {err}"))?;
+        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(FakeTls {
+            ca_pem: ca_cert.pem(),
+            acceptor: tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(cfg)),
+        })
+    }
+
+    /// The CA certificate (PEM) a client must trust.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+}
+
+/// Writes a kubeconfig for a client of [`FakeApiServer::serve_https`] at `addr`: server
+/// `https://ADDR`, `certificate-authority-data` the CA of `tls` (base64), no credentials.
+pub fn kubeconfig_tls(
+    path: &std::path::Path,
+    addr: std::net::SocketAddr,
+    tls: &FakeTls,
+) -> std::io::Result<()> {
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD.encode(tls.ca_pem.as_bytes());
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: https://{addr}\n    certificate-authority-data: {ca}\n\
          contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\n\
          current-context: fake\nusers:\n- name: fake\n  user: {{}}\n"
     );

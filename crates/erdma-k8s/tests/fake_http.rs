@@ -1,8 +1,8 @@
-//! The fake API server served over HTTP (`FakeApiServer::serve_http`) to a kube client built
+//! The fake API server served over HTTP (`FakeApiServer::serve_http`) and HTTPS (`serve_https`) to a kube client built
 //! from the kubeconfig `erdma_k8s::fake::kubeconfig` writes, as a process other than the test
 //! would use it (the agent benchmark does).
 
-use erdma_k8s::fake::{FakeApiServer, kubeconfig};
+use erdma_k8s::fake::{FakeApiServer, FakeTls, kubeconfig, kubeconfig_tls};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams};
@@ -62,5 +62,58 @@ async fn a_client_over_http_reads_and_patches_what_the_server_holds() {
         nodes.get("n2").await.is_err(),
         "a node the server does not hold"
     );
+    cancel.cancel();
+}
+
+async fn client_from(path: &std::path::Path) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(path).expect("read kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("config");
+    kube::Client::try_from(config).expect("client")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_over_https_trusts_the_kubeconfig_ca_and_only_it() {
+    let api = FakeApiServer::new();
+    api.put(&Node {
+        metadata: ObjectMeta {
+            name: Some("n1".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let cancel = CancellationToken::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let tls = FakeTls::generate().expect("TLS material");
+    tokio::spawn(
+        api.clone()
+            .serve_https(listener, tls.clone(), cancel.clone()),
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+
+    let trusted = dir.path().join("trusted.kubeconfig");
+    kubeconfig_tls(&trusted, addr, &tls).expect("write kubeconfig");
+    let text = std::fs::read_to_string(&trusted).expect("kubeconfig");
+    assert!(text.contains(&format!("server: https://{addr}")), "{text}");
+    let nodes: Api<Node> = Api::all(client_from(&trusted).await);
+    let n = nodes.get("n1").await.expect("GET over HTTPS");
+    assert_eq!(n.metadata.name.as_deref(), Some("n1"));
+    assert_eq!(api.requests_matching("GET", "/api/v1/nodes/n1").len(), 1);
+
+    // Another run's CA: the server's certificate does not chain to it, so nothing is sent.
+    let other = FakeTls::generate().expect("other TLS material");
+    assert_ne!(other.ca_pem(), tls.ca_pem());
+    let untrusted = dir.path().join("untrusted.kubeconfig");
+    kubeconfig_tls(&untrusted, addr, &other).expect("write kubeconfig");
+    let nodes: Api<Node> = Api::all(client_from(&untrusted).await);
+    assert!(
+        nodes.get("n1").await.is_err(),
+        "a server the CA did not sign"
+    );
+    assert_eq!(api.requests_matching("GET", "/api/v1/nodes/n1").len(), 1);
     cancel.cancel();
 }
