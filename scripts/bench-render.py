@@ -145,6 +145,7 @@ def render_agent(s):
         f"| **idle CPU, 64 devices** (user + system time over the idle window, `/proc/PID/stat`) | **{fmt(v('d64.idle_cpu'), 3)} % of a core** | ≤ 0.1 % | {s.gate('agent idle CPU, 64 devices', v('d64.idle_cpu'), 0.1, '≤', '%')} |",
         f"| **idle CPU, 8 devices** | **{fmt(v('d8.idle_cpu'), 3)} % of a core** | ≤ 0.1 % | {s.gate('agent idle CPU, 8 devices', v('d8.idle_cpu'), 0.1, '≤', '%')} |",
         f"| **idle RSS, 8 devices × 200 slots** (VmRSS after the idle window) | **{fmt(v('d8.idle_rss'))} MiB** ({fmt(v('d8.idle_threads'), 0)} threads) | ≤ 8 MiB | {s.gate('agent idle RSS 8×200', v('d8.idle_rss'), 8, '≤', 'MiB')} |",
+        f"| RSS of 8 × 200 when registered, before the agent gives back the pages only start-up used (10 s after the start) | {fmt(v('d8.start_rss'))} MiB | reported | |",
         f"| idle RSS of 8 × 200 by kind: anonymous (heap, stacks) / file-backed (the binary's and libraries' touched pages) | {fmt(v('d8.idle_rss_anon'))} MiB / {fmt(v('d8.idle_rss_file'))} MiB | reported | |",
         f"| idle RSS, 64 devices × 200 slots | {fmt(v('d64.idle_rss'))} MiB ({fmt(v('d64.idle_threads'), 0)} threads) | reported | |",
         f"| idle RSS, 8 devices × 1 200 slots | {fmt(v('d8s1200.idle_rss'))} MiB | reported | |",

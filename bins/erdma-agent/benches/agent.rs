@@ -49,6 +49,30 @@ fn proc_field(pid: u32, key: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// Resident KiB per mapped file (anonymous mappings and stacks under their bracketed names or
+/// `[anon]`), largest first, from `/proc/PID/smaps`: where the idle RSS lives.
+fn rss_by_mapping(pid: u32) -> Vec<(String, u64)> {
+    let Ok(smaps) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) else {
+        return Vec::new();
+    };
+    let mut by: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut current = String::new();
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        let Some(first) = words.next() else { continue };
+        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            // Header: address perms offset dev inode [pathname]
+            current = words.nth(4).unwrap_or("[anon]").to_string();
+        } else if first == "Rss:" {
+            let kib: u64 = words.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+            *by.entry(current.clone()).or_default() += kib;
+        }
+    }
+    let mut v: Vec<(String, u64)> = by.into_iter().filter(|(_, k)| *k > 0).collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v
+}
+
 /// CPU time of the process (user + system) in nanoseconds, from `/proc/PID/stat` (clock ticks
 /// of USER_HZ = 100, fixed by the Linux ABI for /proc).
 fn cpu_ns(pid: u32) -> Option<u64> {
@@ -173,6 +197,8 @@ struct Measured {
     start_ms: f64,
     idle_cpu_pct: f64,
     idle_rss_mib: f64,
+    /// VmRSS when registered, before the agent gives back the pages only start-up used.
+    start_rss_mib: f64,
     /// Anonymous memory (heap, stacks) of the idle RSS.
     idle_rss_anon_mib: f64,
     /// File-backed pages (the binary's and libraries' touched pages) of the idle RSS.
@@ -187,6 +213,7 @@ fn report(tag: &str, m: &Measured) {
     bench(&format!("{tag}.start_to_registered"), m.start_ms, "ms");
     bench(&format!("{tag}.idle_cpu"), m.idle_cpu_pct, "%");
     bench(&format!("{tag}.idle_rss"), m.idle_rss_mib, "MiB");
+    bench(&format!("{tag}.start_rss"), m.start_rss_mib, "MiB");
     bench(&format!("{tag}.idle_rss_anon"), m.idle_rss_anon_mib, "MiB");
     bench(&format!("{tag}.idle_rss_file"), m.idle_rss_file_mib, "MiB");
     bench(
@@ -289,6 +316,7 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
         .expect("agent registers every slot (from the ERdmaDevice)");
     let mut m = Measured {
         start_ms: ms(t.elapsed()),
+        start_rss_mib: proc_field(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0,
         ..Default::default()
     };
     println!(
@@ -313,6 +341,17 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
     m.idle_rss_anon_mib = proc_field(pid, "RssAnon:").unwrap_or(0) as f64 / 1024.0;
     m.idle_rss_file_mib = proc_field(pid, "RssFile:").unwrap_or(0) as f64 / 1024.0;
     m.idle_threads = proc_field(pid, "Threads:").unwrap_or(0);
+    let where_rss: Vec<String> = rss_by_mapping(pid)
+        .iter()
+        .take(8)
+        .map(|(name, kib)| format!("{name} {kib} KiB"))
+        .collect();
+    println!(
+        "{} x {}: idle RSS by mapping: {}",
+        run.devices,
+        run.slots,
+        where_rss.join(", ")
+    );
     println!(
         "{} x {}: idle over {} s: CPU {:.3} % of a core ({:.3} % from /proc/PID/stat ticks; {} thread(s) ended), RSS {:.2} MiB (anon {:.2}, file {:.2}), {} threads",
         run.devices,
@@ -328,7 +367,7 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
     );
 
     if run.flips_and_restarts {
-        // What the cluster client did so far: ERdmaDevice reads (the agent polls it), node label
+        // What the cluster client did so far: ERdmaDevice requests (a list, then one watch held open), node label
         // and condition patches, Events.
         let reads = api.requests_matching("GET", "erdmadevices").len();
         let patches = api.requests_matching("PATCH", "/nodes/").len();
@@ -346,7 +385,7 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
             })
             .unwrap_or_else(|| "no log line".into());
         println!(
-            "BENCHCONF agent cluster client of the 8-device agent after start and {} s idle: {reads} ERdmaDevice read(s) (the agent re-reads it every 10 s), {patches} node patch(es) (driver labels, condition), {events} Event(s) (none is due with the driver unmanaged); pre-start hook on, the agent logged: SMC-R BPF {policy}",
+            "BENCHCONF agent cluster client of the 8-device agent after start and {} s idle: {reads} ERdmaDevice request(s) (the first list and the watch the agent holds open, not a poll), {patches} node patch(es) (driver labels, condition), {events} Event(s) (none is due with the driver unmanaged); pre-start hook on, the agent logged: SMC-R BPF {policy}",
             run.idle.as_secs() + 3
         );
         if reads == 0 || patches == 0 {
@@ -489,7 +528,8 @@ fn main() {
             &Run {
                 devices: 8,
                 slots: 1200,
-                idle: Duration::from_secs(5),
+                // The same window as the 200-slot run: the growth compares like with like.
+                idle,
                 flips_and_restarts: false,
             },
         )

@@ -174,7 +174,7 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
             source::ClusterSourceConfig {
                 node_name: s.node_name.clone(),
                 kubeconfig: s.kubeconfig.clone(),
-                poll: Duration::from_secs(10),
+                report_retry: Duration::from_secs(10),
                 retry: Duration::from_secs(30),
             },
             raw_rx.clone(),
@@ -321,6 +321,7 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
                 &cancel,
             ));
         }
+        tasks.push(tokio::spawn(release_startup_pages(cancel.clone())));
         let dra = resource_api::run_dra(
             resource_api::DraSettings {
                 kubelet_root_dir: s.kubelet_root_dir.clone(),
@@ -417,6 +418,7 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
             cancel.clone(),
         )));
     }
+    tasks.push(tokio::spawn(release_startup_pages(cancel.clone())));
     let plugin = plugin.run(cancel.clone()).await;
     stop_tasks(&cancel, reconciler, tasks).await;
     drop(source_tx);
@@ -466,6 +468,47 @@ fn spawn_nri(
         handler,
         cancel.clone(),
     ))
+}
+
+/// How long after the start the agent gives back the pages only start-up needed: registration,
+/// the first scan and the first ERdmaDevice read are over by then on any node.
+const STARTUP_SETTLES: Duration = Duration::from_secs(10);
+/// The release is repeated this often, so that a burst (a kubelet restart, many allocations)
+/// leaves the resident set at the idle loop's again.
+const RELEASE_EVERY: Duration = Duration::from_secs(600);
+
+/// Gives back the resident pages start-up left behind (text pages only the start used, freed
+/// heap), once start-up settled and then every [`RELEASE_EVERY`]: see
+/// [`erdma_host::resident`]. The idle agent's own pages come back on their next use.
+async fn release_startup_pages(cancel: CancellationToken) {
+    let mut wait = STARTUP_SETTLES;
+    let mut first = true;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        // Logged before the release: logging afterwards would map the formatting code again.
+        match erdma_host::resident::own_text_mappings() {
+            Ok(text) => {
+                let kib = text.iter().map(|m| (m.end - m.start) / 1024).sum::<usize>();
+                if first {
+                    tracing::info!(
+                        mappings = text.len(),
+                        mapped_kib = kib,
+                        "giving back the pages only start-up used (executable mappings, free heap)"
+                    );
+                }
+                let r = erdma_host::resident::release(&text);
+                if !r.refused.is_empty() {
+                    tracing::warn!("giving back start-up pages: {r}");
+                }
+            }
+            Err(e) => tracing::warn!("{e}"),
+        }
+        first = false;
+        wait = RELEASE_EVERY;
+    }
 }
 
 /// Cancels every task and waits for them, the driver reconciler first: the one shutdown of the

@@ -4,9 +4,10 @@
 
 use crate::cluster::{self, Cluster};
 use erdma_cloud::imds::ImdsClient;
-use erdma_k8s::agent::{NodeEris, find_node_eris, report_device_problems, wait_for_node_eris};
+use erdma_k8s::agent::{NodeEris, report_device_problems, watch_node_eris};
 use erdma_model::Backoff;
 use erdma_model::NodeDevices;
+use futures::StreamExt;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -96,8 +97,9 @@ pub struct ClusterSourceConfig {
     pub node_name: Option<String>,
     /// `--kubeconfig`.
     pub kubeconfig: Option<PathBuf>,
-    /// ERdmaDevice poll period (10 s).
-    pub poll: Duration,
+    /// How long after a failed status report it is tried again (10 s); the object itself is
+    /// watched, not polled.
+    pub report_retry: Duration,
     /// Period of connection retries without a cluster.
     pub retry: Duration,
 }
@@ -143,55 +145,88 @@ pub async fn follow_cluster(
         }
     };
     let node = cluster.node.clone();
-    'wait: loop {
-        publish(EriSource::Waiting(format!(
-            "waiting for the Ready ERdmaDevice of node {node} (created by erdma-controller)"
-        )));
-        let Ok(mut eris) =
-            wait_for_node_eris(&cluster.client, &node, cfg.poll, true, &cancel).await
-        else {
-            return;
-        };
-        tracing::info!(object = %eris.object_name, eris = eris.devices.len(), "ERdmaDevice found");
-        let mut reported: Option<Vec<(String, String)>> = None;
-        let mut next_poll = tokio::time::Instant::now() + cfg.poll;
-        loop {
+    publish(EriSource::Waiting(format!(
+        "waiting for the Ready ERdmaDevice of node {node} (created by erdma-controller)"
+    )));
+    let changes = watch_node_eris(&cluster.client, &node);
+    tokio::pin!(changes);
+    // The object in use: set once every ERI is Ready, then followed as it changes.
+    let mut eris: Option<NodeEris> = None;
+    let mut reported: Option<Vec<(String, String)>> = None;
+    // A failed status report is retried after this long, or earlier on any change.
+    let mut report_retry: Option<tokio::time::Instant> = None;
+    loop {
+        if let Some(current) = &eris {
             let matched = {
                 let raw = raw_rx.borrow_and_update();
-                match_eris(&eris, &raw)
+                match_eris(current, &raw)
             };
             if reported.as_ref() != Some(&matched.missing) {
                 for (id, why) in &matched.missing {
                     tracing::warn!(eri = %id, "{why}");
                 }
-                match report_device_problems(&cluster.client, &eris.object_name, &matched.missing)
-                    .await
+                match report_device_problems(
+                    &cluster.client,
+                    &current.object_name,
+                    &matched.missing,
+                )
+                .await
                 {
-                    Ok(()) => reported = Some(matched.missing.clone()),
-                    Err(e) => tracing::warn!(error = %e, "reporting ERI problems failed; retrying"),
-                }
-            }
-            publish(EriSource::Cluster(matched));
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                r = raw_rx.changed() => if r.is_err() { return },
-                _ = tokio::time::sleep_until(next_poll) => {
-                    next_poll = tokio::time::Instant::now() + cfg.poll;
-                    match find_node_eris(&cluster.client, &node).await {
-                        Ok(Some(e)) => {
-                            if e.devices != eris.devices || e.jumbo_frame != eris.jumbo_frame {
-                                tracing::info!(object = %e.object_name, "ERdmaDevice changed");
-                            }
-                            eris = e;
-                        }
-                        Ok(None) => {
-                            tracing::warn!(node = %node, "the ERdmaDevice of this node is gone; serving nothing until it is back");
-                            continue 'wait;
-                        }
-                        Err(e) => tracing::warn!(error = %e, "reading the ERdmaDevice failed; keeping the last one"),
+                    Ok(()) => {
+                        reported = Some(matched.missing.clone());
+                        report_retry = None;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, retry_in = ?cfg.report_retry, "reporting ERI problems failed");
+                        report_retry = Some(tokio::time::Instant::now() + cfg.report_retry);
                     }
                 }
             }
+            publish(EriSource::Cluster(matched));
+        }
+        let retry = async {
+            match report_retry {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = raw_rx.changed() => if r.is_err() { return },
+            _ = retry => report_retry = None,
+            change = changes.next() => match change {
+                None => return,
+                Some(Ok(Some(e))) => match &eris {
+                    Some(cur) => {
+                        if e.devices != cur.devices || e.jumbo_frame != cur.jumbo_frame {
+                            tracing::info!(object = %e.object_name, "ERdmaDevice changed");
+                        }
+                        eris = Some(e);
+                    }
+                    None if e.all_ready() => {
+                        tracing::info!(object = %e.object_name, eris = e.devices.len(), "ERdmaDevice found");
+                        eris = Some(e);
+                    }
+                    None => tracing::info!(node = %node, object = %e.object_name, "waiting for the ERIs to become Ready"),
+                },
+                Some(Ok(None)) => {
+                    if eris.take().is_some() {
+                        tracing::warn!(node = %node, "the ERdmaDevice of this node is gone; serving nothing until it is back");
+                        reported = None;
+                        publish(EriSource::Waiting(format!(
+                            "waiting for the Ready ERdmaDevice of node {node} (created by erdma-controller)"
+                        )));
+                    } else {
+                        tracing::info!(node = %node, "waiting for the controller to create this node's ERdmaDevice");
+                    }
+                }
+                Some(Err(e @ erdma_k8s::Error::Invalid(_))) => {
+                    tracing::warn!(node = %node, error = %e, "cannot use the ERdmaDevices; keeping the last one")
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "watching the ERdmaDevice failed (retried with back-off); keeping the last one")
+                }
+            },
         }
     }
 }

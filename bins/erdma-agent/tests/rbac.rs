@@ -18,6 +18,7 @@ use erdma_k8s::rbac::{
 };
 use erdma_k8s::{DeviceInfo, ERdmaDevice, ERdmaDeviceSpec};
 use erdma_model::DriverMode;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::path::Path;
@@ -256,10 +257,24 @@ async fn device_plugin_node_steps(api: &FakeApiServer, cluster: &Cluster) {
     );
     o.metadata.labels = Some(erdma_k8s::labels::erdma_device_labels("n1", "i-abc"));
     api.put(&o);
-    let eris = erdma_k8s::agent::find_node_eris(&cluster.client, "n1")
+    // The agent follows the object with a watch: the first list, then a change.
+    let changes = erdma_k8s::agent::watch_node_eris(&cluster.client, "n1");
+    futures::pin_mut!(changes);
+    let eris = changes
+        .next()
         .await
+        .expect("the first list")
         .unwrap()
         .expect("found");
+    o.spec.jumbo_frame = true;
+    api.put(&o);
+    let changed = tokio::time::timeout(std::time::Duration::from_secs(10), changes.next())
+        .await
+        .expect("the change comes through the watch")
+        .expect("stream open")
+        .unwrap()
+        .expect("still there");
+    assert!(changed.jumbo_frame);
 
     api.set_step("ERIs: report devices this node cannot use (status)");
     erdma_k8s::agent::report_device_problems(

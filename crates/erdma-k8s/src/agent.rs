@@ -83,14 +83,26 @@ pub struct EriMatch<'a> {
 /// More than one object for a node is an error naming them.
 pub async fn find_node_eris(client: &Client, node: &str) -> Result<Option<NodeEris>, Error> {
     let api: Api<ERdmaDevice> = Api::all(client.clone());
-    let lp = ListParams::default().labels(&format!("{LABEL_NODE_NAME}={node}"));
+    let lp = ListParams::default().labels(&node_selector(node));
     let list = api.list(&lp).await.map_err(|source| Error::Kube {
-        what: format!("list ERdmaDevices labelled {LABEL_NODE_NAME}={node}"),
+        what: format!("list ERdmaDevices labelled {}", node_selector(node)),
         source,
     })?;
-    let mut items: Vec<ERdmaDevice> = list
-        .items
-        .into_iter()
+    node_eris_of(node, list.items.iter())
+}
+
+/// The label selector of `node`'s `ERdmaDevice`.
+fn node_selector(node: &str) -> String {
+    format!("{LABEL_NODE_NAME}={node}")
+}
+
+/// `node`'s ERIs from the objects labelled for it: objects being deleted do not count, an
+/// object without devices is none, more than one is an error naming them.
+pub fn node_eris_of<'a>(
+    node: &str,
+    objects: impl Iterator<Item = &'a ERdmaDevice>,
+) -> Result<Option<NodeEris>, Error> {
+    let mut items: Vec<&ERdmaDevice> = objects
         .filter(|o| o.metadata.deletion_timestamp.is_none())
         .collect();
     if items.len() > 1 {
@@ -111,8 +123,64 @@ pub async fn find_node_eris(client: &Client, node: &str) -> Result<Option<NodeEr
             object_name: o.metadata.name.clone().unwrap_or_default(),
             devices: o.spec.devices.clone(),
             jumbo_frame: o.spec.jumbo_frame,
-            status: o.status.map(|s| s.devices).unwrap_or_default(),
+            status: o
+                .status
+                .as_ref()
+                .map(|s| s.devices.clone())
+                .unwrap_or_default(),
         }))
+}
+
+/// Follows `node`'s `ERdmaDevice` with a watch (one list, then changes as the API server sends
+/// them; re-listed after a 410, retried with back-off after errors): yields
+/// [`node_eris_of`] of the objects labelled for the node after the first list and after every
+/// change. An idle watch costs neither the API server nor the agent anything, where a poll
+/// would list every few seconds on every node. Errors are yielded (to be logged); the stream
+/// goes on after them.
+pub fn watch_node_eris(
+    client: &Client,
+    node: &str,
+) -> impl futures::Stream<Item = Result<Option<NodeEris>, Error>> + Send + 'static {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let api: Api<ERdmaDevice> = Api::all(client.clone());
+    let selector = node_selector(node);
+    let node = node.to_string();
+    let mut objects: std::collections::BTreeMap<String, ERdmaDevice> = Default::default();
+    let mut listing: Option<std::collections::BTreeMap<String, ERdmaDevice>> = None;
+    watcher(api, watcher::Config::default().labels(&selector))
+        .default_backoff()
+        .filter_map(move |event| {
+            let out = match event {
+                Ok(watcher::Event::Init) => {
+                    listing = Some(Default::default());
+                    None
+                }
+                Ok(watcher::Event::InitApply(o)) => {
+                    if let Some(l) = listing.as_mut() {
+                        l.insert(o.metadata.name.clone().unwrap_or_default(), o);
+                    }
+                    None
+                }
+                Ok(watcher::Event::InitDone) => {
+                    objects = listing.take().unwrap_or_default();
+                    Some(node_eris_of(&node, objects.values()))
+                }
+                Ok(watcher::Event::Apply(o)) => {
+                    objects.insert(o.metadata.name.clone().unwrap_or_default(), o);
+                    Some(node_eris_of(&node, objects.values()))
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    objects.remove(o.metadata.name.as_deref().unwrap_or_default());
+                    Some(node_eris_of(&node, objects.values()))
+                }
+                Err(e) => Some(Err(Error::Watch {
+                    what: format!("watch ERdmaDevices labelled {selector}"),
+                    message: e.to_string(),
+                })),
+            };
+            std::future::ready(out)
+        })
 }
 
 /// Waits (polling every `poll`) until `node` has an `ERdmaDevice` with devices, and, when

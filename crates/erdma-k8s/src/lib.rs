@@ -31,6 +31,14 @@ pub enum Error {
         /// The client error.
         source: kube::Error,
     },
+    /// A watch failed (the watch is retried with back-off).
+    #[error("{what}: {message}")]
+    Watch {
+        /// What was watched.
+        what: String,
+        /// The watcher's error.
+        message: String,
+    },
     /// Serialisation of a manifest failed.
     #[error("serialising: {0}")]
     Serialize(String),

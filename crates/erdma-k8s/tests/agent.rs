@@ -183,3 +183,69 @@ fn local_devices_are_matched_by_mac_and_missing_ones_reported() {
     assert_eq!(m.missing[0].0, "eni-2");
     assert!(m.missing[0].1.contains("00:16:3e:00:00:02"));
 }
+
+/// The agent follows its node's object with a watch: the first list (nothing yet), the object
+/// once created, each change, a second object for the node (an error naming both), and the
+/// object gone. Objects of other nodes never show.
+#[tokio::test]
+async fn watch_follows_the_node_object_through_its_life() {
+    use erdma_k8s::agent::watch_node_eris;
+    use futures::StreamExt;
+    let api = FakeApiServer::new();
+    api.put(&cr(
+        "node-b",
+        vec![device("eni-9", "00:16:3e:aa:bb:09")],
+        &["eni-9"],
+    ));
+    let changes = watch_node_eris(&api.client(), "node-a");
+    futures::pin_mut!(changes);
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(10), changes.next())
+            .await
+            .expect("an update within 10 s")
+            .expect("the stream stays open")
+    };
+    assert_eq!(
+        next().await.unwrap(),
+        None,
+        "first list: no object for node-a"
+    );
+
+    api.put(&cr(
+        "node-a",
+        vec![device("eni-1", "00:16:3e:aa:bb:01")],
+        &[],
+    ));
+    let eris = next().await.unwrap().expect("created");
+    assert_eq!(eris.object_name, "node-a");
+    assert!(!eris.all_ready());
+
+    api.put(&cr(
+        "node-a",
+        vec![device("eni-1", "00:16:3e:aa:bb:01")],
+        &["eni-1"],
+    ));
+    let eris = next().await.unwrap().expect("still there");
+    assert!(eris.all_ready());
+    assert_eq!(eris.devices[0].id, "eni-1");
+
+    let mut twin = cr(
+        "node-a-old",
+        vec![device("eni-2", "00:16:3e:aa:bb:02")],
+        &[],
+    );
+    twin.metadata.labels = Some(erdma_device_labels("node-a", "i-1"));
+    api.put(&twin);
+    match next().await {
+        Err(Error::Invalid(msg)) => {
+            assert!(msg.contains("node-a, node-a-old"), "{msg}");
+            assert!(msg.contains("fix:"), "{msg}");
+        }
+        other => panic!("two objects for one node: {other:?}"),
+    }
+    api.remove::<ERdmaDevice>(None, "node-a-old");
+    assert!(next().await.unwrap().is_some(), "one object again");
+
+    api.remove::<ERdmaDevice>(None, "node-a");
+    assert_eq!(next().await.unwrap(), None, "deleted");
+}

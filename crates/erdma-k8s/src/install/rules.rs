@@ -71,7 +71,7 @@ pub fn agent_cluster_rules() -> Vec<PolicyRule> {
         rule(
             &["network.alibabacloud.com"],
             &["erdmadevices"],
-            &["list"],
+            &["list", "watch"],
             &[],
         ),
         rule(
