@@ -270,18 +270,15 @@ impl ForeignMatcher {
 
     /// Whether a non-NCCL line can say anything: it holds one of the patterns or `NCCL version `
     /// (all ASCII, so the raw bytes hold one exactly when the lossy text does). Every pattern
-    /// begins with `N`, `W`, `D` or `F`: only those bytes are looked at, with two `memchr`
-    /// passes instead of one substring search per pattern.
+    /// begins with `N`, `W`, `D` or `F`: only where those bytes are is a pattern compared, and
+    /// they are found 16 bytes at a time ([`crate::scan::any_of4`]) instead of one substring
+    /// search per pattern.
     pub fn may_match(&self, line: &[u8]) -> bool {
-        let at = |i: usize| {
+        crate::scan::any_of4(line, *b"NWDF", |i| {
             let rest = &line[i..];
-            move |(f, _): &(memchr::memmem::Finder<'static>, ErrorKind)| {
-                rest.starts_with(f.needle())
-            }
-        };
-        memchr::memchr_iter(b'N', line).any(|i| {
-            line[i..].starts_with(self.version.needle()) || self.patterns.iter().any(at(i))
-        }) || memchr::memchr3_iter(b'W', b'D', b'F', line).any(|i| self.patterns.iter().any(at(i)))
+            let starts = |n: &[u8]| n.first() == rest.first() && rest.starts_with(n);
+            starts(self.version.needle()) || self.patterns.iter().any(|(f, _)| starts(f.needle()))
+        })
     }
 }
 

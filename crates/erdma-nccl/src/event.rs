@@ -457,13 +457,13 @@ fn channel(msg: &str) -> Option<ChannelLink<'_>> {
 /// `haystack.find(needle)` for the short messages of a log line: one `memchr` per candidate of the
 /// needle's first non-space byte, where `str::find` would first build a two-way searcher (which
 /// costs more than the whole search on a line this short).
-#[inline]
+#[inline(always)]
 fn find(haystack: &str, needle: &str) -> Option<usize> {
     find_bytes(haystack.as_bytes(), needle.as_bytes())
 }
 
 /// [`find`] on bytes.
-#[inline]
+#[inline(always)]
 fn find_bytes(h: &[u8], n: &[u8]) -> Option<usize> {
     let Some(k) = n.iter().position(|&b| b != b' ') else {
         return memchr::memmem::find(h, n);
@@ -556,9 +556,30 @@ fn trim(s: &str) -> &str {
 
 /// `0[0]` / `1[3e000]` → 0 / 1.
 fn rank_of(tok: &str) -> Option<u32> {
+    // The usual form, read in place: up to 9 digits, then `[` or the end.
+    let b = tok.as_bytes();
+    let digits = b.iter().take_while(|c| c.is_ascii_digit()).count();
+    if (1..=9).contains(&digits) && b.get(digits).is_none_or(|&c| c == b'[') {
+        return Some(
+            b[..digits]
+                .iter()
+                .fold(0, |n, d| n * 10 + u32::from(d - b'0')),
+        );
+    }
     let tok = trim(tok);
     let end = find_char(tok, b'[').unwrap_or(tok.len());
-    trim(&tok[..end]).parse().ok()
+    parse_u32(trim(&tok[..end]))
+}
+
+/// `s.parse::<u32>()`, with the usual few digits read in place.
+#[inline]
+fn parse_u32(s: &str) -> Option<u32> {
+    let b = s.as_bytes();
+    if !b.is_empty() && b.len() <= 9 && b.iter().all(u8::is_ascii_digit) {
+        // At most 9 digits: no overflow.
+        return Some(b.iter().fold(0, |n, d| n * 10 + u32::from(d - b'0')));
+    }
+    s.parse().ok()
 }
 
 fn comm_event(msg: &str) -> Event<'_> {
@@ -569,9 +590,9 @@ fn comm_event(msg: &str) -> Event<'_> {
     let mut it = tokens(msg);
     while let Some(tok) = it.next() {
         match tok {
-            "rank" => rank = it.next().and_then(|v| v.parse().ok()),
-            "nranks" | "nRanks" => nranks = it.next().and_then(|v| v.parse().ok()),
-            "nNodes" => nnodes = it.next().and_then(|v| v.parse().ok()),
+            "rank" => rank = it.next().and_then(parse_u32),
+            "nranks" | "nRanks" => nranks = it.next().and_then(parse_u32),
+            "nNodes" => nnodes = it.next().and_then(parse_u32),
             "commId" => {
                 comm_id = it
                     .next()
@@ -676,6 +697,18 @@ mod tests {
             let s = pieces.concat();
             proptest::prop_assert_eq!(tokens(&s).collect::<Vec<_>>(), s.split_whitespace().collect::<Vec<_>>());
             proptest::prop_assert_eq!(trim(&s), s.trim());
+        }
+
+        #[test]
+        fn rank_of_equals_the_plain_parse(s in "[ 0-9a\\[\\]]{0,14}") {
+            let t = s.trim();
+            let plain = t[..t.find('[').unwrap_or(t.len())].trim().parse::<u32>().ok();
+            proptest::prop_assert_eq!(rank_of(&s), plain);
+        }
+
+        #[test]
+        fn parse_u32_equals_std(s in "[+-]?[0-9 a]{0,12}") {
+            proptest::prop_assert_eq!(parse_u32(&s), s.parse::<u32>().ok());
         }
     }
 

@@ -80,6 +80,67 @@ fn is_marker(buf: &[u8], start: usize, p: usize) -> bool {
     buf.get(p..p + 5) == Some(b"NCCL ") && (p == start || buf[p - 1] == b' ')
 }
 
+/// Whether `f(i)` holds for some position `i` of `hay` whose byte is one of `set`, trying them in
+/// order: 16 bytes are compared with the four values at once, so a line with no such byte costs
+/// one pass without a call per candidate.
+pub fn any_of4(hay: &[u8], set: [u8; 4], mut f: impl FnMut(usize) -> bool) -> bool {
+    let mut base = 0;
+    while base < hay.len() {
+        let mut m = match hay.get(base..base + 16) {
+            Some(chunk) => mask4(chunk, set),
+            None => {
+                // The tail, padded; the padding's bits are dropped.
+                let tail = &hay[base..];
+                let mut chunk = [0u8; 16];
+                chunk[..tail.len()].copy_from_slice(tail);
+                mask4(&chunk, set) & ((1 << tail.len()) - 1)
+            }
+        };
+        while m != 0 {
+            if f(base + m.trailing_zeros() as usize) {
+                return true;
+            }
+            m &= m - 1;
+        }
+        base += 16;
+    }
+    false
+}
+
+/// Bit mask of the bytes of a 16-byte chunk equal to one of `set`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn mask4(chunk: &[u8], set: [u8; 4]) -> u32 {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
+    };
+    let Some(chunk) = chunk.first_chunk::<16>() else {
+        return 0;
+    };
+    // SAFETY: SSE2 is part of the x86_64 baseline, and the load reads the 16 bytes of `chunk`
+    // with no alignment requirement.
+    unsafe {
+        let v = _mm_loadu_si128(chunk.as_ptr().cast::<__m128i>());
+        let eq = |b: u8| _mm_cmpeq_epi8(v, _mm_set1_epi8(b as i8));
+        let any = _mm_or_si128(
+            _mm_or_si128(eq(set[0]), eq(set[1])),
+            _mm_or_si128(eq(set[2]), eq(set[3])),
+        );
+        _mm_movemask_epi8(any) as u32 & 0xffff
+    }
+}
+
+/// Bit mask of the bytes of a 16-byte chunk equal to one of `set`.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline]
+fn mask4(chunk: &[u8], set: [u8; 4]) -> u32 {
+    let mut m = 0;
+    for (i, b) in chunk.iter().take(16).enumerate() {
+        m |= u32::from(set.contains(b)) << i;
+    }
+    m
+}
+
 #[inline]
 fn strip_cr(line: &[u8]) -> &[u8] {
     line.strip_suffix(b"\r").unwrap_or(line)
@@ -183,6 +244,19 @@ mod tests {
     }
 
     proptest::proptest! {
+        #[test]
+        fn any_of4_tries_every_matching_position_in_order(
+            hay in proptest::collection::vec(proptest::sample::select(vec![b'N', b'W', b'x', b'F', b'D', b' ']), 0..70),
+            stop in 0usize..70,
+        ) {
+            let mut tried = Vec::new();
+            let found = any_of4(&hay, *b"NWDF", |i| { tried.push(i); i >= stop });
+            let expect: Vec<usize> = (0..hay.len()).filter(|&i| hay[i] != b'x' && hay[i] != b' ').collect();
+            let until = expect.iter().position(|&i| i >= stop);
+            proptest::prop_assert_eq!(found, until.is_some());
+            proptest::prop_assert_eq!(&tried[..], &expect[..until.map_or(expect.len(), |u| u + 1)]);
+        }
+
         #[test]
         fn equals_cutting_line_by_line(
             pieces in proptest::collection::vec(proptest::sample::select(vec![
