@@ -134,6 +134,12 @@ fn mask4(chunk: &[u8], set: [u8; 4]) -> u32 {
 #[cfg(not(target_arch = "x86_64"))]
 #[inline]
 fn mask4(chunk: &[u8], set: [u8; 4]) -> u32 {
+    mask4_portable(chunk, set)
+}
+
+/// [`mask4`] without SIMD (CPUs other than x86_64; compared with the SSE2 one in the tests).
+#[cfg(any(test, not(target_arch = "x86_64")))]
+fn mask4_portable(chunk: &[u8], set: [u8; 4]) -> u32 {
     let mut m = 0;
     for (i, b) in chunk.iter().take(16).enumerate() {
         m |= u32::from(set.contains(b)) << i;
@@ -180,6 +186,12 @@ fn masks(block: &[u8]) -> (u64, u64) {
 #[cfg(not(target_arch = "x86_64"))]
 #[inline]
 fn masks(block: &[u8]) -> (u64, u64) {
+    masks_portable(block)
+}
+
+/// [`masks`] without SIMD (CPUs other than x86_64; compared with the SSE2 one in the tests).
+#[cfg(any(test, not(target_arch = "x86_64")))]
+fn masks_portable(block: &[u8]) -> (u64, u64) {
     let mut m_nl = 0u64;
     let mut m_n = 0u64;
     for (i, &b) in block.iter().take(64).enumerate() {
@@ -244,6 +256,14 @@ mod tests {
     }
 
     proptest::proptest! {
+        #[test]
+        fn portable_masks_equal_the_simd_ones(
+            block in proptest::collection::vec(proptest::sample::select(vec![b'\n', b'N', b'W', b'D', b'F', b'x', 0u8, 0xff]), 64),
+        ) {
+            proptest::prop_assert_eq!(masks(&block), masks_portable(&block));
+            proptest::prop_assert_eq!(mask4(&block[..16], *b"NWDF"), mask4_portable(&block[..16], *b"NWDF"));
+        }
+
         #[test]
         fn any_of4_tries_every_matching_position_in_order(
             hay in proptest::collection::vec(proptest::sample::select(vec![b'N', b'W', b'x', b'F', b'D', b' ']), 0..70),
