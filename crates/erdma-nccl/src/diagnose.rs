@@ -269,9 +269,55 @@ impl ForeignMatcher {
     }
 
     /// Whether a non-NCCL line can say anything: it holds one of the patterns or `NCCL version `
-    /// (all ASCII, so the raw bytes hold one exactly when the lossy text does).
+    /// (all ASCII, so the raw bytes hold one exactly when the lossy text does). Every pattern
+    /// begins with `N`, `W`, `D` or `F`: only where those bytes are is a pattern compared, and
+    /// they are found 16 bytes at a time ([`crate::scan::any_of4`]) instead of one substring
+    /// search per pattern.
     pub fn may_match(&self, line: &[u8]) -> bool {
-        self.version.find(line).is_some()
-            || self.patterns.iter().any(|(f, _)| f.find(line).is_some())
+        crate::scan::any_of4(line, *b"NWDF", |i| {
+            let rest = &line[i..];
+            let starts = |n: &[u8]| n.first() == rest.first() && rest.starts_with(n);
+            starts(self.version.needle()) || self.patterns.iter().any(|(f, _)| starts(f.needle()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `may_match` must answer: one substring search per pattern.
+    fn reference(m: &ForeignMatcher, line: &[u8]) -> bool {
+        m.version.find(line).is_some() || m.patterns.iter().any(|(f, _)| f.find(line).is_some())
+    }
+
+    #[test]
+    fn every_pattern_starts_with_a_byte_that_may_match_looks_at() {
+        let m = ForeignMatcher::default();
+        for (f, _) in &m.patterns {
+            assert!(
+                matches!(f.needle().first(), Some(b'N' | b'W' | b'D' | b'F')),
+                "{:?}",
+                String::from_utf8_lossy(f.needle())
+            );
+            assert!(m.may_match(f.needle()));
+        }
+        assert!(m.may_match(b"  NCCL version 2.18.5+cuda12.2"));
+        assert!(!m.may_match(b"  File \"/opt/torch/api.py\", line 170, in __call__"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn may_match_equals_substring_search(
+            pieces in proptest::collection::vec(proptest::sample::select(vec![
+                "NCCL version ", "NCCL version", "NCCL error in:", "NCCL error", "Watchdog caught collective operation timeout",
+                "Watchdog", "Duplicate GPU detected", "Duplicate", "Failed to initialize any NET plugin",
+                "Failed to initialize", "N", "W", "D", "F", " ", "x", "é",
+            ]), 0..10),
+        ) {
+            let m = ForeignMatcher::default();
+            let line = pieces.concat();
+            proptest::prop_assert_eq!(m.may_match(line.as_bytes()), reference(&m, line.as_bytes()));
+        }
     }
 }

@@ -117,28 +117,28 @@ pub fn classify(msg: &str, warn: bool) -> Event<'_> {
         b'C' => classify_c(msg, warn),
         b'U' => {
             if let Some(net) = msg.strip_prefix("Using network ") {
-                Event::UsingNetwork(net.trim())
+                Event::UsingNetwork(trim(net))
             } else {
                 Event::Other
             }
         }
         b'I' => {
             if let Some(p) = msg.strip_prefix("Initialized NET plugin ") {
-                Event::NetPluginReady(p.trim())
+                Event::NetPluginReady(trim(p))
             } else {
                 Event::Other
             }
         }
         b'A' => {
             if let Some(p) = msg.strip_prefix("Assigned NET plugin ") {
-                Event::NetPluginReady(p.trim_end_matches(" to comm").trim())
+                Event::NetPluginReady(trim(p.trim_end_matches(" to comm")))
             } else {
                 Event::Other
             }
         }
         b'F' => {
             if let Some(p) = msg.strip_prefix("Failed to initialize NET plugin ") {
-                Event::NetPluginFailed(p.trim())
+                Event::NetPluginFailed(trim(p))
             } else if msg.starts_with("Failed to initialize any NET plugin") {
                 Event::Problem(ErrorKind::NetPluginInitFailed)
             } else {
@@ -151,9 +151,75 @@ pub fn classify(msg: &str, warn: bool) -> Event<'_> {
     }
 }
 
+/// Whether an INFO message may say anything: `false` only when [`classify`]`(text, false)` is
+/// [`Event::Other`] for the text of `msg` (lossy or not). Decided on the raw bytes from the first
+/// bytes of the message, without a UTF-8 check: most INFO lines of a log (ring and tree layouts,
+/// proxy connections, allocations) end here.
+pub fn may_classify(msg: &[u8]) -> bool {
+    let Some(&first) = msg.first() else {
+        return false;
+    };
+    match first {
+        b'N' => {
+            msg.starts_with(b"NET/")
+                || msg.starts_with(b"NCCL_")
+                || msg.starts_with(b"NCCL version ")
+        }
+        b'C' => {
+            if msg.starts_with(b"Channel ") {
+                find_bytes(msg, b" via ").is_some()
+            } else {
+                msg.starts_with(b"Call to ibv_")
+                    || msg.starts_with(b"Cuda failure")
+                    || may_classify_rest(msg)
+            }
+        }
+        b'U' => msg.starts_with(b"Using network "),
+        b'I' => msg.starts_with(b"Initialized NET plugin "),
+        b'A' => msg.starts_with(b"Assigned NET plugin "),
+        b'F' => msg.starts_with(b"Failed to initialize "),
+        b'n' if msg.starts_with(b"ncclCommInit") => true,
+        b'c' if msg.starts_with(b"comm 0x") => true,
+        _ => may_classify_rest(msg),
+    }
+}
+
+/// [`may_classify`] for the INFO messages that `classify_rest` reads: a return code
+/// (`init.cc:421 -> 5`: a first token with a `:`, then `->` after whitespace) or one of two
+/// prefixes.
+fn may_classify_rest(msg: &[u8]) -> bool {
+    match msg.first() {
+        Some(b'B') if msg.starts_with(b"Bootstrap : no socket interface found") => return true,
+        Some(b'D') if msg.starts_with(b"Duplicate GPU detected") => return true,
+        _ => {}
+    }
+    // The first token is short: a plain loop finds its end and whether it holds a `:`.
+    let mut colon = false;
+    let mut space = None;
+    for (i, &b) in msg.iter().enumerate() {
+        if b == b' ' {
+            space = Some(i);
+            break;
+        }
+        colon |= b == b':';
+    }
+    let Some(space) = space.filter(|_| colon) else {
+        return false;
+    };
+    // The next token must be `->`; whitespace other than ASCII (U+00A0 ...) could come first.
+    match msg[space..]
+        .iter()
+        .find(|b| !matches!(b, b'\t'..=b'\r' | b' '))
+    {
+        Some(b'-') => true,
+        Some(b) => !b.is_ascii(),
+        None => false,
+    }
+}
+
 fn classify_n(msg: &str) -> Event<'_> {
     if let Some(v) = msg.strip_prefix("NCCL version ") {
-        return Event::Version(v.split_whitespace().next().unwrap_or(""));
+        return Event::Version(tokens(v).next().unwrap_or(""));
     }
     if let Some(rest) = msg.strip_prefix("NET/IB") {
         // Also `NET/IBext` / `NET/IBext_v8` (nccl-rdma-sharp-plugins), which logs the same lines.
@@ -184,13 +250,13 @@ fn classify_n(msg: &str) -> Event<'_> {
     if let Some(rest) = msg.strip_prefix("NET/Plugin") {
         let rest = rest.trim_start_matches([' ', ':']).trim_start();
         if let Some(name) = rest.strip_prefix("Loaded net plugin ") {
-            return Event::NetPluginReady(name.split(" (").next().unwrap_or(name).trim());
+            return Event::NetPluginReady(trim(find(name, " (").map_or(name, |i| &name[..i])));
         }
         return Event::Other;
     }
     if msg.starts_with("NCCL_") {
         // `NCCL_X set by environment to Y.`; 2.28 also prints `NCCL_X set to Y` (no "by environment").
-        if let Some(at) = msg.find(" set by environment to ") {
+        if let Some(at) = find(msg, " set by environment to ") {
             let name = &msg[..at];
             let value = msg[at + " set by environment to ".len()..]
                 .trim()
@@ -201,7 +267,7 @@ fn classify_n(msg: &str) -> Event<'_> {
     }
     if msg.starts_with("NET/") {
         // A NET plugin's own GPU Direct decision: NET/<name> : GPU Direct RDMA ...
-        if let Some(sep) = msg.find(" : GPU Direct RDMA") {
+        if let Some(sep) = find(msg, " : GPU Direct RDMA") {
             let net = &msg[4..sep];
             return gdr_event(net, &msg[sep + 3..]);
         }
@@ -228,10 +294,10 @@ fn classify_net_ib<'a>(rest: &'a str, full: &'a str) -> Event<'a> {
     if rest.starts_with("No IP interface found") {
         return Event::Problem(ErrorKind::IbNoIpInterface);
     }
-    if rest.starts_with("Got completion") || rest.contains("Got completion from peer") {
+    if rest.starts_with("Got completion") || find(rest, "Got completion from peer").is_some() {
         return Event::Problem(ErrorKind::IbCompletionError);
     }
-    if rest.contains("async fatal event") || rest.contains("GID table changed") {
+    if find(rest, "async fatal event").is_some() || find(rest, "GID table changed").is_some() {
         return Event::Problem(ErrorKind::IbAsyncEvent);
     }
     if rest.starts_with("Attempted to connect incompatible devices") {
@@ -239,7 +305,7 @@ fn classify_net_ib<'a>(rest: &'a str, full: &'a str) -> Event<'a> {
     }
     // QP connect lines: `NET/IB: NCCL Dev 0 IbDev 0 Port 1 qpn 7 mtu 5 ... GID 3 (0/..)` and
     // `NET/IB: Dev 0 Port 1 qpn 7 mtu 5 GID 3 (..)` before 2.19.
-    if let Some(at) = full.find(" GID ") {
+    if let Some(at) = find(full, " GID ") {
         let tail = &full[at + 5..];
         let num = tail.split([' ', '(']).next().unwrap_or("");
         if let Ok(g) = num.parse::<i64>() {
@@ -259,7 +325,7 @@ fn ib_using(list: &str) -> Event<'_> {
     };
     let mut devices = Vec::new();
     let mut relaxed_ordering = false;
-    for tok in devs.split_whitespace() {
+    for tok in tokens(devs) {
         if tok == "[RO]" {
             relaxed_ordering = true;
             continue;
@@ -300,7 +366,7 @@ fn ib_device(tok: &str) -> Option<IbDevice<'_>> {
 
 fn gdr_event<'a>(net: &'a str, rest: &'a str) -> Event<'a> {
     // "GPU Direct RDMA Enabled for HCA 0 'erdma_0'" / "... Disabled for HCA 0 'lo' (...)"
-    let enabled = rest.contains("RDMA Enabled");
+    let enabled = find(rest, "RDMA Enabled").is_some();
     let hca = rest.split('\'').nth(1).unwrap_or("");
     Event::GdrDecision { net, enabled, hca }
 }
@@ -331,7 +397,7 @@ fn classify_c(msg: &str, warn: bool) -> Event<'_> {
 fn channel(msg: &str) -> Option<ChannelLink<'_>> {
     let via_at = find(msg, " via ")?;
     let head = &msg[..via_at];
-    let via = msg[via_at + 5..].trim();
+    let via = trim(&msg[via_at + 5..]);
     let direction = if head.ends_with("[send]") {
         Some("send")
     } else if head.ends_with("[receive]") {
@@ -360,11 +426,11 @@ fn channel(msg: &str) -> Option<ChannelLink<'_>> {
     // via: NET/IB/0/GDRDMA, NET/IB/0(3)/GDRDMA, NET/Socket/0, P2P/CUMEM/read, P2P/direct pointer,
     // SHM/direct/direct, COLLNET/...
     let via = find(via, " comm ").map_or(via, |i| &via[..i]);
-    let (family, rest) = match via.find('/') {
+    let (family, rest) = match find_char(via, b'/') {
         Some(i) => (&via[..i], &via[i + 1..]),
         None => (via, ""),
     };
-    let (kind, tail) = match rest.find('/') {
+    let (kind, tail) = match find_char(rest, b'/') {
         Some(i) => (&rest[..i], &rest[i + 1..]),
         None => (rest, ""),
     };
@@ -391,15 +457,23 @@ fn channel(msg: &str) -> Option<ChannelLink<'_>> {
 /// `haystack.find(needle)` for the short messages of a log line: one `memchr` per candidate of the
 /// needle's first non-space byte, where `str::find` would first build a two-way searcher (which
 /// costs more than the whole search on a line this short).
+#[inline(always)]
 fn find(haystack: &str, needle: &str) -> Option<usize> {
-    let (h, n) = (haystack.as_bytes(), needle.as_bytes());
+    find_bytes(haystack.as_bytes(), needle.as_bytes())
+}
+
+/// [`find`] on bytes.
+#[inline(always)]
+fn find_bytes(h: &[u8], n: &[u8]) -> Option<usize> {
     let Some(k) = n.iter().position(|&b| b != b' ') else {
-        return haystack.find(needle);
+        return memchr::memmem::find(h, n);
     };
     let mut from = k;
     while from < h.len() {
-        let p = from + memchr::memchr(n[k], &h[from..])?;
-        if h[p - k..].starts_with(n) {
+        let p = from + find_byte(&h[from..], n[k])?;
+        if h.get(p - k..p - k + n.len())
+            .is_some_and(|w| w.iter().zip(n).all(|(a, b)| a == b))
+        {
             return Some(p - k);
         }
         from = p + 1;
@@ -407,11 +481,105 @@ fn find(haystack: &str, needle: &str) -> Option<usize> {
     None
 }
 
+/// Where byte `b` first is in `h`: a plain loop over the short pieces of a message, where the
+/// set-up of `memchr` costs more than the search.
+#[inline]
+fn find_byte(h: &[u8], b: u8) -> Option<usize> {
+    if h.len() < 32 {
+        h.iter().position(|&x| x == b)
+    } else {
+        memchr::memchr(b, h)
+    }
+}
+
+/// `s.find(c)` for an ASCII `c` (the index is a char boundary).
+#[inline]
+fn find_char(s: &str, c: u8) -> Option<usize> {
+    find_byte(s.as_bytes(), c)
+}
+
+/// The whitespace-separated tokens of `s`, exactly as [`str::split_whitespace`] gives them, read
+/// as bytes when `s` is ASCII (no UTF-8 decoding per character).
+enum Tokens<'a> {
+    Ascii(&'a str, usize),
+    Unicode(std::str::SplitWhitespace<'a>),
+}
+
+fn tokens(s: &str) -> Tokens<'_> {
+    if s.is_ascii() {
+        Tokens::Ascii(s, 0)
+    } else {
+        Tokens::Unicode(s.split_whitespace())
+    }
+}
+
+impl<'a> Iterator for Tokens<'a> {
+    type Item = &'a str;
+
+    #[inline]
+    fn next(&mut self) -> Option<&'a str> {
+        match self {
+            Tokens::Unicode(it) => it.next(),
+            Tokens::Ascii(s, pos) => {
+                // ASCII whitespace as `char::is_whitespace` has it: \t \n \x0b \x0c \r and space.
+                let ws = |b: u8| matches!(b, b'\t'..=b'\r' | b' ');
+                let b = s.as_bytes();
+                let mut i = *pos;
+                while i < b.len() && ws(b[i]) {
+                    i += 1;
+                }
+                let start = i;
+                while i < b.len() && !ws(b[i]) {
+                    i += 1;
+                }
+                *pos = i;
+                (start < i).then(|| &s[start..i])
+            }
+        }
+    }
+}
+
+/// `s.trim()`, without decoding characters when both ends are ASCII (the usual case).
+#[inline]
+fn trim(s: &str) -> &str {
+    let ws = |b: &u8| matches!(b, b'\t'..=b'\r' | b' ');
+    let b = s.as_bytes();
+    let start = b.iter().position(|x| !ws(x)).unwrap_or(b.len());
+    let end = b.iter().rposition(|x| !ws(x)).map_or(start, |i| i + 1);
+    let non_ascii = |i: Option<usize>| i.and_then(|i| b.get(i)).is_some_and(|x| !x.is_ascii());
+    if non_ascii(Some(start)) || non_ascii(end.checked_sub(1)) {
+        // Whitespace other than ASCII (U+00A0 ...) may be there: let `str::trim` decide.
+        return s.trim();
+    }
+    &s[start..end]
+}
+
 /// `0[0]` / `1[3e000]` → 0 / 1.
 fn rank_of(tok: &str) -> Option<u32> {
-    let tok = tok.trim();
-    let end = tok.find('[').unwrap_or(tok.len());
-    tok[..end].trim().parse().ok()
+    // The usual form, read in place: up to 9 digits, then `[` or the end.
+    let b = tok.as_bytes();
+    let digits = b.iter().take_while(|c| c.is_ascii_digit()).count();
+    if (1..=9).contains(&digits) && b.get(digits).is_none_or(|&c| c == b'[') {
+        return Some(
+            b[..digits]
+                .iter()
+                .fold(0, |n, d| n * 10 + u32::from(d - b'0')),
+        );
+    }
+    let tok = trim(tok);
+    let end = find_char(tok, b'[').unwrap_or(tok.len());
+    parse_u32(trim(&tok[..end]))
+}
+
+/// `s.parse::<u32>()`, with the usual few digits read in place.
+#[inline]
+fn parse_u32(s: &str) -> Option<u32> {
+    let b = s.as_bytes();
+    if !b.is_empty() && b.len() <= 9 && b.iter().all(u8::is_ascii_digit) {
+        // At most 9 digits: no overflow.
+        return Some(b.iter().fold(0, |n, d| n * 10 + u32::from(d - b'0')));
+    }
+    s.parse().ok()
 }
 
 fn comm_event(msg: &str) -> Event<'_> {
@@ -419,12 +587,12 @@ fn comm_event(msg: &str) -> Event<'_> {
     let mut nranks = None;
     let mut nnodes = None;
     let mut comm_id = None;
-    let mut it = msg.split_whitespace();
+    let mut it = tokens(msg);
     while let Some(tok) = it.next() {
         match tok {
-            "rank" => rank = it.next().and_then(|v| v.parse().ok()),
-            "nranks" | "nRanks" => nranks = it.next().and_then(|v| v.parse().ok()),
-            "nNodes" => nnodes = it.next().and_then(|v| v.parse().ok()),
+            "rank" => rank = it.next().and_then(parse_u32),
+            "nranks" | "nRanks" => nranks = it.next().and_then(parse_u32),
+            "nNodes" => nnodes = it.next().and_then(parse_u32),
             "commId" => {
                 comm_id = it
                     .next()
@@ -453,7 +621,7 @@ fn classify_rest(msg: &str, warn: bool) -> Event<'_> {
         first[..c].ends_with(".cc") || first[..c].ends_with(".h") || first[..c].ends_with(".cu")
     });
     if is_location {
-        let mut it = msg[first.len()..].split_whitespace();
+        let mut it = tokens(&msg[first.len()..]);
         if it.next() == Some("->")
             && let Some(Ok(c)) = it.next().map(str::parse)
         {
@@ -469,13 +637,15 @@ fn classify_rest(msg: &str, warn: bool) -> Event<'_> {
     if !warn {
         return Event::Other;
     }
-    if msg.contains("no socket interface found") {
+    if find(msg, "no socket interface found").is_some() {
         return Event::Problem(ErrorKind::SocketNoInterface);
     }
-    if msg.contains("Connection closed by remote peer") || msg.contains("remote process exited") {
+    if find(msg, "Connection closed by remote peer").is_some()
+        || find(msg, "remote process exited").is_some()
+    {
         return Event::Problem(ErrorKind::PeerConnectionClosed);
     }
-    if msg.contains("Connection refused") || msg.contains("timed out") {
+    if find(msg, "Connection refused").is_some() || find(msg, "timed out").is_some() {
         return Event::Problem(ErrorKind::ConnectTimeout);
     }
     Event::Other
@@ -493,6 +663,76 @@ mod tests {
         ) {
             let h = h.concat();
             proptest::prop_assert_eq!(find(&h, n), h.find(n));
+        }
+    }
+
+    proptest::proptest! {
+        /// The INFO pre-filter never drops a message that says something.
+        #[test]
+        fn may_classify_false_means_other(
+            pieces in proptest::collection::vec(proptest::sample::select(vec![
+                &b"NCCL version "[..], b"NET/", b"NET/IB : ", b"NCCL_", b"NCCL", b"Channel ", b" via ",
+                b"NET/IB/0", b"Call to ibv_", b"Cuda failure", b"Using network ", b"Initialized NET plugin ",
+                b"Assigned NET plugin ", b"Failed to initialize ", b"any NET plugin", b"ncclCommInit",
+                b"comm 0x", b"Bootstrap : no socket interface found", b"Duplicate GPU detected",
+                b"init.cc:12", b"x.h:1", b".cu:", b":", b" ", b"\t", b"\x0b", b"->", b"-", b" -> ", b"5",
+                b"N", b"C", b"c", b"n", b"U", b"I", b"A", b"F", b"B", b"D", b"rank", "\u{a0}".as_bytes(),
+                "\u{2003}".as_bytes(), &[0xff], &[0xc2], b"Tree 3 : -1 -> 0", b"Ring", b"GID ",
+            ]), 0..8),
+        ) {
+            let msg = pieces.concat();
+            let text = String::from_utf8_lossy(&msg);
+            if !may_classify(&msg) {
+                proptest::prop_assert_eq!(classify(&text, false), Event::Other);
+            }
+        }
+
+        #[test]
+        fn tokens_and_trim_equal_std(
+            pieces in proptest::collection::vec(proptest::sample::select(vec![
+                " ", "\t", "\n", "\x0b", "\x0c", "\r", "\x1c", "\u{a0}", "\u{2003}", "\u{85}", "a", "rank",
+                "é", "[0]",
+            ]), 0..12),
+        ) {
+            let s = pieces.concat();
+            proptest::prop_assert_eq!(tokens(&s).collect::<Vec<_>>(), s.split_whitespace().collect::<Vec<_>>());
+            proptest::prop_assert_eq!(trim(&s), s.trim());
+        }
+
+        #[test]
+        fn rank_of_equals_the_plain_parse(s in "[ 0-9a\\[\\]]{0,14}") {
+            let t = s.trim();
+            let plain = t[..t.find('[').unwrap_or(t.len())].trim().parse::<u32>().ok();
+            proptest::prop_assert_eq!(rank_of(&s), plain);
+        }
+
+        #[test]
+        fn parse_u32_equals_std(s in "[+-]?[0-9 a]{0,12}") {
+            proptest::prop_assert_eq!(parse_u32(&s), s.parse::<u32>().ok());
+        }
+    }
+
+    #[test]
+    fn pre_filter_keeps_the_lines_that_matter_and_drops_chatter() {
+        for msg in [
+            "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM",
+            "comm 0x5611c0b0 rank 1 nranks 2 cudaDev 0 busId 3d000 commId 0x1b2c3d4e5f607182 - Init COMPLETE",
+            "NCCL_SOCKET_IFNAME set by environment to eth0",
+            "init.cc:421 -> 5",
+            "NET/IB : No device found.",
+        ] {
+            assert!(may_classify(msg.as_bytes()), "{msg}");
+        }
+        for msg in [
+            "Channel 13/64 : 0",
+            "Tree 56 : -1 -> 0 -> -1/-1/-1",
+            "channel.cc:46 Cuda Alloc Size 4 pointer 0x7f3ffb000000",
+            "Connected to proxy localRank 0 -> connection 0x7fe8a8005588",
+            " 1 : GPU/0-60",
+            "",
+        ] {
+            assert!(!may_classify(msg.as_bytes()), "{msg}");
+            assert_eq!(classify(msg, false), Event::Other, "{msg}");
         }
     }
 

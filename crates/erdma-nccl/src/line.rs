@@ -77,34 +77,48 @@ impl PrefixParser {
     /// [`PrefixParser::split`] on bytes: finds the marker before any UTF-8 check, so that a line
     /// that is not an NCCL line costs one `memchr` pass.
     pub fn split_bytes<'a>(&self, line: &'a [u8]) -> Option<RawSplit<'a>> {
-        // A line may begin with "NCCL INFO" (no prefix at all); otherwise the first " NCCL ".
-        let (pre_end, rest_at) = if line.starts_with(b"NCCL ") {
-            (0, 5)
-        } else {
-            let n = memchr::memchr_iter(b'N', line)
-                .find(|&n| n > 0 && line[n - 1] == b' ' && line[n..].starts_with(b"NCCL "))?;
-            (n - 1, n + 5)
-        };
-        let rest = &line[rest_at..];
-        let (word, message) = match rest.iter().take(6).position(|&b| b == b' ') {
-            Some(i) => (&rest[..i], &rest[i + 1..]),
-            // No level word is longer than 5 bytes: a longer first word is not a level.
-            None if rest.len() > 5 => return None,
-            None => (rest, &rest[rest.len()..]),
-        };
-        let level = match word {
-            b"INFO" => Level::Info,
-            b"WARN" => Level::Warn,
-            b"TRACE" => Level::Trace,
-            b"ERROR" | b"ABORT" => Level::Error,
-            _ => return None,
-        };
-        Some(RawSplit {
-            level,
-            pre: &line[..pre_end],
-            message,
-        })
+        split_at_marker(line, marker(line)?)
     }
+}
+
+/// Where the ` NCCL ` marker of `line` starts: the first `NCCL ` at the start of the line or after
+/// a space (the index of its `N`).
+pub fn marker(line: &[u8]) -> Option<usize> {
+    memchr::memchr_iter(b'N', line).find(|&n| is_marker_at(line, n))
+}
+
+/// Whether `NCCL ` starts at `n` and is at the start of `line` or after a space.
+#[inline]
+pub fn is_marker_at(line: &[u8], n: usize) -> bool {
+    line.get(n..n + 5) == Some(b"NCCL ") && (n == 0 || line[n - 1] == b' ')
+}
+
+/// [`PrefixParser::split_bytes`] once the marker is known to start at `n` ([`marker`]): reads the
+/// level word after it.
+#[inline]
+pub fn split_at_marker(line: &[u8], n: usize) -> Option<RawSplit<'_>> {
+    let rest = &line[n + 5..];
+    // The level word ends at a space or at the end of the line; no level word is longer than 5
+    // bytes.
+    let (level, len) = match rest.first_chunk::<4>() {
+        Some(b"INFO") => (Level::Info, 4),
+        Some(b"WARN") => (Level::Warn, 4),
+        _ => match rest.first_chunk::<5>() {
+            Some(b"TRACE") => (Level::Trace, 5),
+            Some(b"ERROR" | b"ABORT") => (Level::Error, 5),
+            _ => return None,
+        },
+    };
+    let message = match rest.get(len) {
+        None => &rest[len..],
+        Some(b' ') => &rest[len + 1..],
+        Some(_) => return None,
+    };
+    Some(RawSplit {
+        level,
+        pre: &line[..n.saturating_sub(1)],
+        message,
+    })
 }
 
 /// An NCCL line cut at its marker: level and message, and the prefix text still unparsed.

@@ -8,6 +8,7 @@ use crate::diagnose::{self, ErrorKind};
 use crate::event::{self, Event};
 use crate::line::{Level, PrefixParser, SplitLine};
 use crate::perf::{PerfCollector, PerfSummary};
+use crate::prefix_cache::PrefixCache;
 pub use crate::process::{FileState, ProblemSeen, Process, TransportCount};
 use crate::reader::LineReader;
 use crate::report::{self, AnalyzeReport, FileSummary};
@@ -49,6 +50,7 @@ pub struct Analyzer {
     processes: Vec<Process>,
     index: HashMap<String, usize>,
     last: Option<(usize, usize)>,
+    prefixes: PrefixCache,
     scratch: String,
     files: Vec<FileState>,
     dropped_processes: u64,
@@ -64,6 +66,7 @@ impl Analyzer {
             processes: Vec::new(),
             index: HashMap::new(),
             last: None,
+            prefixes: PrefixCache::default(),
             scratch: String::new(),
             files: Vec::new(),
             dropped_processes: 0,
@@ -75,10 +78,22 @@ impl Analyzer {
         let file = self.begin_file(name);
         let mut reader = LineReader::new(input, self.opts.max_line);
         let mut no = 0u64;
-        reader.for_each_line(|line| {
-            no += 1;
-            self.line_bytes(file, no, line);
-        })?;
+        if self.opts.collect_perf {
+            // The performance collector reads every line as text.
+            reader.for_each_line(|line| {
+                no += 1;
+                self.line(file, no, &text_of(line));
+            })?;
+        } else {
+            let mut nccl = 0u64;
+            reader.for_each_marked_line(|line, marker| {
+                no += 1;
+                nccl += u64::from(self.marked_line(file, no, line, marker));
+            })?;
+            let f = &mut self.files[file];
+            f.lines += no;
+            f.nccl_lines += nccl;
+        }
         let f = &mut self.files[file];
         f.truncated_lines = reader.truncated_lines();
         f.bytes = reader.bytes_read();
@@ -121,45 +136,67 @@ impl Analyzer {
             split.level,
             split.message,
             split.prefix_text().as_bytes(),
+            false,
         );
     }
 
-    /// [`Analyzer::line`] on raw bytes, with the same result: invalid UTF-8 is read lossily. Only
-    /// the parts a line needs are checked and turned into text: the message of an NCCL line, its
-    /// prefix when the message matters, a foreign line only when one of its patterns is in it.
-    fn line_bytes(&mut self, file: usize, no: u64, bytes: &[u8]) {
-        let Some(f) = self.files.get_mut(file) else {
-            return;
-        };
-        if f.perf.is_some() {
-            // The performance collector reads every line as text.
-            self.line(file, no, &text_of(bytes));
-            return;
-        }
-        f.lines += 1;
-        let Some(raw) = self.parser.split_bytes(bytes) else {
+    /// [`Analyzer::line`] on raw bytes whose ` NCCL ` marker is known ([`crate::line::marker`]),
+    /// with the same result except for the line counts, which the caller keeps: returns whether
+    /// it is an NCCL line. Invalid UTF-8 is read lossily. Only the parts a line needs are checked
+    /// and turned into text: the message of an NCCL line whose first bytes may matter, its prefix
+    /// when the message matters, a foreign line only when one of its patterns is in it.
+    #[inline]
+    fn marked_line(&mut self, file: usize, no: u64, bytes: &[u8], marker: Option<usize>) -> bool {
+        let Some(raw) = marker.and_then(|n| crate::line::split_at_marker(bytes, n)) else {
             if self.foreign.may_match(bytes) {
                 self.foreign_line(file, no, &text_of(bytes));
             }
-            return;
+            return false;
         };
-        f.nccl_lines += 1;
-        self.nccl_line(file, no, raw.level, &text_of(raw.message), raw.pre);
+        if raw.level == Level::Info && !event::may_classify(raw.message) {
+            // Most lines of a log end here, before any UTF-8 check.
+            return true;
+        }
+        self.nccl_line(file, no, raw.level, &text_of(raw.message), raw.pre, true);
+        true
     }
 
     /// The part of [`Analyzer::line`] after an NCCL line's marker was found; `pre` is the raw
-    /// prefix, read as text only when the message matters. Lossy conversion of the pieces equals
-    /// that of the whole line, since the cuts are next to ASCII bytes.
-    fn nccl_line(&mut self, file: usize, no: u64, level: Level, message: &str, pre: &[u8]) {
+    /// prefix, read as text only when the message matters (and its process is not in the
+    /// [`PrefixCache`] when `cached`). Lossy conversion of the pieces equals that of the whole
+    /// line, since the cuts are next to ASCII bytes.
+    fn nccl_line(
+        &mut self,
+        file: usize,
+        no: u64,
+        level: Level,
+        message: &str,
+        raw_pre: &[u8],
+        cached: bool,
+    ) {
         let ev = event::classify(message, level != Level::Info);
         if matches!(ev, Event::Other) && level == Level::Info {
             // Most lines of a log end here: their prefix is never parsed.
             return;
         }
-        let pre = text_of(pre);
-        let l = SplitLine::new(level, message, &pre).parse();
-        let Some(pi) = self.process_index(file, l.process, l.host) else {
-            return;
+        let hit = if cached {
+            self.prefixes.get(file, raw_pre)
+        } else {
+            None
+        };
+        let pi = match hit {
+            Some(pi) => pi,
+            None => {
+                let pre = text_of(raw_pre);
+                let l = SplitLine::new(level, message, &pre).parse();
+                let Some(pi) = self.process_index(file, l.process, l.host) else {
+                    return;
+                };
+                if cached {
+                    self.prefixes.put(file, raw_pre, pi);
+                }
+                pi
+            }
         };
         let p = &mut self.processes[pi];
         let problem = |p: &mut Process, kind: ErrorKind| {
@@ -167,9 +204,11 @@ impl Analyzer {
                 seen.count += 1;
                 return;
             }
-            let msg = match l.location {
-                Some(loc) => format!("{loc} {}", l.message),
-                None => l.message.to_string(),
+            // The source location of a WARN line comes first in its sample message.
+            let pre = text_of(raw_pre);
+            let msg = match SplitLine::new(level, message, &pre).parse().location {
+                Some(loc) => format!("{loc} {message}"),
+                None => message.to_string(),
             };
             record(&mut p.problems, kind, file, no, &msg);
         };
@@ -270,12 +309,12 @@ impl Analyzer {
                 }
             }
             Event::Problem(kind) => {
-                if !kind.requires_warn_level() || l.level != Level::Info {
+                if !kind.requires_warn_level() || level != Level::Info {
                     problem(p, kind);
                 }
             }
             Event::UnknownWarn | Event::Other => {
-                if l.level == Level::Warn || l.level == Level::Error {
+                if level == Level::Warn || level == Level::Error {
                     problem(p, ErrorKind::OtherWarning);
                 }
             }
@@ -452,6 +491,11 @@ pub fn group_jobs(processes: &[Process], nfiles: usize) -> Vec<(Vec<usize>, BTre
 /// `bytes` as text: borrowed when valid UTF-8 (`from_utf8` is much faster than the lossy scan on
 /// the usual valid input), else with U+FFFD for each invalid sequence.
 fn text_of(bytes: &[u8]) -> Cow<'_, str> {
+    if bytes.is_ascii() {
+        // SAFETY: ASCII is valid UTF-8. (`is_ascii` reads a word at a time; `from_utf8` costs
+        // several times more on the short pieces of a log line.)
+        return Cow::Borrowed(unsafe { std::str::from_utf8_unchecked(bytes) });
+    }
     match std::str::from_utf8(bytes) {
         Ok(t) => Cow::Borrowed(t),
         Err(_) => String::from_utf8_lossy(bytes),

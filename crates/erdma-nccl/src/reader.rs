@@ -134,6 +134,76 @@ impl<R: BufRead> LineReader<R> {
         Ok(())
     }
 
+    /// Like [`LineReader::for_each_line`], also handing out where each line's ` NCCL ` marker
+    /// starts ([`crate::line::marker`] of the line): the complete lines inside the read buffer are
+    /// found with [`crate::scan::scan_lines`], 64 bytes at a time.
+    pub fn for_each_marked_line(
+        &mut self,
+        mut f: impl FnMut(&[u8], Option<usize>),
+    ) -> io::Result<()> {
+        self.buf.clear();
+        let mut pending = false; // a partial line is held in self.buf
+        let mut cut = false;
+        loop {
+            let chunk = match self.inner.fill_buf() {
+                Ok(c) => c,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if chunk.is_empty() {
+                break;
+            }
+            let len = chunk.len();
+            let mut start = 0;
+            if pending {
+                // Finish the line that the previous read ended in.
+                let (take, done) = match memchr::memchr(b'\n', chunk) {
+                    Some(i) => (i, true),
+                    None => (len, false),
+                };
+                let room = self.max_len - self.buf.len();
+                cut |= take > room;
+                self.buf.extend_from_slice(&chunk[..take.min(room)]);
+                if done {
+                    if cut {
+                        self.truncated += 1;
+                    }
+                    let line = strip_cr(&self.buf);
+                    f(line, crate::line::marker(line));
+                    self.buf.clear();
+                    pending = false;
+                    cut = false;
+                    start = take + 1;
+                } else {
+                    start = len;
+                }
+            }
+            if start < len {
+                let rest = &chunk[start..];
+                let (used, truncated) = crate::scan::scan_lines(rest, self.max_len, &mut f);
+                self.truncated += truncated;
+                if used < rest.len() {
+                    let piece = &rest[used..];
+                    let room = self.max_len;
+                    cut = piece.len() > room;
+                    self.buf.extend_from_slice(&piece[..piece.len().min(room)]);
+                    pending = true;
+                }
+            }
+            self.inner.consume(len);
+            self.bytes += len as u64;
+        }
+        if pending {
+            if cut {
+                self.truncated += 1;
+            }
+            let line = strip_cr(&self.buf);
+            f(line, crate::line::marker(line));
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
     /// How many lines were longer than the limit and were cut.
     pub fn truncated_lines(&self) -> u64 {
         self.truncated
@@ -207,6 +277,31 @@ mod tests {
             let (got, cut) = all_each(&data, max, cap);
             proptest::prop_assert_eq!(got, expect);
             proptest::prop_assert_eq!(cut, r.truncated_lines());
+        }
+    }
+
+    proptest::proptest! {
+        /// Chunk-boundary independence: whatever the read buffer's size, the marked lines are the
+        /// lines of `for_each_line` with their markers.
+        #[test]
+        fn marked_lines_equal_lines_whatever_the_buffer(
+            pieces in proptest::collection::vec(proptest::sample::select(vec![
+                &b"NCCL "[..], b" NCCL ", b"N", b" ", b"\n", b"\r", b"a", b"INFO ", &[0xff],
+                b"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+            ]), 0..60),
+            max in 1usize..100,
+            cap in 1usize..200,
+        ) {
+            let data = pieces.concat();
+            let (expect, cut) = all_each(&data, max, 7);
+            let expect: Vec<(Vec<u8>, Option<usize>)> =
+                expect.into_iter().map(|l| { let m = crate::line::marker(&l); (l, m) }).collect();
+            let mut r = LineReader::new(io::BufReader::with_capacity(cap, &data[..]), max);
+            let mut got = Vec::new();
+            r.for_each_marked_line(|l, m| got.push((l.to_vec(), m))).expect("in-memory read");
+            proptest::prop_assert_eq!(got, expect);
+            proptest::prop_assert_eq!(r.truncated_lines(), cut);
+            proptest::prop_assert_eq!(r.bytes_read(), data.len() as u64);
         }
     }
 

