@@ -489,14 +489,14 @@ async fn release_startup_pages(cancel: CancellationToken) {
             _ = tokio::time::sleep(wait) => {}
         }
         // Logged before the release: logging afterwards would map the formatting code again.
-        match erdma_host::resident::own_text_mappings() {
+        match erdma_host::resident::own_releasable_mappings() {
             Ok(text) => {
                 let kib = text.iter().map(|m| (m.end - m.start) / 1024).sum::<usize>();
                 if first {
                     tracing::info!(
                         mappings = text.len(),
                         mapped_kib = kib,
-                        "giving back the pages only start-up used (executable mappings, free heap)"
+                        "giving back the pages only start-up used (read-only file mappings, free heap)"
                     );
                 }
                 let r = erdma_host::resident::release(&text);
