@@ -11,6 +11,8 @@
 # guest's containerd, run by the fake kubelet over CRI (runtime.sh); the numa scenario still
 # uses erdma-labpod processes (`pod` below).
 OUT=/mnt/host/out
+# where the daemons log: $OUT (the host share) unless a scenario keeps them in guest memory
+LOGS=${LOGS:-$OUT}
 KDIR=/var/lib/kubelet/device-plugins
 STATE=$KDIR/fake-kubelet-state.json
 RES=aliyun/erdma
@@ -99,16 +101,16 @@ numa_of_netdev() { cat "$(readlink -f /sys/class/net/$1/device)/../numa_node"; }
 PODRES=/var/lib/kubelet/pod-resources/kubelet.sock
 start_kubelet() {
   rm -rf "$KDIR" "${PODRES%/*}"; mkdir -p "$KDIR" "${PODRES%/*}"
-  erdma-fake-kubelet run --dir "$KDIR" --pod-resources-socket "$PODRES" > "$OUT/$SCEN-kubelet.log" 2>&1 &
+  erdma-fake-kubelet run --dir "$KDIR" --pod-resources-socket "$PODRES" > "$LOGS/$SCEN-kubelet.log" 2>&1 &
   KUBELET_PID=$!
   wait_for 20 test -S "$KDIR/kubelet.sock" || { log "fake kubelet did not create kubelet.sock"; return 1; }
 }
 # start_agent [EXTRA FLAGS]: the agent serving rxe devices; waits for its registration
 start_agent() {
   erdma-agent --kubelet-dir "$KDIR" --pod-resources-socket "$PODRES" --resource-name "$RES" --rdma-driver rxe \
-    --prefer-driver none --local-eri-discovery --instance-id i-lab --metrics-addr 127.0.0.1:9464 "$@" > "$OUT/$SCEN-agent.log" 2>&1 &
+    --prefer-driver none --local-eri-discovery --instance-id i-lab --metrics-addr 127.0.0.1:9464 "$@" > "$LOGS/$SCEN-agent.log" 2>&1 &
   AGENT_PID=$!
-  wait_for 30 registered || { log "agent did not register; its log:"; tail -20 "$OUT/$SCEN-agent.log"; return 1; }
+  wait_for 30 registered || { log "agent did not register; its log:"; tail -20 "$LOGS/$SCEN-agent.log"; return 1; }
 }
 registered() { jq -e --arg r "$RES" '.resources[$r].devices | length > 0' "$STATE"; }
 stop_daemons() {

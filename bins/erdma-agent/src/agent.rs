@@ -150,7 +150,12 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
     );
     let (raw_tx, raw_rx) = watch::channel(raw);
     let wake = devices::Wake::default();
-    erdma_inventory::events::watch_links(wake.refresh.clone(), wake.rescan.clone(), cancel.clone());
+    erdma_inventory::events::watch_links(
+        wake.refresh.clone(),
+        wake.rescan.clone(),
+        wake.down.clone(),
+        cancel.clone(),
+    );
     let _dev_watcher = erdma_inventory::events::watch_dev(&s.dev_root, wake.refresh.clone());
     tasks.push(tokio::spawn(devices::run(
         inventory,

@@ -5,6 +5,7 @@
 use crate::source::EriSource;
 use erdma_driver::DriverStatus;
 use erdma_inventory::Inventory;
+use erdma_inventory::events::DownLinks;
 use erdma_model::{DeviceSelection, Excluded, NodeDevices};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,23 +18,35 @@ use tokio_util::sync::CancellationToken;
 /// full read of their own).
 pub const FULL_SCAN_EVERY: Duration = Duration::from_secs(300);
 
-/// After a wake-up, the inventory is read once more this much later. The kernel sends the
-/// rtnetlink message of `ip link set up/down` before it runs the netdev notifiers, in which an
-/// RDMA driver (rxe, for one) moves its port state; that move sends no message of its own.
-const SETTLE: Duration = Duration::from_millis(50);
+/// After a wake-up, the inventory is read again this long after it (each time measured from the
+/// wake-up). The kernel sends the rtnetlink message of `ip link set up/down` before it runs the
+/// netdev notifiers, in which an RDMA driver (rxe, for one) moves its port state; that move sends
+/// no message of its own. It usually follows within a few milliseconds (the same system call), so
+/// the first re-reads come soon, and the last one late enough for a loaded machine.
+const SETTLE: [Duration; 3] = [
+    Duration::from_millis(5),
+    Duration::from_millis(20),
+    Duration::from_millis(50),
+];
 
 /// What makes the reader look between its safety polls.
 #[derive(Debug, Clone, Default)]
 pub struct Wake {
     /// Re-read health now (and [`SETTLE`] later): rtnetlink link events, `/dev/infiniband`.
     pub refresh: Arc<Notify>,
+    /// Links that the messages behind `refresh` showed down: their devices are unhealthy at once.
+    pub down: Arc<DownLinks>,
     /// Scan everything now: rtnetlink address events (the GID tables follow the addresses).
     pub rescan: Arc<Notify>,
 }
 
 /// Re-reads the inventory every `interval` (the safety poll), at once when `wake.refresh` fires
-/// and again [`SETTLE`] after that, and scans everything when `wake.rescan` fires or
-/// `full_every` passed, until `cancel` fires; publishes on `tx` only when it changed.
+/// and again at each [`SETTLE`] delay after that, and scans everything when `wake.rescan` fires
+/// or `full_every` passed, until `cancel` fires; publishes on `tx` only when it changed.
+///
+/// A link that the waking message showed down (`wake.down`) makes the healthy devices on it
+/// unhealthy before anything is read ([`Inventory::link_down`]), published at once; the re-read
+/// follows. The message never makes a device healthy: that takes a port read as `ACTIVE`.
 ///
 /// The full scan reads every GID slot and can take seconds (rxe has 1024 slots per port; more so
 /// under emulation), so it runs beside the loop: link events keep being answered by the cheap
@@ -52,19 +65,33 @@ pub async fn run(
     let mut last_full = tokio::time::Instant::now();
     let mut rescan_due = false;
     let mut raw = tx.borrow().clone();
-    let mut settle: Option<tokio::time::Instant> = None;
+    // The last wake-up and the next of its SETTLE re-reads.
+    let mut settle: Option<(tokio::time::Instant, usize)> = None;
     let mut full_scan: Option<tokio::task::JoinHandle<NodeDevices>> = None;
     loop {
-        let settle_at = settle.unwrap_or_else(tokio::time::Instant::now);
+        let settle_at =
+            settle.map_or_else(tokio::time::Instant::now, |(woken, i)| woken + SETTLE[i]);
         let mut scanned = None;
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = ticker.tick() => {}
-            _ = wake.refresh.notified() => settle = Some(tokio::time::Instant::now() + SETTLE),
+            _ = wake.refresh.notified() => {
+                settle = Some((tokio::time::Instant::now(), 0));
+                for netdev in wake.down.take() {
+                    if let Some(next) = Inventory::link_down(&raw, &netdev) {
+                        raw = next;
+                        let changed = publish_raw(&tx, &raw);
+                        tracing::debug!(%netdev, changed, "link message: link down");
+                    }
+                }
+            }
             _ = wake.rescan.notified() => rescan_due = true,
-            _ = tokio::time::sleep_until(settle_at), if settle.is_some() => settle = None,
+            _ = tokio::time::sleep_until(settle_at), if settle.is_some() => {
+                settle = settle.and_then(|(woken, i)| (i + 1 < SETTLE.len()).then_some((woken, i + 1)));
+            }
             r = async { full_scan.as_mut().expect("guarded by is_some").await }, if full_scan.is_some() => {
                 full_scan = None;
+                tracing::debug!("full scan done");
                 scanned = Some(r);
             }
         }
@@ -75,6 +102,7 @@ pub async fn run(
             rescan_due = false;
             let inv = inventory.clone();
             // sysfs reads block: keep them off the async workers.
+            tracing::debug!("full scan started");
             full_scan = Some(tokio::task::spawn_blocking(move || inv.scan()));
             last_full = tokio::time::Instant::now();
         }
@@ -92,14 +120,20 @@ pub async fn run(
             continue;
         };
         raw = next;
-        tx.send_if_modified(|cur| {
-            if *cur == raw {
-                return false;
-            }
-            *cur = raw.clone();
-            true
-        });
+        let changed = publish_raw(&tx, &raw);
+        tracing::debug!(changed, "inventory re-read");
     }
+}
+
+/// Publishes `raw` on `tx` when it differs from the last; returns whether it did.
+fn publish_raw(tx: &watch::Sender<NodeDevices>, raw: &NodeDevices) -> bool {
+    tx.send_if_modified(|cur| {
+        if cur == raw {
+            return false;
+        }
+        *cur = raw.clone();
+        true
+    })
 }
 
 /// The inputs of the served snapshot.
@@ -217,14 +251,20 @@ pub async fn publish(
             });
             last_excluded = Some(excluded);
         }
+        // The snapshot goes out first and the changes are logged after: a slow log sink must
+        // not hold a health change back from the kubelet.
+        let mut previous = None;
         out.send_if_modified(|cur| {
             if *cur == served {
                 return false;
             }
-            log_changes(cur, &served);
-            *cur = served;
+            previous = Some(std::mem::replace(cur, served));
             true
         });
+        tracing::debug!(changed = previous.is_some(), "served snapshot composed");
+        if let Some(old) = previous {
+            log_changes(&old, &out.borrow());
+        }
         // A closed input keeps its last value (e.g. the instance ID once fetched).
         tokio::select! {
             _ = cancel.cancelled() => return,
@@ -373,6 +413,90 @@ mod tests {
             .unwrap();
         assert!(rx.borrow().devices[1].health.is_healthy());
         cancel.cancel();
+    }
+
+    /// Every re-read after the first one hangs at its first step (listing the devices) until
+    /// released.
+    struct ReadsAfterTheFirstHang {
+        lists: std::sync::atomic::AtomicUsize,
+        release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+    }
+    impl Hooks for ReadsAfterTheFirstHang {
+        fn before_list(&self, rel: &Path) {
+            if rel == Path::new(erdma_inventory::DEVICE_CLASS)
+                && self.lists.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 1
+            {
+                let _ = self.release.lock().unwrap().recv();
+            }
+        }
+    }
+
+    /// A link message that shows the link down makes the healthy device on it unhealthy at once,
+    /// published before the re-read (which hangs here, and whose sysfs still shows the link up).
+    #[tokio::test]
+    async fn a_link_message_showing_the_link_down_is_published_before_any_read() {
+        use std::sync::atomic::Ordering;
+        let tree = erdma_host::fake::NodeTree::temp();
+        erdma_host::fixtures::erdma(&tree, false);
+        let (release, gate) = std::sync::mpsc::channel::<()>();
+        let sysfs = Arc::new(Hooked {
+            inner: erdma_host::RootedSysfs::new(tree.sys()),
+            hooks: ReadsAfterTheFirstHang {
+                lists: Default::default(),
+                release: std::sync::Mutex::new(gate),
+            },
+        });
+        let inv = Inventory::new(erdma_inventory::Sources {
+            sysfs: sysfs.clone(),
+            devfs: Arc::new(erdma_host::RootedDevFs::new(tree.dev())),
+            addrs: Arc::new(erdma_host::fake::FixedInterfaceAddrs::default()),
+        });
+        let first = inv.scan();
+        assert!(first.devices.iter().all(|d| d.health.is_healthy()));
+        let on_eth2 = first
+            .devices
+            .iter()
+            .position(|d| d.netdev.as_ref().is_some_and(|n| n.name == "eth2"))
+            .expect("a device on eth2");
+        sysfs.hooks.lists.store(0, Ordering::SeqCst);
+        let (tx, mut rx) = watch::channel(first);
+        let wake = Wake::default();
+        let cancel = CancellationToken::new();
+        tokio::spawn(run(
+            inv,
+            tx,
+            Duration::from_secs(3600),
+            Duration::from_secs(3600),
+            wake.clone(),
+            cancel.clone(),
+        ));
+        // The interval's first tick re-reads at once (and does not hang); the wake-up follows it.
+        while sysfs.hooks.lists.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        wake.down.record("eth1".into(), false);
+        wake.down.record("eth2".into(), true);
+        wake.refresh.notify_one();
+        tokio::time::timeout(Duration::from_secs(30), rx.changed())
+            .await
+            .expect("published without waiting for the re-read")
+            .unwrap();
+        let now = rx.borrow_and_update().clone();
+        let dev = &now.devices[on_eth2];
+        assert_eq!(
+            dev.health.reasons(),
+            ["netdev eth2 is down: bring it up (ip link set eth2 up)"]
+        );
+        assert_eq!(dev.netdev.as_ref().and_then(|n| n.link_up), Some(false));
+        assert!(
+            now.devices
+                .iter()
+                .enumerate()
+                .all(|(i, d)| i == on_eth2 || d.health.is_healthy()),
+            "only the device on eth2"
+        );
+        cancel.cancel();
+        drop(release);
     }
 
     /// A full scan whose GID listing hangs until released, as a slow full scan does.

@@ -227,6 +227,7 @@ impl api::device_plugin_server::DevicePlugin for DevicePluginService {
                     if last.as_ref() != Some(&current.advertised) {
                         metrics.list_and_watch_updates.inc();
                         let msg = current.message();
+                        tracing::debug!(devices = msg.devices.len(), "ListAndWatch message built");
                         return Some((
                             Ok(msg),
                             (rx, Some(current.advertised.clone()), stop, metrics),

@@ -337,15 +337,21 @@ fn remove_sockets(dir: &Path, extra: Option<&Path>) -> Result<()> {
 async fn write_now(shared: &Arc<Shared>) {
     let snapshot = shared.mem().state.clone();
     let dir = shared.cfg.dir.clone();
-    let r = tokio::task::spawn_blocking(move || -> Result<()> {
+    let write = move || -> Result<()> {
         let _lock = state::lock(&dir)?;
         let mut s = snapshot;
         s.allocations = state::read_ledger(&dir)?;
         state::write_state(&dir, &s)
-    })
-    .await;
+    };
+    // The lab times health changes up to this file: on a multi-threaded runtime (the daemon's)
+    // the write runs on this thread, which hands its other tasks over, instead of waiting for a
+    // blocking-pool thread to be scheduled.
+    let r = match tokio::runtime::Handle::current().runtime_flavor() {
+        tokio::runtime::RuntimeFlavor::MultiThread => Ok(tokio::task::block_in_place(write)),
+        _ => tokio::task::spawn_blocking(write).await,
+    };
     match r {
-        Ok(Ok(())) => {}
+        Ok(Ok(())) => tracing::debug!("state file written"),
         Ok(Err(e)) => tracing::warn!("writing the state file: {e}"),
         Err(e) => tracing::warn!("writing the state file: {e}"),
     }
@@ -519,6 +525,7 @@ async fn consume(
                     .collect();
                 entry.updates += 1;
                 drop(mem);
+                tracing::debug!(%resource, "ListAndWatch update received");
                 shared.changed();
             }
             end => {

@@ -2,22 +2,32 @@
 //! (operstate, carrier, netdevs added or removed) and inotify on `/dev/infiniband` (uverbs nodes
 //! created or removed, i.e. RDMA devices coming and going) ask for the cheap health re-read;
 //! rtnetlink address events ask for a full scan (an address change changes the RoCE GID table,
-//! which only the full scan reads). The events carry no state of their own: a wake-up makes the
-//! reader look again (the agent re-reads once more 50 ms later, for a port that moves just after
-//! the link does).
+//! which only the full scan reads). A wake-up makes the reader look again (the agent re-reads a
+//! few more times within 50 ms, for a port that moves just after the link does). One fact is
+//! taken from the message itself: a link that it shows down ([`DownLinks`]), which is enough to
+//! judge the devices on it unusable before anything is read.
 
 use futures::StreamExt;
 use rtnetlink::MulticastGroup;
+use rtnetlink::packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// What a routing netlink message asks the inventory reader to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LinkEvent {
-    /// A link changed (flags, carrier, operstate, added, removed): re-read health.
-    Link,
+    /// A link changed (flags, carrier, operstate, added, removed): re-read health. `netdev` and
+    /// `down` come from the message: whether it shows the link down, as the live link state
+    /// (`flags` and `carrier` in sysfs) would read it.
+    Link {
+        /// The interface name, when the message carries it.
+        netdev: Option<String>,
+        /// `IFF_UP` cleared, up without carrier (`IFF_LOWER_UP` cleared), or the link deleted.
+        down: bool,
+    },
     /// An address was added or removed: the GID tables changed, scan everything.
     Address,
     /// Anything else on the subscribed groups.
@@ -31,18 +41,60 @@ pub fn classify(
     use rtnetlink::packet_core::NetlinkPayload;
     use rtnetlink::packet_route::RouteNetlinkMessage as R;
     match &m.payload {
-        NetlinkPayload::InnerMessage(R::NewLink(_) | R::DelLink(_) | R::SetLink(_)) => {
-            LinkEvent::Link
-        }
+        NetlinkPayload::InnerMessage(R::NewLink(l) | R::SetLink(l)) => LinkEvent::Link {
+            netdev: name(l),
+            down: !l.header.flags.contains(LinkFlags::Up | LinkFlags::LowerUp),
+        },
+        NetlinkPayload::InnerMessage(R::DelLink(l)) => LinkEvent::Link {
+            netdev: name(l),
+            down: true,
+        },
         NetlinkPayload::InnerMessage(R::NewAddress(_) | R::DelAddress(_)) => LinkEvent::Address,
         _ => LinkEvent::Other,
     }
 }
 
-/// Wakes `wake` on every rtnetlink link message and `rescan` on every address message, until
-/// `cancel` fires (call it inside a tokio runtime). Returns `false` when no netlink socket could
-/// be opened (the safety poll remains).
-pub fn watch_links(wake: Arc<Notify>, rescan: Arc<Notify>, cancel: CancellationToken) -> bool {
+fn name(l: &LinkMessage) -> Option<String> {
+    l.attributes.iter().find_map(|a| match a {
+        LinkAttribute::IfName(n) => Some(n.clone()),
+        _ => None,
+    })
+}
+
+/// The link state of each netdev as the latest link message about it showed it, until the
+/// reader takes them: the reader judges the devices on a link shown down unusable at once,
+/// before its sysfs re-read (a later message that shows the link up again cancels that).
+#[derive(Debug, Default)]
+pub struct DownLinks(Mutex<BTreeMap<String, bool>>);
+
+impl DownLinks {
+    /// Records what the latest message about `netdev` showed.
+    pub fn record(&self, netdev: String, down: bool) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(netdev, down);
+    }
+
+    /// The netdevs whose latest message showed them down, forgetting every record.
+    pub fn take(&self) -> Vec<String> {
+        let taken = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        taken
+            .into_iter()
+            .filter_map(|(netdev, down)| down.then_some(netdev))
+            .collect()
+    }
+}
+
+/// Wakes `wake` on every rtnetlink link message (after recording in `down` what it showed) and
+/// `rescan` on every address message, until `cancel` fires (call it inside a tokio runtime).
+/// Returns `false` when no netlink socket could be opened (the safety poll remains).
+pub fn watch_links(
+    wake: Arc<Notify>,
+    rescan: Arc<Notify>,
+    down: Arc<DownLinks>,
+    cancel: CancellationToken,
+) -> bool {
     let groups = [
         MulticastGroup::Link,
         MulticastGroup::Ipv4Ifaddr,
@@ -70,8 +122,17 @@ pub fn watch_links(wake: Arc<Notify>, rescan: Arc<Notify>, cancel: CancellationT
                 _ = cancel.cancelled() => return,
                 m = messages.next() => match m {
                     Some((m, _)) => match classify(&m) {
-                        LinkEvent::Link => wake.notify_one(),
-                        LinkEvent::Address => rescan.notify_one(),
+                        LinkEvent::Link { netdev, down: is_down } => {
+                            if let Some(n) = &netdev {
+                                down.record(n.clone(), is_down);
+                            }
+                            wake.notify_one();
+                            tracing::debug!(?netdev, down = is_down, "rtnetlink link message");
+                        }
+                        LinkEvent::Address => {
+                            rescan.notify_one();
+                            tracing::debug!("rtnetlink address message");
+                        }
                         LinkEvent::Other => {}
                     },
                     None => return,
@@ -114,23 +175,55 @@ mod tests {
     use super::*;
     use rtnetlink::packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload};
     use rtnetlink::packet_route::RouteNetlinkMessage as R;
-    use rtnetlink::packet_route::{
-        address::AddressMessage, link::LinkMessage, route::RouteMessage,
-    };
+    use rtnetlink::packet_route::{address::AddressMessage, route::RouteMessage};
 
     fn msg(m: R) -> NetlinkMessage<R> {
         NetlinkMessage::new(NetlinkHeader::default(), NetlinkPayload::InnerMessage(m))
     }
 
+    /// A link message of `name` with `flags`, as the kernel builds it (`dev_get_flags`).
+    fn link(name: &str, flags: LinkFlags) -> LinkMessage {
+        let mut l = LinkMessage::default();
+        l.header.flags = flags;
+        l.attributes.push(LinkAttribute::IfName(name.into()));
+        l
+    }
+
+    fn link_event(netdev: &str, down: bool) -> LinkEvent {
+        LinkEvent::Link {
+            netdev: Some(netdev.into()),
+            down,
+        }
+    }
+
     #[test]
     fn links_wake_the_health_read_and_addresses_the_full_scan() {
+        let running = LinkFlags::Up | LinkFlags::LowerUp | LinkFlags::Running;
         assert_eq!(
-            classify(&msg(R::NewLink(LinkMessage::default()))),
-            LinkEvent::Link
+            classify(&msg(R::NewLink(link("eth0", running)))),
+            link_event("eth0", false)
         );
         assert_eq!(
-            classify(&msg(R::DelLink(LinkMessage::default()))),
-            LinkEvent::Link
+            classify(&msg(R::NewLink(link("eth0", LinkFlags::Broadcast)))),
+            link_event("eth0", true),
+            "IFF_UP cleared: down"
+        );
+        assert_eq!(
+            classify(&msg(R::NewLink(link("eth0", LinkFlags::Up)))),
+            link_event("eth0", true),
+            "up without carrier: down"
+        );
+        assert_eq!(
+            classify(&msg(R::DelLink(link("eth0", running)))),
+            link_event("eth0", true),
+            "a deleted link is down whatever its last flags"
+        );
+        assert_eq!(
+            classify(&msg(R::NewLink(LinkMessage::default()))),
+            LinkEvent::Link {
+                netdev: None,
+                down: true
+            }
         );
         assert_eq!(
             classify(&msg(R::NewAddress(AddressMessage::default()))),
@@ -144,5 +237,16 @@ mod tests {
             classify(&msg(R::NewRoute(RouteMessage::default()))),
             LinkEvent::Other
         );
+    }
+
+    #[test]
+    fn the_latest_message_per_link_decides_and_taking_forgets() {
+        let d = DownLinks::default();
+        d.record("eth0".into(), true);
+        d.record("eth1".into(), true);
+        d.record("eth1".into(), false);
+        d.record("eth2".into(), false);
+        assert_eq!(d.take(), ["eth0"], "eth1 came back up after it went down");
+        assert!(d.take().is_empty(), "taken once");
     }
 }

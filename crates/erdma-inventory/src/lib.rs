@@ -58,4 +58,13 @@ impl Inventory {
     pub fn refresh(&self, previous: &NodeDevices) -> NodeDevices {
         node::refresh(&self.sources, previous).unwrap_or_else(|| self.scan())
     }
+
+    /// `previous` after a link message showed netdev `netdev` down (see
+    /// [`events::DownLinks`]): every healthy device on it becomes unhealthy ("netdev … is down"),
+    /// without reading anything, as the live link state would have it. Never makes a device
+    /// healthy, and leaves unhealthy devices as they are: the re-read that follows tells the
+    /// whole truth. `None` when no healthy device is on `netdev`.
+    pub fn link_down(previous: &NodeDevices, netdev: &str) -> Option<NodeDevices> {
+        node::link_down(previous, netdev)
+    }
 }

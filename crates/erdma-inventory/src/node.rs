@@ -239,6 +239,26 @@ pub(crate) fn refresh(sources: &Sources, previous: &NodeDevices) -> Option<NodeD
     Some(next)
 }
 
+/// The pure judgement behind [`crate::Inventory::link_down`].
+pub(crate) fn link_down(previous: &NodeDevices, netdev: &str) -> Option<NodeDevices> {
+    let on_link = |d: &RdmaDevice| {
+        d.health.is_healthy() && d.netdev.as_ref().is_some_and(|n| n.name == netdev)
+    };
+    if !previous.devices.iter().any(on_link) {
+        return None;
+    }
+    let mut next = previous.clone();
+    for dev in next.devices.iter_mut().filter(|d| on_link(d)) {
+        if let Some(n) = &mut dev.netdev {
+            n.link_up = Some(false);
+        }
+        let mut reasons = Vec::new();
+        health_reasons(dev, &mut reasons);
+        dev.health = Health::from_reasons(reasons);
+    }
+    Some(next)
+}
+
 fn char_devices(
     sources: &Sources,
     ctx: &NodeContext,

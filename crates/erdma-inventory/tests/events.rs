@@ -1,7 +1,7 @@
 //! The events that wake the inventory reader: inotify on `/dev/infiniband`, rtnetlink link
 //! messages (as root, a veth pair in the host's namespace).
 
-use erdma_inventory::events::{watch_dev, watch_links};
+use erdma_inventory::events::{DownLinks, watch_dev, watch_links};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -29,8 +29,9 @@ async fn link_changes_wake_the_reader_and_address_changes_ask_for_a_rescan() {
     let wake = Arc::new(Notify::new());
     let rescan = Arc::new(Notify::new());
     let cancel = CancellationToken::new();
+    let down = Arc::new(DownLinks::default());
     assert!(
-        watch_links(wake.clone(), rescan.clone(), cancel.clone()),
+        watch_links(wake.clone(), rescan.clone(), down.clone(), cancel.clone()),
         "netlink route socket"
     );
     let name = format!("erdmanl{}", std::process::id() % 100_000);
@@ -42,7 +43,18 @@ async fn link_changes_wake_the_reader_and_address_changes_ask_for_a_rescan() {
         Ok(o) if o.status.success() => {}
         other => panic!("needs root and iproute2 to create the veth pair {name}: {other:?}"),
     }
-    let woke = tokio::time::timeout(DEADLINE, wake.notified()).await;
+    // A new veth is down (never set up): its message, which wakes the reader, shows it so.
+    let mut shown_down = Vec::new();
+    let woke = tokio::time::timeout(DEADLINE, async {
+        loop {
+            wake.notified().await;
+            shown_down.extend(down.take());
+            if shown_down.contains(&name) {
+                break;
+            }
+        }
+    })
+    .await;
     // An address on the new link: the GID tables follow addresses, so this asks for a full scan.
     let addr = std::process::Command::new("ip")
         .args(["addr", "add", "198.51.100.7/32", "dev", &name])
@@ -52,7 +64,10 @@ async fn link_changes_wake_the_reader_and_address_changes_ask_for_a_rescan() {
         .args(["link", "del", &name])
         .output();
     cancel.cancel();
-    assert!(woke.is_ok(), "a new link must wake the reader");
+    assert!(
+        woke.is_ok(),
+        "a new link must wake the reader and be shown down (links shown down: {shown_down:?})"
+    );
     assert!(
         matches!(&addr, Ok(o) if o.status.success()),
         "ip addr add on {name}: {addr:?}"

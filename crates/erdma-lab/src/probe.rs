@@ -157,8 +157,9 @@ impl std::fmt::Display for Condition {
 /// Waits until `cond` holds in the state file at `path`; returns the time elapsed since `start`.
 ///
 /// The fake kubelet replaces the file by a rename, so the directory is watched with inotify and
-/// the file is read only when it changes (no busy polling that would steal CPU from the agent
-/// under measurement). It is also re-read every `fallback` in case inotify is unavailable.
+/// the file is read only when an event names it (no busy polling, and no re-read for the other
+/// files of the directory, that would steal CPU from the agent under measurement). It is also
+/// re-read every `fallback` in case an event is lost or inotify is unavailable.
 pub fn wait_for(
     path: &Path,
     cond: &Condition,
@@ -167,10 +168,14 @@ pub fn wait_for(
     fallback: Duration,
 ) -> Result<Duration, ProbeError> {
     let watch = DirWatch::new(path);
+    let mut state = None;
+    let mut reread = true;
     loop {
-        let state = KubeletState::read(path)?;
-        if state.as_ref().is_some_and(|s| cond.holds(s)) {
-            return Ok(start.elapsed());
+        if reread {
+            state = KubeletState::read(path)?;
+            if state.as_ref().is_some_and(|s| cond.holds(s)) {
+                return Ok(start.elapsed());
+            }
         }
         let left = timeout.saturating_sub(start.elapsed());
         if left.is_zero() {
@@ -180,16 +185,21 @@ pub fn wait_for(
                 last: cond.describe(state.as_ref()),
             });
         }
-        match &watch {
+        reread = match &watch {
             Some(w) => w.wait(left.min(fallback)),
-            None => std::thread::sleep(left.min(fallback)),
-        }
+            None => {
+                std::thread::sleep(left.min(fallback));
+                true
+            }
+        };
     }
 }
 
 /// An inotify watch on the directory of the state file.
 struct DirWatch {
     inotify: nix::sys::inotify::Inotify,
+    /// The state file's name in the directory.
+    name: std::ffi::OsString,
 }
 
 impl DirWatch {
@@ -199,6 +209,7 @@ impl DirWatch {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
+        let name = file.file_name()?.to_owned();
         let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok()?;
         inotify
             .add_watch(
@@ -208,20 +219,31 @@ impl DirWatch {
                     | AddWatchFlags::IN_CREATE,
             )
             .ok()?;
-        Some(Self { inotify })
+        Some(Self { inotify, name })
     }
 
-    /// Returns when something in the directory changed or after `max`.
-    fn wait(&self, max: Duration) {
+    /// Waits until an event names the state file (`true`) or `max` passed (`true`: time for the
+    /// safety re-read); `false` when only other files of the directory changed.
+    fn wait(&self, max: Duration) -> bool {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         use std::os::fd::AsFd;
         let timeout = PollTimeout::try_from(max).unwrap_or(PollTimeout::MAX);
         let mut fds = [PollFd::new(self.inotify.as_fd(), PollFlags::POLLIN)];
-        if let Ok(n) = poll(&mut fds, timeout)
-            && n > 0
-        {
-            // drain the queue; the events themselves do not matter, the file is re-read
-            while matches!(self.inotify.read_events(), Ok(ev) if !ev.is_empty()) {}
+        match poll(&mut fds, timeout) {
+            Ok(n) if n > 0 => {
+                let mut named = false;
+                while let Ok(events) = self.inotify.read_events() {
+                    if events.is_empty() {
+                        break;
+                    }
+                    named |= events
+                        .iter()
+                        .any(|e| e.name.as_deref() == Some(self.name.as_os_str()));
+                }
+                named
+            }
+            // Timed out, or interrupted: re-read.
+            _ => true,
         }
     }
 }
@@ -303,6 +325,23 @@ mod tests {
         .expect("holds after the rename");
         writer.join().expect("writer");
         assert!(took < limit, "woken by the wait's limit, not by inotify");
+    }
+
+    #[test]
+    fn other_files_of_the_directory_do_not_make_a_reread_but_the_state_file_does() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("fake-kubelet-state.json");
+        std::fs::write(&path, TWO).expect("write");
+        let w = DirWatch::new(&path).expect("inotify");
+        std::fs::write(dir.path().join("fake-kubelet.lock"), b"").expect("write lock file");
+        let long = Duration::from_secs(30);
+        assert!(!w.wait(long), "another file changed: no re-read");
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, TWO).expect("write tmp");
+        std::fs::rename(&tmp, &path).expect("rename");
+        // The tmp file's events and the rename's may come in one read or two.
+        let named = w.wait(long) || w.wait(long);
+        assert!(named, "the rename onto the state file names it");
     }
 
     #[test]

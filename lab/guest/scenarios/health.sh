@@ -19,7 +19,15 @@
 # port-state change that follows the link event, did not report rxe0's health on ListAndWatch,
 # marked rxe1 too, or did not re-register after a kubelet restart, or a kubelet restart stopped a
 # running container or lost its allocation.
+# The daemons under measurement log into guest memory, copied to the share when the scenario
+# ends: a write to the 9p share is a round trip to the host's qemu, which no node has.
+LOGS=/tmp/health-logs; mkdir -p "$LOGS"
 . /mnt/host/guest/lib.sh
+trap 'cp "$LOGS"/* "$OUT/" 2>/dev/null' EXIT
+# info: the debug events of the path (link message, re-reads, ListAndWatch message built, the
+# fake kubelet's update and state file) time each step, but some are written on the path itself:
+# for a breakdown, set erdma_agent, erdma_inventory, erdma_deviceplugin, erdma_fake_kubelet=debug
+export RUST_LOG=info
 MEDIAN_MS=250; MAX_MS=1000; FLIPS=${HEALTH_FLIPS:-20}; POLL_MS=10000
 MODE=$(cat /mnt/host/guest/health-gate 2>/dev/null || echo strict)
 case "$MODE" in
@@ -34,9 +42,9 @@ probe() { erdma-labprobe "$@" --state "$STATE" --resource "$RES"; }
 ms() { sed -n 's/^elapsed_ms=//p' /tmp/probe.out; }
 ck "rxe0 and rxe1 start Healthy" sh -c "$(command -v erdma-labprobe) wait --state $STATE --ibdev rxe0 --expect Healthy && $(command -v erdma-labprobe) wait --state $STATE --ibdev rxe1 --expect Healthy"
 # rtnetlink link messages with timestamps, to see what the kernel sent when (diagnostics)
-ip -ts monitor link dev eth0 > "$OUT/$SCEN-ip-monitor.log" 2>&1 &
+ip -ts monitor link dev eth0 > "$LOGS/$SCEN-ip-monitor.log" 2>&1 &
 MON_PID=$!
-: > /tmp/down.ms; : > /tmp/up.ms; : > /tmp/down-agent.ms; : > /tmp/up-agent.ms
+: > /tmp/down.ms; : > /tmp/up.ms; : > /tmp/down-agent.ms; : > /tmp/up-agent.ms; : > /tmp/down-ioctl.ms; : > /tmp/up-ioctl.ms
 
 agent_said() {
   echo "        link flipped at $(sed -n 's/^started_utc=//p' /tmp/probe.out) UTC; the agent logged:"
@@ -45,24 +53,25 @@ agent_said() {
 # agent_ms HEALTH: ms from the probe's link flip to the agent's first "health changed ... HEALTH"
 # log line for rxe0 after it (the part of the flip spent before ListAndWatch; same guest clock)
 agent_ms() {
-  tr -d '\033' < "$OUT/$SCEN-agent.log" | sed 's/\[[0-9;]*m//g' | grep "device health changed device=rxe0 health=$1" \
+  tr -d '\033' < "$LOGS/$SCEN-agent.log" | sed 's/\[[0-9;]*m//g' | grep "device health changed device=rxe0 health=$1" \
     | awk -v t0="$(sed -n 's/^started_utc=//p' /tmp/probe.out)" '
       function s(x, p) { split(x, p, ":"); return p[1] * 3600 + p[2] * 60 + p[3] }
       { t = s(substr($1, 12, 15)); if (t >= s(t0)) { printf "%d", (t - s(t0)) * 1000; exit } }'
 }
 flip() {  # flip NAME: eth0 down -> rxe0 Unhealthy, up -> Healthy; times go to /tmp/{down,up}.ms
   if probe link --netdev eth0 --set down --ibdev rxe0 --expect Unhealthy --timeout-ms 15000 > /tmp/probe.out 2>&1; then
-    d=$(ms); echo "$d" >> /tmp/down.ms; da=$(agent_ms Unhealthy); echo "${da:-9999}" >> /tmp/down-agent.ms
+    d=$(ms); ds=$(sed -n 's/^started_utc=//p' /tmp/probe.out); di=$(sed -n 's/^ioctl_us=//p' /tmp/probe.out); echo "$((di / 1000))" >> /tmp/down-ioctl.ms; echo "$d" >> /tmp/down.ms; da=$(agent_ms Unhealthy); echo "${da:-9999}" >> /tmp/down-agent.ms
     [ "$d" -le $MAX_MS ] || { bad "$1: eth0 down -> rxe0 Unhealthy took $d ms (limit $MAX_MS ms per flip)"; agent_said; }
   else bad "$1: rxe0 not Unhealthy after eth0 down: $(cat /tmp/probe.out)"; fi
   probe wait --ibdev rxe1 --expect Healthy --timeout-ms 200 > /tmp/probe1.out 2>&1 \
     || bad "$1: rxe1 did not stay Healthy while eth0 was down: $(cat /tmp/probe1.out)"
   if probe link --netdev eth0 --set up --ibdev rxe0 --expect Healthy --timeout-ms 15000 > /tmp/probe.out 2>&1; then
-    u=$(ms); echo "$u" >> /tmp/up.ms; ua=$(agent_ms Healthy); echo "${ua:-9999}" >> /tmp/up-agent.ms
+    u=$(ms); us=$(sed -n 's/^started_utc=//p' /tmp/probe.out); ui=$(sed -n 's/^ioctl_us=//p' /tmp/probe.out); echo "$((ui / 1000))" >> /tmp/up-ioctl.ms; echo "$u" >> /tmp/up.ms; ua=$(agent_ms Healthy); echo "${ua:-9999}" >> /tmp/up-agent.ms
     [ "$u" -le $MAX_MS ] || { bad "$1: eth0 up -> rxe0 Healthy took $u ms (limit $MAX_MS ms per flip)"; agent_said; }
   else bad "$1: rxe0 not Healthy again after eth0 up: $(cat /tmp/probe.out)"; fi
+  echo "flip=$1 down_start=$ds down_ms=${d:-?} down_ioctl_us=$di up_start=$us up_ms=${u:-?} up_ioctl_us=$ui" >> "$OUT/$SCEN-flips.txt"
   echo "  flip $1: down ${d:-?} ms (agent logged it after ${da:-?} ms), up ${u:-?} ms (agent ${ua:-?} ms)"
-  d=; u=; da=; ua=
+  d=; u=; da=; ua=; ds=; us=; di=; ui=
 }
 # dist FILE: "n=N min=.. median=.. p90=.. max=.." (median of an even count: the mean of the middle
 # two; p90: nearest rank)
@@ -88,8 +97,10 @@ i=1
 while [ $i -le "$FLIPS" ]; do flip "$i"; i=$((i + 1)); done
 gate "eth0 down -> rxe0 Unhealthy" /tmp/down.ms
 gate "eth0 up -> rxe0 Healthy" /tmp/up.ms
-# where the time went: up to the agent's log line (the rest is ListAndWatch, the fake kubelet's
-# state file and the probe's inotify wake-up)
+# where the time went: the kernel's own ioctl (the link message goes out inside it), and up to
+# the agent's log line (the agent logs a change after publishing it; the rest is ListAndWatch,
+# the fake kubelet's state file and the probe's inotify wake-up)
+echo "REPORT: health: of which the kernel's ioctl, down: $(dist /tmp/down-ioctl.ms) ms; up: $(dist /tmp/up-ioctl.ms) ms" >> "$OUT/report.txt"
 echo "REPORT: health: of which until the agent logged the change, down: $(dist /tmp/down-agent.ms) ms; up: $(dist /tmp/up-agent.ms) ms" >> "$OUT/report.txt"
 
 ck "Allocate for pod-g before the restart" alloc pod-g 1

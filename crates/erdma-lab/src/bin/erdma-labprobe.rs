@@ -6,7 +6,8 @@
 //!
 //! Both print `elapsed_ms=<ms>` and `started_utc=<hh:mm:ss.micros>` (the wall-clock moment
 //! timing started, to line up with the agent's log) and exit 0 when the condition held, or print
-//! why and exit 1.
+//! why and exit 1; `link` also prints `ioctl_us=<us>`, how long the kernel took to return from
+//! the ioctl (its link message goes out before it returns).
 //!
 //! Two resource probes run inside containers (libibverbs through `dlopen`, see
 //! `erdma_lab::verbs`):
@@ -200,9 +201,13 @@ fn main() {
             watch: w,
         } => {
             let start = start_clock();
-            erdma_lab::link::set_link(&netdev, set == "up")
-                .map_err(anyhow::Error::from)
+            let set = erdma_lab::link::set_link(&netdev, set == "up");
+            // The kernel's own part: the ioctl returns after the link message went out and the
+            // netdev notifiers (the RDMA driver's port change among them) ran.
+            let ioctl = start.elapsed();
+            set.map_err(anyhow::Error::from)
                 .and_then(|()| watch(&w, start))
+                .inspect(|_| println!("ioctl_us={}", ioctl.as_micros()))
         }
         Command::Wait { watch: w } => watch(&w, start_clock()),
         Command::Contexts {
