@@ -335,6 +335,7 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
                     .clone()
                     .unwrap_or_else(|| "/var/run/cdi".into()),
                 sysfs: s.sysfs_root.clone(),
+                claim_watch: s.dra_claim_watch,
             },
             cluster.clone().context("DRA needs the Kubernetes API")?,
             served_rx.clone(),

@@ -194,6 +194,11 @@ pub struct Flags {
     /// [default: /var/lib/kubelet].
     #[arg(long, value_name = "DIR")]
     pub kubelet_root_dir: Option<PathBuf>,
+    /// DRA: watch ResourceClaims (cluster-wide list and watch, keeping only this node's
+    /// allocated claims) so that NodePrepareResources reads a claim from memory; `false`: one
+    /// GET of the claim per prepare and no watch [default: true].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub dra_claim_watch: Option<bool>,
 }
 
 pub use erdma_model::names::BPF_PIN_DIR as DEFAULT_BPF_PIN_DIR;
@@ -250,6 +255,7 @@ pub struct FileConfig {
     #[serde(alias = "resourceAPI")]
     resource_api: Option<String>,
     kubelet_root_dir: Option<PathBuf>,
+    dra_claim_watch: Option<bool>,
 }
 
 /// A comma-separated string or a list.
@@ -344,6 +350,8 @@ pub struct Settings {
     pub resource_api: crate::resource_api::Choice,
     /// The kubelet's root directory (DRA sockets).
     pub kubelet_root_dir: PathBuf,
+    /// DRA: feed the claim cache from a ResourceClaim watch (`--dra-claim-watch`).
+    pub dra_claim_watch: bool,
     /// NRI plugin mode.
     pub nri: NriMode,
     /// The runtime's NRI socket.
@@ -647,6 +655,10 @@ impl Settings {
                 .kubelet_root_dir
                 .or(file.kubelet_root_dir)
                 .unwrap_or_else(|| "/var/lib/kubelet".into()),
+            dra_claim_watch: flags
+                .dra_claim_watch
+                .or(file.dra_claim_watch)
+                .unwrap_or(true),
             nri,
             nri_socket: flags
                 .nri_socket

@@ -76,6 +76,9 @@ pub struct DraView {
     pub slice: String,
     /// Prepared claims per DRA device name.
     pub prepared_claims: std::collections::BTreeMap<String, usize>,
+    /// The claim cache: whether its watch runs and is in sync, claims held, prepares answered
+    /// from it (`hits`) and by a GET (`misses`).
+    pub claim_cache: erdma_dra::claim_cache::CacheStats,
 }
 
 /// Resolves the choice for this node. `node-label` needs the Kubernetes API (it reads this
@@ -174,6 +177,8 @@ pub struct DraSettings {
     pub cdi_dir: PathBuf,
     /// sysfs root.
     pub sysfs: PathBuf,
+    /// Watch ResourceClaims for the claim cache (`--dra-claim-watch`).
+    pub claim_watch: bool,
 }
 
 /// Runs the DRA driver until `cancel`: the sockets, ResourceSlice publishing, and its state in
@@ -190,11 +195,17 @@ pub async fn run_dra(
     cfg.kubelet_dir = settings.kubelet_root_dir;
     cfg.cdi_dir = settings.cdi_dir;
     cfg.sysfs = settings.sysfs;
+    cfg.watch_claims = settings.claim_watch;
     let driver = Arc::new(Driver::new(
         cfg.clone(),
         cluster.client.clone(),
         served.clone(),
     )?);
+    // Started before the sockets, so that the watch has listed by the time the kubelet calls.
+    let claim_watch = cfg.watch_claims.then(|| {
+        let (d, c) = (driver.clone(), cancel.clone());
+        tokio::spawn(async move { d.watch_claims(c).await })
+    });
     let servers = server::serve(driver.clone(), &cancel)?;
     let (status_tx, mut status_rx) =
         watch::channel::<Result<SyncOutcome, String>>(Err("not published yet".into()));
@@ -229,6 +240,7 @@ pub async fn run_dra(
             registration: reg,
             slice,
             prepared_claims: per_device,
+            claim_cache: driver.claim_cache_stats(),
         }));
         tokio::select! {
             _ = cancel.cancelled() => break,
@@ -239,6 +251,9 @@ pub async fn run_dra(
     }
     servers.shutdown().await;
     let _ = publisher.await;
+    if let Some(w) = claim_watch {
+        let _ = w.await;
+    }
     Ok(())
 }
 

@@ -62,6 +62,7 @@ fn start_dra(
             kubelet_root_dir: dir.path().join("kubelet"),
             cdi_dir: dir.path().join("cdi"),
             sysfs: tree.sys().to_path_buf(),
+            claim_watch: true,
         },
         cluster,
         served_rx,

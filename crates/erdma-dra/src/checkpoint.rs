@@ -1,14 +1,83 @@
 //! The checkpoint of prepared claims: what NodePrepareResources answered for each claim UID and
 //! what it consumed, so a repeated call (the kubelet retries and re-prepares after its own
 //! restart) answers the same, and a restarted agent still knows which capacity is taken.
+//!
+//! The file is JSON lines: a snapshot of every prepared claim (`{"version":2,"claims":{…}}`),
+//! then one [`Record`] per prepare or unprepare since, appended by [`crate::journal`] (a prepare
+//! appends its claim instead of rewriting every claim: an append costs microseconds, a rewrite
+//! by rename on the kubelet's ext4 disk hundreds of them and milliseconds at p99). Reading
+//! replays the records over the snapshot. A version-1 file (one snapshot, perhaps
+//! pretty-printed) is read too.
 
 use crate::cdi::RdmaLimits;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// Format version of the file.
-pub const VERSION: u32 = 1;
+/// Format version of the snapshot written (2: snapshot and records; 1, read too: snapshot only).
+pub const VERSION: u32 = 2;
+
+/// One change after the snapshot, a line of its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Record {
+    /// A claim prepared (or prepared again after it lost its CDI spec).
+    Prepared {
+        /// Claim UID.
+        uid: String,
+        /// What was prepared.
+        claim: PreparedClaim,
+    },
+    /// A claim unprepared.
+    Unprepared {
+        /// Claim UID.
+        uid: String,
+    },
+}
+
+impl Checkpoint {
+    /// Applies one record.
+    pub fn apply(&mut self, r: Record) {
+        match r {
+            Record::Prepared { uid, claim } => {
+                self.claims.insert(uid, claim);
+            }
+            Record::Unprepared { uid } => {
+                self.claims.remove(&uid);
+            }
+        }
+    }
+
+    /// Parses a checkpoint file's text: the snapshot, then the records replayed over it. A last
+    /// line without its newline is an append the process did not finish (it died in the write,
+    /// before it answered the kubelet, which prepares again): it is left out.
+    pub fn parse(text: &[u8]) -> Result<Checkpoint, serde_json::Error> {
+        if let Ok(cp) = serde_json::from_slice::<Checkpoint>(text) {
+            return Ok(cp);
+        }
+        let complete = match text.iter().rposition(|&b| b == b'\n') {
+            Some(end) if end + 1 < text.len() => {
+                tracing::warn!(
+                    bytes = text.len() - end - 1,
+                    "the DRA checkpoint ends in an unfinished record; leaving it out"
+                );
+                &text[..=end]
+            }
+            _ => text,
+        };
+        let mut items =
+            serde_json::Deserializer::from_slice(complete).into_iter::<serde_json::Value>();
+        let first = match items.next() {
+            Some(v) => v?,
+            None => serde_json::from_slice::<serde_json::Value>(b"")?,
+        };
+        let mut cp: Checkpoint = serde_json::from_value(first)?;
+        for item in items {
+            cp.apply(serde_json::from_value(item?)?);
+        }
+        Ok(cp)
+    }
+}
 
 /// One allocated device of a prepared claim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +121,13 @@ pub struct Checkpoint {
     pub version: u32,
     /// Prepared claims by UID.
     pub claims: BTreeMap<String, PreparedClaim>,
+}
+
+/// The snapshot as written, borrowing the claims.
+#[derive(Serialize)]
+struct Snapshot<'a> {
+    version: u32,
+    claims: &'a BTreeMap<String, PreparedClaim>,
 }
 
 /// What one device has given out, summed over prepared claims.
@@ -120,15 +196,14 @@ impl Checkpoint {
             }
             Err(e) => return Err(crate::io_err("read checkpoint", path)(e)),
         };
-        let cp: Checkpoint =
-            serde_json::from_slice(&text).map_err(|source| crate::DraError::Json {
-                what: "DRA checkpoint",
-                path: path.to_path_buf(),
-                source,
-            })?;
-        if cp.version != VERSION {
+        let cp = Checkpoint::parse(&text).map_err(|source| crate::DraError::Json {
+            what: "DRA checkpoint",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if !(1..=VERSION).contains(&cp.version) {
             return Err(crate::DraError::Config(format!(
-                "{} has checkpoint version {} (this agent reads {VERSION})",
+                "{} has checkpoint version {} (this agent reads 1 to {VERSION})",
                 path.display(),
                 cp.version
             )));
@@ -136,9 +211,13 @@ impl Checkpoint {
         Ok(cp)
     }
 
-    /// Writes the checkpoint atomically.
+    /// Writes the checkpoint atomically as one snapshot (version [`VERSION`], no records).
     pub fn save(&self, path: &Path) -> crate::Result<()> {
-        let mut text = serde_json::to_vec(self).map_err(|source| crate::DraError::Json {
+        let snapshot = Snapshot {
+            version: VERSION,
+            claims: &self.claims,
+        };
+        let mut text = serde_json::to_vec(&snapshot).map_err(|source| crate::DraError::Json {
             what: "DRA checkpoint",
             path: path.to_path_buf(),
             source,

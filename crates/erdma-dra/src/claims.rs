@@ -1,7 +1,8 @@
 //! NodePrepareResources / NodeUnprepareResources.
 //!
 //! Prepare reads the claim's allocation from the API server (the kubelet sends only the claim's
-//! identity), keeps the results of this driver and this node's pool, checks each device against
+//! identity; from the [`crate::claim_cache`] fed by a watch when it holds the claim, else by a
+//! GET), keeps the results of this driver and this node's pool, checks each device against
 //! the served inventory and against its capacity (the scheduler's accounting should already
 //! ensure it; this is the node's own guard, so an over-booked device is refused with a clear
 //! error rather than silently oversubscribed), writes the claim's CDI spec, records the claim in
@@ -10,21 +11,32 @@
 
 use crate::cdi::{self, ClaimDevice, RdmaLimits};
 use crate::checkpoint::{Checkpoint, PreparedClaim, PreparedDevice, Used};
+use crate::claim_cache::{CacheStats, ClaimCache};
 use crate::config::DraConfig;
+use crate::journal::Journal;
 use crate::slice::{CAP_HCA_HANDLE, CAP_HCA_OBJECT, CAP_SHARES, find_device};
 use erdma_kubelet::dra::v1 as api;
 use erdma_model::NodeDevices;
 use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use tokio::sync::{Mutex, watch};
+use tokio_util::sync::CancellationToken;
 
-/// The driver's claim handling: configuration, API client, the served inventory, and the
-/// checkpoint (guarded: one prepare or unprepare at a time).
+/// The driver's claim handling: configuration, API client, the served inventory, the claim
+/// cache, and the checkpoint (guarded: one prepare or unprepare at a time).
 pub struct Driver {
     cfg: DraConfig,
     client: kube::Client,
     served: watch::Receiver<NodeDevices>,
-    state: Mutex<Checkpoint>,
+    cache: Arc<ClaimCache>,
+    state: Mutex<State>,
+}
+
+/// The prepared claims and the file that records them.
+struct State {
+    cp: Checkpoint,
+    journal: Journal,
 }
 
 impl std::fmt::Debug for Driver {
@@ -44,8 +56,9 @@ struct Consumed {
 }
 
 impl Driver {
-    /// Loads the checkpoint (creating the plugin directory) and removes CDI specs of this driver
-    /// that no prepared claim owns (left by a crash between writing a spec and the checkpoint).
+    /// Loads the checkpoint (creating the plugin directory), rewrites it as one snapshot, and
+    /// removes CDI specs of this driver that no prepared claim owns (left by a crash between
+    /// writing a spec and the checkpoint).
     pub fn new(
         cfg: DraConfig,
         client: kube::Client,
@@ -55,13 +68,32 @@ impl Driver {
         let dir = cfg.plugin_dir();
         std::fs::create_dir_all(&dir).map_err(crate::io_err("create directory", &dir))?;
         let cp = Checkpoint::load(&cfg.checkpoint_path())?;
+        let journal = Journal::open(&cfg.checkpoint_path(), &cp)?;
         remove_orphan_specs(&cfg, &cp);
+        let cache = Arc::new(ClaimCache::new(&cfg.driver_name, cfg.pool_name()));
         Ok(Driver {
             cfg,
             client,
             served,
-            state: Mutex::new(cp),
+            cache,
+            state: Mutex::new(State { cp, journal }),
         })
+    }
+
+    /// Runs the ResourceClaim watch that feeds the claim cache until `cancel` (without it every
+    /// prepare reads its claim by GET).
+    pub async fn watch_claims(&self, cancel: CancellationToken) {
+        self.cache.clone().run(self.client.clone(), cancel).await
+    }
+
+    /// The claim cache (hits, misses, whether the driver has seen a claim).
+    pub fn claim_cache(&self) -> &ClaimCache {
+        &self.cache
+    }
+
+    /// The claim cache's counters.
+    pub fn claim_cache_stats(&self) -> CacheStats {
+        self.cache.stats()
     }
 
     /// The served devices this driver prepares from.
@@ -76,7 +108,7 @@ impl Driver {
 
     /// A copy of the prepared claims.
     pub async fn prepared(&self) -> Checkpoint {
-        self.state.lock().await.clone()
+        self.state.lock().await.cp.clone()
     }
 
     /// Prepares each claim; every claim gets an entry (a failure is that claim's `error`).
@@ -135,33 +167,41 @@ impl Driver {
                 "{who}: namespace, name and a UID of letters, digits, '-', '_' or '.' are required"
             ));
         }
-        let mut state = self.state.lock().await;
-        if let Some(p) = state.claims.get(&c.uid) {
-            if p.cdi_spec.exists() {
-                tracing::debug!(%who, "already prepared; answering from the checkpoint");
-                return Ok(Self::answer(p));
-            }
-            tracing::warn!(%who, spec = %p.cdi_spec.display(), "prepared claim lost its CDI spec; preparing it again");
+        if let Some(answer) = self.prepared_answer(&who, &c.uid).await {
+            return Ok(answer);
         }
-        let claim = self.fetch(c).await.map_err(|e| format!("{who}: {e}"))?;
-        let results: Vec<DeviceRequestAllocationResult> = claim
-            .status
-            .as_ref()
-            .and_then(|s| s.allocation.as_ref())
-            .and_then(|a| a.devices.as_ref())
-            .and_then(|d| d.results.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|r| r.driver == self.cfg.driver_name)
-            .collect();
+        // The allocation is read without the checkpoint lock, so that a GET does not hold up
+        // the prepares and unprepares of other claims.
+        let results = match self.cache.lookup(c) {
+            Some(cached) => cached.results.clone(),
+            None => {
+                let claim = self.fetch(c).await.map_err(|e| format!("{who}: {e}"))?;
+                claim
+                    .status
+                    .and_then(|s| s.allocation)
+                    .and_then(|a| a.devices)
+                    .and_then(|d| d.results)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|r| r.driver == self.cfg.driver_name)
+                    .collect()
+            }
+        };
         if results.is_empty() {
             return Err(format!(
                 "{who} has no devices of driver {} allocated (is it allocated yet?)",
                 self.cfg.driver_name
             ));
         }
+        let mut state = self.state.lock().await;
+        if let Some(p) = state.cp.claims.get(&c.uid)
+            && p.cdi_spec.exists()
+        {
+            // Prepared by a concurrent call for the same claim while this one read it.
+            return Ok(Self::answer(p));
+        }
         let served = self.served.borrow().clone();
-        let mut used = state.used(Some(&c.uid));
+        let mut used = state.cp.used(Some(&c.uid));
         let mut devices: Vec<PreparedDevice> = Vec::new();
         let mut per_ibdev: BTreeMap<String, RdmaLimits> = BTreeMap::new();
         for r in &results {
@@ -245,9 +285,10 @@ impl Driver {
             cdi_spec: spec_path.clone(),
         };
         let answer = Self::answer(&prepared);
-        state.claims.insert(c.uid.clone(), prepared);
-        if let Err(e) = state.save(&self.cfg.checkpoint_path()) {
-            state.claims.remove(&c.uid);
+        let state = &mut *state;
+        state.cp.claims.insert(c.uid.clone(), prepared.clone());
+        if let Err(e) = state.journal.prepared(&state.cp, &c.uid, &prepared) {
+            state.cp.claims.remove(&c.uid);
             let _ = cdi::remove(&spec_path);
             return Err(format!("{who}: {e}"));
         }
@@ -255,19 +296,33 @@ impl Driver {
         Ok(answer)
     }
 
+    /// The checkpoint's answer for a claim already prepared whose CDI spec is still there.
+    async fn prepared_answer(&self, who: &str, uid: &str) -> Option<Vec<api::Device>> {
+        let state = self.state.lock().await;
+        let p = state.cp.claims.get(uid)?;
+        if p.cdi_spec.exists() {
+            tracing::debug!(%who, "already prepared; answering from the checkpoint");
+            return Some(Self::answer(p));
+        }
+        tracing::warn!(%who, spec = %p.cdi_spec.display(), "prepared claim lost its CDI spec; preparing it again");
+        None
+    }
+
     async fn unprepare_one(&self, uid: &str) -> Result<(), String> {
         if !cdi::valid_uid(uid) {
             return Err(format!("claim UID {uid:?} is not a valid UID"));
         }
+        self.cache.unprepared(uid);
         let mut state = self.state.lock().await;
-        let spec = match state.claims.get(uid) {
+        let state = &mut *state;
+        let spec = match state.cp.claims.get(uid) {
             Some(p) => p.cdi_spec.clone(),
             None => cdi::spec_path(&self.cfg.cdi_dir, &self.cfg.driver_name, uid),
         };
         cdi::remove(&spec).map_err(|e| e.to_string())?;
-        if let Some(old) = state.claims.remove(uid) {
-            if let Err(e) = state.save(&self.cfg.checkpoint_path()) {
-                state.claims.insert(uid.to_string(), old);
+        if let Some(old) = state.cp.claims.remove(uid) {
+            if let Err(e) = state.journal.unprepared(&state.cp, uid) {
+                state.cp.claims.insert(uid.to_string(), old);
                 return Err(e.to_string());
             }
             tracing::info!(uid, "unprepared");

@@ -8,8 +8,10 @@
 //!   (create / update on change, stale slices of this driver on this node removed).
 //! - [`claims`]: NodePrepareResources / NodeUnprepareResources: reads the allocation of a claim,
 //!   checks it against the inventory and the device's capacity, writes a per-claim CDI spec
-//!   ([`cdi`]) and records the claim in a checkpoint file ([`checkpoint`]) so repeated calls and
-//!   restarts of the kubelet or the agent are idempotent.
+//!   ([`cdi`]) and records the claim in a checkpoint file ([`checkpoint`], appended by
+//!   [`journal`]) so repeated calls and restarts of the kubelet or the agent are idempotent.
+//! - [`claim_cache`]: this node's allocated claims, fed by a watch of ResourceClaims, so that a
+//!   prepare reads its claim from memory (a GET when the cache does not hold it).
 //! - [`server`]: the plugin-watcher registration socket and the DRA service socket.
 //!
 //! Driver name: `erdma.alibabacloud.com` — the domain of the eRDMA product's owner, the same
@@ -18,9 +20,11 @@
 
 pub mod cdi;
 pub mod checkpoint;
+pub mod claim_cache;
 pub mod claims;
 pub mod config;
 pub mod health;
+pub mod journal;
 pub mod publish;
 pub mod quantity;
 pub mod server;

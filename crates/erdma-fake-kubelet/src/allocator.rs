@@ -20,8 +20,12 @@
 //!   and the pod's `status.extendedResourceClaimStatus` that tells the kubelet which request is
 //!   whose.
 //!
+//! - the reservation: the claim's `status.reservedFor` names the pod, written with the allocation
+//!   in one status update, as the scheduler does before it binds the pod (the DRA driver's claim
+//!   cache keeps only reserved claims).
+//!
 //! Not modelled: CEL, constraints, first-available lists, admin access, tolerations, binding
-//! conditions, several pools, `reservedFor`. `overcommit` writes an allocation without the
+//! conditions, several pools, a claim shared by several pods. `overcommit` writes an allocation without the
 //! capacity check, as a scheduler with another view of the device would: the driver's own
 //! guard at prepare is then what refuses it.
 
@@ -33,7 +37,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::resource::v1::{
     AllocationResult, CapacityRequirements, Device, DeviceAllocationResult, DeviceClaim,
     DeviceClass, DeviceRequest, DeviceRequestAllocationResult, ExactDeviceRequest, ResourceClaim,
-    ResourceClaimSpec, ResourceClaimStatus, ResourceSlice,
+    ResourceClaimConsumerReference, ResourceClaimSpec, ResourceClaimStatus, ResourceSlice,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -470,11 +474,13 @@ impl Allocator {
         pick(&slices, &claims, want)
     }
 
+    /// Writes the allocation and the reservation for `pod` in one status update.
     async fn write_status(
         &self,
         namespace: &str,
         name: &str,
         results: Vec<DeviceRequestAllocationResult>,
+        pod: &Pod,
     ) -> Result<ResourceClaim> {
         let status = ResourceClaimStatus {
             allocation: Some(AllocationResult {
@@ -484,6 +490,12 @@ impl Allocator {
                 }),
                 ..Default::default()
             }),
+            reserved_for: Some(vec![ResourceClaimConsumerReference {
+                api_group: None,
+                resource: "pods".into(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                uid: pod.metadata.uid.clone().unwrap_or_default(),
+            }]),
             ..Default::default()
         };
         let patch = serde_json::json!({ "status": status });
@@ -576,13 +588,13 @@ impl Allocator {
                 request: None,
             });
         }
-        self.replace_pod(&pod).await?;
+        let pod = self.replace_pod(&pod).await?;
         let obj = claim_object(ns, &r.claim, &r.class, r.count, &r.capacity);
         kube::Api::<ResourceClaim>::namespaced(self.client.clone(), ns)
             .create(&PostParams::default(), &obj)
             .await
             .map_err(kube_err(format!("create ResourceClaim {ns}/{}", r.claim)))?;
-        self.write_status(ns, &r.claim, results).await
+        self.write_status(ns, &r.claim, results, &pod).await
     }
 
     /// What the scheduler does for a container's extended resource `resource: count` (KEP-5004):
@@ -666,7 +678,9 @@ impl Allocator {
             .create(&PostParams::default(), &obj)
             .await
             .map_err(kube_err(format!("create ResourceClaim {ns}/{claim_name}")))?;
-        let claim = self.write_status(ns, &claim_name, results).await?;
+        let claim = self
+            .write_status(ns, &claim_name, results, &pod_obj)
+            .await?;
         let status = pod_obj.status.get_or_insert_with(PodStatus::default);
         status.extended_resource_claim_status = Some(PodExtendedResourceClaimStatus {
             request_mappings: vec![ContainerExtendedResourceRequest {

@@ -22,7 +22,7 @@
 //!   is required. Kinds known: core and apps objects erdma touches, RBAC, leases, events, webhook
 //!   configurations, CRDs, `ERdmaDevice`, and DRA's `resource.k8s.io/v1` ResourceSlice,
 //!   ResourceClaim and DeviceClass.
-//! - Watches from a resourceVersion; [`FakeApiServer::compact`] forgets the history, after which a
+//! - Watches from a resourceVersion (without a namespace, of every namespace, as lists); [`FakeApiServer::compact`] forgets the history, after which a
 //!   watch from an older resourceVersion gets an `ERROR` event with a 410 `Expired` Status (as the
 //!   watch cache sends it), and [`FakeApiServer::close_watches`] ends open watch streams (as the
 //!   API server's watch timeout does).
@@ -466,14 +466,8 @@ impl FakeApiServer {
             .unwrap_or_default();
         if route.namespace.is_none() {
             // A list without a namespace of a namespaced resource spans every namespace.
-            let prefix = route
-                .collection
-                .strip_suffix(&format!("/{}", route.resource))
-                .map(|p| format!("{p}/namespaces/"))
-                .unwrap_or_default();
-            let suffix = format!("/{}", route.resource);
             for (coll, objs) in &st.objects {
-                if !prefix.is_empty() && coll.starts_with(&prefix) && coll.ends_with(&suffix) {
+                if coll != &route.collection && route.covers(coll) {
                     items.extend(objs.values().filter(|v| selected(v, query)).cloned());
                 }
             }
@@ -495,7 +489,7 @@ impl FakeApiServer {
             let backlog: Vec<WatchEvent> = st
                 .history
                 .iter()
-                .filter(|e| e.rv > from && e.collection == route.collection)
+                .filter(|e| e.rv > from && route.covers(&e.collection))
                 .cloned()
                 .collect();
             (
@@ -506,7 +500,7 @@ impl FakeApiServer {
         };
         let last = backlog.last().map(|e| e.rv).unwrap_or(from);
         let (tx, out) = tokio::sync::mpsc::channel::<Bytes>(64);
-        let coll = route.collection.clone();
+        let route = route.clone();
         let query = query.clone();
         let line = |v: Value| {
             let mut s = v.to_string();
@@ -533,7 +527,7 @@ impl FakeApiServer {
                         r = rx.recv() => match r { Ok(e) => e, Err(_) => return },
                     };
                     if e.rv > last
-                        && e.collection == coll
+                        && route.covers(&e.collection)
                         && selected(&e.object, &query)
                         && tx.send(ev(&e)).await.is_err()
                     {
@@ -862,7 +856,7 @@ fn discovery(path: &str) -> Option<Value> {
 }
 
 /// A parsed resource URL.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Route {
     group: String,
     collection: String,
@@ -906,6 +900,26 @@ impl Route {
 }
 
 impl Route {
+    /// True when objects stored under `collection` belong to this route's list or watch: its
+    /// own collection, and for a route without a namespace every namespace's collection of the
+    /// same resource (a list or watch across namespaces, as `Api::all` makes).
+    fn covers(&self, collection: &str) -> bool {
+        if collection == self.collection {
+            return true;
+        }
+        if self.namespace.is_some() {
+            return false;
+        }
+        let Some(prefix) = self.collection.strip_suffix(&format!("/{}", self.resource)) else {
+            return false;
+        };
+        collection
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix("/namespaces/"))
+            .and_then(|rest| rest.strip_suffix(&format!("/{}", self.resource)))
+            .is_some_and(|ns| !ns.is_empty() && !ns.contains('/'))
+    }
+
     /// A custom resource (a group served by a CRD, not by Kubernetes itself).
     fn is_custom(&self) -> bool {
         self.group.contains('.') && !self.group.ends_with(".k8s.io")

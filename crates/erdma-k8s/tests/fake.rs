@@ -247,6 +247,67 @@ async fn an_expired_watch_makes_the_client_list_again() {
     assert_eq!(lists(&api), 2, "re-listed after 410 Gone");
 }
 
+type ConfigMapEvents = futures::stream::BoxStream<
+    'static,
+    watcher::Result<watcher::Event<k8s_openapi::api::core::v1::ConfigMap>>,
+>;
+
+/// The next added, modified (`namespace/name`) or deleted (`deleted name`) object of a watch.
+async fn next_change(s: &mut ConfigMapEvents) -> String {
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(5), s.next())
+            .await
+            .expect("an event")
+            .expect("stream open")
+            .expect("no error");
+        match ev {
+            watcher::Event::InitApply(c) | watcher::Event::Apply(c) => {
+                let ns = c.metadata.namespace.unwrap_or_default();
+                return format!("{ns}/{}", c.metadata.name.unwrap_or_default());
+            }
+            watcher::Event::Delete(c) => {
+                return format!("deleted {}", c.metadata.name.unwrap_or_default());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A list and a watch without a namespace of a namespaced resource span every namespace (as
+/// `Api::all` and the DRA driver's ResourceClaim watch use them); a namespaced watch sees only its
+/// namespace.
+#[tokio::test]
+async fn a_watch_across_namespaces_sees_every_namespace() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let cm = |ns: &str, name: &str| ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api = FakeApiServer::new();
+    api.put(&cm("one", "listed"));
+    let all: Api<ConfigMap> = Api::all(api.client());
+    let one: Api<ConfigMap> = Api::namespaced(api.client(), "one");
+    let mut every = watcher(all, watcher::Config::default()).boxed();
+    let mut only_one = watcher(one, watcher::Config::default()).boxed();
+    assert_eq!(next_change(&mut every).await, "one/listed");
+    assert_eq!(next_change(&mut only_one).await, "one/listed");
+    api.put(&cm("two", "a"));
+    api.put(&cm("one", "b"));
+    api.remove::<ConfigMap>(Some("two"), "a");
+    assert_eq!(next_change(&mut every).await, "two/a");
+    assert_eq!(next_change(&mut every).await, "one/b");
+    assert_eq!(next_change(&mut every).await, "deleted a");
+    assert_eq!(
+        next_change(&mut only_one).await,
+        "one/b",
+        "namespace two is not in this watch"
+    );
+}
+
 fn rule(groups: &[&str], resources: &[&str], verbs: &[&str], names: &[&str]) -> PolicyRule {
     let s = |x: &[&str]| x.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     PolicyRule {

@@ -39,6 +39,10 @@ runtime_up || { fail "$SCEN" "the container runtime did not start (see out/conta
 NODE=lab-node; DRV=erdma.alibabacloud.com; SLICE=$NODE-$DRV
 KC=/run/erdma-lab/kubeconfig; API=http://127.0.0.1:6443; ROOT=/var/lib/kubelet; CDI=/var/run/cdi
 CK=$ROOT/plugins/$DRV/checkpoint.json
+# The checkpoint's prepared claims: its snapshot line with the appended records replayed.
+# (written to $CKC, which the checks read).
+CKC=/tmp/dra-checkpoint-claims.json
+ck_claims() { jq -s 'reduce .[1:][] as $r (.[0].claims; if $r.prepared then .[$r.prepared.uid] = $r.prepared.claim else del(.[$r.unprepared.uid]) end)' "$CK" > "$CKC"; }
 rm -rf "$CDI" "$ROOT/plugins" "$ROOT/plugins_registry" "${KC%/*}"; mkdir -p "$CDI" "${KC%/*}"
 erdma-fake-kubelet apiserver --listen 127.0.0.1:6443 --kubeconfig "$KC" --node "$NODE" > "$OUT/$SCEN-apiserver.log" 2>&1 &
 API_PID=$!
@@ -139,7 +143,8 @@ if dpod pod-c 0 > /dev/null; then bad "pod-c started although claim-c exceeds rx
 sed 's/^/        pod-c| /' /tmp/pod-c.pod.err | tail -2
 ck "NodePrepareResources refused claim-c naming the capacity (shares=200; 2 claims hold 200, it asks 1)" \
   grep -qF 'device rxe0 has shares=200; 2 prepared claim(s) hold 200 and this claim asks 1, which exceeds the capacity' /tmp/pod-c.pod.err
-ck "claim-c has no CDI spec and is not in the driver's checkpoint" sh -c "! test -e $CDI/$DRV-claim_$UC.json && ! jq -e --arg u $UC '.claims[\$u]' $CK"
+ck_claims
+ck "claim-c has no CDI spec and is not in the driver's checkpoint" sh -c "! test -e $CDI/$DRV-claim_$UC.json && ! jq -e --arg u $UC '.[\$u]' $CKC"
 n1=$(ctr -n k8s.io containers ls -q | wc -l)
 ck "pod-c left nothing in the runtime ($n0 -> $n1 containers; the lab kubelet prepares before RunPodSandbox, as the kubelet does)" sh -c "! erdma-fake-kubelet pod status --dir $KDIR --pod lab/pod-c && test $n0 = $n1"
 
@@ -177,13 +182,20 @@ ck "ibv_rc_pingpong pod-e (rxe1, aliyun/erdma via DRA) -> pod-a (rxe0, claim-a) 
 prepared() { wget -qO- http://127.0.0.1:9464/healthz | jq -c '.dra.prepared_claims'; }
 wait_for 10 sh -c "wget -qO- http://127.0.0.1:9464/healthz | jq -e '.dra.prepared_claims == {\"rxe0\": 2, \"rxe1\": 1}'"
 ck "/healthz counts the prepared claims per device: $(prepared)" test "$(prepared)" = '{"rxe0":2,"rxe1":1}'
+# The allocator writes allocation and reservation before the pod starts, as the scheduler does:
+# the driver's claim watch has the claims by then and prepares read them from the claim cache.
+cache_ok=".dra.claim_cache.synced and .dra.claim_cache.hits >= 1"
+wait_for 10 sh -c "wget -qO- http://127.0.0.1:9464/healthz | jq -e '$cache_ok'"
+ck "/healthz: the claim cache is in sync and answered prepares: $(wget -qO- http://127.0.0.1:9464/healthz | jq -c '.dra.claim_cache')" sh -c "wget -qO- http://127.0.0.1:9464/healthz | jq -e '$cache_ok'"
 
 # --- deletion unprepares --------------------------------------------------------------------------
 UA=$(jq -r .metadata.uid /tmp/claim-a.claim.json)
 ck "pod-a deleted (containers, sandbox, NodeUnprepareResources)" erdma-fake-kubelet pod delete --dir "$KDIR" --pod lab/pod-a
-ck "claim-a's CDI spec and checkpoint entry are gone; claim-b's stay" sh -c "! test -e $CDI/$DRV-claim_$UA.json && ! jq -e --arg u $UA '.claims[\$u]' $CK && jq -e --arg u $(jq -r .metadata.uid /tmp/claim-b.claim.json) '.claims[\$u]' $CK"
+ck_claims
+ck "claim-a's CDI spec and checkpoint entry are gone; claim-b's stay" sh -c "! test -e $CDI/$DRV-claim_$UA.json && ! jq -e --arg u $UA '.[\$u]' $CKC && jq -e --arg u $(jq -r .metadata.uid /tmp/claim-b.claim.json) '.[\$u]' $CKC"
 runtime_clean
-ck "after every pod is deleted no claim is prepared: $(jq -c '.claims | keys' $CK)" jq -e '.claims | length == 0' "$CK"
+ck_claims
+ck "after every pod is deleted no claim is prepared: $(jq -c 'keys' $CKC)" jq -e 'length == 0' "$CKC"
 kill "$AGENT_PID" "$API_PID" 2>/dev/null; wait "$AGENT_PID" 2>/dev/null; wait "$API_PID" 2>/dev/null; AGENT_PID=
 stop_daemons
 rm -rf "$CDI"/*

@@ -31,6 +31,9 @@ pub fn agent_args(v: &Values) -> Vec<String> {
     }
     if v.dra.enabled {
         args.push("--resource-api=node-label".into());
+        if !v.dra.claim_watch {
+            args.push("--dra-claim-watch=false".into());
+        }
     }
     if agent_prestart(v) {
         args.push("--deviceplugin-prestart-container".into());
