@@ -73,7 +73,7 @@ fn rss_by_mapping(pid: u32) -> Vec<(String, u64)> {
         }
     }
     let mut v: Vec<(String, u64)> = by.into_iter().filter(|(_, k)| *k > 0).collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v.sort_by_key(|m| std::cmp::Reverse(m.1));
     v
 }
 
