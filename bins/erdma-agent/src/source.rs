@@ -145,9 +145,10 @@ pub async fn follow_cluster(
         }
     };
     let node = cluster.node.clone();
-    publish(EriSource::Waiting(format!(
+    let waiting = EriSource::Waiting(format!(
         "waiting for the Ready ERdmaDevice of node {node} (created by erdma-controller)"
-    )));
+    ));
+    publish(waiting.clone());
     let changes = watch_node_eris(&cluster.client, &node);
     tokio::pin!(changes);
     // The object in use: set once every ERI is Ready, then followed as it changes.
@@ -213,9 +214,7 @@ pub async fn follow_cluster(
                     if eris.take().is_some() {
                         tracing::warn!(node = %node, "the ERdmaDevice of this node is gone; serving nothing until it is back");
                         reported = None;
-                        publish(EriSource::Waiting(format!(
-                            "waiting for the Ready ERdmaDevice of node {node} (created by erdma-controller)"
-                        )));
+                        publish(waiting.clone());
                     } else {
                         tracing::info!(node = %node, "waiting for the controller to create this node's ERdmaDevice");
                     }
