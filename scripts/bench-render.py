@@ -105,6 +105,10 @@ def render_inventory(s):
     out.append("")
     ratio = s.v("inventory.scan_over_floor")
     out.append(f"Full scan / floor (median): **{fmt(ratio)}×** (≤ 1.1×: {s.gate('inventory full scan / floor (median)', ratio, 1.1, '≤', '×')}).")
+    cpu = s.v("inventory.scan_cpu_over_floor_cpu")
+    if cpu is not None:
+        out.append("")
+        out.append(f"CPU time (user + system, every thread) of all scans / of all floors: {fmt(cpu)}× (reported: the scan splits its devices over one thread per CPU, the floor reads on one).")
     if s.v("inventory.scan_median") is None:
         s.problems.append("no inventory figures")
     return out

@@ -72,6 +72,15 @@ pub trait Sysfs: Send + Sync {
     /// Forgets anything cached about the tree's shape (called at the start of every scan, so one
     /// scan sees one consistent view and the next scan sees changes).
     fn refresh(&self) {}
+    /// Reads an attribute that is read again and again (a port's state, a link's flags): the
+    /// reader may keep it open and read it again in place, which sysfs answers with the current
+    /// value. The result is always what [`Sysfs::read_attr`] would return now.
+    fn reread_attr(&self, rel: &Path) -> Result<String, SysfsError> {
+        self.read_attr(rel)
+    }
+    /// Closes what [`Sysfs::reread_attr`] keeps open (called by a full scan, after which the
+    /// devices may be other ones).
+    fn close_rereads(&self) {}
 }
 
 /// The real sysfs reader: a directory (the live `/sys` or a captured tree) read through
@@ -81,6 +90,47 @@ pub struct RootedSysfs {
     root: Root,
     /// Resolved directories by relative path, for one scan (see [`Sysfs::refresh`]).
     dirs: Mutex<DirCache>,
+    /// Attributes kept open for [`Sysfs::reread_attr`].
+    rereads: Mutex<HashMap<OsString, OpenAttr, BuildHasherDefault<Fnv>>>,
+}
+
+/// Most attributes a [`RootedSysfs`] keeps open for re-reading (a health re-read of 64 devices
+/// keeps ~450); past it, attributes are read by path as [`Sysfs::read_attr`] does.
+const MAX_REREADS: usize = 512;
+
+/// An attribute kept open. On sysfs a read at offset 0 runs the attribute's `show` again, and
+/// one whose object was removed fails (`ENODEV`); a regular file (a captured tree) may also have
+/// been replaced by a rename, which only its link count tells.
+#[derive(Debug)]
+struct OpenAttr {
+    file: std::fs::File,
+    on_sysfs: bool,
+}
+
+/// What reading an [`OpenAttr`] again found.
+enum Reread {
+    /// The current content (one short read: the whole attribute).
+    Current(Vec<u8>),
+    /// Not usable any more (replaced, removed, or larger than a page): read it by path.
+    Reopen,
+}
+
+impl OpenAttr {
+    fn reread(&self) -> Reread {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        let read = PAGE.with(|page| {
+            let mut page = page.borrow_mut();
+            let n = self.file.read_at(&mut page[..], 0)?;
+            Ok::<_, io::Error>((n < page.len()).then(|| page[..n].to_vec()))
+        });
+        let Ok(Some(bytes)) = read else {
+            return Reread::Reopen;
+        };
+        if !self.on_sysfs && !matches!(self.file.metadata(), Ok(m) if m.nlink() > 0) {
+            return Reread::Reopen;
+        }
+        Reread::Current(bytes)
+    }
 }
 
 thread_local! {
@@ -147,6 +197,7 @@ impl RootedSysfs {
         RootedSysfs {
             root: Root::new(base, Some(PathBuf::from("/sys"))),
             dirs: Mutex::new(DirCache::default()),
+            rereads: Mutex::new(HashMap::default()),
         }
     }
 
@@ -157,6 +208,20 @@ impl RootedSysfs {
 
     fn display(&self, rel: &Path) -> PathBuf {
         self.root.base().join(rel)
+    }
+
+    /// An attribute's bytes as text, bounded, trailing newlines removed.
+    fn decode(&self, rel: &Path, buf: Vec<u8>) -> Result<String, SysfsError> {
+        // The full path only for an error: building it for every read cost a fifth of a scan.
+        if buf.len() as u64 > MAX_ATTR_BYTES {
+            return Err(SysfsError::TooLarge(self.display(rel)));
+        }
+        let mut text =
+            String::from_utf8(buf).map_err(|_| SysfsError::NotText(self.display(rel)))?;
+        while text.ends_with('\n') {
+            text.pop();
+        }
+        Ok(text)
     }
 
     /// Resolves a path through the cache: the parent recursively, then one `lstat` of the last
@@ -327,15 +392,45 @@ impl Sysfs for RootedSysfs {
                 .read_to_end(&mut buf)
                 .map_err(|e| SysfsError::from_io(&shown(), e))?;
         }
-        // The full path only for an error: building it for every read cost a fifth of a scan.
-        if buf.len() as u64 > MAX_ATTR_BYTES {
-            return Err(SysfsError::TooLarge(shown()));
+        self.decode(rel, buf)
+    }
+
+    fn reread_attr(&self, rel: &Path) -> Result<String, SysfsError> {
+        let mut open = self.rereads.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(attr) = open.get(rel.as_os_str()) {
+            match attr.reread() {
+                Reread::Current(bytes) => return self.decode(rel, bytes),
+                Reread::Reopen => {
+                    open.remove(rel.as_os_str());
+                }
+            }
         }
-        let mut text = String::from_utf8(buf).map_err(|_| SysfsError::NotText(shown()))?;
-        while text.ends_with('\n') {
-            text.pop();
+        let shown = || self.display(rel);
+        let file = self
+            .open_file(rel)
+            .map_err(|e| SysfsError::from_io(&shown(), e))?;
+        let on_sysfs = nix::sys::statfs::fstatfs(&file)
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::SYSFS_MAGIC);
+        let attr = OpenAttr { file, on_sysfs };
+        match attr.reread() {
+            Reread::Current(bytes) => {
+                if open.len() < MAX_REREADS {
+                    open.insert(rel.as_os_str().to_os_string(), attr);
+                }
+                self.decode(rel, bytes)
+            }
+            Reread::Reopen => {
+                drop(open);
+                self.read_attr(rel)
+            }
         }
-        Ok(text)
+    }
+
+    fn close_rereads(&self) {
+        self.rereads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     fn read_link(&self, rel: &Path) -> Result<PathBuf, SysfsError> {
@@ -449,6 +544,122 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// What happens to an attribute file between two re-reads.
+    #[derive(Debug, Clone)]
+    enum Change {
+        WriteInPlace(String),
+        ReplaceByRename(String),
+        Remove,
+        RemoveDir,
+        Keep,
+    }
+
+    fn change() -> impl Strategy<Value = Change> {
+        prop_oneof![
+            "[a-zA-Z0-9: ]{0,12}".prop_map(Change::WriteInPlace),
+            "[a-zA-Z0-9: ]{0,12}".prop_map(Change::ReplaceByRename),
+            Just(Change::Remove),
+            Just(Change::RemoveDir),
+            Just(Change::Keep),
+        ]
+    }
+
+    proptest! {
+        /// Whatever happens to the files, a re-read answers what a reader that keeps nothing open
+        /// answers now (value or kind of error).
+        #[test]
+        fn reread_always_agrees_with_a_fresh_read(
+            steps in proptest::collection::vec((0usize..3, change()), 1..24)
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let files = ["ports/1/state", "ports/1/phys_state", "net/flags"];
+            for f in files {
+                let p = dir.path().join(f);
+                fs::create_dir_all(p.parent().unwrap()).unwrap();
+                fs::write(&p, "initial\n").unwrap();
+            }
+            let kept = RootedSysfs::new(dir.path());
+            for (which, change) in steps {
+                let rel = Path::new(files[which]);
+                let path = dir.path().join(rel);
+                match &change {
+                    Change::WriteInPlace(v) => {
+                        fs::create_dir_all(path.parent().unwrap()).unwrap();
+                        fs::write(&path, format!("{v}\n")).unwrap();
+                    }
+                    Change::ReplaceByRename(v) => {
+                        fs::create_dir_all(path.parent().unwrap()).unwrap();
+                        let tmp = dir.path().join("tmp");
+                        fs::write(&tmp, format!("{v}\n")).unwrap();
+                        fs::rename(&tmp, &path).unwrap();
+                    }
+                    Change::Remove => {
+                        let _ = fs::remove_file(&path);
+                    }
+                    Change::RemoveDir => {
+                        let _ = fs::remove_dir_all(path.parent().unwrap());
+                    }
+                    Change::Keep => {}
+                }
+                kept.refresh();
+                for f in files {
+                    let rel = Path::new(f);
+                    let fresh = RootedSysfs::new(dir.path()).read_attr(rel);
+                    let again = kept.reread_attr(rel);
+                    match (&fresh, &again) {
+                        (Ok(a), Ok(b)) => prop_assert_eq!(a, b, "{} after {:?}", f, change),
+                        (Err(a), Err(b)) => prop_assert_eq!(a.is_missing(), b.is_missing()),
+                        _ => prop_assert!(false, "{}: fresh {:?}, re-read {:?}", f, fresh, again),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rereads_keep_files_open_up_to_the_bound_and_a_scan_closes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..MAX_REREADS + 40 {
+            fs::write(dir.path().join(format!("a{i}")), format!("{i}\n")).unwrap();
+        }
+        let s = RootedSysfs::new(dir.path());
+        for round in 0..2 {
+            for i in 0..MAX_REREADS + 40 {
+                assert_eq!(
+                    s.reread_attr(Path::new(&format!("a{i}"))).unwrap(),
+                    i.to_string(),
+                    "round {round}"
+                );
+            }
+        }
+        assert_eq!(s.rereads.lock().unwrap().len(), MAX_REREADS);
+        s.close_rereads();
+        assert_eq!(s.rereads.lock().unwrap().len(), 0);
+        assert_eq!(s.reread_attr(Path::new("a7")).unwrap(), "7");
+    }
+
+    /// On the live sysfs a kept-open attribute answers the current value: loopback's packet
+    /// counter, read again after a datagram to 127.0.0.1, has counted it.
+    #[test]
+    #[ignore = "reads the live /sys (class/net/lo); runs in the ignored-on-host stage"]
+    fn a_kept_open_sysfs_attribute_reads_the_current_value() {
+        let s = RootedSysfs::new("/sys");
+        let rel = Path::new("class/net/lo/statistics/tx_packets");
+        let before: u64 = s.reread_attr(rel).unwrap().parse().unwrap();
+        let open = s.rereads.lock().unwrap();
+        let attr = open.get(rel.as_os_str()).expect("kept open");
+        assert!(attr.on_sysfs, "/sys is sysfs");
+        drop(open);
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = sock.local_addr().unwrap();
+        for _ in 0..3 {
+            sock.send_to(b"x", to).unwrap();
+        }
+        let after: u64 = s.reread_attr(rel).unwrap().parse().unwrap();
+        assert!(after >= before + 3, "tx_packets {before} then {after}");
+        assert_eq!(s.rereads.lock().unwrap().len(), 1);
     }
 
     #[test]

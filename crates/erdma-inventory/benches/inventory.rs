@@ -44,7 +44,7 @@ fn main() {
     let shape = format!("{devices} devices x {ports} ports x {gids} GIDs, {iters} runs");
     // Scan and floor alternate, one of each per round, so that both see the same load on a shared
     // machine and their ratio compares like with like.
-    let (scan, floor) = measure_pair(
+    let ((scan, scan_cpu), (floor, floor_cpu)) = measure_pair(
         iters,
         || {
             std::hint::black_box(inv.scan());
@@ -77,6 +77,14 @@ fn main() {
     println!("ratio full scan / floor (median): {ratio:.2}");
     println!("BENCH inventory.scan_over_floor={ratio:.3} x");
     println!("BENCH inventory.files={} files", files.len());
+    // The scan splits its devices over threads (one per CPU, at most 4); the floor reads on one.
+    // CPU time says what the reads cost the node, wall time what start-up waits for.
+    let cpu_ratio = scan_cpu / floor_cpu;
+    println!(
+        "CPU time (user + system, all threads) of the {iters} scans / of the {iters} floors: {:.1} ms / {:.1} ms = {cpu_ratio:.2}",
+        scan_cpu, floor_cpu
+    );
+    println!("BENCH inventory.scan_cpu_over_floor_cpu={cpu_ratio:.3} x");
 }
 
 /// Every regular file under the device, port and GID directories the scan reads.
@@ -111,26 +119,43 @@ fn measure(iters: u32, mut f: impl FnMut()) -> Vec<f64> {
     times
 }
 
-fn measure_pair(iters: u32, mut a: impl FnMut(), mut b: impl FnMut()) -> (Vec<f64>, Vec<f64>) {
-    let time = |f: &mut dyn FnMut()| {
+/// CPU time (user + system, every thread) this process has used, in ms.
+fn cpu_ms() -> f64 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let u = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
+    let ms = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 * 1e3 + t.tv_usec() as f64 / 1e3;
+    ms(u.user_time()) + ms(u.system_time())
+}
+
+/// Wall times of `a` and `b` (sorted, ms) and the CPU time each used in all (ms).
+fn measure_pair(
+    iters: u32,
+    mut a: impl FnMut(),
+    mut b: impl FnMut(),
+) -> ((Vec<f64>, f64), (Vec<f64>, f64)) {
+    let time = |f: &mut dyn FnMut(), cpu: &mut f64| {
+        let c = cpu_ms();
         let t = Instant::now();
         f();
-        t.elapsed().as_secs_f64() * 1e3
+        let wall = t.elapsed().as_secs_f64() * 1e3;
+        *cpu += cpu_ms() - c;
+        wall
     };
     let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    let (mut ca, mut cb) = (0.0, 0.0);
     for i in 0..iters {
         // Alternate which goes first, so neither always runs on a warmer cache.
         if i % 2 == 0 {
-            ta.push(time(&mut a));
-            tb.push(time(&mut b));
+            ta.push(time(&mut a, &mut ca));
+            tb.push(time(&mut b, &mut cb));
         } else {
-            tb.push(time(&mut b));
-            ta.push(time(&mut a));
+            tb.push(time(&mut b, &mut cb));
+            ta.push(time(&mut a, &mut ca));
         }
     }
     ta.sort_by(|x, y| x.total_cmp(y));
     tb.sort_by(|x, y| x.total_cmp(y));
-    (ta, tb)
+    ((ta, ca), (tb, cb))
 }
 
 fn report(key: &str, what: &str, times: &[f64]) {

@@ -164,12 +164,12 @@ fn read_netdev(
 pub(crate) fn live_link(sysfs: &dyn Sysfs, name: &str) -> Option<bool> {
     const IFF_UP: u32 = 0x1;
     let dir = PathBuf::from("class/net").join(name);
-    let flags = sysfs.read_attr(&dir.join("flags")).ok()?;
+    let flags = sysfs.reread_attr(&dir.join("flags")).ok()?;
     let flags = u32::from_str_radix(flags.trim().trim_start_matches("0x"), 16).ok()?;
     if flags & IFF_UP == 0 {
         return Some(false);
     }
-    match sysfs.read_attr(&dir.join("carrier")).ok()?.trim() {
+    match sysfs.reread_attr(&dir.join("carrier")).ok()?.trim() {
         "1" => Some(true),
         "0" => Some(false),
         _ => None,

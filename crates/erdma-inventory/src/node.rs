@@ -29,6 +29,7 @@ struct NodeContext {
 pub(crate) fn scan(sources: &Sources) -> NodeDevices {
     let sysfs = sources.sysfs.as_ref();
     sysfs.refresh();
+    sysfs.close_rereads();
     let mut node = NodeDevices::empty();
 
     node.erdma_compat_mode = match sysfs.read_attr(Path::new("module/erdma/parameters/compat_mode"))
@@ -86,11 +87,72 @@ pub(crate) fn scan(sources: &Sources) -> NodeDevices {
         chardev::lookup(sources.devfs.as_ref(), "rdma_cm", None, &mut scratch).ok()
     };
 
-    for name in names.into_iter().take(MAX_DEVICES) {
-        node.devices.push(scan_device(sources, &ctx, &name));
-    }
+    let names: Vec<String> = names.into_iter().take(MAX_DEVICES).collect();
+    node.devices = scan_devices(sources, &ctx, &names, workers_for(names.len()));
     node.devices.sort_by_key(|d| natural_key(&d.name));
     node
+}
+
+/// Fewest devices worth a thread of their own: a thread costs about what reading one device
+/// costs, and a node with a few devices scans in a few milliseconds anyway.
+const DEVICES_PER_WORKER: usize = 8;
+/// Most threads one scan uses. Every read is a system call; threads past the cores only queue.
+const MAX_WORKERS: usize = 4;
+
+/// The CPUs this process may use (cgroup quota included), read once.
+fn cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Threads for a scan of `devices` devices.
+fn workers_for(devices: usize) -> usize {
+    cpus()
+        .min(MAX_WORKERS)
+        .min(devices / DEVICES_PER_WORKER)
+        .max(1)
+}
+
+/// Scans `names`, split over `workers` threads when there are enough devices and
+/// CPUs: devices are independent and a scan is bound by the cost of its system calls, so the
+/// start-up scan of a large node takes a fraction of the time. Order follows `names`. A thread
+/// that cannot be started leaves its share to the calling thread.
+fn scan_devices(
+    sources: &Sources,
+    ctx: &NodeContext,
+    names: &[String],
+    workers: usize,
+) -> Vec<RdmaDevice> {
+    let scan_all = |part: &[String]| -> Vec<RdmaDevice> {
+        part.iter().map(|n| scan_device(sources, ctx, n)).collect()
+    };
+    if workers <= 1 || names.len() < 2 {
+        return scan_all(names);
+    }
+    let chunk = names.len().div_ceil(workers);
+    std::thread::scope(|scope| {
+        let mut parts = names.chunks(chunk);
+        let own = parts.next().unwrap_or_default();
+        let spawned: Vec<_> = parts
+            .map(|part| {
+                let started = std::thread::Builder::new()
+                    .name("inventory-scan".into())
+                    .spawn_scoped(scope, move || scan_all(part));
+                (part, started)
+            })
+            .collect();
+        let mut devices = scan_all(own);
+        for (part, started) in spawned {
+            match started {
+                Ok(handle) => match handle.join() {
+                    Ok(scanned) => devices.extend(scanned),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                },
+                Err(_) => devices.extend(scan_all(part)),
+            }
+        }
+        devices
+    })
 }
 
 /// Sorts `erdma_2` before `erdma_10`.
@@ -189,7 +251,7 @@ pub(crate) fn refresh(sources: &Sources, previous: &NodeDevices) -> Option<NodeD
         return None;
     }
     let compat = sysfs
-        .read_attr(Path::new("module/erdma/parameters/compat_mode"))
+        .reread_attr(Path::new("module/erdma/parameters/compat_mode"))
         .ok();
     let compat = compat.as_deref().map(|v| v == "Y" || v == "1");
     if compat != previous.erdma_compat_mode {
@@ -202,17 +264,17 @@ pub(crate) fn refresh(sources: &Sources, previous: &NodeDevices) -> Option<NodeD
         for port in &mut dev.ports {
             let dir = base.join("ports").join(port.number.to_string());
             port.state = sysfs
-                .read_attr(&dir.join("state"))
+                .reread_attr(&dir.join("state"))
                 .ok()
                 .and_then(|s| PortState::parse(&s).ok());
             port.phys_state = sysfs
-                .read_attr(&dir.join("phys_state"))
+                .reread_attr(&dir.join("phys_state"))
                 .ok()
                 .and_then(|s| erdma_model::PhysState::parse(&s).ok());
         }
         if let Some(n) = &mut dev.netdev {
             n.operstate = sysfs
-                .read_attr(&PathBuf::from("class/net").join(&n.name).join("operstate"))
+                .reread_attr(&PathBuf::from("class/net").join(&n.name).join("operstate"))
                 .ok();
             n.link_up = crate::netdev::live_link(sysfs, &n.name);
         }
@@ -340,6 +402,47 @@ fn health_reasons(dev: &RdmaDevice, reasons: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::natural_key;
+
+    /// A scan split over threads gives what one thread gives, device for device, in order.
+    #[test]
+    fn a_scan_split_over_threads_is_the_scan_of_one_thread() {
+        use super::*;
+        use erdma_host::fake::{FixedInterfaceAddrs, NodeTree};
+        use std::sync::Arc;
+        let tree = NodeTree::temp();
+        erdma_host::fixtures::large(&tree, 37, 2, 3);
+        let sources = Sources {
+            sysfs: Arc::new(erdma_host::RootedSysfs::new(tree.sys())),
+            devfs: Arc::new(erdma_host::RootedDevFs::new(tree.dev())),
+            addrs: Arc::new(FixedInterfaceAddrs::default()),
+        };
+        let sysfs = sources.sysfs.as_ref();
+        let mut findings = Vec::new();
+        let ctx = NodeContext {
+            compat_mode: Some(true),
+            uverbs: chardev::class_nodes(sysfs, "infiniband_verbs", "uverbs", &mut findings),
+            umad: chardev::class_nodes(sysfs, "infiniband_mad", "umad", &mut findings),
+            ifaces: Interfaces::read(sysfs, Default::default()),
+        };
+        let names = sysfs.list_dir(Path::new(DEVICE_CLASS)).unwrap();
+        assert_eq!(names.len(), 37);
+        let one = scan_devices(&sources, &ctx, &names, 1);
+        for workers in [2, 3, 4, 36, 37, 80] {
+            let split = scan_devices(&sources, &ctx, &names, workers);
+            let got: Vec<&str> = split.iter().map(|d| d.name.as_str()).collect();
+            assert_eq!(got, names, "{workers} workers: order");
+            assert_eq!(
+                serde_json::to_value(&split).unwrap(),
+                serde_json::to_value(&one).unwrap(),
+                "{workers} workers"
+            );
+            assert!(
+                split
+                    .iter()
+                    .all(|d| d.ports.len() == 2 && d.health.is_healthy())
+            );
+        }
+    }
 
     #[test]
     fn natural_order() {
