@@ -154,6 +154,7 @@ def render_agent(s):
         f"| idle RSS, 64 devices × 200 slots | {fmt(v('d64.idle_rss'))} MiB ({fmt(v('d64.idle_threads'), 0)} threads) | reported | |",
         f"| idle RSS, 8 devices × 1 200 slots | {fmt(v('d8s1200.idle_rss'))} MiB | reported | |",
         f"| RSS growth per 1 000 slots (8 × 1 200 against 8 × 200) | {fmt(v('rss_per_1000_slots'), 3)} MiB | reported | |",
+        f"| 8 × 200 with `--pod-resources-socket` added (the slots-in-use gauge: a pod-resources `List` every 10 s; not shipped): idle RSS / idle CPU | {fmt(v('d8gauge.idle_rss'))} MiB / {fmt(v('d8gauge.idle_cpu'), 3)} % | reported | |",
         f"| **device flip (uverbs node removed / created, inotify) → update at the fake kubelet (n = 20)** | p50 {fmt(v('flip_p50'))} ms, **max {fmt(v('flip_max'))} ms** | every flip ≤ 250 ms | {s.gate('device flip via the real binary, max', v('flip_max'), 250, '≤', 'ms')} |",
         f"| **kubelet restart → re-registered with all slots (n = 10)** | p50 {fmt(v('restart_p50'))} ms, **max {fmt(v('restart_max'))} ms** | every restart ≤ 1 s | {s.gate('kubelet restart → re-registered (real binary), max', v('restart_max'), 1000, '≤', 'ms')} |",
         f"| RSS after the flips and 10 restarts (8 devices) | {fmt(v('rss_after_restarts'))} MiB | reported | |",

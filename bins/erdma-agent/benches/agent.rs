@@ -193,6 +193,9 @@ struct Run {
     slots: u32,
     idle: Duration,
     flips_and_restarts: bool,
+    /// Adds `--pod-resources-socket` (not in the shipped configuration): the slots-in-use gauge,
+    /// a pod-resources `List` every 10 s.
+    usage_gauge: bool,
 }
 
 /// What one run measured.
@@ -240,9 +243,14 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
         .prefix("agb")
         .tempdir_in("/tmp")
         .expect("temp dir");
-    let kubelet = FakeKubelet::start(FakeKubeletConfig::new(dir.path()))
-        .await
-        .expect("fake kubelet");
+    // The fake kubelet serves pod-resources; the agent is pointed at it only for the run with the
+    // slots-in-use gauge. The shipped agent reads the default path only for its device-plugin
+    // coexistence look (at start and every 5 min, outside the idle window), which the bench
+    // cannot serve without writing under /var/lib/kubelet.
+    let pod_resources = dir.path().join("pod-resources.sock");
+    let mut kubelet_cfg = FakeKubeletConfig::new(dir.path());
+    kubelet_cfg.pod_resources_socket = Some(pod_resources.clone());
+    let kubelet = FakeKubelet::start(kubelet_cfg).await.expect("fake kubelet");
 
     let api = FakeApiServer::new();
     api.put(&Node {
@@ -277,6 +285,12 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
         format!("--kubeconfig={}", kubeconfig.display()),
         format!("--bpf-pin-dir={}", pin_dir.display()),
     ]);
+    if run.usage_gauge {
+        args.push(format!(
+            "--pod-resources-socket={}",
+            pod_resources.display()
+        ));
+    }
     if run.slots != SHIPPED_SLOTS {
         args.push(format!("--slots-per-device={}", run.slots));
     }
@@ -514,6 +528,7 @@ fn main() {
                 slots: SHIPPED_SLOTS,
                 idle,
                 flips_and_restarts: false,
+                usage_gauge: false,
             },
         )
         .await;
@@ -525,6 +540,7 @@ fn main() {
                 slots: SHIPPED_SLOTS,
                 idle,
                 flips_and_restarts: true,
+                usage_gauge: false,
             },
         )
         .await;
@@ -537,10 +553,23 @@ fn main() {
                 // The same window as the 200-slot run: the growth compares like with like.
                 idle,
                 flips_and_restarts: false,
+                usage_gauge: false,
             },
         )
         .await;
         report("d8s1200", &big);
+        let gauge = run_agent(
+            &bin,
+            &Run {
+                devices: 8,
+                slots: SHIPPED_SLOTS,
+                idle,
+                flips_and_restarts: false,
+                usage_gauge: true,
+            },
+        )
+        .await;
+        report("d8gauge", &gauge);
         let growth = (big.idle_rss_mib - d8.idle_rss_mib) / (8.0 * (1200.0 - 200.0) / 1000.0);
         println!("RSS growth per 1 000 slots: {growth:.3} MiB");
         bench("rss_per_1000_slots", growth, "MiB");

@@ -357,6 +357,7 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
             observer,
             reclaimer: plugin.reclaimer(),
             every: coexistence::EVERY,
+            recheck: coexistence::RECHECK,
         },
         served_rx.clone(),
         cluster.clone(),

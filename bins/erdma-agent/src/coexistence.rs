@@ -1,6 +1,7 @@
 //! Another device plugin serving the agent's resource on this node (terway's eRDMA ENI plugin, or
-//! the original agent left by an unfinished upgrade). Observed every [`EVERY`] and soon after a
-//! recognised socket appears or goes in the device-plugin directory. A change of verdict is logged,
+//! the original agent left by an unfinished upgrade). Observed soon after a socket appears or goes
+//! in the device-plugin directory, every [`RECHECK`] while the kubelet's device list holds
+//! devices erdma does not advertise, and every [`EVERY`] otherwise. A change of verdict is logged,
 //! shown in `/healthz` and the `erdma_agent_device_plugin_conflict` gauge and, in a cluster,
 //! published as the `ERdmaDevicePluginConflict` node condition and an Event. The agent never
 //! re-registers while the other plugin runs; it registers again once after it has gone, because
@@ -19,8 +20,13 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-/// How often the agent looks when nothing wakes it.
-pub const EVERY: Duration = Duration::from_secs(30);
+/// How often the agent looks when nothing wakes it. Another plugin cannot feed the kubelet
+/// without a socket in the device-plugin directory, whose creation wakes the agent; this look
+/// is the safety net for a missed event.
+pub const EVERY: Duration = Duration::from_secs(300);
+/// How soon the agent looks again after the kubelet's device list showed devices erdma does not
+/// advertise (confirmed on the second look, and followed until it clears).
+pub const RECHECK: Duration = Duration::from_secs(30);
 /// How long after a socket change it looks (lets a registration finish).
 const SETTLE: Duration = Duration::from_secs(1);
 
@@ -48,6 +54,8 @@ pub struct Config {
     pub reclaimer: Reclaimer,
     /// Observation period without wake-ups.
     pub every: Duration,
+    /// Observation period while the kubelet's device list is in question.
+    pub recheck: Duration,
 }
 
 /// Observes until cancelled.
@@ -111,9 +119,14 @@ pub async fn run(
                 Err(e) => tracing::warn!("{e}"),
             }
         }
+        let next = if debounce.kubelet_list_in_question() {
+            cfg.recheck
+        } else {
+            cfg.every
+        };
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(cfg.every) => {}
+            _ = tokio::time::sleep(next) => {}
             _ = wake.notified() => {
                 tokio::select! {
                     _ = cancel.cancelled() => return,
@@ -124,19 +137,26 @@ pub async fn run(
     }
 }
 
-/// Wakes the observer when a recognised other plugin's socket is created or removed. `None` when
-/// the directory cannot be watched (the periodic look still runs).
+/// Wakes the observer when a socket (`*.sock`) other than erdma's own is created, removed or
+/// renamed in the device-plugin directory: a plugin registering (known or not, its socket comes
+/// first) or going, or the kubelet restarting (`kubelet.sock`), after which the kubelet's device
+/// list is rebuilt. Not the kubelet's checkpoint, rewritten at every allocation. `None` when the directory cannot be watched (the periodic look still runs).
 fn watch_sockets(observer: &Observer, wake: Arc<Notify>) -> Option<notify::RecommendedWatcher> {
+    use notify::event::{EventKind, ModifyKind};
     use notify::{RecursiveMode, Watcher};
     let own = observer.own_socket.clone();
     let mut w = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
         let Ok(ev) = res else { return };
-        let recognised = ev.paths.iter().any(|p| {
+        let changed = matches!(
+            ev.kind,
+            EventKind::Create(_) | EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
+        );
+        let other = ev.paths.iter().any(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| coexistence::classify_socket(n, &own).is_some())
+                .is_some_and(|n| n.ends_with(".sock") && n != own)
         });
-        if recognised {
+        if changed && other {
             wake.notify_one();
         }
     })

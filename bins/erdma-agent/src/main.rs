@@ -30,6 +30,8 @@ const MAX_BLOCKING_THREADS: usize = 16;
 const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(30);
 
 fn main() -> ExitCode {
+    // Before the runtime's threads exist: one malloc arena instead of one per allocating thread.
+    erdma_host::resident::single_malloc_arena();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(WORKER_THREADS)
         .max_blocking_threads(MAX_BLOCKING_THREADS)

@@ -805,6 +805,7 @@ fn node_condition(api: &FakeApiServer, ty: &str) -> Option<(String, String, Stri
 /// Terway registers `aliyun/erdma` on the same fake kubelet: the agent reports it (node condition,
 /// Warning Event, `/healthz`, metric) with the fix, keeps its hands off the registration while
 /// terway runs, and registers again once terway has gone and left the kubelet pointing at it.
+/// Every look after the first is woken by a socket event or follows up the kubelet's list.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_plugin_for_aliyun_erdma_is_reported_not_fought_and_replaced_after_it_goes() {
     use erdma_deviceplugin::coexistence::Observer;
@@ -845,7 +846,10 @@ async fn another_plugin_for_aliyun_erdma_is_reported_not_fought_and_replaced_aft
         erdma_agent::coexistence::Config {
             observer,
             reclaimer: plugin.reclaimer(),
-            every: Duration::from_millis(50),
+            // Nothing periodic: terway's socket coming and going wakes the look, and the second
+            // look at the kubelet's list follows on the recheck period.
+            every: Duration::from_secs(3600),
+            recheck: Duration::from_millis(50),
         },
         served_rx,
         Some(cluster),

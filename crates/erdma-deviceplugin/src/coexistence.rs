@@ -16,8 +16,8 @@ pub struct Observer {
     pub dir: PathBuf,
     /// This plugin's own socket file name.
     pub own_socket: String,
-    /// The kubelet's pod-resources socket.
-    pub pod_resources_socket: PathBuf,
+    /// The kubelet's pod-resources API (one connection kept for every look).
+    pub pod_resources: PodResourcesClient,
     /// The extended resource.
     pub resource: String,
 }
@@ -28,10 +28,9 @@ impl Observer {
         Observer {
             dir: cfg.kubelet_dir.clone(),
             own_socket: cfg.socket_name(),
-            pod_resources_socket: cfg
-                .pod_resources_socket
-                .clone()
-                .unwrap_or_else(|| erdma_kubelet::podresources::v1::DEFAULT_SOCKET.into()),
+            pod_resources: PodResourcesClient::new(cfg.pod_resources_socket.as_deref().unwrap_or(
+                std::path::Path::new(erdma_kubelet::podresources::v1::DEFAULT_SOCKET),
+            )),
             resource: cfg.resource_name.clone(),
         }
     }
@@ -42,7 +41,15 @@ impl Observer {
     pub async fn observe(&self, served: &BTreeSet<String>) -> Vec<Evidence> {
         let mut evidence = Vec::new();
         let dir = self.dir.clone();
-        match tokio::task::spawn_blocking(move || erdma_host::plugin_dir::sockets(&dir)).await {
+        let own = self.own_socket.clone();
+        // Only sockets of other plugins are connected to: not our own (its server would accept
+        // and drop a connection every look), nor anything unrelated.
+        let recognised = move |name: &str| coexistence::classify_socket(name, &own).is_some();
+        match tokio::task::spawn_blocking(move || {
+            erdma_host::plugin_dir::sockets_named(&dir, recognised)
+        })
+        .await
+        {
             Ok(Ok(sockets)) => {
                 for s in sockets {
                     let Some(plugin) = coexistence::classify_socket(&s.file_name, &self.own_socket)
@@ -64,10 +71,7 @@ impl Observer {
             }
             Err(e) => tracing::debug!("device-plugin directory scan task failed: {e}"),
         }
-        match PodResourcesClient::new(&self.pod_resources_socket)
-            .allocatable(&self.resource)
-            .await
-        {
+        match self.pod_resources.allocatable(&self.resource).await {
             Ok(ids) => {
                 let foreign =
                     coexistence::foreign_device_ids(ids.iter().map(String::as_str), served);

@@ -151,12 +151,13 @@ async fn track_usage(
     cancel: CancellationToken,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(10));
+    let pod_resources = PodResourcesClient::new(&socket);
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        match PodResourcesClient::new(&socket).list(&resource).await {
+        match pod_resources.list(&resource).await {
             Ok(holders) => metrics.set_slots_in_use(&crate::podresources::used_slots(&holders)),
             Err(e) => tracing::debug!("pod-resources unavailable for the slots metric: {e}"),
         }

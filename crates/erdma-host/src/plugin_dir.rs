@@ -18,12 +18,21 @@ pub struct PluginSocket {
 /// Lists the sockets in `dir` (sorted by name) and checks each one with a connect, which a Unix
 /// socket answers at once (refused when nobody listens). Other files are ignored.
 pub fn sockets(dir: &Path) -> io::Result<Vec<PluginSocket>> {
+    sockets_named(dir, |_| true)
+}
+
+/// [`sockets`], only those whose file name `wanted` accepts: the others are neither connected to
+/// nor listed (a connect makes the plugin behind the socket accept and drop a connection).
+pub fn sockets_named(dir: &Path, wanted: impl Fn(&str) -> bool) -> io::Result<Vec<PluginSocket>> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let Ok(file_name) = entry.file_name().into_string() else {
             continue;
         };
+        if !wanted(&file_name) {
+            continue;
+        }
         // A file removed between readdir and stat is simply gone.
         let Ok(ty) = entry.file_type() else { continue };
         if !ty.is_socket() {
@@ -61,6 +70,30 @@ mod tests {
                     live: true
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn only_the_wanted_sockets_are_connected_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = UnixListener::bind(dir.path().join("1700000000-erdma-eni.sock")).unwrap();
+        let own = UnixListener::bind(dir.path().join("erdma-aliyun_erdma.sock")).unwrap();
+        other.set_nonblocking(true).unwrap();
+        own.set_nonblocking(true).unwrap();
+        let got = sockets_named(dir.path(), |n| n.contains("eni")).unwrap();
+        assert_eq!(
+            got,
+            vec![PluginSocket {
+                file_name: "1700000000-erdma-eni.sock".into(),
+                live: true
+            }]
+        );
+        assert!(other.accept().is_ok(), "the wanted socket was connected to");
+        let untouched = own.accept().unwrap_err();
+        assert_eq!(
+            untouched.kind(),
+            io::ErrorKind::WouldBlock,
+            "own socket left alone"
         );
     }
 

@@ -225,6 +225,12 @@ pub struct Verdict {
 }
 
 impl Debounce {
+    /// Whether the last observation found devices in the kubelet's list that erdma does not
+    /// advertise: the next look confirms or clears them, so it should come soon.
+    pub fn kubelet_list_in_question(&self) -> bool {
+        self.previous_kubelet
+    }
+
     /// Feeds one observation and returns the verdict.
     pub fn observe(&mut self, mut raw: Vec<Evidence>) -> Verdict {
         let kubelet_now = raw.iter().any(|e| !e.is_socket());

@@ -12,6 +12,7 @@ use serde::Serialize;
 use std::fmt;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tonic::transport::Channel;
 
@@ -64,10 +65,13 @@ pub enum ListError {
     },
 }
 
-/// A client of the kubelet's pod-resources socket.
+/// A client of the kubelet's pod-resources socket. It keeps its connection between calls (and
+/// clones share it), so a caller that asks periodically should keep one client: a call on a
+/// connection the kubelet has closed (a kubelet restart) is made once more on a new one.
 #[derive(Debug, Clone)]
 pub struct PodResourcesClient {
     socket: PathBuf,
+    channel: Arc<Mutex<Option<Channel>>>,
 }
 
 impl Default for PodResourcesClient {
@@ -81,6 +85,7 @@ impl PodResourcesClient {
     pub fn new(socket: &Path) -> Self {
         PodResourcesClient {
             socket: socket.to_path_buf(),
+            channel: Arc::default(),
         }
     }
 
@@ -92,9 +97,10 @@ impl PodResourcesClient {
     /// The containers that hold devices of `resource` now (one `List` call, [`TIMEOUT`] each
     /// for connecting and for the answer).
     pub async fn list(&self, resource: &str) -> Result<Vec<Holder>, ListError> {
-        let mut client = self.connect().await?;
         let resp = self
-            .answer("List", client.list(ListPodResourcesRequest {}))
+            .call("List", |mut c| async move {
+                c.list(ListPodResourcesRequest {}).await
+            })
             .await?;
         Ok(holders_in(&resp, resource))
     }
@@ -102,12 +108,11 @@ impl PodResourcesClient {
     /// The device IDs of `resource` the kubelet holds (`GetAllocatableResources`): the device
     /// list of whichever plugin fed the kubelet last.
     pub async fn allocatable(&self, resource: &str) -> Result<Vec<String>, ListError> {
-        let mut client = self.connect().await?;
         let resp = self
-            .answer(
-                "GetAllocatableResources",
-                client.get_allocatable_resources(AllocatableResourcesRequest {}),
-            )
+            .call("GetAllocatableResources", |mut c| async move {
+                c.get_allocatable_resources(AllocatableResourcesRequest {})
+                    .await
+            })
             .await?;
         Ok(resp
             .devices
@@ -117,32 +122,107 @@ impl PodResourcesClient {
             .collect())
     }
 
-    async fn connect(&self) -> Result<PodResourcesListerClient<Channel>, ListError> {
-        let channel = uds::connect(&self.socket, ClientAuthority::Localhost, TIMEOUT)
+    /// Makes `call` on the kept connection, or on a new one when there is none or the kept one
+    /// failed at the transport (the kubelet restarted since): at most one call per connection.
+    async fn call<T, F, Fut>(&self, name: &'static str, call: F) -> Result<T, ListError>
+    where
+        F: Fn(PodResourcesListerClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let kept = self.kept().clone();
+        if let Some(channel) = kept {
+            match self
+                .answer(name, call(PodResourcesListerClient::new(channel)))
+                .await
+            {
+                Ok(v) => return Ok(v),
+                Err(Failure::Status(code, e)) if !transport_failure(code) => {
+                    return Err(e);
+                }
+                Err(Failure::Status(..)) => {}
+                Err(Failure::Timeout(e)) => {
+                    *self.kept() = None;
+                    return Err(e);
+                }
+            }
+        }
+        *self.kept() = None;
+        let channel = self.connect().await?;
+        let answer = self
+            .answer(name, call(PodResourcesListerClient::new(channel.clone())))
+            .await;
+        match answer {
+            Ok(v) => {
+                *self.kept() = Some(channel);
+                Ok(v)
+            }
+            Err(Failure::Status(code, e)) => {
+                if !transport_failure(code) {
+                    *self.kept() = Some(channel);
+                }
+                Err(e)
+            }
+            Err(Failure::Timeout(e)) => Err(e),
+        }
+    }
+
+    fn kept(&self) -> std::sync::MutexGuard<'_, Option<Channel>> {
+        self.channel.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn connect(&self) -> Result<Channel, ListError> {
+        // A missing socket (no kubelet here, or not mounted) needs no connection attempt.
+        if !self.socket.exists() {
+            return Err(ListError::Connect {
+                socket: self.socket.clone(),
+                detail: "no such socket".into(),
+            });
+        }
+        uds::connect(&self.socket, ClientAuthority::Localhost, TIMEOUT)
             .await
             .map_err(|e| ListError::Connect {
                 socket: self.socket.clone(),
                 detail: e.to_string(),
-            })?;
-        Ok(PodResourcesListerClient::new(channel))
+            })
     }
 
     async fn answer<T>(
         &self,
         call: &'static str,
         fut: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-    ) -> Result<T, ListError> {
+    ) -> Result<T, Failure> {
         let error = |detail: String| ListError::Call {
             call,
             socket: self.socket.clone(),
             detail,
         };
-        Ok(tokio::time::timeout(TIMEOUT, fut)
-            .await
-            .map_err(|_| error(format!("no answer within {TIMEOUT:?}")))?
-            .map_err(|s| error(format!("{}: {}", s.code(), s.message())))?
-            .into_inner())
+        match tokio::time::timeout(TIMEOUT, fut).await {
+            Err(_) => Err(Failure::Timeout(error(format!(
+                "no answer within {TIMEOUT:?}"
+            )))),
+            Ok(Err(s)) => Err(Failure::Status(
+                s.code(),
+                error(format!("{}: {}", s.code(), s.message())),
+            )),
+            Ok(Ok(r)) => Ok(r.into_inner()),
+        }
     }
+}
+
+/// How a call on a connection failed.
+enum Failure {
+    /// An error status, with its code.
+    Status(tonic::Code, ListError),
+    /// No answer in time.
+    Timeout(ListError),
+}
+
+/// Codes tonic gives a call whose connection broke (not an answer of the kubelet's).
+fn transport_failure(code: tonic::Code) -> bool {
+    matches!(
+        code,
+        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled
+    )
 }
 
 /// The containers in a `List` answer that have devices of `resource`.
