@@ -74,6 +74,12 @@ pub async fn run(
     let mut shown: Option<Conflict> = None;
     let mut published: Option<Conflict> = None;
     let mut reclaims = 0u64;
+    // The first look waits for start-up to settle: the kubelet's device list (tens of thousands
+    // of IDs on a large node) would otherwise be decoded while the plugin registers.
+    tokio::select! {
+        _ = cancel.cancelled() => return,
+        _ = tokio::time::sleep(SETTLE) => {}
+    }
     loop {
         let names: BTreeSet<String> = served
             .borrow()

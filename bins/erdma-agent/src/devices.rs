@@ -68,6 +68,8 @@ pub async fn run(
     // The last wake-up and the next of its SETTLE re-reads.
     let mut settle: Option<(tokio::time::Instant, usize)> = None;
     let mut full_scan: Option<tokio::task::JoinHandle<NodeDevices>> = None;
+    // An event may have renamed or replaced what the kept-open attributes belong to.
+    let mut reopen = false;
     loop {
         let settle_at =
             settle.map_or_else(tokio::time::Instant::now, |(woken, i)| woken + SETTLE[i]);
@@ -77,6 +79,7 @@ pub async fn run(
             _ = ticker.tick() => {}
             _ = wake.refresh.notified() => {
                 settle = Some((tokio::time::Instant::now(), 0));
+                reopen = true;
                 for netdev in wake.down.take() {
                     if let Some(next) = Inventory::link_down(&raw, &netdev) {
                         raw = next;
@@ -115,7 +118,15 @@ pub async fn run(
             None => raw.clone(),
         };
         let inv = inventory.clone();
-        let Ok(next) = tokio::task::spawn_blocking(move || inv.refresh(&base)).await else {
+        let reopen_now = std::mem::take(&mut reopen);
+        let Ok(next) = tokio::task::spawn_blocking(move || {
+            if reopen_now {
+                inv.reopen_attributes();
+            }
+            inv.refresh(&base)
+        })
+        .await
+        else {
             tracing::error!("inventory refresh panicked; keeping the previous snapshot");
             continue;
         };

@@ -59,6 +59,13 @@ impl Inventory {
         node::refresh(&self.sources, previous).unwrap_or_else(|| self.scan())
     }
 
+    /// Forgets the attributes the health re-read keeps open, so that the next re-read opens them
+    /// by path again. Call it after a link or device event: a netdev renamed, or deleted and
+    /// another created under its name, keeps its open attributes but not its path.
+    pub fn reopen_attributes(&self) {
+        self.sources.sysfs.close_rereads();
+    }
+
     /// `previous` after a link message showed netdev `netdev` down (see
     /// [`events::DownLinks`]): every healthy device on it becomes unhealthy ("netdev … is down"),
     /// without reading anything, as the live link state would have it. Never makes a device
