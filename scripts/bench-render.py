@@ -353,11 +353,22 @@ def render_lab_run(s):
     mx = down_sum.get("max") if down_sum else (max(down) if down else None)
     n = int(down_sum["n"]) if "n" in down_sum else len(down)
     out += ["", "| What (`REPORT` lines of `share/out/report.txt`) | Measured | Limit | Gate |", "| --- | --- | --- | --- |"]
-    # Issue 18's targets; the scenario itself passes at 250 ms / 1 s (the event path works at all).
-    g1 = s.gate("lab health: eth0 down → Unhealthy, median", med, 20, "≤", "ms")
-    g2 = s.gate("lab health: eth0 down → Unhealthy, every flip", mx, 100, "≤", "ms")
     down_text = dist(down) if down and not down_sum else (f"n = {n}: median {fmt(med, 0)} ms, max {fmt(mx, 0)} ms" if med is not None else "–")
-    out.append(f"| `eth0` down (one ioctl) → every rxe0 slot `Unhealthy` at the fake kubelet | {down_text} | median ≤ 20 ms, every flip ≤ 100 ms | {g1} / {g2} |")
+    # Issue 18's targets; the scenario itself passes at 250 ms / 1 s (the event path works at all).
+    # Gated: the flip up to the fake kubelet's receipt of the ListAndWatch message ("at the
+    # kubelet"); the probe's figure adds the state file the fake kubelet writes and the probe's
+    # inotify wake-up and read of it.
+    received = re.search(r"^REPORT:? health: of which until the fake kubelet received the update, down: ([^;]*);", report, re.M)
+    if received:
+        k = {key: float(x) for key, x in re.findall(r"\b(n|median|p90|max|min)=([0-9.]+)", received.group(1))}
+        g1 = s.gate("lab health: eth0 down → Unhealthy at the kubelet, median", k.get("median"), 20, "≤", "ms")
+        g2 = s.gate("lab health: eth0 down → Unhealthy at the kubelet, every flip", k.get("max"), 100, "≤", "ms")
+        out.append(f"| `eth0` down (one ioctl) → the fake kubelet has received every rxe0 slot `Unhealthy` (ListAndWatch message received, same guest clock) | n = {fmt(k.get('n'), 0)}: median {fmt(k.get('median'), 0)} ms, p90 {fmt(k.get('p90'), 0)} ms, max {fmt(k.get('max'), 0)} ms | median ≤ 20 ms, every flip ≤ 100 ms | {g1} / {g2} |")
+        out.append(f"| the same, seen by the probe (the fake kubelet's state file written, inotify, read and parsed) | {down_text} | reported | |")
+    else:
+        g1 = s.gate("lab health: eth0 down → Unhealthy, median", med, 20, "≤", "ms")
+        g2 = s.gate("lab health: eth0 down → Unhealthy, every flip", mx, 100, "≤", "ms")
+        out.append(f"| `eth0` down (one ioctl) → every rxe0 slot `Unhealthy` at the fake kubelet | {down_text} | median ≤ 20 ms, every flip ≤ 100 ms | {g1} / {g2} |")
     up_sum = summary.get("up", {})
     up_text = dist(up) if up else (f"median {fmt(up_sum.get('median', up_sum.get('p50')), 0)} ms, max {fmt(up_sum.get('max'), 0)} ms" if up_sum else "–")
     out.append(f"| `eth0` up → rxe0 `Healthy` again | {up_text} | none | |")

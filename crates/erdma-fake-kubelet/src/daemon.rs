@@ -467,6 +467,7 @@ impl Registration for RegistrationService {
                     connected: true,
                     streams: Vec::new(),
                     updates: 0,
+                    received_monotonic_us: 0,
                 },
             );
             mem.sync_streams(&r.resource_name);
@@ -496,6 +497,7 @@ async fn consume(
             _ = cancel.cancelled() => return,
             m = stream.next() => m,
         };
+        let received = state::monotonic_us();
         let mut mem = shared.mem();
         // Every open stream of the resource updates it (the kubelet keys device lists by resource
         // name, not by plugin); a stream replaced by its own plugin's re-registration is over.
@@ -524,6 +526,7 @@ async fn consume(
                     })
                     .collect();
                 entry.updates += 1;
+                entry.received_monotonic_us = received;
                 drop(mem);
                 tracing::debug!(%resource, "ListAndWatch update received");
                 shared.changed();

@@ -46,6 +46,19 @@ pub struct ResourceState {
     /// ListAndWatch messages received since registration.
     #[serde(default)]
     pub updates: u64,
+    /// When the latest ListAndWatch message arrived: microseconds of `CLOCK_MONOTONIC`, the
+    /// clock every process of one boot shares, so another process can time its own action
+    /// against the kubelet's receipt without the state file's write and read in between.
+    #[serde(default)]
+    pub received_monotonic_us: u64,
+}
+
+/// Now, in microseconds of `CLOCK_MONOTONIC` (see [`ResourceState::received_monotonic_us`]).
+pub fn monotonic_us() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000
+            + u64::try_from(t.tv_nsec()).unwrap_or(0) / 1_000
+    })
 }
 
 impl ResourceState {

@@ -1,5 +1,5 @@
-//! The node agent's side of the `ERdmaDevice` contract: wait for the node's object (selected by
-//! the `alibabacloud.com/nodename` label, as the original), match its ERIs to local netdevs by
+//! The node agent's side of the `ERdmaDevice` contract: follow the node's object with a watch
+//! (selected by the `alibabacloud.com/nodename` label, as the original), match its ERIs to local netdevs by
 //! MAC, and report per-device problems back into the status.
 //!
 //! Status ownership: the controller writes `Pending`/`Ready`/`Failed` from the cloud's point of
@@ -11,9 +11,7 @@ use crate::Error;
 use crate::crd::{DeviceInfo, DeviceState, DeviceStatus, ERdmaDevice, ERdmaDeviceStatus};
 use crate::labels::LABEL_NODE_NAME;
 use kube::Client;
-use kube::api::{Api, ListParams, Patch, PatchParams};
-use std::time::Duration;
-use tokio_util::sync::CancellationToken;
+use kube::api::{Api, Patch, PatchParams};
 
 /// Messages of agent-written status entries start with this.
 pub const AGENT_PREFIX: &str = "agent: ";
@@ -77,18 +75,6 @@ pub struct EriMatch<'a> {
     pub matched: Vec<(&'a DeviceInfo, String)>,
     /// ERIs not found: `(eni id, message)`.
     pub missing: Vec<(String, String)>,
-}
-
-/// Reads the `ERdmaDevice` of `node` once. `None` when there is none yet (or it lists no device).
-/// More than one object for a node is an error naming them.
-pub async fn find_node_eris(client: &Client, node: &str) -> Result<Option<NodeEris>, Error> {
-    let api: Api<ERdmaDevice> = Api::all(client.clone());
-    let lp = ListParams::default().labels(&node_selector(node));
-    let list = api.list(&lp).await.map_err(|source| Error::Kube {
-        what: format!("list ERdmaDevices labelled {}", node_selector(node)),
-        source,
-    })?;
-    node_eris_of(node, list.items.iter())
 }
 
 /// The label selector of `node`'s `ERdmaDevice`.
@@ -181,38 +167,6 @@ pub fn watch_node_eris(
             };
             std::future::ready(out)
         })
-}
-
-/// Waits (polling every `poll`) until `node` has an `ERdmaDevice` with devices, and, when
-/// `require_ready`, until every device is `Ready`. Ends with [`Error::Cancelled`] when `cancel`
-/// fires. API errors are logged and retried, never fatal.
-pub async fn wait_for_node_eris(
-    client: &Client,
-    node: &str,
-    poll: Duration,
-    require_ready: bool,
-    cancel: &CancellationToken,
-) -> Result<NodeEris, Error> {
-    loop {
-        match find_node_eris(client, node).await {
-            Ok(Some(eris)) if !require_ready || eris.all_ready() => return Ok(eris),
-            Ok(Some(eris)) => {
-                tracing::info!(node, object = %eris.object_name, "waiting for the ERIs to become Ready")
-            }
-            Ok(None) => tracing::info!(
-                node,
-                "waiting for the controller to create this node's ERdmaDevice"
-            ),
-            Err(e @ Error::Invalid(_)) => {
-                tracing::warn!(node, error = %e, "cannot use the ERdmaDevices")
-            }
-            Err(e) => tracing::warn!(node, error = %e, "reading the ERdmaDevice failed; retrying"),
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return Err(Error::Cancelled),
-            _ = tokio::time::sleep(poll) => {}
-        }
-    }
 }
 
 /// Records the agent's view of devices in the status of `object`: `problems` are

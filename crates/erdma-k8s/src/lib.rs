@@ -45,7 +45,4 @@ pub enum Error {
     /// Invalid input (options, objects), with the fix.
     #[error("{0}")]
     Invalid(String),
-    /// Stopped by cancellation.
-    #[error("cancelled")]
-    Cancelled,
 }

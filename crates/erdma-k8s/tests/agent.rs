@@ -1,14 +1,13 @@
 //! The agent API against the fake API server (real kube client over HTTP; only the API server is
 //! in memory).
 
-use erdma_k8s::agent::{AGENT_PREFIX, find_node_eris, report_device_problems, wait_for_node_eris};
+use erdma_k8s::agent::{AGENT_PREFIX, report_device_problems};
 use erdma_k8s::fake::FakeApiServer;
 use erdma_k8s::labels::erdma_device_labels;
 use erdma_k8s::{
     DeviceInfo, DeviceState, DeviceStatus, ERdmaDevice, ERdmaDeviceSpec, ERdmaDeviceStatus, Error,
 };
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 fn device(id: &str, mac: &str) -> DeviceInfo {
     DeviceInfo {
@@ -38,65 +37,12 @@ fn cr(node: &str, devices: Vec<DeviceInfo>, ready: &[&str]) -> ERdmaDevice {
     o
 }
 
+/// An API error while listing is yielded (for the agent to log) and the watch goes on: the
+/// object still arrives.
 #[tokio::test]
-async fn waits_until_the_controller_creates_the_object_then_matches_by_mac() {
-    let api = FakeApiServer::new();
-    let client = api.client();
-    let cancel = CancellationToken::new();
-    let writer = api.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(60)).await;
-        writer.put(&cr(
-            "node-a",
-            vec![device("eni-1", "00:16:3e:aa:bb:01")],
-            &[],
-        ));
-        tokio::time::sleep(Duration::from_millis(60)).await;
-        writer.put(&cr(
-            "node-a",
-            vec![device("eni-1", "00:16:3e:aa:bb:01")],
-            &["eni-1"],
-        ));
-    });
-    let eris = wait_for_node_eris(&client, "node-a", Duration::from_millis(20), true, &cancel)
-        .await
-        .expect("found");
-    assert!(eris.all_ready());
-    assert!(eris.jumbo_frame);
-    assert_eq!(
-        eris.by_mac("00-16-3E-AA-BB-01").map(|d| d.id.as_str()),
-        Some("eni-1")
-    );
-    assert_eq!(eris.by_mac("00:16:3e:aa:bb:02"), None);
-    let lists = api.requests_matching("GET", "/apis/network.alibabacloud.com/v1/erdmadevices");
-    assert!(lists.len() >= 3, "polled: {lists:?}");
-    assert!(lists.iter().all(|r| r.contains("labelSelector")));
-}
-
-#[tokio::test]
-async fn another_nodes_object_is_ignored_and_cancel_ends_the_wait() {
-    let api = FakeApiServer::new();
-    api.put(&cr(
-        "node-b",
-        vec![device("eni-9", "00:16:3e:00:00:09")],
-        &["eni-9"],
-    ));
-    let client = api.client();
-    assert_eq!(find_node_eris(&client, "node-a").await.unwrap(), None);
-    let cancel = CancellationToken::new();
-    let c2 = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        c2.cancel();
-    });
-    let err = wait_for_node_eris(&client, "node-a", Duration::from_millis(10), false, &cancel)
-        .await
-        .unwrap_err();
-    assert!(matches!(err, Error::Cancelled));
-}
-
-#[tokio::test]
-async fn api_errors_are_retried_not_fatal() {
+async fn watch_yields_an_api_error_and_goes_on() {
+    use erdma_k8s::agent::watch_node_eris;
+    use futures::StreamExt;
     let api = FakeApiServer::new();
     api.put(&cr(
         "node-a",
@@ -104,17 +50,31 @@ async fn api_errors_are_retried_not_fatal() {
         &[],
     ));
     api.fail_once("GET", "erdmadevices", 500);
-    let cancel = CancellationToken::new();
-    let eris = wait_for_node_eris(
-        &api.client(),
-        "node-a",
-        Duration::from_millis(5),
-        false,
-        &cancel,
-    )
-    .await
-    .unwrap();
+    let changes = watch_node_eris(&api.client(), "node-a");
+    futures::pin_mut!(changes);
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(10), changes.next())
+            .await
+            .expect("an update within 10 s")
+            .expect("the stream stays open")
+    };
+    match next().await {
+        Err(Error::Watch { what, message }) => {
+            assert!(
+                what.contains("node-name=node-a") || what.contains("node-a"),
+                "{what}"
+            );
+            assert!(!message.is_empty());
+        }
+        other => panic!("the failed list first: {other:?}"),
+    }
+    let eris = next().await.unwrap().expect("the object after the retry");
     assert_eq!(eris.devices.len(), 1);
+    let lists = api.requests_matching("GET", "/apis/network.alibabacloud.com/v1/erdmadevices");
+    assert!(
+        lists.iter().all(|r| r.contains("labelSelector")),
+        "{lists:?}"
+    );
 }
 
 #[tokio::test]
@@ -227,7 +187,14 @@ async fn watch_follows_the_node_object_through_its_life() {
     ));
     let eris = next().await.unwrap().expect("still there");
     assert!(eris.all_ready());
+    assert!(eris.jumbo_frame);
     assert_eq!(eris.devices[0].id, "eni-1");
+    assert_eq!(
+        eris.by_mac("00-16-3E-AA-BB-01").map(|d| d.id.as_str()),
+        Some("eni-1"),
+        "MACs match whatever their case and separator"
+    );
+    assert_eq!(eris.by_mac("00:16:3e:aa:bb:02"), None);
 
     let mut twin = cr(
         "node-a-old",

@@ -53,6 +53,10 @@ pub struct ResourceState {
     /// Whether the ListAndWatch stream is open.
     #[serde(default)]
     pub connected: bool,
+    /// When the fake kubelet received the latest ListAndWatch message (µs of
+    /// `CLOCK_MONOTONIC`; 0 from a fake kubelet that does not say).
+    #[serde(default)]
+    pub received_monotonic_us: u64,
 }
 
 /// The parts of `fake-kubelet-state.json` the lab reads.
@@ -167,14 +171,25 @@ pub fn wait_for(
     timeout: Duration,
     fallback: Duration,
 ) -> Result<Duration, ProbeError> {
+    wait_for_state(path, cond, start, timeout, fallback).map(|(elapsed, _)| elapsed)
+}
+
+/// [`wait_for`], with the state in which the condition held.
+pub fn wait_for_state(
+    path: &Path,
+    cond: &Condition,
+    start: Instant,
+    timeout: Duration,
+    fallback: Duration,
+) -> Result<(Duration, KubeletState), ProbeError> {
     let watch = DirWatch::new(path);
     let mut state = None;
     let mut reread = true;
     loop {
         if reread {
             state = KubeletState::read(path)?;
-            if state.as_ref().is_some_and(|s| cond.holds(s)) {
-                return Ok(start.elapsed());
+            if let Some(s) = state.as_ref().filter(|s| cond.holds(s)) {
+                return Ok((start.elapsed(), s.clone()));
             }
         }
         let left = timeout.saturating_sub(start.elapsed());

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
-use erdma_lab::probe::{Condition, wait_for};
+use erdma_lab::probe::{Condition, KubeletState, wait_for_state};
 
 #[derive(Parser)]
 #[command(
@@ -151,13 +151,18 @@ fn reg_mr(device: &str, size: usize) -> anyhow::Result<()> {
 const FALLBACK_REREAD: Duration = Duration::from_millis(100);
 
 fn watch(w: &Watch, start: Instant) -> anyhow::Result<Duration> {
+    watch_state(w, start).map(|(elapsed, _)| elapsed)
+}
+
+/// [`watch`], with the state file in which the condition held.
+fn watch_state(w: &Watch, start: Instant) -> anyhow::Result<(Duration, KubeletState)> {
     let cond = Condition {
         resource: w.resource.clone(),
         ibdev: w.ibdev.clone(),
         health: w.expect.clone(),
         min_registrations: w.min_registrations,
     };
-    Ok(wait_for(
+    Ok(wait_for_state(
         &w.state,
         &cond,
         start,
@@ -167,6 +172,14 @@ fn watch(w: &Watch, start: Instant) -> anyhow::Result<Duration> {
         // the agent and kubelet it times in a 2-vCPU emulated VM.
         FALLBACK_REREAD,
     )?)
+}
+
+/// Now, in microseconds of `CLOCK_MONOTONIC` (the fake kubelet's receipt clock).
+fn monotonic_us() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000
+            + u64::try_from(t.tv_nsec()).unwrap_or(0) / 1_000
+    })
 }
 
 /// Time of day (UTC) with microseconds, as the agent's log timestamps show it.
@@ -201,13 +214,27 @@ fn main() {
             watch: w,
         } => {
             let start = start_clock();
+            let start_us = monotonic_us();
             let set = erdma_lab::link::set_link(&netdev, set == "up");
             // The kernel's own part: the ioctl returns after the link message went out and the
             // netdev notifiers (the RDMA driver's port change among them) ran.
             let ioctl = start.elapsed();
             set.map_err(anyhow::Error::from)
-                .and_then(|()| watch(&w, start))
-                .inspect(|_| println!("ioctl_us={}", ioctl.as_micros()))
+                .and_then(|()| watch_state(&w, start))
+                .map(|(elapsed, state)| {
+                    println!("ioctl_us={}", ioctl.as_micros());
+                    // When the fake kubelet received the ListAndWatch message that made the
+                    // condition true: the flip without the state file's write and this probe's
+                    // read of it.
+                    let received = state
+                        .resources
+                        .get(&w.resource)
+                        .map_or(0, |r| r.received_monotonic_us);
+                    if received >= start_us && start_us > 0 {
+                        println!("kubelet_us={}", received - start_us);
+                    }
+                    elapsed
+                })
         }
         Command::Wait { watch: w } => watch(&w, start_clock()),
         Command::Contexts {
