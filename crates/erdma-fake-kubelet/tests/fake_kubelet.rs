@@ -461,16 +461,24 @@ async fn stream_end_marks_devices_unhealthy() {
         StaticPlugin::default(),
         cancel.clone(),
     );
+    let before = erdma_fake_kubelet::state::monotonic_us();
     register(dir.path(), "v1beta1", "example.com/dev", "p.sock")
         .await
         .unwrap();
-    k.wait_for(Duration::from_secs(5), |s| {
-        s.resources
-            .get("example.com/dev")
-            .is_some_and(|r| r.devices.len() == 4)
-    })
-    .await
-    .unwrap();
+    let s = k
+        .wait_for(Duration::from_secs(5), |s| {
+            s.resources
+                .get("example.com/dev")
+                .is_some_and(|r| r.devices.len() == 4)
+        })
+        .await
+        .unwrap();
+    // The receipt of the ListAndWatch message is stamped on the boot's monotonic clock.
+    let received = s.resources["example.com/dev"].received_monotonic_us;
+    assert!(
+        before < received && received <= erdma_fake_kubelet::state::monotonic_us(),
+        "received at {received} µs, registered after {before} µs"
+    );
     cancel.cancel();
     let s = k
         .wait_for(Duration::from_secs(5), |s| {
