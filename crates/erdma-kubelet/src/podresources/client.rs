@@ -129,41 +129,30 @@ impl PodResourcesClient {
         F: Fn(PodResourcesListerClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        // Bound first: the guard must not live across the call.
         let kept = self.kept().clone();
         if let Some(channel) = kept {
             match self
                 .answer(name, call(PodResourcesListerClient::new(channel)))
                 .await
             {
-                Ok(v) => return Ok(v),
-                Err(Failure::Status(code, e)) if !transport_failure(code) => {
-                    return Err(e);
-                }
-                Err(Failure::Status(..)) => {}
-                Err(Failure::Timeout(e)) => {
+                Err(Failure::Status(code, _)) if transport_failure(code) => {
                     *self.kept() = None;
-                    return Err(e);
+                }
+                answer => {
+                    if !connection_works(&answer) {
+                        *self.kept() = None;
+                    }
+                    return answer.map_err(Failure::into_error);
                 }
             }
         }
-        *self.kept() = None;
         let channel = self.connect().await?;
         let answer = self
             .answer(name, call(PodResourcesListerClient::new(channel.clone())))
             .await;
-        match answer {
-            Ok(v) => {
-                *self.kept() = Some(channel);
-                Ok(v)
-            }
-            Err(Failure::Status(code, e)) => {
-                if !transport_failure(code) {
-                    *self.kept() = Some(channel);
-                }
-                Err(e)
-            }
-            Err(Failure::Timeout(e)) => Err(e),
-        }
+        *self.kept() = connection_works(&answer).then_some(channel);
+        answer.map_err(Failure::into_error)
     }
 
     fn kept(&self) -> std::sync::MutexGuard<'_, Option<Channel>> {
@@ -215,6 +204,24 @@ enum Failure {
     Status(tonic::Code, ListError),
     /// No answer in time.
     Timeout(ListError),
+}
+
+impl Failure {
+    fn into_error(self) -> ListError {
+        match self {
+            Failure::Status(_, e) | Failure::Timeout(e) => e,
+        }
+    }
+}
+
+/// Whether the connection a call went over still works after `answer`: it gave an answer, or an
+/// error status the kubelet sent.
+fn connection_works<T>(answer: &Result<T, Failure>) -> bool {
+    match answer {
+        Ok(_) => true,
+        Err(Failure::Status(code, _)) => !transport_failure(*code),
+        Err(Failure::Timeout(_)) => false,
+    }
 }
 
 /// Codes tonic gives a call whose connection broke (not an answer of the kubelet's).
