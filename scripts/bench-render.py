@@ -338,7 +338,7 @@ def render_lab_run(s):
     results = re.findall(r"^((?:PASS|FAIL|SKIP): \S+.*)$", s.text, re.M)
     summary_line = re.search(r"^(\d+) passed, (\d+) failed$", s.text, re.M)
     down, up, restart, summary = health_figures(report)
-    bw = re.search(r"REPORT: ib_write_bw (.*) ([0-9.]+) MB/s", report)
+    bw = re.search(r"REPORT: ib_write_bw (.*?) ([0-9.]+) MB/s(.*)$", report, re.M)
     out = ["| scenario | result |", "| --- | --- |"]
     seen = {}
     for r in results:
@@ -373,7 +373,7 @@ def render_lab_run(s):
     up_text = dist(up) if up else (f"median {fmt(up_sum.get('median', up_sum.get('p50')), 0)} ms, max {fmt(up_sum.get('max'), 0)} ms" if up_sum else "–")
     out.append(f"| `eth0` up → rxe0 `Healthy` again | {up_text} | none | |")
     out.append(f"| `erdma-fake-kubelet restart` → the agent registered again (including the restart command) | {dist(restart)} | none in the lab (the agent bench gates it) | |")
-    out.append(f"| `ib_write_bw -F -u 20 -n 1000` {bw.group(1) if bw else ''} (allocation scenario) | {bw.group(2) + ' MB/s' if bw else '–'} | functional only (TCG) | |")
+    out.append(f"| `ib_write_bw -F -u 20 -n 1000` {bw.group(1) if bw else ''} (allocation scenario) | {bw.group(2) + ' MB/s' + bw.group(3) if bw else '–'} | functional only (TCG) | |")
     if len(down) and len(down) < 20 and not down_sum:
         out.append("")
         out.append(f"The health scenario reported {len(down)} flips (the gate is meant for a distribution over 20).")

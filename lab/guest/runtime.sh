@@ -72,3 +72,36 @@ cpod_listening() { nsenter --net="$(cpod_netns "$1")" ss -Hltn | grep -q ":$2 ";
 cpod_state() { erdma-fake-kubelet pod status --dir "$KDIR" --pod "lab/$1" | jq -r .state; }
 # dev_of UVERBS: "MAJOR MINOR" of /dev/infiniband/UVERBS
 dev_of() { tr ':' ' ' < "/sys/class/infiniband_verbs/$1/dev"; }
+# cwrite_bw SRV_POD SRV_DEV CLI_POD CLI_DEV OUT: ib_write_bw, 1000 RDMA WRITEs of 64 KiB from
+# CLI_DEV in CLI_POD's container to SRV_DEV in SRV_POD's container; the tool's output goes to
+# OUT-cli.out and OUT-srv.out. Sets WB_CRC and WB_SRC (exit codes at each end), WB_PERF (the
+# tool's average, MB/s), WB_RX (packets SRV_DEV received meanwhile), WB_SECS (the client's wall
+# time) and WB_MBPS (1000 x 64 KiB over that wall time, connection set-up included).
+# perftest times with the TSC, which under TCG is not to be trusted: once it printed 0.00 MB/s
+# for a run that exited 0 at both ends. The proof that the bytes crossed is the receiving
+# device's own counter (cwrite_bw_moved), the bandwidth figure comes from the wall clock.
+# ib_write_bw -u 20: a 4 s QP ack timeout (4 us x 2^20) instead of 67 ms. Under TCG on a loaded
+# machine an ack can take longer than 67 ms; rxe then retransmits mid-message and may answer the
+# duplicate with a NAK (status 9, remote invalid request), failing a run that would have worked.
+# The 300 s timeouts only guard against a hang: on a 2-core machine loaded by other builds the
+# 64 MB of ib_write_bw took over 60 s (about 1 MB/s under TCG at load average 12).
+cwrite_bw() {
+  _sp=$1; _sd=$2; _cp=$3; _cd=$4; _o=$5
+  _rx0=$(rdma -j statistic show link "$_sd/1" | jq -r '.[0].rcvd_pkts')
+  cx "$_sp" timeout 300 ib_write_bw -d "$_sd" -x "$(gid_v4 "$_sd")" -F -u 20 -n 1000 > "$_o-srv.out" 2>&1 &
+  _srv=$!
+  wait_for 60 cpod_listening "$_sp" 18515
+  _t0=$(now)
+  cx "$_cp" timeout 300 ib_write_bw -d "$_cd" -x "$(gid_v4 "$_cd")" -F -u 20 -n 1000 "$(cpod_ip "$_sp")" \
+    > "$_o-cli.out" 2>&1; WB_CRC=$?
+  _t1=$(now)
+  wait $_srv; WB_SRC=$?
+  _rx1=$(rdma -j statistic show link "$_sd/1" | jq -r '.[0].rcvd_pkts')
+  WB_RX=$((_rx1 - _rx0))
+  WB_PERF=$(awk '/^ *65536 / {print $4}' "$_o-cli.out" | tail -1)
+  WB_SECS=$(awk -v a="$_t0" -v b="$_t1" 'BEGIN { printf "%.2f", b - a }')
+  WB_MBPS=$(awk -v s="$WB_SECS" 'BEGIN { if (s > 0) printf "%.2f", 1000 * 65536 / 1e6 / s; else print 0 }')
+}
+# cwrite_bw_moved: the last cwrite_bw exited 0 at both ends and the receiving device took in at
+# least the packets 1000 x 64 KiB need at RoCE's largest MTU (4096 B: 16000 packets).
+cwrite_bw_moved() { test "$WB_CRC" = 0 && test "$WB_SRC" = 0 && test "$WB_RX" -ge 16000; }

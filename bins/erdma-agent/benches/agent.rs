@@ -89,9 +89,18 @@ fn cpu_ns(pid: u32) -> Option<u64> {
     Some((utime + stime) * 10_000_000)
 }
 
-/// CPU time of each of the process's threads in nanoseconds, from
-/// `/proc/PID/task/TID/schedstat` (the scheduler's exact run time, not tick samples).
-fn thread_cpu_ns(pid: u32) -> std::collections::BTreeMap<u32, u64> {
+/// One thread's scheduler figures from `/proc/PID/task/TID/{schedstat,comm}`.
+#[derive(Clone, Default)]
+struct ThreadCpu {
+    /// Run time in nanoseconds (the scheduler's exact figure, not tick samples).
+    ns: u64,
+    /// Time slices run on a CPU: about the number of times the thread woke up.
+    runs: u64,
+    name: String,
+}
+
+/// CPU time of each of the process's threads, by thread ID.
+fn thread_cpu_ns(pid: u32) -> std::collections::BTreeMap<u32, ThreadCpu> {
     let mut out = std::collections::BTreeMap::new();
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return out;
@@ -100,11 +109,18 @@ fn thread_cpu_ns(pid: u32) -> std::collections::BTreeMap<u32, u64> {
         let Some(tid) = e.file_name().to_str().and_then(|t| t.parse().ok()) else {
             continue;
         };
-        let ns = std::fs::read_to_string(e.path().join("schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()));
-        if let Some(ns) = ns {
-            out.insert(tid, ns);
+        let Ok(stat) = std::fs::read_to_string(e.path().join("schedstat")) else {
+            continue;
+        };
+        let f: Vec<u64> = stat
+            .split_whitespace()
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        if let (Some(&ns), Some(&runs)) = (f.first(), f.get(2)) {
+            let name = std::fs::read_to_string(e.path().join("comm"))
+                .map(|n| n.trim().to_string())
+                .unwrap_or_default();
+            out.insert(tid, ThreadCpu { ns, runs, name });
         }
     }
     out
@@ -114,15 +130,27 @@ fn thread_cpu_ns(pid: u32) -> std::collections::BTreeMap<u32, u64> {
 /// threads born in between all of theirs; returns the time and how many threads ended in between
 /// (their time is lost, so the bench reports it).
 fn cpu_between(
-    a: &std::collections::BTreeMap<u32, u64>,
-    b: &std::collections::BTreeMap<u32, u64>,
+    a: &std::collections::BTreeMap<u32, ThreadCpu>,
+    b: &std::collections::BTreeMap<u32, ThreadCpu>,
 ) -> (u64, usize) {
-    let used = b
-        .iter()
-        .map(|(tid, ns)| ns.saturating_sub(a.get(tid).copied().unwrap_or(0)))
-        .sum();
+    let used = by_thread_name(a, b).values().map(|(ns, _)| ns).sum();
     let ended = a.keys().filter(|t| !b.contains_key(t)).count();
     (used, ended)
+}
+
+/// CPU time and time slices between two readings, summed by thread name: where idle time goes.
+fn by_thread_name(
+    a: &std::collections::BTreeMap<u32, ThreadCpu>,
+    b: &std::collections::BTreeMap<u32, ThreadCpu>,
+) -> std::collections::BTreeMap<String, (u64, u64)> {
+    let mut out = std::collections::BTreeMap::<String, (u64, u64)>::new();
+    for (tid, now) in b {
+        let before = a.get(tid).cloned().unwrap_or_default();
+        let e = out.entry(now.name.clone()).or_default();
+        e.0 += now.ns.saturating_sub(before.ns);
+        e.1 += now.runs.saturating_sub(before.runs);
+    }
+    out
 }
 
 fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
@@ -351,6 +379,16 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
     let (threads1, cpu1) = (thread_cpu_ns(pid), cpu_ns(pid));
     let window = t0.elapsed().as_nanos() as f64;
     let (used, ended) = cpu_between(&threads0, &threads1);
+    let per_thread: Vec<String> = by_thread_name(&threads0, &threads1)
+        .iter()
+        .map(|(name, (ns, runs))| format!("{name} {:.2} ms in {runs} run(s)", *ns as f64 / 1e6))
+        .collect();
+    println!(
+        "{} x {}: idle CPU by thread: {}",
+        run.devices,
+        run.slots,
+        per_thread.join(", ")
+    );
     m.idle_cpu_pct = used as f64 / window * 100.0;
     m.idle_threads_ended = ended as u64;
     m.idle_cpu_ticks_pct = match (cpu0, cpu1) {
