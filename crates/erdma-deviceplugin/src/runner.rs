@@ -25,7 +25,12 @@ use tokio_util::sync::CancellationToken;
 
 const BACKOFF_START: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How often the plugin checks its own socket and the kubelet's while no inotify watch on the
+/// directory is live (inotify unavailable, or the directory itself was removed).
 const POLL: Duration = Duration::from_secs(1);
+/// The same check while the inotify watch is live: events carry kubelet restarts, this only
+/// bounds what a lost event could cost. An idle agent wakes for it six times a minute.
+const SAFETY_POLL: Duration = Duration::from_secs(10);
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Errors that stop the plugin before it starts.
@@ -42,6 +47,27 @@ enum DirEvent {
     /// Our socket path was removed or replaced.
     OwnSocketRemoved,
     KubeletSocketCreated,
+    /// Events may have been lost (inotify queue overflow, the watch itself gone): look now.
+    Rescan,
+}
+
+/// Whether the inotify watch on the plugin directory is live; decides the poll period.
+#[derive(Clone, Default)]
+struct WatchLive(Arc<std::sync::atomic::AtomicBool>);
+
+impl WatchLive {
+    fn set(&self, live: bool) {
+        self.0.store(live, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// [`SAFETY_POLL`] while the watch is live, [`POLL`] otherwise.
+    fn poll_period(&self) -> Duration {
+        if self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            SAFETY_POLL
+        } else {
+            POLL
+        }
+    }
 }
 
 /// Identity of a file (device, inode), to tell a re-created socket from the old one.
@@ -133,8 +159,9 @@ impl Plugin {
             ))
         });
         let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
-        let _watcher = watch_dir(&cfg, ev_tx, &cancel).await;
-        lifecycle(&state, &mut ev_rx, &cancel).await;
+        let live = WatchLive::default();
+        let _watcher = watch_dir(&cfg, ev_tx, live.clone(), &cancel).await;
+        lifecycle(&state, &mut ev_rx, &live, &cancel).await;
         let _ = feeder.await;
         if let Some(u) = usage {
             let _ = u.await;
@@ -209,10 +236,12 @@ async fn feed_served(
 }
 
 /// Starts an inotify watch on the plugin directory (waiting for it to exist). Returns the
-/// watcher, which must be kept alive; `None` when inotify is unavailable (the 1 s poll remains).
+/// watcher, which must be kept alive; `None` when inotify is unavailable. `live` says whether
+/// the watch works: false leaves the 1 s poll in charge.
 async fn watch_dir(
     cfg: &PluginConfig,
     tx: mpsc::UnboundedSender<DirEvent>,
+    live: WatchLive,
     cancel: &CancellationToken,
 ) -> Option<notify::RecommendedWatcher> {
     use notify::event::ModifyKind;
@@ -227,8 +256,29 @@ async fn watch_dir(
             _ = tokio::time::sleep(backoff.next_delay()) => {}
         }
     }
+    let dir = cfg.kubelet_dir.clone();
+    let handler_live = live.clone();
     let handler = move |res: notify::Result<notify::Event>| {
-        let Ok(ev) = res else { return };
+        let Ok(ev) = res else {
+            let _ = tx.send(DirEvent::Rescan);
+            return;
+        };
+        if ev.need_rescan() {
+            let _ = tx.send(DirEvent::Rescan);
+            return;
+        }
+        if matches!(
+            ev.kind,
+            EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
+        ) && ev.paths.contains(&dir)
+        {
+            // The directory itself was removed or moved (the watch goes with it): back to the
+            // 1 s poll.
+            tracing::warn!(dir = %dir.display(), "the device-plugin directory was removed; watching it by polling every {POLL:?}");
+            handler_live.set(false);
+            let _ = tx.send(DirEvent::Rescan);
+            return;
+        }
         for p in &ev.paths {
             let e = match ev.kind {
                 // Removed, or replaced by a rename over it.
@@ -247,7 +297,10 @@ async fn watch_dir(
     };
     match notify::recommended_watcher(handler) {
         Ok(mut w) => match w.watch(&cfg.kubelet_dir, RecursiveMode::NonRecursive) {
-            Ok(()) => Some(w),
+            Ok(()) => {
+                live.set(true);
+                Some(w)
+            }
             Err(e) => {
                 tracing::warn!(dir = %cfg.kubelet_dir.display(), "inotify watch failed ({e}); relying on the 1 s poll");
                 None
@@ -398,10 +451,18 @@ async fn lost_socket(state: &PluginState, server: Server, cancel: &CancellationT
     }
 }
 
+/// Whether the kubelet restarted since it accepted our registration: our socket is gone or
+/// replaced, or the kubelet's socket is a new one (not the one `kubelet_id` names).
+fn restarted_since(server: &Server, cfg: &PluginConfig, kubelet_id: Option<(u64, u64)>) -> bool {
+    !server.socket_intact()
+        || file_id(&cfg.kubelet_socket()).is_some_and(|id| Some(id) != kubelet_id)
+}
+
 /// Serve → register → watch, again and again, until cancelled.
 async fn lifecycle(
     state: &Arc<PluginState>,
     events: &mut mpsc::UnboundedReceiver<DirEvent>,
+    live: &WatchLive,
     cancel: &CancellationToken,
 ) {
     let cfg = &state.cfg;
@@ -449,7 +510,7 @@ async fn lifecycle(
                     _ = cancel.cancelled() => { server.stop().await; return; }
                     _ = &mut deadline => break,
                     ev = events.recv() => match ev {
-                        Some(DirEvent::KubeletSocketCreated) => break,
+                        Some(DirEvent::KubeletSocketCreated | DirEvent::Rescan) => break,
                         Some(DirEvent::OwnSocketRemoved) if !server.socket_intact() => {
                             if !lost_socket(state, server, cancel).await {
                                 return;
@@ -469,8 +530,6 @@ async fn lifecycle(
         };
         backoff.reset();
         // Registered: wait for a kubelet restart.
-        let mut poll = tokio::time::interval(POLL);
-        poll.tick().await;
         loop {
             let restarted = tokio::select! {
                 _ = cancel.cancelled() => {
@@ -482,9 +541,10 @@ async fn lifecycle(
                 ev = events.recv() => match ev {
                     Some(DirEvent::OwnSocketRemoved) => !server.socket_intact(),
                     Some(DirEvent::KubeletSocketCreated) => file_id(&cfg.kubelet_socket()) != kubelet_id,
+                    Some(DirEvent::Rescan) => restarted_since(&server, cfg, kubelet_id),
                     None => false,
                 },
-                _ = poll.tick() => !server.socket_intact() || file_id(&cfg.kubelet_socket()).is_some_and(|id| Some(id) != kubelet_id),
+                _ = tokio::time::sleep(live.poll_period()) => restarted_since(&server, cfg, kubelet_id),
                 _ = state.reclaim.notified() => {
                     tracing::warn!(resource = %cfg.resource_name, "the other device plugin that took the resource over has gone; re-serving and re-registering so the kubelet uses this plugin again");
                     state.metrics.set_unregistered();

@@ -580,6 +580,86 @@ async fn keeps_retrying_while_the_kubelet_is_down_and_registers_when_it_appears(
     kubelet.shutdown().await;
 }
 
+/// The plugin directory removed with everything in it and made again (the inotify watch goes
+/// with the directory): the new kubelet in it still gets the resource, and its restart is found
+/// by the 1 s poll that takes over from the lost watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_directory_made_anew_still_gets_the_resource() {
+    let dir = short_tempdir();
+    let first = erdma_fake_kubelet::FakeKubelet::start(erdma_fake_kubelet::FakeKubeletConfig::new(
+        dir.path(),
+    ))
+    .await
+    .unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(two_numa_node());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let metrics = std::sync::Arc::new(erdma_deviceplugin::Metrics::new());
+    let task = tokio::spawn(
+        erdma_deviceplugin::Plugin::new(
+            erdma_deviceplugin::PluginConfig::new(dir.path()),
+            rx,
+            metrics.clone(),
+        )
+        .run(cancel.clone()),
+    );
+    first
+        .wait_for(DEADLINE, |s| {
+            s.resources.get(RESOURCE).is_some_and(|r| r.connected)
+        })
+        .await
+        .unwrap();
+    first.shutdown().await;
+    // The plugin may serve its socket again while the directory goes (it sees its socket
+    // removed): remove until nothing is left, as `rm -rf` run again would.
+    let t = Instant::now();
+    while let Err(e) = std::fs::remove_dir_all(dir.path()) {
+        assert!(
+            t.elapsed() < DEADLINE,
+            "cannot remove {}: {e}",
+            dir.path().display()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    std::fs::create_dir(dir.path()).unwrap();
+    let second = erdma_fake_kubelet::FakeKubelet::start(
+        erdma_fake_kubelet::FakeKubeletConfig::new(dir.path()),
+    )
+    .await
+    .unwrap();
+    let s = second
+        .wait_for(DEADLINE, |s| {
+            s.resources
+                .get(RESOURCE)
+                .is_some_and(|r| r.connected && r.devices.len() == 600)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("not registered with the kubelet in the new directory: {e}"));
+    assert_eq!(s.registrations, 1, "the new kubelet saw one registration");
+    let own = erdma_deviceplugin::PluginConfig::new(dir.path()).socket_path();
+    assert!(
+        uds::is_socket(&own),
+        "the plugin serves {} in the new directory",
+        own.display()
+    );
+    // The kubelet lists the resource once the plugin's stream is up, a moment before the
+    // plugin's Register call returns.
+    wait_until(|| metrics.is_registered()).await;
+    // The watch went with the old directory: a kubelet restart now is seen by the poll alone.
+    second.restart().await.unwrap();
+    second
+        .wait_for(DEADLINE, |s| {
+            s.kubelet_restarts == 1
+                && s.resources
+                    .get(RESOURCE)
+                    .is_some_and(|r| r.connected && r.devices.len() == 600)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("the restart in the new directory was not seen: {e}"));
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+    second.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejected_registration_is_retried_and_the_plugin_keeps_serving() {
     let dir = short_tempdir();

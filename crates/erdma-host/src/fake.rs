@@ -267,17 +267,27 @@ impl NodeTree {
         };
         self.write(dir.join("address"), format!("{}\n", n.mac));
         self.write(dir.join("mtu"), format!("{}\n", n.mtu));
-        self.write(dir.join("operstate"), format!("{}\n", n.operstate));
         self.link(PathBuf::from("class/net").join(&n.name), &dir);
-        self
+        self.set_operstate(&n.name, &n.operstate)
     }
 
-    /// Sets a netdev's operstate.
+    /// Sets a netdev's operstate, and `flags` and `carrier` as the kernel shows them with it:
+    /// `down` is an interface set down (no `IFF_UP`; `carrier` cannot be read then, so the file
+    /// is absent), `lowerlayerdown` one that is up without a carrier, anything else one that
+    /// is up with a carrier.
     pub fn set_operstate(&self, netdev: &str, state: &str) -> &Self {
-        self.write(
-            PathBuf::from("class/net").join(netdev).join("operstate"),
-            format!("{state}\n"),
-        )
+        let dir = PathBuf::from("class/net").join(netdev);
+        self.write(dir.join("operstate"), format!("{state}\n"));
+        let (flags, carrier) = match state {
+            "down" => ("0x1002", None),
+            "lowerlayerdown" => ("0x1003", Some("0")),
+            _ => ("0x1003", Some("1")),
+        };
+        self.write(dir.join("flags"), format!("{flags}\n"));
+        match carrier {
+            Some(c) => self.write(dir.join("carrier"), format!("{c}\n")),
+            None => self.remove(dir.join("carrier")),
+        }
     }
 
     /// Adds an RDMA device with its ports, GIDs and char devices.

@@ -401,10 +401,13 @@ fn the_live_link_state_wins_over_a_lagging_operstate() {
     });
     let first = inv.scan();
     assert!(first.devices[1].health.is_healthy());
-    assert_eq!(first.devices[1].netdev.as_ref().unwrap().link_up, None);
+    assert_eq!(
+        first.devices[1].netdev.as_ref().unwrap().link_up,
+        Some(true)
+    );
     // `ip link set eth2 up` a moment ago: the port is ACTIVE, the carrier is there, operstate
     // still says down.
-    tree.set_operstate("eth2", "down");
+    tree.write("class/net/eth2/operstate", "down\n");
     tree.write("class/net/eth2/flags", "0x1003\n");
     tree.write("class/net/eth2/carrier", "1\n");
     for node in [inv.refresh(&first), inv.scan()] {
@@ -414,7 +417,7 @@ fn the_live_link_state_wins_over_a_lagging_operstate() {
     }
     // `ip link set eth2 down` a moment ago: IFF_UP is clear (the kernel refuses to read carrier
     // then), operstate still says up, and this driver has not taken the port down yet.
-    tree.set_operstate("eth2", "up");
+    tree.write("class/net/eth2/operstate", "up\n");
     tree.write("class/net/eth2/flags", "0x1002\n");
     tree.remove("class/net/eth2/carrier");
     for node in [inv.refresh(&first), inv.scan()] {
@@ -433,4 +436,15 @@ fn the_live_link_state_wins_over_a_lagging_operstate() {
         reasons.contains("port 1 is DOWN because netdev eth2 is down"),
         "{reasons}"
     );
+    // Neither `flags` nor `carrier` readable: operstate decides.
+    tree.write("class/infiniband/erdma_1/ports/1/state", "4: ACTIVE\n");
+    tree.remove("class/net/eth2/flags");
+    tree.remove("class/net/eth2/carrier");
+    tree.write("class/net/eth2/operstate", "down\n");
+    for node in [inv.refresh(&first), inv.scan()] {
+        let d = &node.devices[1];
+        assert_eq!(d.netdev.as_ref().unwrap().link_up, None);
+        let reasons = d.health.reasons().join("\n");
+        assert!(reasons.contains("netdev eth2 is down"), "{reasons}");
+    }
 }
