@@ -126,9 +126,16 @@ pub fn relative_target(link: &Path, target: &Path) -> PathBuf {
 impl NodeTree {
     /// A tree in a new temporary directory (removed on drop).
     pub fn temp() -> Self {
+        Self::temp_in(std::env::temp_dir())
+    }
+
+    /// A tree in a fresh temporary directory under `parent` (removed on drop). Benchmarks put it
+    /// on a tmpfs such as `/dev/shm`: memory-backed like sysfs, with no journal or writeback
+    /// of the freshly written tree competing with what is measured.
+    pub fn temp_in(parent: impl AsRef<Path>) -> Self {
         let tmp = tempfile::Builder::new()
             .prefix("erdma-node")
-            .tempdir()
+            .tempdir_in(parent)
             .expect("create temp dir");
         let root = tmp.path().to_path_buf();
         let mut t = NodeTree::at(root);
