@@ -399,6 +399,12 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
     for _ in 0..run.extra_starts {
         starts.push(start_once(bin, &args, want).await);
     }
+    // The cluster client's requests of the measured agent alone (the extra starts made theirs).
+    let before = (
+        api.requests_matching("GET", "erdmadevices").len(),
+        api.requests_matching("PATCH", "/nodes/").len(),
+        api.requests_matching("POST", "events").len(),
+    );
     let log = std::fs::File::create(&log_path).expect("agent log");
     let t = Instant::now();
     let mut child = Command::new(bin)
@@ -496,9 +502,9 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
     if run.flips_and_restarts {
         // What the cluster client did so far: ERdmaDevice requests (a list, then one watch held open), node label
         // and condition patches, Events.
-        let reads = api.requests_matching("GET", "erdmadevices").len();
-        let patches = api.requests_matching("PATCH", "/nodes/").len();
-        let events = api.requests_matching("POST", "events").len();
+        let reads = api.requests_matching("GET", "erdmadevices").len() - before.0;
+        let patches = api.requests_matching("PATCH", "/nodes/").len() - before.1;
+        let events = api.requests_matching("POST", "events").len() - before.2;
         let policy = std::fs::read_to_string(&log_path)
             .unwrap_or_default()
             .lines()
