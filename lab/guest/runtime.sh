@@ -87,7 +87,7 @@ dev_of() { tr ':' ' ' < "/sys/class/infiniband_verbs/$1/dev"; }
 # 64 MB of ib_write_bw took over 60 s (about 1 MB/s under TCG at load average 12).
 cwrite_bw() {
   _sp=$1; _sd=$2; _cp=$3; _cd=$4; _o=$5
-  _rx0=$(rdma -j statistic show link "$_sd/1" | jq -r '.[0].rcvd_pkts')
+  _rx0=$(rx_pkts "$_sd")
   cx "$_sp" timeout 300 ib_write_bw -d "$_sd" -x "$(gid_v4 "$_sd")" -F -u 20 -n 1000 > "$_o-srv.out" 2>&1 &
   _srv=$!
   wait_for 60 cpod_listening "$_sp" 18515
@@ -96,12 +96,24 @@ cwrite_bw() {
     > "$_o-cli.out" 2>&1; WB_CRC=$?
   _t1=$(now)
   wait $_srv; WB_SRC=$?
-  _rx1=$(rdma -j statistic show link "$_sd/1" | jq -r '.[0].rcvd_pkts')
-  WB_RX=$((_rx1 - _rx0))
+  _rx1=$(rx_pkts "$_sd")
+  # -1 when either counter could not be read: never a pass
+  case "$_rx0:$_rx1" in *[!0-9:]*|:*|*:) WB_RX=-1 ;; *) WB_RX=$((_rx1 - _rx0)) ;; esac
+  # the packets 1000 x 64 KiB take at the port's active MTU (4096, RoCE's largest, if unknown)
+  _mtu=$(ibv_devinfo -d "$_sd" 2>/dev/null | awk '/active_mtu/ {print $2; exit}')
+  case "$_mtu" in ''|*[!0-9]*) _mtu=4096 ;; esac
+  WB_NEED=$((65536000 / _mtu))
   WB_PERF=$(awk '/^ *65536 / {print $4}' "$_o-cli.out" | tail -1)
   WB_SECS=$(awk -v a="$_t0" -v b="$_t1" 'BEGIN { printf "%.2f", b - a }')
-  WB_MBPS=$(awk -v s="$WB_SECS" 'BEGIN { if (s > 0) printf "%.2f", 1000 * 65536 / 1e6 / s; else print 0 }')
+  # the wall-clock bandwidth only for a run that moved its bytes
+  if cwrite_bw_moved; then
+    WB_MBPS=$(awk -v s="$WB_SECS" 'BEGIN { if (s > 0) printf "%.2f", 1000 * 65536 / 1e6 / s; else print 0 }')
+  else
+    WB_MBPS=0
+  fi
 }
+# rx_pkts IBDEV: rcvd_pkts of port 1 (rxe's hardware counter), empty when unreadable
+rx_pkts() { rdma -j statistic show link "$1/1" 2>/dev/null | jq -r '.[0].rcvd_pkts // empty' 2>/dev/null; }
 # cwrite_bw_moved: the last cwrite_bw exited 0 at both ends and the receiving device took in at
-# least the packets 1000 x 64 KiB need at RoCE's largest MTU (4096 B: 16000 packets).
-cwrite_bw_moved() { test "$WB_CRC" = 0 && test "$WB_SRC" = 0 && test "$WB_RX" -ge 16000; }
+# least the packets 1000 x 64 KiB need at the port's active MTU (WB_NEED: 64000 at rxe's 1024).
+cwrite_bw_moved() { test "$WB_CRC" = 0 && test "$WB_SRC" = 0 && test "$WB_RX" -ge "$WB_NEED"; }

@@ -237,24 +237,28 @@ async fn start_once(bin: &str, args: &[String], want: usize) -> Duration {
             }
         })
         .collect();
+    // The measured start's environment and a log file like its own.
+    let log = std::fs::File::create(dir.path().join("agent.log")).expect("agent log");
     let t = Instant::now();
     let mut child = Command::new(bin)
         .args(&args)
         .env("NODE_NAME", NODE)
-        .env("RUST_LOG", "info")
+        .env(
+            "RUST_LOG",
+            std::env::var("ERDMA_BENCH_RUST_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .env_remove("KUBECONFIG")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(log)
         .spawn()
         .expect("spawn erdma-agent");
-    kubelet
+    let registered = kubelet
         .wait_for(Duration::from_secs(30), |s| {
             s.resources
                 .get(RESOURCE)
                 .is_some_and(|r| r.devices.len() == want)
         })
-        .await
-        .expect("agent registers every slot (from the ERdmaDevice)");
+        .await;
     let took = t.elapsed();
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
@@ -262,6 +266,7 @@ async fn start_once(bin: &str, args: &[String], want: usize) -> Duration {
     );
     let _ = child.wait();
     kubelet.shutdown().await;
+    registered.expect("agent registers every slot (from the ERdmaDevice)");
     took
 }
 

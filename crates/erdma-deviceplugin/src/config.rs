@@ -18,6 +18,9 @@ pub struct CdiConfig {
     pub kind: String,
 }
 
+/// The default of [`PluginConfig::safety_poll`]: an idle agent wakes for it six times a minute.
+pub const DEFAULT_SAFETY_POLL: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Everything the plugin needs to know.
 #[derive(Debug, Clone)]
 pub struct PluginConfig {
@@ -35,6 +38,10 @@ pub struct PluginConfig {
     pub cdi: Option<CdiConfig>,
     /// The kubelet's pod-resources socket, used to count slots in use.
     pub pod_resources_socket: Option<PathBuf>,
+    /// How often the registered plugin checks its socket and `kubelet.sock` while an inotify
+    /// watch on the directory is live (events carry kubelet restarts; this bounds what a lost
+    /// event costs). Without a live watch the check runs every second.
+    pub safety_poll: std::time::Duration,
 }
 
 impl PluginConfig {
@@ -48,6 +55,7 @@ impl PluginConfig {
             pre_start_required: false,
             cdi: None,
             pod_resources_socket: None,
+            safety_poll: DEFAULT_SAFETY_POLL,
         }
     }
 

@@ -14,6 +14,7 @@ pub mod cdi;
 pub mod coexistence;
 pub mod config;
 pub mod devices;
+mod dirwatch;
 pub mod metrics;
 pub mod podresources;
 pub mod runner;

@@ -2,12 +2,14 @@
 //! re-register, shut down cleanly.
 //!
 //! Restart detection uses inotify on the device-plugin directory (our socket removed,
-//! `kubelet.sock` created) plus a 1 s stat of both sockets as a fallback. While the kubelet is
+//! `kubelet.sock` created; [`crate::dirwatch`]) plus a stat of both sockets every
+//! [`PluginConfig::safety_poll`] (every second while no watch is live). While the kubelet is
 //! down, registration is retried with a backoff (50 ms doubling to 5 s, cut short when
 //! `kubelet.sock` appears). Nothing here exits the process.
 
 use crate::config::PluginConfig;
 use crate::devices::ServedSet;
+use crate::dirwatch::{DirEvent, DirWatch, POLL};
 use crate::metrics::Metrics;
 use crate::service::{DevicePluginService, NoopPreStart, PluginState, PreStartHook};
 use erdma_kubelet::deviceplugin::v1beta1 as api;
@@ -25,12 +27,6 @@ use tokio_util::sync::CancellationToken;
 
 const BACKOFF_START: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
-/// How often the plugin checks its own socket and the kubelet's while no inotify watch on the
-/// directory is live (inotify unavailable, or the directory itself was removed).
-const POLL: Duration = Duration::from_secs(1);
-/// The same check while the inotify watch is live: events carry kubelet restarts, this only
-/// bounds what a lost event could cost. An idle agent wakes for it six times a minute.
-const SAFETY_POLL: Duration = Duration::from_secs(10);
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Errors that stop the plugin before it starts.
@@ -39,35 +35,6 @@ pub enum PluginError {
     /// The configuration is unusable.
     #[error("device plugin configuration: {0}")]
     Config(String),
-}
-
-/// What happened in the device-plugin directory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum DirEvent {
-    /// Our socket path was removed or replaced.
-    OwnSocketRemoved,
-    KubeletSocketCreated,
-    /// Events may have been lost (inotify queue overflow, the watch itself gone): look now.
-    Rescan,
-}
-
-/// Whether the inotify watch on the plugin directory is live; decides the poll period.
-#[derive(Clone, Default)]
-struct WatchLive(Arc<std::sync::atomic::AtomicBool>);
-
-impl WatchLive {
-    fn set(&self, live: bool) {
-        self.0.store(live, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// [`SAFETY_POLL`] while the watch is live, [`POLL`] otherwise.
-    fn poll_period(&self) -> Duration {
-        if self.0.load(std::sync::atomic::Ordering::Relaxed) {
-            SAFETY_POLL
-        } else {
-            POLL
-        }
-    }
 }
 
 /// Identity of a file (device, inode), to tell a re-created socket from the old one.
@@ -158,10 +125,9 @@ impl Plugin {
                 cancel.clone(),
             ))
         });
-        let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
-        let live = WatchLive::default();
-        let _watcher = watch_dir(&cfg, ev_tx, live.clone(), &cancel).await;
-        lifecycle(&state, &mut ev_rx, &live, &cancel).await;
+        if let Some((mut watch, mut events)) = DirWatch::start(&cfg, &cancel).await {
+            lifecycle(&state, &mut watch, &mut events, &cancel).await;
+        }
         let _ = feeder.await;
         if let Some(u) = usage {
             let _ = u.await;
@@ -231,84 +197,6 @@ async fn feed_served(
                 cancel.cancelled().await;
                 return;
             },
-        }
-    }
-}
-
-/// Starts an inotify watch on the plugin directory (waiting for it to exist). Returns the
-/// watcher, which must be kept alive; `None` when inotify is unavailable. `live` says whether
-/// the watch works: false leaves the 1 s poll in charge.
-async fn watch_dir(
-    cfg: &PluginConfig,
-    tx: mpsc::UnboundedSender<DirEvent>,
-    live: WatchLive,
-    cancel: &CancellationToken,
-) -> Option<notify::RecommendedWatcher> {
-    use notify::event::ModifyKind;
-    use notify::{EventKind, RecursiveMode, Watcher};
-    let own = cfg.socket_path();
-    let kubelet = cfg.kubelet_socket();
-    let mut backoff = Backoff::new(BACKOFF_START, BACKOFF_MAX);
-    while !cfg.kubelet_dir.is_dir() {
-        tracing::warn!(dir = %cfg.kubelet_dir.display(), "device-plugin directory does not exist yet; waiting for the kubelet");
-        tokio::select! {
-            _ = cancel.cancelled() => return None,
-            _ = tokio::time::sleep(backoff.next_delay()) => {}
-        }
-    }
-    let dir = cfg.kubelet_dir.clone();
-    let handler_live = live.clone();
-    let handler = move |res: notify::Result<notify::Event>| {
-        let Ok(ev) = res else {
-            let _ = tx.send(DirEvent::Rescan);
-            return;
-        };
-        if ev.need_rescan() {
-            let _ = tx.send(DirEvent::Rescan);
-            return;
-        }
-        if matches!(
-            ev.kind,
-            EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
-        ) && ev.paths.contains(&dir)
-        {
-            // The directory itself was removed or moved (the watch goes with it): back to the
-            // 1 s poll.
-            tracing::warn!(dir = %dir.display(), "the device-plugin directory was removed; watching it by polling every {POLL:?}");
-            handler_live.set(false);
-            let _ = tx.send(DirEvent::Rescan);
-            return;
-        }
-        for p in &ev.paths {
-            let e = match ev.kind {
-                // Removed, or replaced by a rename over it.
-                EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_)) if *p == own => {
-                    Some(DirEvent::OwnSocketRemoved)
-                }
-                EventKind::Create(_) | EventKind::Modify(ModifyKind::Name(_)) if *p == kubelet => {
-                    Some(DirEvent::KubeletSocketCreated)
-                }
-                _ => None,
-            };
-            if let Some(e) = e {
-                let _ = tx.send(e);
-            }
-        }
-    };
-    match notify::recommended_watcher(handler) {
-        Ok(mut w) => match w.watch(&cfg.kubelet_dir, RecursiveMode::NonRecursive) {
-            Ok(()) => {
-                live.set(true);
-                Some(w)
-            }
-            Err(e) => {
-                tracing::warn!(dir = %cfg.kubelet_dir.display(), "inotify watch failed ({e}); relying on the 1 s poll");
-                None
-            }
-        },
-        Err(e) => {
-            tracing::warn!("inotify unavailable ({e}); relying on the 1 s poll");
-            None
         }
     }
 }
@@ -461,8 +349,8 @@ fn restarted_since(server: &Server, cfg: &PluginConfig, kubelet_id: Option<(u64,
 /// Serve → register → watch, again and again, until cancelled.
 async fn lifecycle(
     state: &Arc<PluginState>,
+    watch: &mut DirWatch,
     events: &mut mpsc::UnboundedReceiver<DirEvent>,
-    live: &WatchLive,
     cancel: &CancellationToken,
 ) {
     let cfg = &state.cfg;
@@ -485,6 +373,7 @@ async fn lifecycle(
         };
         // Drop events caused before this server existed.
         while events.try_recv().is_ok() {}
+        watch.rescan_taken();
         // Register, retrying while the kubelet is away.
         let mut reg_backoff = Backoff::new(BACKOFF_START, BACKOFF_MAX);
         let kubelet_id = loop {
@@ -508,9 +397,18 @@ async fn lifecycle(
             loop {
                 tokio::select! {
                     _ = cancel.cancelled() => { server.stop().await; return; }
-                    _ = &mut deadline => break,
+                    _ = &mut deadline => {
+                        watch.rearm();
+                        break;
+                    }
                     ev = events.recv() => match ev {
-                        Some(DirEvent::KubeletSocketCreated | DirEvent::Rescan) => break,
+                        Some(DirEvent::KubeletSocketCreated) => break,
+                        Some(DirEvent::Rescan) => {
+                            watch.rescan_taken();
+                            if uds::is_socket(&cfg.kubelet_socket()) {
+                                break;
+                            }
+                        }
                         Some(DirEvent::OwnSocketRemoved) if !server.socket_intact() => {
                             if !lost_socket(state, server, cancel).await {
                                 return;
@@ -541,10 +439,16 @@ async fn lifecycle(
                 ev = events.recv() => match ev {
                     Some(DirEvent::OwnSocketRemoved) => !server.socket_intact(),
                     Some(DirEvent::KubeletSocketCreated) => file_id(&cfg.kubelet_socket()) != kubelet_id,
-                    Some(DirEvent::Rescan) => restarted_since(&server, cfg, kubelet_id),
+                    Some(DirEvent::Rescan) => {
+                        watch.rescan_taken();
+                        restarted_since(&server, cfg, kubelet_id)
+                    }
                     None => false,
                 },
-                _ = tokio::time::sleep(live.poll_period()) => restarted_since(&server, cfg, kubelet_id),
+                _ = tokio::time::sleep(watch.poll_period()) => {
+                    watch.rearm();
+                    restarted_since(&server, cfg, kubelet_id)
+                }
                 _ = state.reclaim.notified() => {
                     tracing::warn!(resource = %cfg.resource_name, "the other device plugin that took the resource over has gone; re-serving and re-registering so the kubelet uses this plugin again");
                     state.metrics.set_unregistered();

@@ -278,10 +278,11 @@ impl NodeTree {
         self.set_operstate(&n.name, &n.operstate)
     }
 
-    /// Sets a netdev's operstate, and `flags` and `carrier` as the kernel shows them with it:
-    /// `down` is an interface set down (no `IFF_UP`; `carrier` cannot be read then, so the file
-    /// is absent), `lowerlayerdown` one that is up without a carrier, anything else one that
-    /// is up with a carrier.
+    /// Sets a netdev's operstate, and `flags` and `carrier` to match: `down` is an interface set
+    /// down (no `IFF_UP`; `carrier` cannot be read then, so the file is absent),
+    /// `lowerlayerdown` one that is up without a carrier, anything else one that is up with a
+    /// carrier. (The kernel says `down` for a NIC that is up without a carrier too; write
+    /// `flags` and `carrier` after this call for that case.)
     pub fn set_operstate(&self, netdev: &str, state: &str) -> &Self {
         let dir = PathBuf::from("class/net").join(netdev);
         self.write(dir.join("operstate"), format!("{state}\n"));
