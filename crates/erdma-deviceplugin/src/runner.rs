@@ -382,7 +382,10 @@ async fn lifecycle(
                 Ok(()) => {
                     state.metrics.observe_registration(true);
                     tracing::info!(resource = %cfg.resource_name, endpoint = %cfg.socket_name(), "registered with the kubelet");
-                    break kubelet_id;
+                    // `kubelet.sock` did not exist when it was looked at, yet Register got
+                    // through: it appeared in between, and that is the kubelet that accepted
+                    // us. (A later replacement also removes our socket, which is watched.)
+                    break kubelet_id.or_else(|| file_id(&cfg.kubelet_socket()));
                 }
                 Err(e) => {
                     state.metrics.observe_registration(false);
