@@ -1,33 +1,38 @@
 # syntax=docker/dockerfile:1
-# erdma-agent image: driver management, ERI netdevs, device plugin, SMC-R pre-start with the BPF
-# socket policy (feature `erdma-agent/bpf`). Also ships smcr_init (same binary name as the
-# smcr-init image) and erdmactl (`erdmactl doctor` from `kubectl exec`).
+# erdma-agent image: the node agent (driver modes, ERI netdevs, device plugin or DRA, SMC-R with the
+# BPF socket policy, NRI), with erdmactl (`erdmactl doctor` from `kubectl exec`) and smcr_init.
+# The release images come from scripts/build-images.sh (daemonless, reproducible); this file gives
+# a container engine the same tree, user, environment, entrypoint and labels
+# (scripts/check-dockerfiles.py keeps them in step with `build-images.sh --describe`).
 # Build from the repository root:
-#   docker build -f deploy/docker/agent.Dockerfile -t registry.example/erdma/agent:dev .
+#   docker build -f deploy/docker/agent.Dockerfile -t ghcr.io/erdma/erdma-agent:dev \
+#     --build-arg VERSION=0.1.0 --build-arg REVISION="$(git rev-parse HEAD)" \
+#     --build-arg CREATED="$(date -u -d @"$(git log -1 --format=%ct)" +%Y-%m-%dT%H:%M:%SZ)" .
 FROM rust:1.95-bookworm AS build
-# clang compiles the BPF objects (erdma-smc/build.rs, needs the libbpf-dev headers); libbpf-sys
-# builds its vendored libbpf with make and links libelf and zlib found through pkg-config.
-RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      clang libbpf-dev libelf-dev zlib1g-dev pkg-config make \
- && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
+# The script installs its own Debian build packages (scripts/host-deps.sh; root here), builds the
+# release binaries and writes every image's root tree to /out/<name>/.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p erdma-agent -p smcr-init -p erdmactl --features erdma-agent/bpf \
- && install -D -m 0755 target/release/erdma-agent /out/erdma-agent \
- && install -D -m 0755 target/release/smcr-init /out/smcr_init \
- && install -D -m 0755 target/release/erdmactl /out/erdmactl
+    bash scripts/build-images.sh --stage /out
 
-# libelf1 and zlib1g: runtime libraries of the BPF loader (libbpf itself is linked statically by
-# libbpf-sys). The agent runs modprobe/rmmod and the driver installer in the host's mount
-# namespace (setns, no nsenter), so the host's tools are used; kmod, util-linux and iproute2 are
-# here only for diagnosis with `kubectl exec`.
-FROM debian:12-slim
-RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libelf1 zlib1g ca-certificates kmod util-linux iproute2 \
- && rm -rf /var/lib/apt/lists/*
-COPY --from=build /out/ /usr/local/bin/
+FROM scratch
+ARG VERSION
+ARG REVISION
+ARG CREATED
+COPY --from=build /out/erdma-agent/ /
+# Root on purpose: the agent loads kernel modules, configures netdevs over netlink and enters the
+# host's mount namespace (the chart's DaemonSet adds SYS_MODULE, SYS_ADMIN, NET_ADMIN to root).
+# hadolint ignore=DL3002
+USER 0:0
+ENV PATH=/usr/local/bin:/usr/bin:/bin
+WORKDIR /
+LABEL org.opencontainers.image.source="https://github.com/erdma/erdma" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.title="erdma-agent" \
+      org.opencontainers.image.description="erdma node agent: eRDMA devices for pods (device plugin aliyun/erdma or DRA), driver modes, ERI netdevs, SMC-R, NRI" \
+      org.opencontainers.image.licenses="Apache-2.0"
 ENTRYPOINT ["/usr/local/bin/erdma-agent"]

@@ -1,27 +1,38 @@
 # syntax=docker/dockerfile:1
-# smcr_init image: the init container the webhook injects (command `/usr/local/bin/smcr_init`, as
-# the original webhook; reads SMCR_PNET, configures SMC-R in the pod's network namespace). The
-# BPF socket policy is in smcr-init's default features.
+# smcr-init image: the init container the webhook injects (command `/usr/local/bin/smcr_init`, as
+# the original webhook's; reads SMCR_PNET, configures SMC-R in the pod's network namespace).
+# The release images come from scripts/build-images.sh (daemonless, reproducible); this file gives
+# a container engine the same tree, user, environment, entrypoint and labels
+# (scripts/check-dockerfiles.py keeps them in step with `build-images.sh --describe`).
 # Build from the repository root:
-#   docker build -f deploy/docker/smcr-init.Dockerfile -t registry.example/erdma/smcr_init:dev .
+#   docker build -f deploy/docker/smcr-init.Dockerfile -t ghcr.io/erdma/smcr-init:dev \
+#     --build-arg VERSION=0.1.0 --build-arg REVISION="$(git rev-parse HEAD)" \
+#     --build-arg CREATED="$(date -u -d @"$(git log -1 --format=%ct)" +%Y-%m-%dT%H:%M:%SZ)" .
 FROM rust:1.95-bookworm AS build
-# clang compiles the BPF objects (needs the libbpf-dev headers); libbpf-sys builds its vendored
-# libbpf with make and links libelf and zlib found through pkg-config.
-RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      clang libbpf-dev libelf-dev zlib1g-dev pkg-config make \
- && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
+# The script installs its own Debian build packages (scripts/host-deps.sh; root here), builds the
+# release binaries and writes every image's root tree to /out/<name>/.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p smcr-init \
- && install -D -m 0755 target/release/smcr-init /out/smcr_init
+    bash scripts/build-images.sh --stage /out
 
-# libelf1 and zlib1g: runtime libraries of the BPF loader (libbpf is linked statically).
-FROM debian:12-slim
-RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libelf1 zlib1g \
- && rm -rf /var/lib/apt/lists/*
-COPY --from=build /out/smcr_init /usr/local/bin/smcr_init
+FROM scratch
+ARG VERSION
+ARG REVISION
+ARG CREATED
+COPY --from=build /out/smcr-init/ /
+# Root on purpose: it writes the SMC-R sysctls and pnet table of the pod's network namespace and
+# loads the BPF socket policy (the webhook injects it privileged, as the original does).
+# hadolint ignore=DL3002
+USER 0:0
+ENV PATH=/usr/local/bin:/usr/bin:/bin
+WORKDIR /
+LABEL org.opencontainers.image.source="https://github.com/erdma/erdma" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.title="smcr-init" \
+      org.opencontainers.image.description="smcr_init: the init container that moves a pod's TCP traffic to SMC-R" \
+      org.opencontainers.image.licenses="Apache-2.0"
 ENTRYPOINT ["/usr/local/bin/smcr_init"]
