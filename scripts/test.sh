@@ -2,8 +2,8 @@
 # The project's test command (README, second set-up command; `.ci/run` calls it).
 # Installs what the tests need on a fresh Debian 12 machine, then runs, in order:
 #   rustfmt check, clippy -D warnings, every workspace test, the #[ignore]d tests that need root
-#   (run here with --ignored; CI runs as root), the ECS SDK and Helm checks, the example training
-#   script, and the lab scenarios
+#   (run here with --ignored; CI runs as root), the ECS SDK, Helm and deploy lint checks, the
+#   example training script, and the lab scenarios
 #   on real kernels (which also run the #[ignore]d tests of the `::lab::` modules in the VMs).
 # Every stage runs even after an earlier one failed; the last line is one summary of all counts,
 # and the exit status is non-zero when any stage failed or an #[ignore]d test ran nowhere.
@@ -88,6 +88,9 @@ lab_only=$(wc -l < "$LOGS/lab-only.txt")
 # signatures) and the real Helm engine (lint, render matrix, upgrade identity), both from PyPI.
 stage ecs-sdk bash crates/erdma-cloud/sdk-oracle/check.sh
 stage helm bash deploy/helm/ci/check.sh
+# The workflows and Dockerfiles (actionlint, shellcheck, hadolint) and the Dockerfiles' agreement
+# with scripts/build-images.sh.
+stage lint-deploy bash scripts/lint-deploy.sh
 
 stage example bash examples/pytorch-mnist/ci-test.sh
 
@@ -123,7 +126,7 @@ verdict() { if [[ " ${failures[*]} " =~ " $1 " ]]; then echo FAILED; else echo o
 example=$(verdict example)
 lab="$l_pass passed, $l_fail failed"; [ -n "$lab_note" ] && lab=skipped
 status=ok; [ ${#failures[@]} -gt 0 ] && status="FAILED (${failures[*]})"
-printf '\nSUMMARY: %s | cargo test: %s passed, %s failed, %s ignored | #[ignore]d on this host: %s passed, %s failed | #[ignore]d lab tests: %s of %s passed in a VM (%s runs%s) | ECS SDK oracle: %s | Helm chart: %s | example training script: %s | lab scenarios: %s | skips: %s%s\n' \
+printf '\nSUMMARY: %s | cargo test: %s passed, %s failed, %s ignored | #[ignore]d on this host: %s passed, %s failed | #[ignore]d lab tests: %s of %s passed in a VM (%s runs%s) | ECS SDK oracle: %s | Helm chart: %s | deploy lint: %s | example training script: %s | lab scenarios: %s | skips: %s%s\n' \
   "$status" "$t_pass" "$t_fail" "$t_ign" "$h_pass" "$h_fail" "$((lab_only - lab_missing))" "$lab_only" \
-  "$l_ign" "${l_where:+: ${l_where:1:-1}}" "$(verdict ecs-sdk)" "$(verdict helm)" "$example" "$lab" "$skips" "${lab_note:+ ($lab_note)}"
+  "$l_ign" "${l_where:+: ${l_where:1:-1}}" "$(verdict ecs-sdk)" "$(verdict helm)" "$(verdict lint-deploy)" "$example" "$lab" "$skips" "${lab_note:+ ($lab_note)}"
 [ ${#failures[@]} -eq 0 ]
