@@ -10,6 +10,9 @@
 #   lab    qemu, busybox, kmod, cpio and the RDMA user-space tools the lab's guest image is made of
 #   test   what the test command needs beyond build: iproute2 (netns tests), python3-venv (the
 #          example training script), rustfmt and clippy
+#   image  what scripts/build-images.sh needs beyond build: jq, strip, gzip (apt-get and dpkg-deb
+#          come with every Debian)
+#   push   skopeo, for scripts/build-images.sh --push
 #
 # Installs what is missing with apt-get (Debian 12 or later), as root or through sudo. With --check
 # (or ERDMA_NO_APT=1, or the older ERDMA_LAB_NO_APT=1) it installs nothing and exits 1 naming what is
@@ -27,7 +30,9 @@ group_packages() {
       ibverbs-providers:/etc/libibverbs.d/rxe.driver iproute2:rdma jq:jq xz-utils:xz zstd:zstd
       strace:strace" ;;
     test) echo "iproute2:ip python3:python3 python3-venv:-" ;;
-    *) echo "host-deps: unknown group '$1' (known: build lab test)" >&2; return 2 ;;
+    image) echo "jq:jq binutils:strip gzip:gzip" ;;
+    push) echo "skopeo:skopeo" ;;
+    *) echo "host-deps: unknown group '$1' (known: build lab test image push)" >&2; return 2 ;;
   esac
 }
 
@@ -44,12 +49,12 @@ groups=()
 for a in "$@"; do
   case "$a" in
     --check) check=1 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "host-deps: unknown option '$a' (see --help)" >&2; exit 2 ;;
     *) groups+=("$a") ;;
   esac
 done
-[ ${#groups[@]} -gt 0 ] || { echo "host-deps: name at least one group: build lab test" >&2; exit 2; }
+[ ${#groups[@]} -gt 0 ] || { echo "host-deps: name at least one group: build lab test image push" >&2; exit 2; }
 [ "${ERDMA_NO_APT:-${ERDMA_LAB_NO_APT:-0}}" = 1 ] && check=1
 
 missing=()
