@@ -12,8 +12,11 @@ use std::sync::Arc;
 pub const CONFIG_PATH: &str = "/etc/erdma-controller/config.json";
 /// Default path of `credential.json`.
 pub const CREDENTIAL_PATH: &str = "/etc/erdma-controller-credential/credential.json";
-/// Default `smcr-init` image (the original's).
-pub const DEFAULT_SMC_INIT_IMAGE: &str = "registry.cn-hangzhou.aliyuncs.com/erdma/smcr_init:latest";
+/// Default `smcr-init` image: erdma's own (`deploy/docker/smcr-init.Dockerfile`), released with
+/// the agent and controller images at this version (the chart's appVersion, which the chart also
+/// renders into `config.json`).
+pub const DEFAULT_SMC_INIT_IMAGE: &str =
+    concat!("ghcr.io/erdma/smcr-init:", env!("CARGO_PKG_VERSION"));
 
 fn yes() -> bool {
     true

@@ -271,6 +271,13 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    if v.runs_controller() && v.config.is_original_smc_init_image() {
+        eprintln!(
+            "erdmactl: note: config.smcInitImage {} is the original chart's smcr_init image; erdma's {} runs instead. Drop config.smcInitImage from the values file.",
+            v.config.smc_init_image,
+            v.config.smc_init_image_ref()
+        );
+    }
     let warnings = v.warnings();
     for w in &warnings {
         eprintln!("erdmactl: warning: {w}");

@@ -550,6 +550,58 @@ fn uninstall_lists_what_install_created() {
     );
 }
 
+/// The original's smcr_init image named in a values file (the chart CI's fixture): config.json
+/// gets erdma's smcr-init image at this version, with a note saying so.
+#[test]
+fn the_original_smcr_init_image_is_replaced_with_a_note() {
+    let f = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/helm/ci/values/original-smcr-init.yaml"
+    );
+    let out = Command::cargo_bin("erdmactl")
+        .unwrap()
+        .args(["install", "--dry-run", "-o", "json", "-f", f])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let erdma = format!("ghcr.io/erdma/smcr-init:{}", env!("CARGO_PKG_VERSION"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("note: config.smcInitImage registry.cn-hangzhou.aliyuncs.com/erdma/smcr_init:latest is the original chart's smcr_init image; erdma's {erdma} runs instead")),
+        "{err}"
+    );
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cm = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .expect("ConfigMap");
+    let cfg: serde_json::Value =
+        serde_json::from_str(cm["data"]["config.json"].as_str().unwrap()).unwrap();
+    assert_eq!(cfg["smcInitImage"], erdma.as_str());
+    // An image of the user's own is kept, without a note.
+    let out = Command::cargo_bin("erdmactl")
+        .unwrap()
+        .args([
+            "install",
+            "--dry-run",
+            "-f",
+            f,
+            "--smc-init-image",
+            "registry.example/erdma/smcr-init:dev",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("smcr_init image"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("registry.example/erdma/smcr-init:dev"));
+}
+
 /// The original chart's values.yaml (the chart CI's fixture) renders with erdma's images, a note
 /// about the replaced Go image and a warning naming the missing access key.
 #[test]

@@ -202,6 +202,101 @@ fn local_discovery_applies_exposed_local_eris_and_jumbo_mtu_zero_omits_the_flag(
     assert!(args.contains(&"--cri-socket=/run/k3s/containerd/containerd.sock".to_string()));
 }
 
+fn chart_app_version() -> String {
+    let chart = std::fs::read_to_string(chart_dir().join("Chart.yaml")).expect("Chart.yaml");
+    chart
+        .lines()
+        .find_map(|l| l.strip_prefix("appVersion:"))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .expect("appVersion in Chart.yaml")
+}
+
+fn config_json(objects: &[Value]) -> Value {
+    let cm = find(objects, "ConfigMap", "alibaba-erdma-controller").expect("controller ConfigMap");
+    let raw = cm["data"]["config.json"].as_str().expect("config.json");
+    serde_json::from_str(raw).expect("config.json is JSON")
+}
+
+/// The lab's `chart` scenario runs this DaemonSet on rxe devices: its own flags come last, after
+/// every flag the chart sets, and none of them is one the chart sets too (the agent refuses a
+/// repeated one-value flag).
+#[test]
+fn the_lab_case_runs_the_agent_on_rxe_with_its_extra_args_last() {
+    let all = cases();
+    let lab = all.iter().find(|c| c.name == "lab.yaml").expect("lab case");
+    let args = agent_args(&lab.objects);
+    let extra = [
+        "--rdma-driver=rxe",
+        "--prefer-driver=none",
+        "--instance-id=i-lab",
+    ];
+    assert_eq!(&args[args.len() - 3..], extra, "{args:?}");
+    let chart_own = &args[..args.len() - 3];
+    assert_eq!(
+        chart_own.last().map(String::as_str),
+        Some("--metrics-addr=0.0.0.0:9101"),
+        "{args:?}"
+    );
+    assert!(chart_own.contains(&"--local-eri-discovery".to_string()));
+    // An empty allow-list: no --exposed-local-eris at all (every rxe device is served).
+    assert!(
+        !args.iter().any(|a| a.starts_with("--exposed-local-eris")),
+        "{args:?}"
+    );
+    for flag in ["--rdma-driver", "--prefer-driver", "--instance-id"] {
+        assert!(
+            !chart_own.iter().any(|a| a.split('=').next() == Some(flag)),
+            "{flag} is set by the chart too: {args:?}"
+        );
+    }
+    let ds = find(&lab.objects, "DaemonSet", "alibabacloud-erdma-agent").expect("agent");
+    let c = &ds["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(
+        c["image"],
+        format!("ghcr.io/erdma/erdma-agent:{}", chart_app_version())
+    );
+    assert!(
+        find(&lab.objects, "Deployment", "alibabacloud-erdma-controller").is_none(),
+        "no controller in the lab (local discovery, no webhook)"
+    );
+    assert!(!lab.notes.contains("WARNING"), "{}", lab.notes);
+}
+
+/// What the controller injects is visible in what the chart deploys: erdma's smcr-init image at
+/// the chart's appVersion, also for the original's smcr_init image named in a copied values file.
+#[test]
+fn config_json_names_erdmas_smcr_init_image_pinned_to_the_app_version() {
+    let want = format!("ghcr.io/erdma/smcr-init:{}", chart_app_version());
+    let all = cases();
+    let mut seen = 0;
+    for case in &all {
+        if find(&case.objects, "ConfigMap", "alibaba-erdma-controller").is_none() {
+            continue;
+        }
+        let cfg = config_json(&case.objects);
+        assert_eq!(cfg["smcInitImage"], want.as_str(), "{}", case.name);
+        seen += 1;
+    }
+    assert!(seen >= 10, "only {seen} cases render config.json");
+    let orig = all
+        .iter()
+        .find(|c| c.name == "original-smcr-init.yaml")
+        .expect("original-smcr-init case");
+    assert!(
+        orig.values
+            .contains("registry.cn-hangzhou.aliyuncs.com/erdma/smcr_init:latest"),
+        "the case names the original's image"
+    );
+    assert!(
+        orig.notes.contains(&format!(
+            "NOTE: config.smcInitImage registry.cn-hangzhou.aliyuncs.com/erdma/smcr_init:latest is the original chart's smcr_init image; erdma's {want} runs instead."
+        )),
+        "{}",
+        orig.notes
+    );
+}
+
 #[test]
 fn chart_crd_and_app_version_follow_the_workspace() {
     let chart_crd = std::fs::read_to_string(chart_dir().join("files/erdmadevices.yaml"))

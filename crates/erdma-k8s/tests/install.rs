@@ -152,6 +152,142 @@ fn the_original_go_images_are_refused_except_their_copied_default() {
     assert!(render(&v).is_ok(), "a lookalike name is not the Go image");
 }
 
+fn daemonset_args(v: &Values) -> Vec<String> {
+    let objs = render(v).expect("renders");
+    let ds = objs
+        .iter()
+        .find(|o| o["kind"] == "DaemonSet")
+        .expect("agent");
+    serde_json::from_value(ds["spec"]["template"]["spec"]["containers"][0]["args"].clone())
+        .expect("args")
+}
+
+#[test]
+fn extra_args_come_after_the_charts_own_and_an_empty_one_is_refused() {
+    let mut v = values();
+    v.agent.prefer_driver = "compat".into();
+    let own = daemonset_args(&v);
+    v.agent.extra_args = vec![
+        "--rdma-driver".into(),
+        "rxe".into(),
+        "--slots-per-device=8".into(),
+    ];
+    let args = daemonset_args(&v);
+    assert_eq!(args[..own.len()], own[..], "the chart's own args unchanged");
+    assert_eq!(
+        args[own.len()..],
+        ["--rdma-driver", "rxe", "--slots-per-device=8"],
+        "{args:?}"
+    );
+    assert!(own.contains(&"--prefer-driver=compat".to_string()));
+    for (bad, index) in [
+        (vec!["--rdma-driver=rxe".to_string(), String::new()], 1),
+        (vec![" \t".to_string()], 0),
+    ] {
+        let mut v = values();
+        v.agent.extra_args = bad;
+        let e = render(&v).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("agent.extraArgs[{index}]")) && e.contains("is empty"),
+            "{e}"
+        );
+    }
+    let v: Values =
+        serde_saphyr::from_str("agent:\n  extraArgs: [\"--instance-id=i-1\"]\n").expect("values");
+    assert_eq!(v.agent.extra_args, ["--instance-id=i-1"]);
+    assert!(Values::default().agent.extra_args.is_empty());
+}
+
+/// A values file that sets one key of an image block keeps the other defaults (Helm merges the
+/// block key by key), e.g. the lab's `agent.image.pullPolicy: IfNotPresent`.
+#[test]
+fn a_partial_image_block_keeps_erdmas_repository_and_tag() {
+    let v: Values = serde_saphyr::from_str(
+        "agent:\n  image:\n    pullPolicy: IfNotPresent\ncontroller:\n  image:\n    tag: dev\n",
+    )
+    .expect("values");
+    assert_eq!(v.agent.image.repository, "ghcr.io/erdma/erdma-agent");
+    assert_eq!(v.agent.image.pull_policy, "IfNotPresent");
+    assert_eq!(
+        v.agent.image.reference("agent").expect("image"),
+        format!("ghcr.io/erdma/erdma-agent:{}", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(
+        v.controller.image.repository,
+        "ghcr.io/erdma/erdma-controller"
+    );
+    assert_eq!(v.controller.image.pull_policy, "Always");
+    assert_eq!(
+        v.controller.image.reference("controller").expect("image"),
+        "ghcr.io/erdma/erdma-controller:dev"
+    );
+    let v: Values =
+        serde_saphyr::from_str("agent:\n  image:\n    repository: r.example/a\n").expect("values");
+    assert_eq!(
+        v.agent.image.reference("agent").expect("image"),
+        format!("r.example/a:{}", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(v.agent.image.pull_policy, "Always");
+}
+
+fn config_json_image(v: &Values) -> String {
+    let objs = render(v).expect("renders");
+    let cm = objs
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .expect("ConfigMap");
+    let cfg: serde_json::Value =
+        serde_json::from_str(cm["data"]["config.json"].as_str().expect("config.json"))
+            .expect("JSON");
+    cfg["smcInitImage"]
+        .as_str()
+        .expect("smcInitImage")
+        .to_string()
+}
+
+#[test]
+fn the_original_smcr_init_image_at_its_default_tag_becomes_erdmas() {
+    let erdma = format!("ghcr.io/erdma/smcr-init:{}", env!("CARGO_PKG_VERSION"));
+    for (given, replaced) in [
+        ("", true),
+        (
+            "registry.cn-hangzhou.aliyuncs.com/erdma/smcr_init:latest",
+            true,
+        ),
+        ("registry.cn-hangzhou.aliyuncs.com/erdma/smcr_init", true),
+        (
+            "registry-vpc.cn-beijing.aliyuncs.com/erdma/smcr_init:latest",
+            true,
+        ),
+        (
+            "registry-vpc.ap-southeast-1.aliyuncs.com/erdma/smcr_init",
+            true,
+        ),
+        // A pinned tag of the original's image is the user's choice (same command and SMCR_PNET).
+        (
+            "registry.cn-hangzhou.aliyuncs.com/erdma/smcr_init:v1.2.0",
+            false,
+        ),
+        ("registry-vpc..aliyuncs.com/erdma/smcr_init", false),
+        ("registry-vpc.CN-X.aliyuncs.com/erdma/smcr_init", false),
+        (
+            "mirror.example/registry.cn-hangzhou.aliyuncs.com/erdma/smcr_init",
+            false,
+        ),
+        ("registry.example/erdma/smcr-init:dev", false),
+    ] {
+        let mut v = values();
+        v.config.smc_init_image = given.into();
+        let want = if replaced { erdma.as_str() } else { given };
+        assert_eq!(config_json_image(&v), want, "{given:?}");
+        assert_eq!(
+            v.config.is_original_smc_init_image(),
+            replaced && !given.is_empty(),
+            "{given:?}"
+        );
+    }
+}
+
 #[test]
 fn chart_values_yaml_loads() {
     // The original chart's values.yaml shape (the keys erdma uses; others are ignored by serde).

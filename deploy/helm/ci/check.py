@@ -9,7 +9,8 @@ local discovery, webhook, each credentials type, every boolean flipped, placemen
     crates/erdma-k8s/tests/chart.rs reads these files: every object deserialises into its
     k8s-openapi type, and erdmactl's renderer produces the same objects);
   - the upgrade-identity check against ci/original-objects.yaml.
-Then values that must be refused are rendered and the error must name the value.
+Then values that must be refused are rendered and the error must name the value, and the
+config.smcInitImage forms (the original's smcr_init image replaced by erdma's) are checked.
 
 Usage: check.py [--update]   (run through ci/check.sh, which installs the package)
 """
@@ -19,7 +20,9 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import shutil
 import sys
+import tempfile
 
 from helm_python import chart as helm
 from helm_python.errors import HelmError
@@ -140,7 +143,67 @@ REFUSED = [
     ({"agent": {"nriRdmaMax": "hca_handle=lots"}}, "nriRdmaMax"),
     ({"agent": {"driverInstaller": {"version": "1.5.9;rm"}}}, "version"),
     ({"agent": {"driverInstaller": {"baseURL": "http://10.0.0.1/erdma"}}}, "baseURL"),
+    ({"agent": {"extraArgs": ["--rdma-driver=rxe", ""]}}, "extraArgs"),
+    ({"agent": {"extraArgs": [" "]}}, "extraArgs"),
+    ({"agent": {"extraArgs": "--rdma-driver=rxe"}}, "extraArgs"),
 ]
+
+# Refused by the templates themselves too (`helm install --skip-schema-validation`), with the
+# message erdmactl gives: rendered from a copy of the chart without values.schema.json.
+REFUSED_WITHOUT_SCHEMA = [
+    ({"agent": {"extraArgs": ["--rdma-driver=rxe", ""]}}, 'agent.extraArgs[1] "" is empty'),
+    ({"agent": {"extraArgs": ["\t "]}}, 'agent.extraArgs[0] "\\t " is empty'),
+]
+
+
+def refused_without_schema() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = pathlib.Path(tmp) / "erdma"
+        shutil.copytree(CHART, copy, ignore=shutil.ignore_patterns("ci"))
+        (copy / "values.schema.json").unlink()
+        chart = helm.Chart.load(str(copy))
+        for values, words in REFUSED_WITHOUT_SCHEMA:
+            try:
+                render(chart, values)
+            except HelmError as e:
+                if words not in str(e):
+                    fail(f"refused without the schema {values}: error does not say {words!r}: {e}")
+                else:
+                    print(f"ok   refused without the schema {json.dumps(values)}: {words}")
+                continue
+            fail(f"refused without the schema {values}: rendered without error")
+
+
+# config.smcInitImage -> the smcInitImage of config.json ("{app}": the chart's appVersion). The
+# original's smcr_init image at its default tag is replaced by erdma's; anything else is kept.
+SMC_INIT_IMAGES = [
+    ("", "ghcr.io/erdma/smcr-init:{app}"),
+    ("registry.cn-hangzhou.aliyuncs.com/erdma/smcr_init:latest", "ghcr.io/erdma/smcr-init:{app}"),
+    ("registry.cn-hangzhou.aliyuncs.com/erdma/smcr_init", "ghcr.io/erdma/smcr-init:{app}"),
+    ("registry-vpc.cn-beijing.aliyuncs.com/erdma/smcr_init:latest", "ghcr.io/erdma/smcr-init:{app}"),
+    ("registry-vpc.ap-southeast-1.aliyuncs.com/erdma/smcr_init", "ghcr.io/erdma/smcr-init:{app}"),
+    ("registry.cn-hangzhou.aliyuncs.com/erdma/smcr_init:v1.2.0", "registry.cn-hangzhou.aliyuncs.com/erdma/smcr_init:v1.2.0"),
+    ("registry-vpc..aliyuncs.com/erdma/smcr_init", "registry-vpc..aliyuncs.com/erdma/smcr_init"),
+    ("mirror.example/registry.cn-hangzhou.aliyuncs.com/erdma/smcr_init", "mirror.example/registry.cn-hangzhou.aliyuncs.com/erdma/smcr_init"),
+    ("registry.example/erdma/smcr-init:dev", "registry.example/erdma/smcr-init:dev"),
+]
+
+
+def smc_init_images(chart: helm.Chart) -> None:
+    app = load_yaml(CHART / "Chart.yaml")["appVersion"]
+    for given, want in SMC_INIT_IMAGES:
+        want = want.format(app=app)
+        values = {"config": {"enableWebhook": True, "smcInitImage": given}, "credentials": {"type": "ecs_ram_role"}}
+        objects, notes = render(chart, values)
+        cms = [o for o in objects if o["kind"] == "ConfigMap"]
+        got = json.loads(cms[0]["data"]["config.json"])["smcInitImage"] if cms else None
+        noted = "is the original chart's smcr_init image" in notes
+        if got != want:
+            fail(f"smcInitImage {given!r}: config.json has {got!r}, want {want!r}")
+        elif noted != (bool(given) and want != given):
+            fail(f"smcInitImage {given!r}: NOTES.txt {'names' if noted else 'does not name'} a replaced image: {notes}")
+        else:
+            print(f"ok   smcInitImage {given!r} -> {got}")
 
 
 def refused(chart: helm.Chart) -> None:
@@ -200,6 +263,8 @@ def main() -> int:
                 fail(f"{stale.relative_to(CHART)} has no values file")
     upgrade_identity(chart)
     refused(chart)
+    refused_without_schema()
+    smc_init_images(chart)
     if failures:
         print(f"\n{len(failures)} failed")
         return 1

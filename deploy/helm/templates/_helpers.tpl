@@ -78,6 +78,29 @@ says so).
 {{- if regexMatch "(^|[./])aliyuncs\\.com/erdma/(agent|controller)$" .repository }}true{{ end -}}
 {{- end }}
 
+{{/*
+The original's smcr_init image at its default tag (registry.cn-hangzhou.aliyuncs.com/erdma/smcr_init
+or a registry-vpc.<region>.aliyuncs.com mirror, tag latest or none), as a values file copied from
+the original chart may carry it. Argument: the config.smcInitImage value.
+*/}}
+{{- define "erdma.originalSmcInitImage" -}}
+{{- if regexMatch "^(registry\\.cn-hangzhou|registry-vpc\\.[a-z0-9-]+)\\.aliyuncs\\.com/erdma/smcr_init(:latest)?$" (toString .) }}true{{ end -}}
+{{- end }}
+
+{{/*
+The smcr-init image the webhook injects (config.json's smcInitImage): config.smcInitImage, or
+erdma's ghcr.io/erdma/smcr-init at the chart's appVersion when it is empty or the original's
+default (which erdma's image replaces: same command, same SMCR_PNET).
+*/}}
+{{- define "erdma.smcInitImage" -}}
+{{- $img := .Values.config.smcInitImage | default "" | toString -}}
+{{- if or (not $img) (include "erdma.originalSmcInitImage" $img) -}}
+{{- printf "ghcr.io/erdma/smcr-init:%s" .Chart.AppVersion -}}
+{{- else -}}
+{{- $img -}}
+{{- end -}}
+{{- end }}
+
 {{/* The CRI socket directory mounted in pre-start mode; fails with the fix on a bad path. */}}
 {{- define "erdma.criSocketDir" -}}
 {{- $s := .Values.agent.criSocket -}}

@@ -3,8 +3,8 @@
 use super::*;
 
 /// The agent's arguments (the original's flag names, then the port its probes use and, in
-/// pre-start mode, an explicit `agent.criSocket`). `--exposed-local-eris` only where it applies:
-/// local discovery, or `agent.filterClusterERIs`.
+/// pre-start mode, an explicit `agent.criSocket`), then `agent.extraArgs` as given.
+/// `--exposed-local-eris` only where it applies: local discovery, or `agent.filterClusterERIs`.
 pub fn agent_args(v: &Values) -> Vec<String> {
     let a = &v.agent;
     let mut args = Vec::new();
@@ -66,6 +66,7 @@ pub fn agent_args(v: &Values) -> Vec<String> {
     }
     args.push("--dev-root=/host/dev".into());
     args.push(format!("--metrics-addr=0.0.0.0:{AGENT_METRICS_PORT}"));
+    args.extend(a.extra_args.iter().cloned());
     args
 }
 

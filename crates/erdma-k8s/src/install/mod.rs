@@ -72,6 +72,9 @@ pub const DEFAULT_RELEASE: &str = "alibaba-erdma-controller";
 pub const AGENT_IMAGE: &str = "ghcr.io/erdma/erdma-agent";
 /// erdma's controller image repository.
 pub const CONTROLLER_IMAGE: &str = "ghcr.io/erdma/erdma-controller";
+/// erdma's `smcr-init` image repository (the init container the webhook injects; tag
+/// [`APP_VERSION`], as the controller's own default).
+pub const SMC_INIT_IMAGE: &str = "ghcr.io/erdma/smcr-init";
 
 fn non_empty_or(s: &str, default: &str) -> String {
     if s.is_empty() {
@@ -159,7 +162,7 @@ pub fn config_json(v: &Values) -> Result<String, Error> {
         "controllerNamespace": v.namespace, "controllerName": CONTROLLER_NAME,
         "clusterDomain": if c.cluster_domain.is_empty() { "cluster.local" } else { c.cluster_domain.as_str() },
         "certDir": "/var/lib/certDir", "enableDevicePlugin": c.enable_device_plugin, "enableWebhook": c.enable_webhook,
-        "smcInitImage": c.smc_init_image, "enableInitContainerInject": c.enable_init_container_inject,
+        "smcInitImage": c.smc_init_image_ref(), "enableInitContainerInject": c.enable_init_container_inject,
         "localERIDiscovery": c.local_eri_discovery, "nodeSelector": v.node_selector,
     });
     serde_json::to_string_pretty(&j).map_err(|e| Error::Serialize(e.to_string()))

@@ -67,13 +67,52 @@ impl Default for ImageValues {
     }
 }
 
+/// An image block as a values file gives it: any key may be missing. Helm merges such a block
+/// key by key into the chart's default, so a file that sets only `pullPolicy` keeps erdma's
+/// repository; [`agent_image`] and [`controller_image`] do the same.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ImagePatch {
+    repository: Option<String>,
+    tag: Option<String>,
+    pull_policy: Option<String>,
+}
+
+fn image_over<'de, D: serde::Deserializer<'de>>(
+    d: D,
+    repository: &str,
+) -> Result<ImageValues, D::Error> {
+    let mut image = ImageValues::of(repository);
+    if let Some(p) = Option::<ImagePatch>::deserialize(d)? {
+        if let Some(r) = p.repository {
+            image.repository = r;
+        }
+        if let Some(t) = p.tag {
+            image.tag = t;
+        }
+        if let Some(pp) = p.pull_policy {
+            image.pull_policy = pp;
+        }
+    }
+    Ok(image)
+}
+
+fn agent_image<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ImageValues, D::Error> {
+    image_over(d, AGENT_IMAGE)
+}
+
+fn controller_image<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ImageValues, D::Error> {
+    image_over(d, CONTROLLER_IMAGE)
+}
+
 /// `controller.*`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ControllerValues {
     /// Replicas (leader election picks one active).
     pub replica_count: i32,
-    /// Image.
+    /// Image (keys missing from a values file keep erdma's defaults, as Helm's merge does).
+    #[serde(deserialize_with = "controller_image")]
     pub image: ImageValues,
     /// Pull secrets of the controller pods.
     pub image_pull_secrets: Vec<LocalObjectReference>,
@@ -105,7 +144,8 @@ impl Default for ControllerValues {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct AgentValues {
-    /// Image.
+    /// Image (keys missing from a values file keep erdma's defaults, as Helm's merge does).
+    #[serde(deserialize_with = "agent_image")]
     pub image: ImageValues,
     /// `--prefer-driver`: `default`, `compat`, `ofed`; empty = auto.
     pub prefer_driver: String,
@@ -133,6 +173,10 @@ pub struct AgentValues {
     pub nri_memlock: String,
     /// (new) `--nri-rdma-max`: default `rdma.max` limits (empty: none).
     pub nri_rdma_max: String,
+    /// (new) Extra arguments of the agent, appended after all of the chart's own, as given
+    /// (each non-empty). The agent refuses a one-value flag given twice (exit status 2), so one
+    /// the chart already sets cannot be overridden here; list flags add to the chart's.
+    pub extra_args: Vec<String>,
     /// Pull secrets of the agent pods.
     pub image_pull_secrets: Vec<LocalObjectReference>,
     /// Accepted for compatibility; names are fixed.
@@ -155,6 +199,7 @@ impl Default for AgentValues {
             nri: "auto".into(),
             nri_memlock: "unlimited".into(),
             nri_rdma_max: String::new(),
+            extra_args: Vec::new(),
             image_pull_secrets: Vec::new(),
             name_override: String::new(),
             fullname_override: String::new(),
@@ -220,7 +265,8 @@ pub struct ConfigValues {
     pub enable_webhook: bool,
     /// Inject `smcr-init`.
     pub enable_init_container_inject: bool,
-    /// `smcr-init` image; empty: the default.
+    /// `smcr-init` image; empty: erdma's [`SMC_INIT_IMAGE`] at [`APP_VERSION`] (see
+    /// [`ConfigValues::smc_init_image_ref`]).
     pub smc_init_image: String,
     /// Local ERI discovery (no cloud credentials needed).
     #[serde(rename = "localERIDiscovery")]
@@ -238,6 +284,38 @@ impl Default for ConfigValues {
             enable_init_container_inject: true,
             smc_init_image: String::new(),
             local_eri_discovery: false,
+        }
+    }
+}
+
+impl ConfigValues {
+    /// Whether `smcInitImage` is the original's `smcr_init` image at its default tag
+    /// (`registry.cn-hangzhou.aliyuncs.com/erdma/smcr_init` or a
+    /// `registry-vpc.<region>.aliyuncs.com` mirror, tag `latest` or none), which a values file
+    /// copied from the original chart may carry; erdma's image replaces it.
+    pub fn is_original_smc_init_image(&self) -> bool {
+        let image = self.smc_init_image.as_str();
+        let repo = image.strip_suffix(":latest").unwrap_or(image);
+        let Some(host) = repo.strip_suffix(".aliyuncs.com/erdma/smcr_init") else {
+            return false;
+        };
+        host == "registry.cn-hangzhou"
+            || host.strip_prefix("registry-vpc.").is_some_and(|region| {
+                !region.is_empty()
+                    && region
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            })
+    }
+
+    /// The `smcr-init` image written into `config.json` (what the webhook injects):
+    /// `smcInitImage`, or `ghcr.io/erdma/smcr-init:<APP_VERSION>` when it is empty or the
+    /// original's default (erdma's image runs the same command with the same `SMCR_PNET`).
+    pub fn smc_init_image_ref(&self) -> String {
+        if self.smc_init_image.is_empty() || self.is_original_smc_init_image() {
+            format!("{SMC_INIT_IMAGE}:{APP_VERSION}")
+        } else {
+            self.smc_init_image.clone()
         }
     }
 }
@@ -456,6 +534,13 @@ impl Values {
             && let Err(e) = erdma_model::rdma_limit::RdmaLimit::parse(&self.agent.nri_rdma_max)
         {
             return bad(format!("agent.nriRdmaMax: {e}"));
+        }
+        for (i, arg) in self.agent.extra_args.iter().enumerate() {
+            if arg.trim().is_empty() {
+                return bad(format!(
+                    "agent.extraArgs[{i}] {arg:?} is empty: each entry is one argument of the agent (e.g. \"--rdma-driver=rxe\"); remove it"
+                ));
+            }
         }
         if self.controller.replica_count < 1 {
             return bad("controller.replicaCount must be at least 1".into());
