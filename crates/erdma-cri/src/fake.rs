@@ -2,10 +2,12 @@
 //!
 //! - [`FakeRuntime`] answers the calls the agent makes from a fixed list of sandboxes, the way
 //!   containerd does (`verbose` status carries the `info` JSON); it refuses the lifecycle calls.
-//! - [`RecordingRuntime`] also runs the lifecycle in memory and records every request, for tests
-//!   of a kubelet (the lab's `erdma-fake-kubelet pod`).
+//! - [`RecordingRuntime`] also runs the lifecycle in memory, serves `ImageService.ImageStatus`
+//!   from images a test adds, and records every request, for tests of a kubelet (the lab's
+//!   `erdma-fake-kubelet pod`).
 
 use crate::runtime::v1 as cri;
+use crate::runtime::v1::image_service_server::ImageService;
 use crate::runtime::v1::runtime_service_server::RuntimeService;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -157,9 +159,9 @@ impl RuntimeService for FakeRuntime {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Recorded {
     /// `RunPodSandbox` with its config.
-    RunPodSandbox(cri::PodSandboxConfig),
+    RunPodSandbox(Box<cri::PodSandboxConfig>),
     /// `CreateContainer` with the sandbox id and the container config.
-    CreateContainer(String, cri::ContainerConfig),
+    CreateContainer(String, Box<cri::ContainerConfig>),
     /// `StartContainer` of a container id.
     StartContainer(String),
     /// `ExecSync` in a container with the command.
@@ -172,6 +174,8 @@ pub enum Recorded {
     StopPodSandbox(String),
     /// `RemovePodSandbox` of a sandbox id.
     RemovePodSandbox(String),
+    /// `ImageStatus` of an image reference or ID.
+    ImageStatus(String),
 }
 
 #[derive(Default)]
@@ -179,15 +183,44 @@ struct Lifecycle {
     calls: Vec<Recorded>,
     sandboxes: BTreeMap<String, cri::PodSandboxConfig>,
     containers: BTreeMap<String, (String, cri::ContainerState)>,
+    /// Exit codes of containers that exited (by [`RecordingRuntime::exit_container`]).
+    exit_codes: BTreeMap<String, i32>,
+    images: Vec<cri::Image>,
+    /// `ExecSync` answers by the command's first word: exit code and stdout.
+    exec_answers: BTreeMap<String, (i32, String)>,
 }
 
 /// A runtime that runs sandboxes and containers in memory and records every lifecycle request.
 /// Sandbox `sN` gets IP `10.89.0.N` and netns `/var/run/netns/cni-sN`; `ExecSync` answers the
-/// command joined by spaces on stdout, exit code 0.
+/// command joined by spaces on stdout, exit code 0, unless [`RecordingRuntime::answer_exec`]
+/// set another answer for the command's first word. `ImageStatus` finds the images added with
+/// [`RecordingRuntime::add_image`] by ID, tag or digest.
 #[derive(Clone, Default)]
 pub struct RecordingRuntime(Arc<Mutex<Lifecycle>>);
 
 impl RecordingRuntime {
+    /// Adds an image to the store.
+    pub fn add_image(&self, image: cri::Image) {
+        self.state().images.push(image);
+    }
+
+    /// From now on, `ExecSync` of a command whose first word is `program` exits with `exit_code`
+    /// and prints `stdout`.
+    pub fn answer_exec(&self, program: &str, exit_code: i32, stdout: &str) {
+        self.state()
+            .exec_answers
+            .insert(program.to_string(), (exit_code, stdout.to_string()));
+    }
+
+    /// The container's process exits with `exit_code` (its state becomes `CONTAINER_EXITED`).
+    pub fn exit_container(&self, id: &str, exit_code: i32) {
+        let mut st = self.state();
+        if let Some(c) = st.containers.get_mut(id) {
+            c.1 = cri::ContainerState::ContainerExited;
+            st.exit_codes.insert(id.to_string(), exit_code);
+        }
+    }
+
     /// The requests received so far.
     pub fn calls(&self) -> Vec<Recorded> {
         self.state().calls.clone()
@@ -296,7 +329,8 @@ impl RuntimeService for RecordingRuntime {
             .config
             .ok_or_else(|| Status::invalid_argument("no sandbox config"))?;
         let mut st = self.state();
-        st.calls.push(Recorded::RunPodSandbox(config.clone()));
+        st.calls
+            .push(Recorded::RunPodSandbox(Box::new(config.clone())));
         let id = format!("s{}", st.calls.len());
         st.sandboxes.insert(id.clone(), config);
         Ok(Response::new(cri::RunPodSandboxResponse {
@@ -343,8 +377,10 @@ impl RuntimeService for RecordingRuntime {
         if !st.sandboxes.contains_key(&r.pod_sandbox_id) {
             return Err(Status::not_found(format!("sandbox {}", r.pod_sandbox_id)));
         }
-        st.calls
-            .push(Recorded::CreateContainer(r.pod_sandbox_id.clone(), config));
+        st.calls.push(Recorded::CreateContainer(
+            r.pod_sandbox_id.clone(),
+            Box::new(config),
+        ));
         let id = format!("c{}", st.calls.len());
         st.containers.insert(
             id.clone(),
@@ -404,10 +440,12 @@ impl RuntimeService for RecordingRuntime {
             .containers
             .get(&id)
             .ok_or_else(|| Status::not_found(format!("container {id}")))?;
+        let exit_code = st.exit_codes.get(&id).copied().unwrap_or(0);
         Ok(Response::new(cri::ContainerStatusResponse {
             status: Some(cri::ContainerStatus {
                 id,
                 state: *state as i32,
+                exit_code,
                 ..Default::default()
             }),
             info: BTreeMap::new(),
@@ -429,12 +467,44 @@ impl RuntimeService for RecordingRuntime {
                 )));
             }
         }
-        let out = r.cmd.join(" ");
+        let (exit_code, out) = r
+            .cmd
+            .first()
+            .and_then(|p| st.exec_answers.get(p))
+            .cloned()
+            .unwrap_or_else(|| (0, r.cmd.join(" ")));
         st.calls.push(Recorded::ExecSync(r.container_id, r.cmd));
         Ok(Response::new(cri::ExecSyncResponse {
             stdout: out.into_bytes(),
             stderr: Vec::new(),
-            exit_code: 0,
+            exit_code,
+        }))
+    }
+}
+
+#[tonic::async_trait]
+impl ImageService for RecordingRuntime {
+    async fn image_status(
+        &self,
+        r: Request<cri::ImageStatusRequest>,
+    ) -> Result<Response<cri::ImageStatusResponse>, Status> {
+        let wanted = r
+            .into_inner()
+            .image
+            .map(|s| s.image)
+            .ok_or_else(|| Status::invalid_argument("no image spec"))?;
+        let mut st = self.state();
+        st.calls.push(Recorded::ImageStatus(wanted.clone()));
+        let image = st
+            .images
+            .iter()
+            .find(|i| {
+                i.id == wanted || i.repo_tags.contains(&wanted) || i.repo_digests.contains(&wanted)
+            })
+            .cloned();
+        Ok(Response::new(cri::ImageStatusResponse {
+            image,
+            info: BTreeMap::new(),
         }))
     }
 }

@@ -2,22 +2,26 @@
 //! device plugin's `PreStartContainer`.
 //!
 //! - [`runtime::v1`]: the generated messages, client and server of the few CRI calls used
-//!   (`Version`, `ListPodSandbox`, `PodSandboxStatus`, and the lifecycle calls of
-//!   [`lifecycle`]), from `proto/runtime/v1/api.proto`,
+//!   (`Version`, `ListPodSandbox`, `PodSandboxStatus`, the lifecycle calls of [`lifecycle`] and
+//!   `ImageService.ImageStatus`), from `proto/runtime/v1/api.proto`,
 //!   checked in under `src/gen/` (the test `generated_code_is_fresh` keeps it in step).
 //! - [`CriClient`]: a client over the runtime's Unix socket that finds a pod's sandbox and reads
 //!   its network namespace, host-network flag and annotations ([`SandboxInfo`]).
 //! - [`prestart`]: device IDs of a `PreStartContainer` → owning pod (kubelet pod-resources) →
 //!   sandbox (CRI).
 //! - [`lifecycle`]: running sandboxes and containers as the kubelet does (the lab's kubelet).
+//! - [`image`]: whether an image is in the runtime's store (`ImageService.ImageStatus`), as the
+//!   kubelet asks before it creates a container.
 
 #[cfg(feature = "fake")]
 pub mod fake;
+pub mod image;
 pub mod lifecycle;
 pub mod prestart;
 
 use erdma_kubelet::uds::{self, ClientAuthority};
 use runtime::v1 as cri;
+use runtime::v1::image_service_client::ImageServiceClient;
 use runtime::v1::runtime_service_client::RuntimeServiceClient;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -173,6 +177,7 @@ pub fn netns_from_info(info: &BTreeMap<String, String>, proc_root: &Path) -> Opt
 #[derive(Debug, Clone)]
 pub struct CriClient {
     client: RuntimeServiceClient<Channel>,
+    images: ImageServiceClient<Channel>,
     socket: PathBuf,
     proc_root: PathBuf,
 }
@@ -189,6 +194,7 @@ impl CriClient {
                 detail: e.to_string(),
             })?;
         Ok(CriClient {
+            images: ImageServiceClient::new(ch.clone()),
             client: RuntimeServiceClient::new(ch),
             socket: socket.to_path_buf(),
             proc_root: proc_root.to_path_buf(),

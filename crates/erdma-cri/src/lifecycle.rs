@@ -24,7 +24,7 @@ pub struct ExecOutput {
 }
 
 /// Awaits one call on `socket` within `limit`.
-async fn timed<T>(
+pub(crate) async fn timed<T>(
     socket: &Path,
     call: &'static str,
     limit: Duration,

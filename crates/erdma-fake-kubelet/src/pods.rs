@@ -196,6 +196,7 @@ pub fn sandbox_config(spec: &PodSpec, uid: &str) -> Result<cri::PodSandboxConfig
             .to_string(),
         labels,
         annotations: spec.annotations.clone(),
+        port_mappings: Vec::new(),
         linux: Some(cri::LinuxPodSandboxConfig {
             cgroup_parent: String::new(),
             security_context: Some(cri::LinuxSandboxSecurityContext {
@@ -206,6 +207,7 @@ pub fn sandbox_config(spec: &PodSpec, uid: &str) -> Result<cri::PodSandboxConfig
                     target_id: String::new(),
                 }),
                 privileged: false,
+                ..Default::default()
             }),
             sysctls: BTreeMap::new(),
         }),
@@ -229,7 +231,7 @@ pub fn container_config(
         }),
         image: Some(cri::ImageSpec {
             image: spec.image.clone(),
-            annotations: BTreeMap::new(),
+            ..Default::default()
         }),
         command: spec.command.clone(),
         labels,
@@ -238,7 +240,9 @@ pub fn container_config(
         linux: spec.run_as_user.map(|uid| cri::LinuxContainerConfig {
             security_context: Some(cri::LinuxContainerSecurityContext {
                 run_as_user: Some(cri::Int64Value { value: uid }),
+                ..Default::default()
             }),
+            resources: None,
         }),
         ..Default::default()
     };

@@ -251,6 +251,7 @@ async fn run_exec_and_delete_a_pod_over_cri() {
             Recorded::RemoveContainer(_) => "RemoveContainer",
             Recorded::StopPodSandbox(_) => "StopPodSandbox",
             Recorded::RemovePodSandbox(_) => "RemovePodSandbox",
+            Recorded::ImageStatus(_) => "ImageStatus",
         })
         .collect();
     assert_eq!(

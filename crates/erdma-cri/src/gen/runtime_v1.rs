@@ -164,14 +164,25 @@ pub struct ListPodSandboxResponse {
     #[prost(message, repeated, tag = "1")]
     pub items: ::prost::alloc::vec::Vec<PodSandbox>,
 }
-/// Linux security settings of a sandbox; erdma sets only the namespaces (host network or not).
+/// Linux security settings of a sandbox: its namespaces, the pod-level user and groups, and
+/// whether a privileged container will run in it.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct LinuxSandboxSecurityContext {
     #[prost(message, optional, tag = "1")]
     pub namespace_options: ::core::option::Option<NamespaceOption>,
-    /// Fields 2-5 and 7-11 (SELinux, users, groups, seccomp, AppArmor) are not used by erdma.
+    /// Field 2 (SELinux) is not used by erdma.
+    #[prost(message, optional, tag = "3")]
+    pub run_as_user: ::core::option::Option<Int64Value>,
+    /// Field 4 (read-only rootfs) is not used by erdma.
+    #[prost(int64, repeated, tag = "5")]
+    pub supplemental_groups: ::prost::alloc::vec::Vec<i64>,
     #[prost(bool, tag = "6")]
     pub privileged: bool,
+    /// Field 7 (seccomp profile path) is not used by erdma.
+    ///
+    /// Fields 9-11 (seccomp, AppArmor, supplemental groups policy) are not used by erdma.
+    #[prost(message, optional, tag = "8")]
+    pub run_as_group: ::core::option::Option<Int64Value>,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct LinuxPodSandboxConfig {
@@ -186,6 +197,19 @@ pub struct LinuxPodSandboxConfig {
         ::prost::alloc::string::String,
     >,
 }
+/// A container port of the pod (the kubelet passes every declared port; host_port 0: none on the
+/// host).
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PortMapping {
+    #[prost(enumeration = "Protocol", tag = "1")]
+    pub protocol: i32,
+    #[prost(int32, tag = "2")]
+    pub container_port: i32,
+    #[prost(int32, tag = "3")]
+    pub host_port: i32,
+    #[prost(string, tag = "4")]
+    pub host_ip: ::prost::alloc::string::String,
+}
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct PodSandboxConfig {
     #[prost(message, optional, tag = "1")]
@@ -195,7 +219,9 @@ pub struct PodSandboxConfig {
     /// Directory on the host for the containers' logs.
     #[prost(string, tag = "3")]
     pub log_directory: ::prost::alloc::string::String,
-    /// Fields 4 (DNS) and 5 (port mappings) are not used by erdma.
+    /// Field 4 (DNS) is not used by erdma.
+    #[prost(message, repeated, tag = "5")]
+    pub port_mappings: ::prost::alloc::vec::Vec<PortMapping>,
     #[prost(btree_map = "string, string", tag = "6")]
     pub labels: ::prost::alloc::collections::BTreeMap<
         ::prost::alloc::string::String,
@@ -255,6 +281,9 @@ pub struct ImageSpec {
         ::prost::alloc::string::String,
         ::prost::alloc::string::String,
     >,
+    /// The reference the user wrote (the pod's `image`) when `image` holds the resolved image ID.
+    #[prost(string, tag = "18")]
+    pub user_specified_image: ::prost::alloc::string::String,
 }
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct KeyValue {
@@ -328,9 +357,15 @@ pub struct ContainerConfig {
     /// Log file, relative to the sandbox's log_directory.
     #[prost(string, tag = "11")]
     pub log_path: ::prost::alloc::string::String,
-    /// Fields 12-14 (stdin, tty) and 16 (Windows) are not used by erdma.
+    #[prost(bool, tag = "12")]
+    pub stdin: bool,
+    #[prost(bool, tag = "13")]
+    pub stdin_once: bool,
+    #[prost(bool, tag = "14")]
+    pub tty: bool,
     #[prost(message, optional, tag = "15")]
     pub linux: ::core::option::Option<LinuxContainerConfig>,
+    /// Field 16 (Windows) is not used by erdma.
     #[prost(message, repeated, tag = "17")]
     pub cdi_devices: ::prost::alloc::vec::Vec<CdiDevice>,
 }
@@ -340,17 +375,68 @@ pub struct Int64Value {
     #[prost(int64, tag = "1")]
     pub value: i64,
 }
-/// Linux security settings of a container; erdma sets only the user (a non-root container).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+/// Capabilities added to and dropped from the container's sets, by name as the pod spec writes
+/// them (`NET_ADMIN`; the runtime adds the `CAP_` prefix).
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct Capability {
+    #[prost(string, repeated, tag = "1")]
+    pub add_capabilities: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// Field 3 (ambient capabilities) is not used by erdma.
+    #[prost(string, repeated, tag = "2")]
+    pub drop_capabilities: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+}
+/// Linux security settings of a container.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct LinuxContainerSecurityContext {
-    /// Fields 1-4 and 6-16 (capabilities, privileged, namespaces, SELinux, groups, seccomp, ...) are
-    /// not used by erdma.
+    #[prost(message, optional, tag = "1")]
+    pub capabilities: ::core::option::Option<Capability>,
+    #[prost(bool, tag = "2")]
+    pub privileged: bool,
+    /// The same namespaces as the sandbox's (the kubelet sends them for every container).
+    #[prost(message, optional, tag = "3")]
+    pub namespace_options: ::core::option::Option<NamespaceOption>,
+    /// Field 4 (SELinux) is not used by erdma.
     #[prost(message, optional, tag = "5")]
     pub run_as_user: ::core::option::Option<Int64Value>,
+    /// A user name the runtime resolves in the image (the image's own user, when not numeric).
+    #[prost(string, tag = "6")]
+    pub run_as_username: ::prost::alloc::string::String,
+    #[prost(bool, tag = "7")]
+    pub readonly_rootfs: bool,
+    #[prost(int64, repeated, tag = "8")]
+    pub supplemental_groups: ::prost::alloc::vec::Vec<i64>,
+    /// Fields 9 and 10 (AppArmor and seccomp profile paths) are not used by erdma.
+    #[prost(bool, tag = "11")]
+    pub no_new_privs: bool,
+    #[prost(message, optional, tag = "12")]
+    pub run_as_group: ::core::option::Option<Int64Value>,
+    /// /proc and /sys paths the runtime masks or makes read-only.
+    #[prost(string, repeated, tag = "13")]
+    pub masked_paths: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// Fields 15-17 (seccomp, AppArmor, supplemental groups policy) are not used by erdma.
+    #[prost(string, repeated, tag = "14")]
+    pub readonly_paths: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
 }
+/// Linux cgroup settings of a container, as the kubelet computes them from its requests and
+/// limits.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct LinuxContainerResources {
+    #[prost(int64, tag = "1")]
+    pub cpu_period: i64,
+    #[prost(int64, tag = "2")]
+    pub cpu_quota: i64,
+    #[prost(int64, tag = "3")]
+    pub cpu_shares: i64,
+    #[prost(int64, tag = "4")]
+    pub memory_limit_in_bytes: i64,
+    /// Fields 6-10 (cpusets, hugepages, unified, swap) are not used by erdma.
+    #[prost(int64, tag = "5")]
+    pub oom_score_adj: i64,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct LinuxContainerConfig {
-    /// Field 1 (resources) is not used by erdma.
+    #[prost(message, optional, tag = "1")]
+    pub resources: ::core::option::Option<LinuxContainerResources>,
     #[prost(message, optional, tag = "2")]
     pub security_context: ::core::option::Option<LinuxContainerSecurityContext>,
 }
@@ -452,6 +538,46 @@ pub struct ExecSyncResponse {
     #[prost(int32, tag = "3")]
     pub exit_code: i32,
 }
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ImageStatusRequest {
+    #[prost(message, optional, tag = "1")]
+    pub image: ::core::option::Option<ImageSpec>,
+    #[prost(bool, tag = "2")]
+    pub verbose: bool,
+}
+/// An image in the runtime's store.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct Image {
+    /// The image ID (containerd: the config digest, `sha256:...`).
+    #[prost(string, tag = "1")]
+    pub id: ::prost::alloc::string::String,
+    #[prost(string, repeated, tag = "2")]
+    pub repo_tags: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    #[prost(string, repeated, tag = "3")]
+    pub repo_digests: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    #[prost(uint64, tag = "4")]
+    pub size: u64,
+    /// The image's user when numeric; else `username`; neither: root.
+    #[prost(message, optional, tag = "5")]
+    pub uid: ::core::option::Option<Int64Value>,
+    #[prost(string, tag = "6")]
+    pub username: ::prost::alloc::string::String,
+    #[prost(message, optional, tag = "7")]
+    pub spec: ::core::option::Option<ImageSpec>,
+    #[prost(bool, tag = "8")]
+    pub pinned: bool,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ImageStatusResponse {
+    /// Unset when the image is not present.
+    #[prost(message, optional, tag = "1")]
+    pub image: ::core::option::Option<Image>,
+    #[prost(btree_map = "string, string", tag = "2")]
+    pub info: ::prost::alloc::collections::BTreeMap<
+        ::prost::alloc::string::String,
+        ::prost::alloc::string::String,
+    >,
+}
 /// How a namespace is shared. The kubelet sets NODE for the network of hostNetwork pods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
@@ -507,6 +633,36 @@ impl PodSandboxState {
         match value {
             "SANDBOX_READY" => Some(Self::SandboxReady),
             "SANDBOX_NOTREADY" => Some(Self::SandboxNotready),
+            _ => None,
+        }
+    }
+}
+/// Protocol of a port mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+#[repr(i32)]
+pub enum Protocol {
+    Tcp = 0,
+    Udp = 1,
+    Sctp = 2,
+}
+impl Protocol {
+    /// String value of the enum field names used in the ProtoBuf definition.
+    ///
+    /// The values are not transformed in any way and thus are considered stable
+    /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+    pub fn as_str_name(&self) -> &'static str {
+        match self {
+            Self::Tcp => "TCP",
+            Self::Udp => "UDP",
+            Self::Sctp => "SCTP",
+        }
+    }
+    /// Creates an enum from field names used in the ProtoBuf definition.
+    pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+        match value {
+            "TCP" => Some(Self::Tcp),
+            "UDP" => Some(Self::Udp),
+            "SCTP" => Some(Self::Sctp),
             _ => None,
         }
     }
@@ -1729,6 +1885,300 @@ pub mod runtime_service_server {
     /// Generated gRPC service name
     pub const SERVICE_NAME: &str = "runtime.v1.RuntimeService";
     impl<T> tonic::server::NamedService for RuntimeServiceServer<T> {
+        const NAME: &'static str = SERVICE_NAME;
+    }
+}
+/// Generated client implementations.
+pub mod image_service_client {
+    #![allow(
+        unused_variables,
+        dead_code,
+        missing_docs,
+        clippy::wildcard_imports,
+        clippy::let_unit_value,
+    )]
+    use tonic::codegen::*;
+    use tonic::codegen::http::Uri;
+    /// The runtime's image store, on the same socket. erdma's lab kubelet only asks whether an image
+    /// is present (the lab has no registry, so it never pulls).
+    #[derive(Debug, Clone)]
+    pub struct ImageServiceClient<T> {
+        inner: tonic::client::Grpc<T>,
+    }
+    impl<T> ImageServiceClient<T>
+    where
+        T: tonic::client::GrpcService<tonic::body::Body>,
+        T::Error: Into<StdError>,
+        T::ResponseBody: Body<Data = Bytes> + std::marker::Send + 'static,
+        <T::ResponseBody as Body>::Error: Into<StdError> + std::marker::Send,
+    {
+        pub fn new(inner: T) -> Self {
+            let inner = tonic::client::Grpc::new(inner);
+            Self { inner }
+        }
+        pub fn with_origin(inner: T, origin: Uri) -> Self {
+            let inner = tonic::client::Grpc::with_origin(inner, origin);
+            Self { inner }
+        }
+        pub fn with_interceptor<F>(
+            inner: T,
+            interceptor: F,
+        ) -> ImageServiceClient<InterceptedService<T, F>>
+        where
+            F: tonic::service::Interceptor,
+            T::ResponseBody: Default,
+            T: tonic::codegen::Service<
+                http::Request<tonic::body::Body>,
+                Response = http::Response<
+                    <T as tonic::client::GrpcService<tonic::body::Body>>::ResponseBody,
+                >,
+            >,
+            <T as tonic::codegen::Service<
+                http::Request<tonic::body::Body>,
+            >>::Error: Into<StdError> + std::marker::Send + std::marker::Sync,
+        {
+            ImageServiceClient::new(InterceptedService::new(inner, interceptor))
+        }
+        /// Compress requests with the given encoding.
+        ///
+        /// This requires the server to support it otherwise it might respond with an
+        /// error.
+        #[must_use]
+        pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.inner = self.inner.send_compressed(encoding);
+            self
+        }
+        /// Enable decompressing responses.
+        #[must_use]
+        pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.inner = self.inner.accept_compressed(encoding);
+            self
+        }
+        /// Limits the maximum size of a decoded message.
+        ///
+        /// Default: `4MB`
+        #[must_use]
+        pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_decoding_message_size(limit);
+            self
+        }
+        /// Limits the maximum size of an encoded message.
+        ///
+        /// Default: `usize::MAX`
+        #[must_use]
+        pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+            self.inner = self.inner.max_encoding_message_size(limit);
+            self
+        }
+        /// Status of one image; `image` is unset in the response when the image is not present.
+        pub async fn image_status(
+            &mut self,
+            request: impl tonic::IntoRequest<super::ImageStatusRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ImageStatusResponse>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/runtime.v1.ImageService/ImageStatus",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("runtime.v1.ImageService", "ImageStatus"));
+            self.inner.unary(req, path, codec).await
+        }
+    }
+}
+/// Generated server implementations.
+pub mod image_service_server {
+    #![allow(
+        unused_variables,
+        dead_code,
+        missing_docs,
+        clippy::wildcard_imports,
+        clippy::let_unit_value,
+    )]
+    use tonic::codegen::*;
+    /// Generated trait containing gRPC methods that should be implemented for use with ImageServiceServer.
+    #[async_trait]
+    pub trait ImageService: std::marker::Send + std::marker::Sync + 'static {
+        /// Status of one image; `image` is unset in the response when the image is not present.
+        async fn image_status(
+            &self,
+            request: tonic::Request<super::ImageStatusRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::ImageStatusResponse>,
+            tonic::Status,
+        >;
+    }
+    /// The runtime's image store, on the same socket. erdma's lab kubelet only asks whether an image
+    /// is present (the lab has no registry, so it never pulls).
+    #[derive(Debug)]
+    pub struct ImageServiceServer<T> {
+        inner: Arc<T>,
+        accept_compression_encodings: EnabledCompressionEncodings,
+        send_compression_encodings: EnabledCompressionEncodings,
+        max_decoding_message_size: Option<usize>,
+        max_encoding_message_size: Option<usize>,
+    }
+    impl<T> ImageServiceServer<T> {
+        pub fn new(inner: T) -> Self {
+            Self::from_arc(Arc::new(inner))
+        }
+        pub fn from_arc(inner: Arc<T>) -> Self {
+            Self {
+                inner,
+                accept_compression_encodings: Default::default(),
+                send_compression_encodings: Default::default(),
+                max_decoding_message_size: None,
+                max_encoding_message_size: None,
+            }
+        }
+        pub fn with_interceptor<F>(
+            inner: T,
+            interceptor: F,
+        ) -> InterceptedService<Self, F>
+        where
+            F: tonic::service::Interceptor,
+        {
+            InterceptedService::new(Self::new(inner), interceptor)
+        }
+        /// Enable decompressing requests with the given encoding.
+        #[must_use]
+        pub fn accept_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.accept_compression_encodings.enable(encoding);
+            self
+        }
+        /// Compress responses with the given encoding, if the client supports it.
+        #[must_use]
+        pub fn send_compressed(mut self, encoding: CompressionEncoding) -> Self {
+            self.send_compression_encodings.enable(encoding);
+            self
+        }
+        /// Limits the maximum size of a decoded message.
+        ///
+        /// Default: `4MB`
+        #[must_use]
+        pub fn max_decoding_message_size(mut self, limit: usize) -> Self {
+            self.max_decoding_message_size = Some(limit);
+            self
+        }
+        /// Limits the maximum size of an encoded message.
+        ///
+        /// Default: `usize::MAX`
+        #[must_use]
+        pub fn max_encoding_message_size(mut self, limit: usize) -> Self {
+            self.max_encoding_message_size = Some(limit);
+            self
+        }
+    }
+    impl<T, B> tonic::codegen::Service<http::Request<B>> for ImageServiceServer<T>
+    where
+        T: ImageService,
+        B: Body + std::marker::Send + 'static,
+        B::Error: Into<StdError> + std::marker::Send + 'static,
+    {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = std::convert::Infallible;
+        type Future = BoxFuture<Self::Response, Self::Error>;
+        fn poll_ready(
+            &mut self,
+            _cx: &mut Context<'_>,
+        ) -> Poll<std::result::Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: http::Request<B>) -> Self::Future {
+            match req.uri().path() {
+                "/runtime.v1.ImageService/ImageStatus" => {
+                    #[allow(non_camel_case_types)]
+                    struct ImageStatusSvc<T: ImageService>(pub Arc<T>);
+                    impl<
+                        T: ImageService,
+                    > tonic::server::UnaryService<super::ImageStatusRequest>
+                    for ImageStatusSvc<T> {
+                        type Response = super::ImageStatusResponse;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::ImageStatusRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as ImageService>::image_status(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = ImageStatusSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                _ => {
+                    Box::pin(async move {
+                        let mut response = http::Response::new(
+                            tonic::body::Body::default(),
+                        );
+                        let headers = response.headers_mut();
+                        headers
+                            .insert(
+                                tonic::Status::GRPC_STATUS,
+                                (tonic::Code::Unimplemented as i32).into(),
+                            );
+                        headers
+                            .insert(
+                                http::header::CONTENT_TYPE,
+                                tonic::metadata::GRPC_CONTENT_TYPE,
+                            );
+                        Ok(response)
+                    })
+                }
+            }
+        }
+    }
+    impl<T> Clone for ImageServiceServer<T> {
+        fn clone(&self) -> Self {
+            let inner = self.inner.clone();
+            Self {
+                inner,
+                accept_compression_encodings: self.accept_compression_encodings,
+                send_compression_encodings: self.send_compression_encodings,
+                max_decoding_message_size: self.max_decoding_message_size,
+                max_encoding_message_size: self.max_encoding_message_size,
+            }
+        }
+    }
+    /// Generated gRPC service name
+    pub const SERVICE_NAME: &str = "runtime.v1.ImageService";
+    impl<T> tonic::server::NamedService for ImageServiceServer<T> {
         const NAME: &'static str = SERVICE_NAME;
     }
 }
