@@ -102,7 +102,7 @@ struct ThreadCpu {
 }
 
 /// CPU time of each of the process's threads, by thread ID.
-fn thread_cpu_ns(pid: u32) -> std::collections::BTreeMap<u32, ThreadCpu> {
+fn thread_cpu(pid: u32) -> std::collections::BTreeMap<u32, ThreadCpu> {
     let mut out = std::collections::BTreeMap::new();
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return out;
@@ -128,7 +128,7 @@ fn thread_cpu_ns(pid: u32) -> std::collections::BTreeMap<u32, ThreadCpu> {
     out
 }
 
-/// CPU time between two [`thread_cpu_ns`] readings: threads in both count their difference,
+/// CPU time between two [`thread_cpu`] readings: threads in both count their difference,
 /// threads born in between all of theirs; returns the time and how many threads ended in between
 /// (their time is lost, so the bench reports it).
 fn cpu_between(
@@ -217,6 +217,64 @@ fn agent_args(dev_root: &std::path::Path) -> Vec<String> {
     args
 }
 
+/// Spawns the agent with `args`, the shipped environment (`RUST_LOG` from
+/// `ERDMA_BENCH_RUST_LOG`, default `info`) and its log to `log`, and waits until `kubelet` lists
+/// `want` slots; returns the agent, when it was spawned, and the time from the spawn to the
+/// listing. An agent that never registers is stopped before the panic.
+async fn spawn_registered(
+    bin: &str,
+    args: &[String],
+    log: std::fs::File,
+    kubelet: &FakeKubelet,
+    want: usize,
+) -> (std::process::Child, Instant, Duration) {
+    let t = Instant::now();
+    let mut child = Command::new(bin)
+        .args(args)
+        .env("NODE_NAME", NODE)
+        // The shipped log level, unless ERDMA_BENCH_RUST_LOG asks for more (to see phases).
+        .env(
+            "RUST_LOG",
+            std::env::var("ERDMA_BENCH_RUST_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .env_remove("KUBECONFIG")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn erdma-agent");
+    let registered = kubelet
+        .wait_for(Duration::from_secs(30), |s| {
+            s.resources
+                .get(RESOURCE)
+                .is_some_and(|r| r.devices.len() == want)
+        })
+        .await;
+    let took = t.elapsed();
+    if registered.is_err() {
+        stop_agent(&mut child);
+    }
+    registered.expect("agent registers every slot (from the ERdmaDevice)");
+    (child, t, took)
+}
+
+/// SIGTERM, then waits for the agent to exit.
+fn stop_agent(child: &mut std::process::Child) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = child.wait();
+}
+
+/// The cluster client's requests so far: `ERdmaDevice` reads, node patches, Events.
+fn client_requests(api: &FakeApiServer) -> [usize; 3] {
+    [
+        api.requests_matching("GET", "erdmadevices").len(),
+        api.requests_matching("PATCH", "/nodes/").len(),
+        api.requests_matching("POST", "events").len(),
+    ]
+}
+
 /// Starts the agent with `args` but its own fake kubelet, waits until the kubelet lists `want`
 /// slots, stops the agent; returns the time from the spawn to the listing.
 async fn start_once(bin: &str, args: &[String], want: usize) -> Duration {
@@ -239,34 +297,9 @@ async fn start_once(bin: &str, args: &[String], want: usize) -> Duration {
         .collect();
     // The measured start's environment and a log file like its own.
     let log = std::fs::File::create(dir.path().join("agent.log")).expect("agent log");
-    let t = Instant::now();
-    let mut child = Command::new(bin)
-        .args(&args)
-        .env("NODE_NAME", NODE)
-        .env(
-            "RUST_LOG",
-            std::env::var("ERDMA_BENCH_RUST_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .env_remove("KUBECONFIG")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn erdma-agent");
-    let registered = kubelet
-        .wait_for(Duration::from_secs(30), |s| {
-            s.resources
-                .get(RESOURCE)
-                .is_some_and(|r| r.devices.len() == want)
-        })
-        .await;
-    let took = t.elapsed();
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    );
-    let _ = child.wait();
+    let (mut child, _, took) = spawn_registered(bin, &args, log, &kubelet, want).await;
+    stop_agent(&mut child);
     kubelet.shutdown().await;
-    registered.expect("agent registers every slot (from the ERdmaDevice)");
     took
 }
 
@@ -405,36 +438,11 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
         starts.push(start_once(bin, &args, want).await);
     }
     // The cluster client's requests of the measured agent alone (the extra starts made theirs).
-    let before = (
-        api.requests_matching("GET", "erdmadevices").len(),
-        api.requests_matching("PATCH", "/nodes/").len(),
-        api.requests_matching("POST", "events").len(),
-    );
+    let before = client_requests(&api);
     let log = std::fs::File::create(&log_path).expect("agent log");
-    let t = Instant::now();
-    let mut child = Command::new(bin)
-        .args(&args)
-        .env("NODE_NAME", NODE)
-        // The shipped log level, unless ERDMA_BENCH_RUST_LOG asks for more (to see phases).
-        .env(
-            "RUST_LOG",
-            std::env::var("ERDMA_BENCH_RUST_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .env_remove("KUBECONFIG")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn erdma-agent");
+    let (mut child, t, took) = spawn_registered(bin, &args, log, &kubelet, want).await;
     let pid = child.id();
-    kubelet
-        .wait_for(Duration::from_secs(30), |s| {
-            s.resources
-                .get(RESOURCE)
-                .is_some_and(|r| r.devices.len() == want)
-        })
-        .await
-        .expect("agent registers every slot (from the ERdmaDevice)");
-    starts.push(t.elapsed());
+    starts.push(took);
     let mut m = Measured {
         start_ms: ms(pct(starts.clone(), 0.5)),
         start_rss_mib: proc_field(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0,
@@ -454,9 +462,9 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
     // after its start (erdma_host::resident; then every 10 min, a few ms each), which ends its
     // start-up; the idle window starts 3 s after that.
     tokio::time::sleep_until((t + STARTUP_SETTLED).into()).await;
-    let (cpu0, threads0, t0) = (cpu_ns(pid), thread_cpu_ns(pid), Instant::now());
+    let (cpu0, threads0, t0) = (cpu_ns(pid), thread_cpu(pid), Instant::now());
     tokio::time::sleep(run.idle).await;
-    let (threads1, cpu1) = (thread_cpu_ns(pid), cpu_ns(pid));
+    let (threads1, cpu1) = (thread_cpu(pid), cpu_ns(pid));
     let window = t0.elapsed().as_nanos() as f64;
     let (used, ended) = cpu_between(&threads0, &threads1);
     let per_thread: Vec<String> = by_thread_name(&threads0, &threads1)
@@ -507,9 +515,10 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
     if run.flips_and_restarts {
         // What the cluster client did so far: ERdmaDevice requests (a list, then one watch held open), node label
         // and condition patches, Events.
-        let reads = api.requests_matching("GET", "erdmadevices").len() - before.0;
-        let patches = api.requests_matching("PATCH", "/nodes/").len() - before.1;
-        let events = api.requests_matching("POST", "events").len() - before.2;
+        let [reads, patches, events] = {
+            let now = client_requests(&api);
+            [now[0] - before[0], now[1] - before[1], now[2] - before[2]]
+        };
         let policy = std::fs::read_to_string(&log_path)
             .unwrap_or_default()
             .lines()
@@ -540,11 +549,7 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
         );
         bench("rss_after_restarts", rss as f64 / 1024.0, "MiB");
     }
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    );
-    let _ = child.wait();
+    stop_agent(&mut child);
     if let Ok(keep) = std::env::var("ERDMA_BENCH_AGENT_LOGS") {
         let to =
             std::path::Path::new(&keep).join(format!("agent-{}x{}.log", run.devices, run.slots));
