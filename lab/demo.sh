@@ -21,6 +21,8 @@ timed cargo-build lab_build
 timed kernel lab_kernel
 timed runtime lab_runtime
 lab_workdir
+# the agent runs as the chart's DaemonSet pod, from the image operators deploy
+timed images lab_images
 timed initramfs lab_initramfs
 say "booting kernel $KVER ($SUITE); work dir $WORK"
 timed vm lab_boot demo.sh

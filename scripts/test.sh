@@ -3,7 +3,7 @@
 # Installs what the tests need on a fresh Debian 12 machine, then runs, in order:
 #   rustfmt check, clippy -D warnings, every workspace test, the #[ignore]d tests that need root
 #   (run here with --ignored; CI runs as root), the ECS SDK, Helm and deploy lint checks, the
-#   example training script, and the lab scenarios
+#   three images (scripts/build-images.sh), the example training script, and the lab scenarios
 #   on real kernels (which also run the #[ignore]d tests of the `::lab::` modules in the VMs).
 # Every stage runs even after an earlier one failed; the last line is one summary of all counts,
 # and the exit status is non-zero when any stage failed or an #[ignore]d test ran nowhere.
@@ -91,6 +91,9 @@ stage helm bash deploy/helm/ci/check.sh
 # The workflows and Dockerfiles (actionlint, shellcheck, hadolint) and the Dockerfiles' agreement
 # with scripts/build-images.sh.
 stage lint-deploy bash scripts/lint-deploy.sh
+# The images operators deploy, built as the release workflow builds them (no daemon, no base
+# image), twice with identical digests; the lab's chart scenario runs the agent's.
+stage images bash scripts/build-images.sh
 
 stage example bash examples/pytorch-mnist/ci-test.sh
 
@@ -126,7 +129,7 @@ verdict() { if [[ " ${failures[*]} " =~ " $1 " ]]; then echo FAILED; else echo o
 example=$(verdict example)
 lab="$l_pass passed, $l_fail failed"; [ -n "$lab_note" ] && lab=skipped
 status=ok; [ ${#failures[@]} -gt 0 ] && status="FAILED (${failures[*]})"
-printf '\nSUMMARY: %s | cargo test: %s passed, %s failed, %s ignored | #[ignore]d on this host: %s passed, %s failed | #[ignore]d lab tests: %s of %s passed in a VM (%s runs%s) | ECS SDK oracle: %s | Helm chart: %s | deploy lint: %s | example training script: %s | lab scenarios: %s | skips: %s%s\n' \
+printf '\nSUMMARY: %s | cargo test: %s passed, %s failed, %s ignored | #[ignore]d on this host: %s passed, %s failed | #[ignore]d lab tests: %s of %s passed in a VM (%s runs%s) | ECS SDK oracle: %s | Helm chart: %s | deploy lint: %s | images: %s | example training script: %s | lab scenarios: %s | skips: %s%s\n' \
   "$status" "$t_pass" "$t_fail" "$t_ign" "$h_pass" "$h_fail" "$((lab_only - lab_missing))" "$lab_only" \
-  "$l_ign" "${l_where:+: ${l_where:1:-1}}" "$(verdict ecs-sdk)" "$(verdict helm)" "$(verdict lint-deploy)" "$example" "$lab" "$skips" "${lab_note:+ ($lab_note)}"
+  "$l_ign" "${l_where:+: ${l_where:1:-1}}" "$(verdict ecs-sdk)" "$(verdict helm)" "$(verdict lint-deploy)" "$(verdict images)" "$example" "$lab" "$skips" "${lab_note:+ ($lab_note)}"
 [ ${#failures[@]} -eq 0 ]

@@ -1,15 +1,16 @@
 #!/bin/sh
-# The demo inside the VM: the node's RDMA devices, the agent serving aliyun/erdma to the fake
-# kubelet, two pods (containers on the guest's containerd, run by the fake kubelet over CRI) each
+# The demo inside the VM: the node's RDMA devices, the agent (the chart's DaemonSet pod, from the
+# image scripts/build-images.sh built) serving aliyun/erdma to the fake kubelet, two pods (containers on the guest's containerd, run by the fake kubelet over CRI) each
 # allocated one slot, RDMA traffic between them. Writes the human report
 # to out/demo-report.txt (the host prints it) and "REPORT: ok" / "REPORT: failed: why".
 #
 # The verdict is the conjunction of the checks the report prints under "Verdict", each with its
-# numbers: the pods got distinct devices; every tool exited 0 at both ends; ib_write_bw's receiving
+# numbers: the chart's agent pod is ready and runs the built image; the pods got distinct devices; every tool exited 0 at both ends; ib_write_bw's receiving
 # device counted the packets of its 1000 x 64 KiB, at a non-zero bandwidth by the wall clock; the RoCE
 # packet counters rose on both devices, in both directions; the pod without aliyun/erdma has no
 # /dev/infiniband and no RDMA device.
-# Would fail if: the plugin handed both pods the same device, Allocate left a device out of a pod,
+# Would fail if: the chart's agent pod could not run from the built image (a library or mount
+# missing, the image reference not what the build makes), the plugin handed both pods the same device, Allocate left a device out of a pod,
 # either end of ib_write_bw or ibv_rc_pingpong failed, the traffic did not cross the two rxe
 # devices, or a pod without the resource could see an RDMA device or open one through a node it
 # created itself (the runtime's device cgroup).
@@ -23,7 +24,7 @@ die() { rep ""; rep "DEMO FAILED: $*"; echo "REPORT: failed: $*"; exit 1; }
 V=/tmp/verdict.txt; : > "$V"
 vck() { ck "$@" >> "$V"; }
 num_gt0() { awk -v x="$1" 'BEGIN { exit !(x + 0 > 0) }'; }
-for b in erdmactl erdma-fake-kubelet erdma-agent containerd; do
+for b in erdmactl erdma-fake-kubelet containerd; do
   command -v $b >/dev/null || die "$b is not in the guest image (lab_build did not build it)"
 done
 node_up
@@ -35,7 +36,15 @@ rep "$ erdmactl devices"
 erdmactl devices >> "$R" 2>&1 || die "erdmactl devices failed"
 rep ""
 start_kubelet || die "the fake kubelet did not start"
-start_agent || die "the agent did not register (see out/demo-agent.log)"
+# The agent as operators deploy it: the chart's DaemonSet pod, from the image build-images.sh made.
+chart_agent_up || die "the chart's agent pod did not run and register: $(tail -1 /tmp/agent.pod.err) (see out/demo-agent-container.log)"
+chart_agent_logs
+rep "The chart's agent DaemonSet pod ran from $AGENT_IMAGE ($(jq -r '.images[] | select(.name == "erdma-agent") | .digest' "$IMAGES/images.json" | cut -c1-19)...),"
+rep "imported into containerd; the lab kubelet ran its pod template (hostNetwork, hostPID, $(jq '.spec.template.spec.volumes | length' /tmp/agent-ds.json) hostPath volumes,"
+rep "NODE_NAME from spec.nodeName); ready by its readiness probe after $(jq -r '.ready_after_ms // "?"' /tmp/agent.pod.json) ms."
+vck "the chart's agent pod is ready and runs the image build-images.sh built ($AGENT_IMAGE)" \
+  sh -c "jq -e '.ready == true' /tmp/agent.pod.json && test '$AGENT_IMAGE' = \"\$(jq -r '.images[] | select(.name == \"erdma-agent\") | .ref' $IMAGES/images.json)\""
+rep ""
 rep "Agent registered aliyun/erdma with the fake kubelet:"
 jq -r --arg r "$RES" '.resources[$r].devices | group_by(.id | split("/")[0])[]
   | "  \(.[0].id | split("/")[0]): \(length) slots, \(map(select(.health == "Healthy")) | length) healthy, NUMA \(.[0].numa | map(tostring) | join(","))"' "$STATE" >> "$R"

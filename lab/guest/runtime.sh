@@ -117,3 +117,51 @@ rx_pkts() { rdma -j statistic show link "$1/1" 2>/dev/null | jq -r '.[0].rcvd_pk
 # cwrite_bw_moved: the last cwrite_bw exited 0 at both ends and the receiving device took in at
 # least the packets 1000 x 64 KiB need at the port's active MTU (WB_NEED: 64000 at rxe's 1024).
 cwrite_bw_moved() { test "$WB_CRC" = 0 && test "$WB_SRC" = 0 && test "$WB_RX" -ge "$WB_NEED"; }
+
+# --- the chart's agent pod ---------------------------------------------------------------------
+# The agent as operators deploy it: the DaemonSet the chart renders for the lab's values
+# (out of the share: chart/lab.json, from deploy/helm/ci/values/lab.yaml by the real Helm engine),
+# from the image scripts/build-images.sh built (images/erdma-agent.oci.tar), run by the lab kubelet
+# from the pod template as a kubelet would (`pod run --manifest`: image, args, env with fieldRefs,
+# hostPath volumes with their type checks, mounts and propagation, capabilities, host network and
+# PID namespaces, the readiness probe).
+CHART=/mnt/host/chart/lab.json
+IMAGES=/mnt/host/images
+AGENT_POD=kube-system/alibabacloud-erdma-agent-lab
+NODE_NAME_LAB=lab-node
+NODE_IP_LAB=10.77.0.1
+# chart_node: what a kubelet's node has and the initramfs lacks: bpffs at /sys/fs/bpf (systemd
+# mounts it) and a shared root mount (systemd makes / shared, so that HostToContainer mounts
+# receive later mounts, as the agent's view of /var/run/netns needs). Idempotent.
+chart_node() {
+  grep -q " /sys/fs/bpf bpf " /proc/mounts || mount -t bpf bpf /sys/fs/bpf
+  mount --make-rshared /
+}
+# chart_agent_up: imports the agent image, runs the chart's agent pod and waits until the lab
+# kubelet lists the agent's devices. The pod's record: /tmp/agent.pod.json (its errors:
+# /tmp/agent.pod.err); sets AGENT_IMAGE (the chart's image reference) and AGENT_CID.
+chart_agent_up() {
+  [ -f "$CHART" ] || { log "no rendered chart in the share (lab_images did not run)"; return 1; }
+  chart_node
+  jq '.objects[] | select(.kind == "DaemonSet")' "$CHART" > /tmp/agent-ds.json
+  AGENT_IMAGE=$(jq -r '.spec.template.spec.containers[0].image' /tmp/agent-ds.json)
+  _t=$(now)
+  ctr -n k8s.io images import "$IMAGES/erdma-agent.oci.tar" > /tmp/agent-import.out 2>&1 \
+    || { log "agent image import failed:"; cat /tmp/agent-import.out; return 1; }
+  echo "agent-image-import $(awk -v a="$_t" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')" >> "$OUT/timings.txt"
+  erdma-fake-kubelet pod run --dir "$KDIR" --pod "$AGENT_POD" --manifest /tmp/agent-ds.json \
+    --node-name "$NODE_NAME_LAB" --node-ip "$NODE_IP_LAB" > /tmp/agent.pod.json 2> /tmp/agent.pod.err \
+    || { log "the chart's agent pod did not become ready:"; tail -5 /tmp/agent.pod.err; chart_agent_logs; return 1; }
+  AGENT_CID=$(jq -r .container_id /tmp/agent.pod.json)
+  echo "agent-pod-ready $(jq -r '(.ready_after_ms // 0) / 1000' /tmp/agent.pod.json)" >> "$OUT/timings.txt"
+  wait_for 60 registered || { log "the agent pod is ready but did not register"; chart_agent_logs; return 1; }
+}
+# chart_agent_pid: the host PID of the agent container's process (hostPID: the node's PID space).
+chart_agent_pid() { ctr -n k8s.io tasks ls | awk -v c="$AGENT_CID" '$1 == c {print $2}'; }
+# chart_agent_logs: the container's log (the CRI log file) into out/
+chart_agent_logs() {
+  for f in /var/log/pods/kube-system_alibabacloud-erdma-agent-lab_*/*/0.log; do
+    [ -f "$f" ] && cp "$f" "$OUT/${SCEN}-agent-container.log"
+  done
+  return 0
+}

@@ -62,6 +62,19 @@ lab_build() {
   return 0
 }
 
+# The images operators deploy, built by scripts/build-images.sh (release binaries, as shipped) into
+# the share, beside the chart as the real Helm engine rendered it for the lab's values
+# (deploy/helm/ci/rendered/lab.json from deploy/helm/ci/values/lab.yaml; the chart's CI keeps it
+# current): the guest imports an image and runs the chart's pod template from it
+# (guest/runtime.sh, chart_agent_up). Call after lab_workdir.
+lab_images() {
+  local rendered="$REPO/deploy/helm/ci/rendered/lab.json"
+  [ -f "$rendered" ] || die "$rendered is missing (bash deploy/helm/ci/check.sh --update renders it)"
+  mkdir -p "$WORK/share/chart"
+  cp "$rendered" "$WORK/share/chart/lab.json"
+  bash "$REPO/scripts/build-images.sh" --out "$WORK/share/images" >&2 || die "scripts/build-images.sh failed"
+}
+
 # Sets KROOT (unpacked pinned kernel of $SUITE).
 lab_kernel() {
   KROOT=$("$LAB/lib/kernel.sh" "$SUITE" | tail -1) || die "kernel download failed for suite $SUITE"
