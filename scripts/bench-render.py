@@ -203,6 +203,35 @@ def render_nri(s):
     return out
 
 
+def render_images(s):
+    """The lines scripts/build-images.sh prints per image: name, reference, both digests, sizes."""
+    rows = re.findall(
+        r"^(\S+) (\S+) digest (sha256:[0-9a-f]{64}) \(second build: (sha256:[0-9a-f]{64}), identical\), "
+        r"(\d+) bytes compressed, (\d+) uncompressed$",
+        s.text,
+        re.M,
+    )
+    if not rows:
+        s.problems.append("scripts/build-images.sh printed no image lines")
+        return []
+    out = [
+        "The images as `scripts/build-images.sh` builds them (release binaries, stripped; their shared",
+        "libraries from Debian 12's packages; one gzip layer). Size = the compressed layer, what a node",
+        "pulls; unpacked = the layer's tar.",
+        "",
+        "| Image | Reference | Pulled (compressed) | Unpacked | Manifest digest | Second build |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, ref, d1, d2, c, u in rows:
+        same = "identical" if d1 == d2 else "**differs**"
+        if d1 != d2:
+            s.problems.append(f"{name}: the two builds differ")
+        out.append(
+            f"| `{name}` | `{ref}` | {fmt(int(c) / 1048576, 1)} MiB | {fmt(int(u) / 1048576, 1)} MiB | `{d1[:19]}…` | {same} |"
+        )
+    return out
+
+
 def render_nccl(s):
     p = "nccl."
     v = lambda k: s.v(p + k)  # noqa: E731
@@ -434,6 +463,7 @@ RENDER = {
     "lab-demo": render_lab_demo,
     "lab-run": render_lab_run,
     "smcr": render_smcr,
+    "images": render_images,
 }
 
 

@@ -8,6 +8,7 @@
 #   nri           cargo bench -p erdma-nri --bench nri (CreateContainer with erdma's adjustment vs none)
 #   dra           cargo bench -p erdma-dra --bench prepare (NodePrepareResources vs an empty call)
 #   nccl          crates/erdma-nccl/bench/bench-analyze.sh (1 GiB log, against grep -c)
+#   images        scripts/build-images.sh (the three images' sizes and digests, built twice)
 #   lab-demo      lab/demo.sh (the demo report: ib_write_bw, ibv_rc_pingpong, timings)
 #   lab-run       lab/run.sh (all scenarios; REPORT lines: health flips, kubelet restart)
 #   smcr          crates/erdma-smc/lab/run-smcr-2vm.sh (two VMs, SMC-R vs TCP)
@@ -21,7 +22,7 @@
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO" || exit 2
-ALL="inventory deviceplugin agent nri dra nccl lab-demo lab-run smcr"
+ALL="inventory deviceplugin agent nri dra nccl images lab-demo lab-run smcr"
 LAB="lab-demo lab-run smcr"
 only=(); no_lab=0; write=1; keep=""
 while [ $# -gt 0 ]; do
@@ -71,6 +72,7 @@ command_of() {
     nri) echo "cargo bench -p erdma-nri --bench nri" ;;
     dra) echo "cargo bench -p erdma-dra --bench prepare" ;;
     nccl) echo "crates/erdma-nccl/bench/bench-analyze.sh" ;;
+    images) echo "scripts/build-images.sh --out $RUN/images.out" ;;
     lab-demo) echo "ERDMA_LAB_WORK=$RUN/lab-demo.work lab/demo.sh" ;;
     lab-run) echo "ERDMA_LAB_PROFILE=release ERDMA_LAB_WORK=$RUN/lab-run.work lab/run.sh" ;;
     smcr) echo "ERDMA_LAB_WORK=$RUN/smcr.work crates/erdma-smc/lab/run-smcr-2vm.sh" ;;
