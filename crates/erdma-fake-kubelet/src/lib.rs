@@ -19,6 +19,10 @@
 //! - serves the pod-resources v1 API (List / Get / GetAllocatableResources) from its ledger;
 //! - runs pods on a real container runtime over CRI after admission ([`pods`]): sandbox,
 //!   allocation, container with the Allocate response's devices, mounts, envs and CDI names;
+//!   or a pod from a manifest ([`manifest_pod`], [`podspec`]): a Pod or a workload's pod
+//!   template translated into CRI as the kubelet does (namespaces, security context, env with
+//!   the downward API, hostPath and emptyDir volumes, extended resources through the device
+//!   plugin, image pull policy against `ImageStatus`, startup/readiness/liveness probes);
 //! - accepts a second plugin for a resource as the kubelet does (it becomes the endpoint, every
 //!   open stream keeps feeding the device list, any stream ending marks the resource unhealthy);
 //!   [`other_plugin`] is a stand-in for such a plugin (terway's eRDMA ENI plugin);
@@ -38,9 +42,11 @@ pub mod claims;
 pub mod client;
 pub mod daemon;
 pub mod dra;
+pub mod manifest_pod;
 pub mod other_plugin;
 pub mod podresources;
 pub mod pods;
+pub mod podspec;
 pub mod state;
 
 pub use client::{AllocateOptions, AllocationOutput, allocate, allocate_reusing, release};

@@ -12,10 +12,15 @@
 //! [`delete_pod`] stops and removes the container and the sandbox, releases the devices and
 //! unprepares the claims.
 //!
-//! Each running pod is recorded in `<dir>/pods/<namespace>_<name>.json` ([`PodRecord`]).
+//! Each running pod is recorded in `<dir>/pods/<namespace>_<name>.json` ([`PodRecord`]). A pod
+//! from a manifest (`crate::manifest_pod`) records more: its image, volumes, probes and
+//! readiness, and notes on what the lab does differently.
 
 use crate::claims::{DraAccess, PreparedPodClaim};
 use crate::client::{AllocateOptions, AllocationOutput, MountOut};
+use crate::podspec::images::ImageRecord;
+use crate::podspec::probe::ProbeRecord;
+use crate::podspec::volumes::VolumeRecord;
 use crate::{FakeKubeletError, Result};
 use erdma_cri::runtime::v1 as cri;
 use erdma_cri::{CriClient, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
@@ -105,6 +110,40 @@ pub struct PodRecord {
     /// The kubelet plugin registry the claims were prepared through (to unprepare them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dra_registry: Option<PathBuf>,
+    /// Where the pod's spec came from (`pod run --manifest`): `DaemonSet NS/NAME in FILE`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// `spec.nodeName` the pod saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// `status.hostIP` the pod saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_ip: Option<String>,
+    /// The image as the runtime reported it (`ImageStatus`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageRecord>,
+    /// The pod's volumes on the node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeRecord>,
+    /// The pod's own volume directory (its emptyDirs), removed by `pod delete`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_volume_dir: Option<PathBuf>,
+    /// Whether the container became ready (its startup and readiness probes passed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    /// Milliseconds from `StartContainer` to ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_after_ms: Option<u64>,
+    /// Why the container is not ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_ready_reason: Option<String>,
+    /// The probes run: startup, readiness, and one liveness check.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<ProbeRecord>,
+    /// What the lab kubelet did differently from a kubelet with an API server and a registry
+    /// (`service_account`, `image_pull`, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub notes: BTreeMap<String, String>,
 }
 
 fn split_pod(pod: &str) -> Result<(&str, &str)> {
@@ -116,6 +155,15 @@ fn split_pod(pod: &str) -> Result<(&str, &str)> {
             "pod {pod:?} must be NAMESPACE/NAME"
         ))),
     }
+}
+
+/// A new pod UID for `namespace/name`: `namespace-name-<nanoseconds since the epoch, hex>`.
+pub fn new_uid(pod: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{}-{nanos:x}", pod.replace('/', "-"))
 }
 
 /// Path of a pod's record.
@@ -351,11 +399,7 @@ async fn run_prepared(
     mut timings: BTreeMap<String, u64>,
     dra_claims: Vec<PreparedPodClaim>,
 ) -> Result<PodRecord> {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let uid = format!("{}-{nanos:x}", spec.pod.replace('/', "-"));
+    let uid = new_uid(&spec.pod);
     let sandbox = sandbox_config(spec, &uid)?;
     // The kubelet creates the pod's log directory before the sandbox.
     std::fs::create_dir_all(&sandbox.log_directory).map_err(|source| FakeKubeletError::Io {
@@ -447,7 +491,24 @@ async fn run_prepared(
         timings_ms: timings,
         dra_registry: spec.dra.as_ref().map(|a| a.registry.clone()),
         dra_claims,
+        source: None,
+        node_name: None,
+        host_ip: None,
+        image: None,
+        volumes: Vec::new(),
+        pod_volume_dir: None,
+        ready: None,
+        ready_after_ms: None,
+        not_ready_reason: None,
+        probes: Vec::new(),
+        notes: BTreeMap::new(),
     };
+    write_record(path, &record)?;
+    Ok(record)
+}
+
+/// Writes a pod's record (atomically, as the state file).
+pub(crate) fn write_record(path: &Path, record: &PodRecord) -> Result<()> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|source| FakeKubeletError::Io {
             what: "create",
@@ -455,12 +516,11 @@ async fn run_prepared(
             source,
         })?;
     }
-    crate::state::write_json(path, &record)?;
-    Ok(record)
+    crate::state::write_json(path, record)
 }
 
 /// Gives a pod's devices back after it failed to start (a warning when that fails too).
-async fn release_devices(dir: &Path, spec: &PodSpec) {
+pub(crate) async fn release_devices(dir: &Path, spec: &PodSpec) {
     if spec.resource.is_some()
         && let Err(r) = crate::release(dir, &spec.pod).await
     {
@@ -521,14 +581,16 @@ async fn start_in_sandbox(
     Ok(container_id)
 }
 
-async fn remove_sandbox(cri: &mut CriClient, sandbox_id: &str) -> Result<()> {
+/// `StopPodSandbox` and `RemovePodSandbox`.
+pub(crate) async fn remove_sandbox(cri: &mut CriClient, sandbox_id: &str) -> Result<()> {
     cri.stop_pod_sandbox(sandbox_id).await?;
     cri.remove_pod_sandbox(sandbox_id).await?;
     Ok(())
 }
 
 /// Deletes a recorded pod as the kubelet does: `StopContainer` (`grace` seconds),
-/// `RemoveContainer`, `StopPodSandbox`, `RemovePodSandbox`, then its devices go back to the pool.
+/// `RemoveContainer`, `StopPodSandbox`, `RemovePodSandbox`, then its devices go back to the pool
+/// and its emptyDir volumes are removed.
 pub async fn delete_pod(
     dir: &Path,
     cri: &mut CriClient,
@@ -541,6 +603,9 @@ pub async fn delete_pod(
     remove_sandbox(cri, &record.sandbox_id).await?;
     if record.allocation.is_some() {
         crate::release(dir, pod).await?;
+    }
+    if let Some(v) = &record.pod_volume_dir {
+        remove_pod_volumes(v)?;
     }
     let path = record_path(dir, pod)?;
     std::fs::remove_file(&path).map_err(|source| FakeKubeletError::Io {
@@ -556,4 +621,17 @@ pub async fn delete_pod(
         crate::claims::unprepare_at(registry, &record.dra_claims).await?;
     }
     Ok(record)
+}
+
+/// Removes a pod's volume directory (its emptyDirs); one already gone is fine.
+pub(crate) fn remove_pod_volumes(path: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(FakeKubeletError::Io {
+            what: "remove the pod's emptyDir volumes",
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
 }

@@ -2,6 +2,7 @@
 
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
+use erdma_fake_kubelet::podspec::translate::NodeInfo;
 use erdma_fake_kubelet::{AllocateOptions, FakeKubelet, FakeKubeletConfig, PID_FILE};
 use erdma_kubelet::uds::ClientAuthority;
 use std::collections::BTreeMap;
@@ -228,8 +229,13 @@ struct PodTarget {
 enum PodCmd {
     /// In the kubelet's order: (with --count > 0) Allocate through the plugin, RunPodSandbox,
     /// PreStartContainer (when the plugin asks for it), CreateContainer with the Allocate
-    /// response's devices, mounts, envs, annotations and CDI names, StartContainer. Prints the pod record as JSON (sandbox and container ids, IP,
-    /// network namespace, allocation, milliseconds per step).
+    /// response's devices, mounts, envs, annotations and CDI names, StartContainer. Prints the
+    /// pod record as JSON (sandbox and container ids, IP, network namespace, allocation,
+    /// milliseconds per step). With --manifest, the pod is a Pod or the pod template of a
+    /// DaemonSet, Deployment, StatefulSet or Job, translated into CRI as the kubelet does
+    /// (extended resources in its limits are allocated; hostPath types checked; the image must
+    /// be in the runtime; probes run until ready): exits 1 when the container did not become
+    /// ready within --ready-timeout (the pod stays recorded).
     Run(Box<RunArgs>),
     /// ExecSync in the pod's container: prints its stdout and stderr and exits with its code.
     Exec {
@@ -269,14 +275,45 @@ enum PodCmd {
     },
 }
 
+/// Flags that describe the pod themselves, which a manifest replaces.
+const MANIFEST_REPLACES: &[&str] = &[
+    "container",
+    "image",
+    "count",
+    "annotations",
+    "host_network",
+    "kubeconfig",
+    "user",
+    "mounts",
+    "command",
+];
+
 /// `pod run`.
 #[derive(clap::Args)]
 struct RunArgs {
     #[command(flatten)]
     target: PodTarget,
-    /// Pod as NAMESPACE/NAME.
-    #[arg(long)]
-    pod: String,
+    /// Pod as NAMESPACE/NAME (with --manifest, default: the object's namespace and name).
+    #[arg(long, required_unless_present = "manifest")]
+    pod: Option<String>,
+    /// The pod from a Kubernetes object, JSON or YAML: a Pod, or a DaemonSet, Deployment,
+    /// StatefulSet or Job whose spec.template is taken (several documents, as helm template
+    /// prints them, are fine: the one workload among them, or --object).
+    #[arg(long, value_name = "FILE", conflicts_with_all = MANIFEST_REPLACES)]
+    manifest: Option<PathBuf>,
+    /// With --manifest: the object to take when the file holds several, KIND/NAME or NAME.
+    #[arg(long, value_name = "KIND/NAME", requires = "manifest")]
+    object: Option<String>,
+    /// With --manifest: the node's name (spec.nodeName; default: the hostname).
+    #[arg(long, value_name = "NAME")]
+    node_name: Option<String>,
+    /// With --manifest: the node's IP (status.hostIP, and the pod IP of a hostNetwork pod).
+    #[arg(long, value_name = "IP", default_value = "127.0.0.1")]
+    node_ip: std::net::IpAddr,
+    /// With --manifest: seconds from StartContainer for the container to become ready (its
+    /// startup and readiness probes pass).
+    #[arg(long, value_name = "SECS", default_value_t = 180)]
+    ready_timeout: u64,
     /// Container name.
     #[arg(long, default_value = "c")]
     container: String,
@@ -513,10 +550,16 @@ fn parse_annotations(list: &[String]) -> anyhow::Result<BTreeMap<String, String>
 async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
     use erdma_fake_kubelet::pods;
     match cmd {
+        PodCmd::Run(args) if args.manifest.is_some() => run_manifest(*args).await,
         PodCmd::Run(args) => {
             let RunArgs {
                 target,
                 pod,
+                manifest: _,
+                object: _,
+                node_name: _,
+                node_ip: _,
+                ready_timeout: _,
                 container,
                 image,
                 resource,
@@ -532,6 +575,7 @@ async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
                 mounts,
                 command,
             } = *args;
+            let pod = pod.context("name the pod with --pod NAMESPACE/NAME")?;
             valid_pod(&pod)?;
             let dra = match &kubeconfig {
                 Some(k) => Some(erdma_fake_kubelet::claims::DraAccess {
@@ -640,6 +684,79 @@ async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The node the lab kubelet stands for: its hostname (lowercased, as the kubelet names its
+/// node), and its CPUs and memory (`/proc/meminfo`) for the downward API and the OOM score.
+fn this_node(name: Option<String>, ip: std::net::IpAddr) -> anyhow::Result<NodeInfo> {
+    let name = match name {
+        Some(n) => n,
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .context("read the hostname (or pass --node-name)")?
+            .trim()
+            .to_lowercase(),
+    };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").context("read /proc/meminfo")?;
+    let kib: i64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("/proc/meminfo has no MemTotal")?;
+    Ok(NodeInfo {
+        name,
+        ip: ip.to_string(),
+        cpu_millis: i64::try_from(cpus).unwrap_or(1).saturating_mul(1000),
+        memory_bytes: kib.saturating_mul(1024),
+    })
+}
+
+/// `pod run --manifest`.
+async fn run_manifest(args: RunArgs) -> anyhow::Result<()> {
+    use erdma_fake_kubelet::manifest_pod::{ManifestRun, run_manifest_pod};
+    use erdma_fake_kubelet::podspec::{manifest, translate::PodPlan};
+    let file = args.manifest.context("--manifest FILE")?;
+    let mut m = manifest::load(&file, args.object.as_deref())?;
+    if let Some(p) = &args.pod {
+        valid_pod(p)?;
+        if let Some((ns, name)) = p.split_once('/') {
+            m.pod.metadata.namespace = Some(ns.to_string());
+            m.pod.metadata.name = Some(name.to_string());
+        }
+    }
+    let node = this_node(args.node_name, args.node_ip)?;
+    let uid = match m.pod.metadata.uid.clone().filter(|u| !u.is_empty()) {
+        Some(u) => u,
+        None => erdma_fake_kubelet::pods::new_uid(&format!(
+            "{}/{}",
+            m.pod.metadata.namespace.as_deref().unwrap_or("default"),
+            m.pod.metadata.name.as_deref().unwrap_or("pod")
+        )),
+    };
+    let plan = PodPlan::new(m, &node, uid)?;
+    let run = ManifestRun {
+        plan,
+        cdi: match args.cdi {
+            Cdi::Field => erdma_fake_kubelet::pods::CdiForm::Field,
+            Cdi::Annotation => erdma_fake_kubelet::pods::CdiForm::Annotation,
+        },
+        authority: args.authority.into(),
+        log_root: args.log_root,
+        ready_timeout: Duration::from_secs(args.ready_timeout),
+    };
+    let mut cri = cri_client(&args.target).await?;
+    let record = run_manifest_pod(&args.target.dir, &mut cri, &run).await?;
+    println!("{}", serde_json::to_string_pretty(&record)?);
+    if record.ready != Some(true) {
+        eprintln!(
+            "pod {} did not become ready within {} s: {}. It stays recorded: inspect it with `pod status`, remove it with `pod delete`",
+            record.pod,
+            args.ready_timeout,
+            record.not_ready_reason.as_deref().unwrap_or("unknown")
+        );
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 async fn run(

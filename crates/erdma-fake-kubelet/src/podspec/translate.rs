@@ -1,0 +1,1388 @@
+//! A Pod's spec as the kubelet turns it into CRI requests (`pkg/kubelet/kuberuntime`:
+//! `generatePodSandboxConfig`, `generateContainerConfig`, `determineEffectiveSecurityContext`,
+//! `generateLinuxContainerResources`; `pkg/kubelet/kubelet_pods.go`: `makeEnvironmentVariables`,
+//! `makeMounts`), for a pod of one container. [`PodPlan::new`] checks the whole spec first and
+//! refuses what the lab kubelet cannot do (naming the field, the value and the fix), so nothing
+//! is allocated or created for a pod that cannot run.
+
+use super::expand::expand;
+use super::images::{self, PullPolicy};
+use super::manifest::ManifestPod;
+use super::probe::{self, Probes};
+use super::quantity::Quantity;
+use super::volumes::{self, HostPathType};
+use crate::client::AllocationOutput;
+use crate::{FakeKubeletError, Result};
+use erdma_cri::runtime::v1 as cri;
+use erdma_cri::{LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
+use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Container label with the container name.
+const LABEL_CONTAINER_NAME: &str = "io.kubernetes.container.name";
+
+/// The node the pod runs on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// `spec.nodeName`.
+    pub name: String,
+    /// The node's IP: `status.hostIP`, and the pod IP of a host-network pod.
+    pub ip: String,
+    /// Allocatable CPU in millicores (a limit the container does not set, for the downward API).
+    pub cpu_millis: i64,
+    /// Allocatable and total memory in bytes (the downward API's default limit, and the memory
+    /// capacity of the kubelet's OOM score rule).
+    pub memory_bytes: i64,
+}
+
+/// The `/proc` paths the kubelet asks the runtime to mask, for the default `procMount`.
+pub const DEFAULT_MASKED_PATHS: &[&str] = &[
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+/// The `/proc` paths the kubelet asks the runtime to make read-only, for the default
+/// `procMount`.
+pub const DEFAULT_READONLY_PATHS: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+/// The note for the service-account token the API server's admission would add.
+pub const SERVICE_ACCOUNT_NOTE: &str = "not mounted (no API server)";
+
+/// A volume the pod gets on the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumePlan {
+    /// `hostPath`: checked by type before the sandbox.
+    HostPath {
+        /// The volume's name.
+        name: String,
+        /// `hostPath.path`.
+        path: PathBuf,
+        /// `hostPath.type`.
+        ty: HostPathType,
+    },
+    /// `emptyDir` (disk): a new directory of the pod.
+    EmptyDir {
+        /// The volume's name.
+        name: String,
+    },
+}
+
+impl VolumePlan {
+    /// The volume's name.
+    pub fn name(&self) -> &str {
+        match self {
+            VolumePlan::HostPath { name, .. } | VolumePlan::EmptyDir { name } => name,
+        }
+    }
+}
+
+/// A `volumeMount` of the container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountPlan {
+    /// The volume.
+    pub volume: String,
+    /// `mountPath`.
+    pub container_path: String,
+    /// `subPath` (empty: the whole volume).
+    pub sub_path: String,
+    /// `readOnly`.
+    pub read_only: bool,
+    /// `mountPropagation`.
+    pub propagation: cri::MountPropagation,
+}
+
+/// Where an env variable's value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum EnvSource {
+    /// `value`, with `$(VAR)` references to the variables before it.
+    Value(String),
+    /// Known now (a resource of the container, or a pod field that does not depend on the IP).
+    Fixed(String),
+    /// `status.podIP` / `status.podIPs`: known once the sandbox has its IP.
+    PodIp,
+}
+
+/// The container's CPU and memory after the API server's defaulting (a request defaults to
+/// its limit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Resources {
+    /// Requested millicores.
+    pub cpu_request: Option<i64>,
+    /// Millicore limit.
+    pub cpu_limit: Option<i64>,
+    /// Requested bytes.
+    pub memory_request: Option<i64>,
+    /// Byte limit.
+    pub memory_limit: Option<i64>,
+}
+
+/// A checked pod, ready to be turned into CRI requests.
+#[derive(Debug, Clone)]
+pub struct PodPlan {
+    /// Where the pod came from.
+    pub source: String,
+    /// The pod's metadata (labels and annotations of its template).
+    pub meta: ObjectMeta,
+    /// The pod's spec, with `spec.nodeName` and the service account defaulted.
+    pub spec: PodSpec,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// The container.
+    pub container: Container,
+    /// Its image reference.
+    pub image: String,
+    /// Its pull policy.
+    pub pull_policy: PullPolicy,
+    /// Its CPU and memory.
+    pub resources: Resources,
+    /// The one extended resource of its limits and the count (`aliyun/erdma`, 2).
+    pub extended: Option<(String, usize)>,
+    /// The pod's volumes, in spec order (the service-account token volume left out).
+    pub volumes: Vec<VolumePlan>,
+    /// The container's mounts, in spec order.
+    pub mounts: Vec<MountPlan>,
+    /// Its probes.
+    pub probes: Probes,
+    /// What the lab does differently from a kubelet with an API server.
+    pub notes: BTreeMap<String, String>,
+    node: NodeInfo,
+    env: Vec<(String, EnvSource)>,
+}
+
+/// What the container config needs beyond the plan: known after admission, volume setup, the
+/// sandbox and the image check.
+#[derive(Debug, Clone, Copy)]
+pub struct ContainerInputs<'a> {
+    /// The pod IP (the node's for a host-network pod).
+    pub pod_ip: &'a str,
+    /// The image ID from `ImageStatus`.
+    pub image_id: &'a str,
+    /// The image's numeric user, if any.
+    pub image_uid: Option<i64>,
+    /// The image's user name when it is not numeric.
+    pub image_username: &'a str,
+    /// The device plugin's Allocate response.
+    pub allocation: Option<&'a AllocationOutput>,
+    /// Each volume's path on the node.
+    pub volume_paths: &'a BTreeMap<String, PathBuf>,
+}
+
+/// The type of a volume as the spec names it (`configMap`, `secret`, ...).
+fn volume_type(v: &Volume) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::Object(o)) => o
+            .keys()
+            .filter(|k| k.as_str() != "name")
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", "),
+        _ => "unknown".into(),
+    }
+}
+
+fn is_service_account_volume(v: &Volume) -> bool {
+    v.name.starts_with("kube-api-access-") && v.projected.is_some()
+}
+
+/// Truncates a hostname as the kubelet does: at most 63 characters, no trailing `-` or `.`.
+fn truncate_hostname(h: &str) -> String {
+    let t: String = h.chars().take(63).collect();
+    t.trim_end_matches(['-', '.']).to_string()
+}
+
+/// The kubelet's `MilliCPUToShares`.
+pub fn milli_cpu_to_shares(milli: i64) -> i64 {
+    if milli == 0 {
+        return 2;
+    }
+    (milli.saturating_mul(1024) / 1000).clamp(2, 262_144)
+}
+
+/// The kubelet's `milliCPUToQuota` for `period` microseconds.
+pub fn milli_cpu_to_quota(milli: i64, period: i64) -> i64 {
+    if milli == 0 {
+        return 0;
+    }
+    (milli.saturating_mul(period) / 1000).max(1000)
+}
+
+/// The CFS period the kubelet uses (100 ms, in microseconds).
+pub const CPU_PERIOD_US: i64 = 100_000;
+
+impl PodPlan {
+    /// Checks `m` for node `node` and plans it with pod UID `uid`.
+    pub fn new(m: ManifestPod, node: &NodeInfo, uid: String) -> Result<PodPlan> {
+        let ManifestPod { source, pod, .. } = m;
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let who = format!("pod {namespace}/{name} ({source})");
+        let refuse =
+            |field: &str, msg: String| FakeKubeletError::Refused(format!("{who}: {field}: {msg}"));
+        let meta = pod.metadata;
+        let Some(mut spec) = pod.spec else {
+            return Err(refuse("spec", "missing".into()));
+        };
+        spec.node_name = Some(node.name.clone());
+        if spec
+            .service_account_name
+            .as_deref()
+            .unwrap_or("")
+            .is_empty()
+        {
+            spec.service_account_name = Some(
+                spec.service_account
+                    .clone()
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| "default".into()),
+            );
+        }
+        let mut notes = BTreeMap::new();
+        check_pod_level(&spec, &refuse, &mut notes)?;
+        let container = match spec.containers.as_slice() {
+            [one] => one.clone(),
+            [] => return Err(refuse("spec.containers", "the pod has no container".into())),
+            many => {
+                let names: Vec<&str> = many.iter().map(|c| c.name.as_str()).collect();
+                return Err(refuse(
+                    "spec.containers",
+                    format!(
+                        "{} containers {names:?}: the lab kubelet runs one container per pod (its pod record holds one container). Fix: split the pod, one container each",
+                        many.len()
+                    ),
+                ));
+            }
+        };
+        let c = "spec.containers[0]";
+        if container.name.is_empty() {
+            return Err(refuse(&format!("{c}.name"), "is empty".into()));
+        }
+        let image = container
+            .image
+            .clone()
+            .filter(|i| !i.is_empty())
+            .ok_or_else(|| {
+                refuse(
+                    &format!("{c}.image"),
+                    "is empty. Fix: name the image".into(),
+                )
+            })?;
+        let pull_policy = images::pull_policy(&image, container.image_pull_policy.as_deref())
+            .map_err(|e| refuse(&format!("{c}.imagePullPolicy"), e))?;
+        check_container(&container, &refuse, &mut notes)?;
+        let (resources, extended) = resources(&container, &refuse)?;
+        let mut plan = PodPlan {
+            source,
+            namespace,
+            name,
+            uid,
+            image,
+            pull_policy,
+            resources,
+            extended,
+            volumes: Vec::new(),
+            mounts: Vec::new(),
+            probes: Probes::default(),
+            notes,
+            node: node.clone(),
+            env: Vec::new(),
+            container,
+            meta,
+            spec,
+        };
+        plan.plan_volumes(&refuse)?;
+        plan.plan_env(&refuse)?;
+        plan.plan_probes(&refuse)?;
+        Ok(plan)
+    }
+
+    fn spec(&self) -> &PodSpec {
+        &self.spec
+    }
+
+    /// The node the pod was planned for.
+    pub fn node(&self) -> &NodeInfo {
+        &self.node
+    }
+
+    /// `namespace/name`.
+    pub fn pod_name(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// Whether the pod uses the node's network namespace.
+    pub fn host_network(&self) -> bool {
+        self.spec().host_network.unwrap_or(false)
+    }
+
+    fn privileged(&self) -> bool {
+        self.container
+            .security_context
+            .as_ref()
+            .and_then(|s| s.privileged)
+            .unwrap_or(false)
+    }
+
+    fn plan_volumes(&mut self, refuse: &impl Fn(&str, String) -> FakeKubeletError) -> Result<()> {
+        let mut skipped = Vec::new();
+        let pod_volumes = self.spec.volumes.clone().unwrap_or_default();
+        for (i, v) in pod_volumes.iter().enumerate() {
+            let f = format!("spec.volumes[{i}] {:?}", v.name);
+            if let Some(h) = &v.host_path {
+                let ty = HostPathType::parse(h.type_.as_deref())
+                    .map_err(|e| refuse(&format!("{f}.hostPath.type"), e))?;
+                if !h.path.starts_with('/') || volumes::has_backsteps(&h.path) {
+                    return Err(refuse(
+                        &format!("{f}.hostPath.path"),
+                        format!(
+                            "{:?} must be an absolute path without '..'. Fix: write the path on the node",
+                            h.path
+                        ),
+                    ));
+                }
+                self.volumes.push(VolumePlan::HostPath {
+                    name: v.name.clone(),
+                    path: PathBuf::from(&h.path),
+                    ty,
+                });
+            } else if let Some(e) = &v.empty_dir {
+                match e.medium.as_deref().unwrap_or("") {
+                    "" => {}
+                    m => {
+                        return Err(refuse(
+                            &format!("{f}.emptyDir.medium"),
+                            format!(
+                                "{m:?}: the lab kubelet makes emptyDir volumes on disk only (no tmpfs or hugepage mounts). Fix: drop the medium"
+                            ),
+                        ));
+                    }
+                }
+                self.volumes.push(VolumePlan::EmptyDir {
+                    name: v.name.clone(),
+                });
+            } else if is_service_account_volume(v) {
+                skipped.push(v.name.clone());
+                self.notes
+                    .insert("service_account".into(), SERVICE_ACCOUNT_NOTE.into());
+            } else {
+                return Err(refuse(
+                    &f,
+                    format!(
+                        "a {} volume: the lab kubelet has no API server or volume plugins; it mounts hostPath and emptyDir volumes only. Fix: use a hostPath volume, or drop the volume",
+                        volume_type(v)
+                    ),
+                ));
+            }
+        }
+        let privileged = self.privileged();
+        for (i, m) in self.container.volume_mounts.iter().flatten().enumerate() {
+            let f = format!("spec.containers[0].volumeMounts[{i}]");
+            if skipped.contains(&m.name) {
+                continue;
+            }
+            if !self.volumes.iter().any(|v| v.name() == m.name) {
+                return Err(refuse(
+                    &format!("{f}.name"),
+                    format!("{:?} names no volume of the pod", m.name),
+                ));
+            }
+            if !m.mount_path.starts_with('/') {
+                return Err(refuse(
+                    &format!("{f}.mountPath"),
+                    format!("{:?} must be an absolute path", m.mount_path),
+                ));
+            }
+            if m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty()) {
+                return Err(refuse(
+                    &format!("{f}.subPathExpr"),
+                    "the lab kubelet takes subPath only. Fix: write the subPath out".into(),
+                ));
+            }
+            let sub_path = m.sub_path.clone().unwrap_or_default();
+            if sub_path.starts_with('/') || volumes::has_backsteps(&sub_path) {
+                return Err(refuse(
+                    &format!("{f}.subPath"),
+                    format!("{sub_path:?} must be a relative path without '..'"),
+                ));
+            }
+            let propagation = match m.mount_propagation.as_deref().unwrap_or("None") {
+                "None" | "" => cri::MountPropagation::PropagationPrivate,
+                "HostToContainer" => cri::MountPropagation::PropagationHostToContainer,
+                "Bidirectional" if privileged => cri::MountPropagation::PropagationBidirectional,
+                "Bidirectional" => {
+                    return Err(refuse(
+                        &format!("{f}.mountPropagation"),
+                        "Bidirectional mount propagation is available only to privileged containers (as the API server validates). Fix: use HostToContainer, or make the container privileged".into(),
+                    ));
+                }
+                other => {
+                    return Err(refuse(
+                        &format!("{f}.mountPropagation"),
+                        format!("{other:?} is not None, HostToContainer or Bidirectional"),
+                    ));
+                }
+            };
+            if m.recursive_read_only.as_deref() == Some("Enabled") {
+                return Err(refuse(
+                    &format!("{f}.recursiveReadOnly"),
+                    "Enabled: the lab kubelet does not ask for recursive read-only mounts. Fix: use IfPossible or Disabled".into(),
+                ));
+            }
+            self.mounts.push(MountPlan {
+                volume: m.name.clone(),
+                container_path: m.mount_path.clone(),
+                sub_path,
+                read_only: m.read_only.unwrap_or(false),
+                propagation,
+            });
+        }
+        if self.spec.automount_service_account_token == Some(false) {
+            self.notes.insert(
+                "service_account".into(),
+                "not requested (automountServiceAccountToken: false)".into(),
+            );
+        } else {
+            self.notes
+                .insert("service_account".into(), SERVICE_ACCOUNT_NOTE.into());
+        }
+        Ok(())
+    }
+
+    fn plan_env(&mut self, refuse: &impl Fn(&str, String) -> FakeKubeletError) -> Result<()> {
+        let meta = &self.pod_meta_for_env();
+        let env = self.container.env.clone().unwrap_or_default();
+        for (i, e) in env.iter().enumerate() {
+            let f = format!("spec.containers[0].env[{i}] {:?}", e.name);
+            let value = e.value.clone().unwrap_or_default();
+            let source = if !value.is_empty() {
+                EnvSource::Value(value)
+            } else if let Some(from) = &e.value_from {
+                if let Some(r) = &from.config_map_key_ref {
+                    return Err(refuse(
+                        &format!("{f}.valueFrom.configMapKeyRef"),
+                        format!(
+                            "key {:?} of ConfigMap {:?}: the lab kubelet has no API server to read it from. Fix: set the env var's value",
+                            r.key, r.name
+                        ),
+                    ));
+                } else if let Some(r) = &from.secret_key_ref {
+                    return Err(refuse(
+                        &format!("{f}.valueFrom.secretKeyRef"),
+                        format!(
+                            "key {:?} of Secret {:?}: the lab kubelet has no API server to read it from. Fix: set the env var's value",
+                            r.key, r.name
+                        ),
+                    ));
+                } else if let Some(r) = &from.field_ref {
+                    let api = r.api_version.as_deref().unwrap_or("v1");
+                    if api != "v1" && !api.is_empty() {
+                        return Err(refuse(
+                            &format!("{f}.valueFrom.fieldRef.apiVersion"),
+                            format!("{api:?}: only v1 fields are defined"),
+                        ));
+                    }
+                    field_value(&r.field_path, meta)
+                        .map_err(|e| refuse(&format!("{f}.valueFrom.fieldRef.fieldPath"), e))?
+                } else if let Some(r) = &from.resource_field_ref {
+                    if let Some(cn) = r.container_name.as_deref().filter(|n| !n.is_empty())
+                        && cn != self.container.name
+                    {
+                        return Err(refuse(
+                            &format!("{f}.valueFrom.resourceFieldRef.containerName"),
+                            format!("{cn:?} is not the pod's container"),
+                        ));
+                    }
+                    let divisor = match &r.divisor {
+                        Some(d) => Some(Quantity::parse(&d.0).map_err(|e| {
+                            refuse(&format!("{f}.valueFrom.resourceFieldRef.divisor"), e)
+                        })?),
+                        None => None,
+                    };
+                    EnvSource::Fixed(
+                        self.resource_value(&r.resource, divisor)
+                            .map_err(|e| refuse(&format!("{f}.valueFrom.resourceFieldRef"), e))?,
+                    )
+                } else {
+                    return Err(refuse(
+                        &format!("{f}.valueFrom"),
+                        "names no source the lab kubelet knows (fieldRef, resourceFieldRef)".into(),
+                    ));
+                }
+            } else {
+                EnvSource::Value(String::new())
+            };
+            self.env.push((e.name.clone(), source));
+        }
+        Ok(())
+    }
+
+    fn pod_meta_for_env(&self) -> EnvMeta {
+        EnvMeta {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            uid: self.uid.clone(),
+            labels: self.meta.labels.clone().unwrap_or_default(),
+            annotations: self.meta.annotations.clone().unwrap_or_default(),
+            node_name: self.node.name.clone(),
+            node_ip: self.node.ip.clone(),
+            service_account: self.spec.service_account_name.clone().unwrap_or_default(),
+        }
+    }
+
+    /// The downward API's value of a container resource (`limits.cpu`, ...), as the kubelet
+    /// computes it: a limit the container does not set is the node's allocatable amount (a
+    /// request it does not set is its limit, else 0); the
+    /// value is divided by the divisor (default 1) and rounded up.
+    fn resource_value(&self, resource: &str, divisor: Option<Quantity>) -> Result<String, String> {
+        let r = self.resources;
+        let divisor = divisor.filter(|d| !d.is_zero());
+        let cpu = |v: i64| -> Result<String, String> {
+            let d = divisor.map(|d| d.milli_value()).unwrap_or(1000);
+            if d != 1 && d != 1000 {
+                return Err(format!(
+                    "divisor for {resource} must be 1m or 1 (as the API server validates)"
+                ));
+            }
+            Ok(ceil_div(i128::from(v), d).to_string())
+        };
+        let mem = |v: i64| -> Result<String, String> {
+            let d = divisor.map(|d| d.value()).unwrap_or(1);
+            let allowed =
+                (0..=6).any(|k| d == 1000i128.pow(k)) || (1..=6).any(|k| d == 1i128 << (10 * k));
+            if !allowed || divisor.is_some_and(|q| !q.is_integer()) {
+                return Err(format!(
+                    "divisor for {resource} must be 1, 1k ... 1E or 1Ki ... 1Ei (as the API server validates)"
+                ));
+            }
+            Ok(ceil_div(i128::from(v), d).to_string())
+        };
+        match resource {
+            "limits.cpu" => cpu(r.cpu_limit.unwrap_or(self.node.cpu_millis)),
+            "requests.cpu" => cpu(r.cpu_request.unwrap_or(0)),
+            "limits.memory" => mem(r.memory_limit.unwrap_or(self.node.memory_bytes)),
+            "requests.memory" => mem(r.memory_request.unwrap_or(0)),
+            other => Err(format!(
+                "resource {other:?}: the lab kubelet gives limits.cpu, limits.memory, requests.cpu and requests.memory. Fix: use one of them"
+            )),
+        }
+    }
+
+    fn plan_probes(&mut self, refuse: &impl Fn(&str, String) -> FakeKubeletError) -> Result<()> {
+        let c = &self.container;
+        let one =
+            |kind: &'static str, field: &str, p: &Option<k8s_openapi::api::core::v1::Probe>| {
+                p.as_ref()
+                    .map(|p| probe::plan(kind, p, c))
+                    .transpose()
+                    .map_err(|e| refuse(&format!("spec.containers[0].{field}"), e))
+            };
+        self.probes = Probes {
+            startup: one("startup", "startupProbe", &c.startup_probe)?,
+            readiness: one("readiness", "readinessProbe", &c.readiness_probe)?,
+            liveness: one("liveness", "livenessProbe", &c.liveness_probe)?,
+        };
+        Ok(())
+    }
+
+    /// The namespaces of the sandbox and its container: the node's network, PID and IPC
+    /// namespaces for `hostNetwork`, `hostPID`, `hostIPC`; else the pod's network and IPC and
+    /// the container's PID namespace (the pod's with `shareProcessNamespace`).
+    pub fn namespace_options(&self) -> cri::NamespaceOption {
+        let s = self.spec();
+        let node = cri::NamespaceMode::Node as i32;
+        cri::NamespaceOption {
+            network: if s.host_network.unwrap_or(false) {
+                node
+            } else {
+                cri::NamespaceMode::Pod as i32
+            },
+            pid: if s.host_pid.unwrap_or(false) {
+                node
+            } else if s.share_process_namespace.unwrap_or(false) {
+                cri::NamespaceMode::Pod as i32
+            } else {
+                cri::NamespaceMode::Container as i32
+            },
+            ipc: if s.host_ipc.unwrap_or(false) {
+                node
+            } else {
+                cri::NamespaceMode::Pod as i32
+            },
+            target_id: String::new(),
+        }
+    }
+
+    fn supplemental_groups(&self) -> Vec<i64> {
+        let sc = self.spec().security_context.as_ref();
+        sc.and_then(|s| s.fs_group)
+            .into_iter()
+            .chain(
+                sc.and_then(|s| s.supplemental_groups.clone())
+                    .into_iter()
+                    .flatten(),
+            )
+            .collect()
+    }
+
+    /// The kubelet's pod labels: the pod's own plus `io.kubernetes.pod.{name,namespace,uid}`.
+    pub fn pod_labels(&self) -> BTreeMap<String, String> {
+        let mut l = self.meta.labels.clone().unwrap_or_default();
+        l.insert(LABEL_POD_NAME.into(), self.name.clone());
+        l.insert(LABEL_POD_NAMESPACE.into(), self.namespace.clone());
+        l.insert(LABEL_POD_UID.into(), self.uid.clone());
+        l
+    }
+
+    /// `RunPodSandbox`'s config: `log_root/<ns>_<name>_<uid>` for logs; `seen` is the
+    /// `kubernetes.io/config.seen` time the kubelet's pod source stamps (RFC 3339).
+    pub fn sandbox_config(&self, log_root: &Path, seen: &str) -> cri::PodSandboxConfig {
+        let s = self.spec();
+        let host_network = s.host_network.unwrap_or(false);
+        let mut annotations = self.meta.annotations.clone().unwrap_or_default();
+        annotations.insert("kubernetes.io/config.source".into(), "api".into());
+        annotations.insert("kubernetes.io/config.seen".into(), seen.into());
+        let hostname = if host_network {
+            String::new()
+        } else {
+            let h = s
+                .hostname_override
+                .clone()
+                .or_else(|| s.hostname.clone())
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| self.name.clone());
+            truncate_hostname(&h)
+        };
+        let psc = s.security_context.as_ref();
+        cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata {
+                name: self.name.clone(),
+                uid: self.uid.clone(),
+                namespace: self.namespace.clone(),
+                attempt: 0,
+            }),
+            hostname,
+            log_directory: log_root
+                .join(format!("{}_{}_{}", self.namespace, self.name, self.uid))
+                .display()
+                .to_string(),
+            port_mappings: self.port_mappings(),
+            labels: self.pod_labels(),
+            annotations,
+            linux: Some(cri::LinuxPodSandboxConfig {
+                cgroup_parent: String::new(),
+                security_context: Some(cri::LinuxSandboxSecurityContext {
+                    namespace_options: Some(self.namespace_options()),
+                    run_as_user: psc
+                        .and_then(|p| p.run_as_user)
+                        .map(|value| cri::Int64Value { value }),
+                    run_as_group: psc
+                        .and_then(|p| p.run_as_group)
+                        .map(|value| cri::Int64Value { value }),
+                    supplemental_groups: self.supplemental_groups(),
+                    privileged: self.privileged(),
+                }),
+                sysctls: psc
+                    .and_then(|p| p.sysctls.clone())
+                    .into_iter()
+                    .flatten()
+                    .map(|x| (x.name, x.value))
+                    .collect(),
+            }),
+        }
+    }
+
+    /// The container's ports with the API server's defaults (protocol TCP; a host-network
+    /// pod's host port is its container port).
+    fn ports(&self) -> Vec<Port> {
+        let host_network = self.host_network();
+        self.container
+            .ports
+            .iter()
+            .flatten()
+            .map(|p| Port {
+                name: p.name.clone().filter(|n| !n.is_empty()),
+                host_port: match p.host_port.unwrap_or(0) {
+                    0 if host_network => p.container_port,
+                    h => h,
+                },
+                container_port: p.container_port,
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                host_ip: p.host_ip.clone().filter(|h| !h.is_empty()),
+            })
+            .collect()
+    }
+
+    fn port_mappings(&self) -> Vec<cri::PortMapping> {
+        self.ports()
+            .into_iter()
+            .map(|p| cri::PortMapping {
+                protocol: match p.protocol.as_str() {
+                    "UDP" => cri::Protocol::Udp,
+                    "SCTP" => cri::Protocol::Sctp,
+                    _ => cri::Protocol::Tcp,
+                } as i32,
+                container_port: p.container_port,
+                host_port: p.host_port,
+                host_ip: p.host_ip.unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// The container's ports as the kubelet's `io.kubernetes.container.ports` annotation holds
+    /// them (Go's JSON of `[]v1.ContainerPort`: field order name, hostPort, containerPort,
+    /// protocol, hostIP; empty fields left out).
+    fn ports_annotation(&self) -> Option<String> {
+        let ports = self.ports();
+        if ports.is_empty() {
+            return None;
+        }
+        let q = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into());
+        let items: Vec<String> = ports
+            .iter()
+            .map(|p| {
+                let mut f = Vec::new();
+                if let Some(n) = &p.name {
+                    f.push(format!("\"name\":{}", q(n)));
+                }
+                if p.host_port != 0 {
+                    f.push(format!("\"hostPort\":{}", p.host_port));
+                }
+                f.push(format!("\"containerPort\":{}", p.container_port));
+                f.push(format!("\"protocol\":{}", q(&p.protocol)));
+                if let Some(h) = &p.host_ip {
+                    f.push(format!("\"hostIP\":{}", q(h)));
+                }
+                format!("{{{}}}", f.join(","))
+            })
+            .collect();
+        Some(format!("[{}]", items.join(",")))
+    }
+
+    /// The pod's env (`makeEnvironmentVariables`) in declaration order: `value`s expanded
+    /// against the variables declared before them, `fieldRef`/`resourceFieldRef` resolved. A
+    /// name declared twice keeps its first place and its last value.
+    pub fn pod_env(&self, pod_ip: &str) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        for (name, source) in &self.env {
+            let value = match source {
+                EnvSource::Value(v) if v.is_empty() => String::new(),
+                EnvSource::Value(v) => expand(v, |k| {
+                    out.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+                }),
+                EnvSource::Fixed(v) => v.clone(),
+                EnvSource::PodIp => pod_ip.to_string(),
+            };
+            match out.iter_mut().find(|(n, _)| n == name) {
+                Some(slot) => slot.1 = value,
+                None => out.push((name.clone(), value)),
+            }
+        }
+        out
+    }
+
+    /// The OOM score adjustment of the container (`GetContainerOOMScoreAdjust`).
+    pub fn oom_score_adj(&self) -> i64 {
+        let s = self.spec();
+        let by_class = match s.priority_class_name.as_deref() {
+            Some("system-node-critical") => Some(2_000_001_000),
+            Some("system-cluster-critical") => Some(2_000_000_000),
+            _ => None,
+        };
+        let priority = s.priority.map(i64::from).or(by_class);
+        let critical = priority.is_some_and(|p| p >= 2_000_000_000);
+        if critical && s.priority_class_name.as_deref() == Some("system-node-critical") {
+            return -997;
+        }
+        let r = self.resources;
+        let nz = |v: Option<i64>| v.filter(|x| *x != 0);
+        let (cr, cl, mr, ml) = (
+            nz(r.cpu_request),
+            nz(r.cpu_limit),
+            nz(r.memory_request),
+            nz(r.memory_limit),
+        );
+        if cr.is_none() && cl.is_none() && mr.is_none() && ml.is_none() {
+            return 1000;
+        }
+        if cl.is_some() && ml.is_some() && cr == cl && mr == ml {
+            return -997;
+        }
+        let capacity = i128::from(self.node.memory_bytes.max(1));
+        let req = i128::from(r.memory_request.unwrap_or(0));
+        let adj = 1000 - (1000 * req) / capacity;
+        let adj = i64::try_from(adj).unwrap_or(3);
+        if adj < 3 {
+            3
+        } else if adj == 1000 {
+            999
+        } else {
+            adj
+        }
+    }
+
+    /// `CreateContainer`'s config, as the kubelet writes it: the Allocate response's envs,
+    /// mounts, devices and annotations first, then the pod's (env, volume mounts, the kubelet's
+    /// annotations); the command and args expanded against the whole env; the image by the ID
+    /// `ImageStatus` gave; the effective security context (container over pod, the image's user
+    /// when none is set) and the resources the kubelet computes.
+    pub fn container_config(&self, inp: &ContainerInputs<'_>) -> Result<cri::ContainerConfig> {
+        let c = &self.container;
+        let alloc = inp.allocation;
+        let mut envs: Vec<(String, String)> = alloc
+            .map(|a| a.envs.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default();
+        envs.extend(self.pod_env(inp.pod_ip));
+        let mut all = BTreeMap::new();
+        for (k, v) in &envs {
+            all.insert(k.clone(), v.clone());
+        }
+        let exp = |list: &Option<Vec<String>>| -> Vec<String> {
+            list.iter()
+                .flatten()
+                .map(|s| expand(s, |k| all.get(k).cloned()))
+                .collect()
+        };
+        let mut mounts: Vec<cri::Mount> = alloc
+            .map(|a| {
+                a.mounts
+                    .iter()
+                    .map(|m| cri::Mount {
+                        container_path: m.container_path.clone(),
+                        host_path: m.host_path.clone(),
+                        readonly: m.read_only,
+                        ..Default::default()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        for m in &self.mounts {
+            let base = inp.volume_paths.get(&m.volume).ok_or_else(|| {
+                FakeKubeletError::Refused(format!(
+                    "pod {}: volume {:?} was not set up",
+                    self.pod_name(),
+                    m.volume
+                ))
+            })?;
+            let host = if m.sub_path.is_empty() {
+                base.clone()
+            } else {
+                base.join(&m.sub_path)
+            };
+            mounts.push(cri::Mount {
+                container_path: m.container_path.clone(),
+                host_path: host.display().to_string(),
+                readonly: m.read_only,
+                selinux_relabel: false,
+                propagation: m.propagation as i32,
+            });
+        }
+        let mut annotations = alloc.map(|a| a.annotations.clone()).unwrap_or_default();
+        annotations.insert("io.kubernetes.container.restartCount".into(), "0".into());
+        annotations.insert(
+            "io.kubernetes.container.terminationMessagePath".into(),
+            c.termination_message_path
+                .clone()
+                .unwrap_or_else(|| "/dev/termination-log".into()),
+        );
+        annotations.insert(
+            "io.kubernetes.container.terminationMessagePolicy".into(),
+            c.termination_message_policy
+                .clone()
+                .unwrap_or_else(|| "File".into()),
+        );
+        annotations.insert(
+            "io.kubernetes.pod.terminationGracePeriod".into(),
+            self.spec()
+                .termination_grace_period_seconds
+                .unwrap_or(30)
+                .to_string(),
+        );
+        if let Some(p) = self.ports_annotation() {
+            annotations.insert("io.kubernetes.container.ports".into(), p);
+        }
+        let mut labels = BTreeMap::new();
+        labels.insert(LABEL_POD_NAME.to_string(), self.name.clone());
+        labels.insert(LABEL_POD_NAMESPACE.to_string(), self.namespace.clone());
+        labels.insert(LABEL_POD_UID.to_string(), self.uid.clone());
+        labels.insert(LABEL_CONTAINER_NAME.to_string(), c.name.clone());
+        Ok(cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata {
+                name: c.name.clone(),
+                attempt: 0,
+            }),
+            image: Some(cri::ImageSpec {
+                image: inp.image_id.to_string(),
+                annotations: BTreeMap::new(),
+                user_specified_image: self.image.clone(),
+            }),
+            command: exp(&c.command),
+            args: exp(&c.args),
+            working_dir: c.working_dir.clone().unwrap_or_default(),
+            envs: envs
+                .into_iter()
+                .map(|(key, value)| cri::KeyValue { key, value })
+                .collect(),
+            mounts,
+            devices: alloc
+                .map(|a| {
+                    a.devices
+                        .iter()
+                        .map(|d| cri::Device {
+                            container_path: d.container_path.clone(),
+                            host_path: d.host_path.clone(),
+                            permissions: d.permissions.clone(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            labels,
+            annotations,
+            log_path: format!("{}/0.log", c.name),
+            stdin: c.stdin.unwrap_or(false),
+            stdin_once: c.stdin_once.unwrap_or(false),
+            tty: c.tty.unwrap_or(false),
+            linux: Some(cri::LinuxContainerConfig {
+                resources: Some(self.linux_resources()),
+                security_context: Some(self.security_context(inp)?),
+            }),
+            cdi_devices: Vec::new(),
+        })
+    }
+
+    /// The kubelet's `LinuxContainerResources`: CPU shares from the request (or the limit),
+    /// the CFS quota from the limit over a 100 ms period, the memory limit, the OOM score.
+    pub fn linux_resources(&self) -> cri::LinuxContainerResources {
+        let r = self.resources;
+        let cpu_for_shares = r.cpu_request.or(r.cpu_limit).unwrap_or(0);
+        cri::LinuxContainerResources {
+            cpu_period: CPU_PERIOD_US,
+            cpu_quota: milli_cpu_to_quota(r.cpu_limit.unwrap_or(0), CPU_PERIOD_US),
+            cpu_shares: milli_cpu_to_shares(cpu_for_shares),
+            memory_limit_in_bytes: r.memory_limit.unwrap_or(0),
+            oom_score_adj: self.oom_score_adj(),
+        }
+    }
+
+    fn security_context(
+        &self,
+        inp: &ContainerInputs<'_>,
+    ) -> Result<cri::LinuxContainerSecurityContext> {
+        let csc = self.container.security_context.clone().unwrap_or_default();
+        let psc = self.spec().security_context.clone().unwrap_or_default();
+        let run_as_user = csc.run_as_user.or(psc.run_as_user);
+        let run_as_group = csc.run_as_group.or(psc.run_as_group);
+        let non_root = csc.run_as_non_root.or(psc.run_as_non_root).unwrap_or(false);
+        let who = format!(
+            "pod {:?}, container {}",
+            self.pod_name(),
+            self.container.name
+        );
+        if non_root {
+            let why = match (run_as_user, inp.image_uid, inp.image_username) {
+                (Some(0), _, _) => Some(format!(
+                    "container's runAsUser breaks non-root policy ({who})"
+                )),
+                (Some(_), _, _) => None,
+                (None, Some(0), _) => Some(format!(
+                    "container has runAsNonRoot and image will run as root ({who})"
+                )),
+                (None, None, name) if !name.is_empty() => Some(format!(
+                    "container has runAsNonRoot and image has non-numeric user ({name}), cannot verify user is non-root ({who})"
+                )),
+                _ => None,
+            };
+            if let Some(why) = why {
+                return Err(FakeKubeletError::Refused(format!(
+                    "CreateContainerConfigError: {why}. Fix: set runAsUser to a non-root UID, or use an image with a numeric non-root user"
+                )));
+            }
+        }
+        let unmasked = csc.proc_mount.as_deref() == Some("Unmasked");
+        let paths = |p: &[&str]| -> Vec<String> {
+            if unmasked {
+                Vec::new()
+            } else {
+                p.iter().map(|s| s.to_string()).collect()
+            }
+        };
+        let (run_as_user, run_as_username) = match run_as_user {
+            Some(u) => (Some(u), String::new()),
+            None => (inp.image_uid, inp.image_username.to_string()),
+        };
+        Ok(cri::LinuxContainerSecurityContext {
+            capabilities: csc.capabilities.as_ref().map(|caps| cri::Capability {
+                add_capabilities: caps.add.clone().unwrap_or_default(),
+                drop_capabilities: caps.drop.clone().unwrap_or_default(),
+            }),
+            privileged: csc.privileged.unwrap_or(false),
+            namespace_options: Some(self.namespace_options()),
+            run_as_user: run_as_user.map(|value| cri::Int64Value { value }),
+            run_as_username,
+            readonly_rootfs: csc.read_only_root_filesystem.unwrap_or(false),
+            supplemental_groups: self.supplemental_groups(),
+            no_new_privs: csc.allow_privilege_escalation == Some(false),
+            run_as_group: run_as_group.map(|value| cri::Int64Value { value }),
+            masked_paths: paths(DEFAULT_MASKED_PATHS),
+            readonly_paths: paths(DEFAULT_READONLY_PATHS),
+        })
+    }
+}
+
+fn ceil_div(a: i128, b: i128) -> i128 {
+    let q = a / b;
+    if a % b != 0 && (a > 0) == (b > 0) {
+        q + 1
+    } else {
+        q
+    }
+}
+
+/// A container port after the API server's defaults.
+struct Port {
+    name: Option<String>,
+    host_port: i32,
+    container_port: i32,
+    protocol: String,
+    host_ip: Option<String>,
+}
+
+/// The pod fields the downward API gives, except the pod IP.
+struct EnvMeta {
+    name: String,
+    namespace: String,
+    uid: String,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+    node_name: String,
+    node_ip: String,
+    service_account: String,
+}
+
+/// `metadata.labels['key']` → `("metadata.labels", "key")`.
+fn subscript(path: &str) -> Option<(&str, &str)> {
+    let (base, rest) = path.split_once("['")?;
+    let key = rest.strip_suffix("']")?;
+    Some((base, key))
+}
+
+fn field_value(path: &str, m: &EnvMeta) -> Result<EnvSource, String> {
+    let fixed = |s: &str| Ok(EnvSource::Fixed(s.to_string()));
+    match path {
+        "metadata.name" => fixed(&m.name),
+        "metadata.namespace" => fixed(&m.namespace),
+        "metadata.uid" => fixed(&m.uid),
+        "spec.nodeName" => fixed(&m.node_name),
+        "spec.serviceAccountName" => fixed(&m.service_account),
+        "status.hostIP" | "status.hostIPs" => fixed(&m.node_ip),
+        "status.podIP" | "status.podIPs" => Ok(EnvSource::PodIp),
+        p => match subscript(p) {
+            Some(("metadata.labels", k)) => {
+                fixed(m.labels.get(k).map(String::as_str).unwrap_or(""))
+            }
+            Some(("metadata.annotations", k)) => {
+                fixed(m.annotations.get(k).map(String::as_str).unwrap_or(""))
+            }
+            _ => Err(format!(
+                "{p:?}: the lab kubelet gives metadata.name, metadata.namespace, metadata.uid, metadata.labels['KEY'], metadata.annotations['KEY'], spec.nodeName, spec.serviceAccountName, status.hostIP(s), status.podIP(s). Fix: use one of them"
+            )),
+        },
+    }
+}
+
+fn check_pod_level(
+    spec: &PodSpec,
+    refuse: &impl Fn(&str, String) -> FakeKubeletError,
+    notes: &mut BTreeMap<String, String>,
+) -> Result<()> {
+    if let Some(init) = spec.init_containers.as_ref().filter(|i| !i.is_empty()) {
+        let names: Vec<&str> = init.iter().map(|c| c.name.as_str()).collect();
+        return Err(refuse(
+            "spec.initContainers",
+            format!(
+                "{names:?}: the lab kubelet runs one container per pod and no init containers (its pod record holds one container). Fix: drop the init containers, or run their work as a pod of its own first"
+            ),
+        ));
+    }
+    if spec
+        .ephemeral_containers
+        .as_ref()
+        .is_some_and(|e| !e.is_empty())
+    {
+        return Err(refuse(
+            "spec.ephemeralContainers",
+            "the lab kubelet runs one container per pod. Fix: drop them".into(),
+        ));
+    }
+    if spec.host_users == Some(false) {
+        return Err(refuse(
+            "spec.hostUsers",
+            "false: the lab kubelet makes no user namespaces. Fix: drop hostUsers".into(),
+        ));
+    }
+    if let Some(rc) = spec.runtime_class_name.as_deref().filter(|r| !r.is_empty()) {
+        return Err(refuse(
+            "spec.runtimeClassName",
+            format!(
+                "{rc:?}: the lab kubelet has no API server to read the RuntimeClass from; it uses the runtime's default handler. Fix: drop runtimeClassName"
+            ),
+        ));
+    }
+    if spec.resource_claims.as_ref().is_some_and(|r| !r.is_empty()) {
+        return Err(refuse(
+            "spec.resourceClaims",
+            "DRA claims need the API server: run the pod with `pod run --kubeconfig` (without --manifest)".into(),
+        ));
+    }
+    if spec.resources.is_some() {
+        return Err(refuse(
+            "spec.resources",
+            "pod-level resources are not modelled by the lab kubelet. Fix: set the container's resources".into(),
+        ));
+    }
+    if spec.dns_config.is_some() || spec.dns_policy.as_deref() == Some("None") {
+        notes.insert(
+            "dns".into(),
+            "dnsConfig not applied: the sandbox gets the runtime's default resolv.conf (the lab has no cluster DNS)".into(),
+        );
+    }
+    if spec.host_aliases.as_ref().is_some_and(|h| !h.is_empty()) {
+        notes.insert(
+            "host_aliases".into(),
+            "not written (the lab kubelet manages no /etc/hosts)".into(),
+        );
+    }
+    if let Some(psc) = &spec.security_context
+        && (psc.seccomp_profile.is_some()
+            || psc.se_linux_options.is_some()
+            || psc.app_armor_profile.is_some())
+    {
+        notes.insert(
+            "pod_security_context".into(),
+            "seccompProfile, seLinuxOptions and appArmorProfile are not passed (the runtime's defaults apply)".into(),
+        );
+    }
+    Ok(())
+}
+
+fn check_container(
+    c: &Container,
+    refuse: &impl Fn(&str, String) -> FakeKubeletError,
+    notes: &mut BTreeMap<String, String>,
+) -> Result<()> {
+    let f = "spec.containers[0]";
+    if let Some(from) = c.env_from.as_ref().and_then(|e| e.first()) {
+        let what = match (&from.config_map_ref, &from.secret_ref) {
+            (Some(r), _) => format!("ConfigMap {:?}", r.name),
+            (_, Some(r)) => format!("Secret {:?}", r.name),
+            _ => "a source".into(),
+        };
+        return Err(refuse(
+            &format!("{f}.envFrom"),
+            format!(
+                "{what}: the lab kubelet has no API server to read it from. Fix: list the variables under env with values"
+            ),
+        ));
+    }
+    if c.volume_devices.as_ref().is_some_and(|v| !v.is_empty()) {
+        return Err(refuse(
+            &format!("{f}.volumeDevices"),
+            "block volumes need a PersistentVolumeClaim; the lab kubelet has none. Fix: drop them"
+                .into(),
+        ));
+    }
+    if c.resources
+        .as_ref()
+        .and_then(|r| r.claims.as_ref())
+        .is_some_and(|cl| !cl.is_empty())
+    {
+        return Err(refuse(
+            &format!("{f}.resources.claims"),
+            "DRA claims need the API server: run the pod with `pod run --kubeconfig` (without --manifest)".into(),
+        ));
+    }
+    if let Some(l) = &c.lifecycle {
+        if l.post_start.is_some() {
+            return Err(refuse(
+                &format!("{f}.lifecycle.postStart"),
+                "the lab kubelet runs no lifecycle hooks (a failed postStart hook kills the container). Fix: drop the hook".into(),
+            ));
+        }
+        if l.pre_stop.is_some() {
+            notes.insert(
+                "lifecycle".into(),
+                "preStop is not run on `pod delete`".into(),
+            );
+        }
+    }
+    if let Some(sc) = &c.security_context {
+        if sc.privileged == Some(true) && sc.allow_privilege_escalation == Some(false) {
+            return Err(refuse(
+                &format!("{f}.securityContext"),
+                "cannot set allowPrivilegeEscalation to false and privileged to true (as the API server validates)".into(),
+            ));
+        }
+        if let Some(pm) = sc.proc_mount.as_deref()
+            && pm != "Default"
+            && pm != "Unmasked"
+        {
+            return Err(refuse(
+                &format!("{f}.securityContext.procMount"),
+                format!("{pm:?} is not Default or Unmasked"),
+            ));
+        }
+        if sc.seccomp_profile.is_some()
+            || sc.se_linux_options.is_some()
+            || sc.app_armor_profile.is_some()
+        {
+            notes.insert(
+                "security_context".into(),
+                "seccompProfile, seLinuxOptions and appArmorProfile are not passed (the runtime's defaults apply)".into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Whether `name` is an extended resource (`aliyun/erdma`): domain-prefixed, not of
+/// `kubernetes.io`, not `requests.*`.
+fn is_extended(name: &str) -> bool {
+    match name.split_once('/') {
+        Some((domain, rest)) => {
+            !rest.is_empty()
+                && domain != "kubernetes.io"
+                && !domain.ends_with(".kubernetes.io")
+                && !name.starts_with("requests.")
+        }
+        None => false,
+    }
+}
+
+fn resources(
+    c: &Container,
+    refuse: &impl Fn(&str, String) -> FakeKubeletError,
+) -> Result<(Resources, Option<(String, usize)>)> {
+    let f = "spec.containers[0].resources";
+    let empty = BTreeMap::new();
+    let r = c.resources.as_ref();
+    let limits = r.and_then(|r| r.limits.as_ref()).unwrap_or(&empty);
+    let requests = r.and_then(|r| r.requests.as_ref()).unwrap_or(&empty);
+    let parse = |side: &str, name: &str, q: &str| -> Result<Quantity> {
+        let v = Quantity::parse(q).map_err(|e| refuse(&format!("{f}.{side}.{name}"), e))?;
+        if v.is_negative() {
+            return Err(refuse(
+                &format!("{f}.{side}.{name}"),
+                format!("{q:?} is negative"),
+            ));
+        }
+        Ok(v)
+    };
+    let mut out = Resources::default();
+    let mut extended: Option<(String, usize)> = None;
+    for (side, list) in [("limits", limits), ("requests", requests)] {
+        for (name, q) in list {
+            let v = parse(side, name, &q.0)?;
+            let field = format!("{f}.{side}.{name}");
+            let as_i64 = |x: i128| {
+                i64::try_from(x).map_err(|_| refuse(&field, format!("{:?} is too large", q.0)))
+            };
+            match name.as_str() {
+                "cpu" => {
+                    let m = Some(as_i64(v.milli_value())?);
+                    if side == "limits" {
+                        out.cpu_limit = m;
+                    } else {
+                        out.cpu_request = m;
+                    }
+                }
+                "memory" => {
+                    let b = Some(as_i64(v.value())?);
+                    if side == "limits" {
+                        out.memory_limit = b;
+                    } else {
+                        out.memory_request = b;
+                    }
+                }
+                "ephemeral-storage" => {}
+                n if n.starts_with("hugepages-") => {
+                    return Err(refuse(
+                        &field,
+                        "hugepages are not modelled by the lab kubelet. Fix: drop the hugepages resource".into(),
+                    ));
+                }
+                n if is_extended(n) => {
+                    if !v.is_integer() {
+                        return Err(refuse(
+                            &field,
+                            format!("{:?}: an extended resource is a whole number", q.0),
+                        ));
+                    }
+                    let count = usize::try_from(v.value())
+                        .map_err(|_| refuse(&field, format!("{:?} is too large", q.0)))?;
+                    if side == "requests" {
+                        let limit = limits.get(n).map(|l| Quantity::parse(&l.0));
+                        match limit {
+                            Some(Ok(l)) if l == v => {}
+                            Some(Ok(l)) if l.value() == v.value() => {}
+                            _ => {
+                                return Err(refuse(
+                                    &field,
+                                    format!(
+                                        "{:?}: an extended resource's request must equal its limit (as the API server validates). Fix: set resources.limits.{n} to the same count",
+                                        q.0
+                                    ),
+                                ));
+                            }
+                        }
+                        continue;
+                    }
+                    if let Some((other, _)) = &extended {
+                        return Err(refuse(
+                            &format!("{f}.limits"),
+                            format!(
+                                "two extended resources ({other}, {n}): the lab kubelet allocates one device-plugin resource per pod (its pod record holds one allocation). Fix: ask for one"
+                            ),
+                        ));
+                    }
+                    if count > 0 {
+                        extended = Some((n.to_string(), count));
+                    }
+                }
+                other => {
+                    return Err(refuse(
+                        &field,
+                        format!(
+                            "{other:?} is not a resource the lab kubelet knows (cpu, memory, ephemeral-storage, or an extended resource like aliyun/erdma)"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    // The API server defaults a request to its limit.
+    if out.cpu_request.is_none() {
+        out.cpu_request = out.cpu_limit;
+    }
+    if out.memory_request.is_none() {
+        out.memory_request = out.memory_limit;
+    }
+    Ok((out, extended))
+}
