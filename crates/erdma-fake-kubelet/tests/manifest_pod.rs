@@ -727,3 +727,139 @@ async fn an_extended_resource_in_the_limits_is_allocated_through_the_device_plug
     plugin.stop().await;
     kubelet.shutdown().await;
 }
+
+#[test]
+fn records_written_before_manifests_still_parse() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir(d.path().join("pods")).unwrap();
+    // A record as `pod run` wrote it before --manifest (no image, volumes, probes, ...).
+    std::fs::write(
+        d.path().join("pods/lab_old.json"),
+        r#"{"pod": "lab/old", "uid": "lab-old-1", "sandbox_id": "s1", "container": "c",
+            "container_id": "c2", "ip": "10.89.0.2", "netns": "/var/run/netns/cni-1",
+            "allocation": null, "cdi_devices": [], "cdi_form": "field",
+            "timings_ms": {"total": 12}}"#,
+    )
+    .unwrap();
+    let r = pods::read_record(d.path(), "lab/old").unwrap();
+    assert_eq!((r.container_id.as_str(), r.ready), ("c2", None));
+    assert!(r.volumes.is_empty() && r.probes.is_empty() && r.notes.is_empty());
+    assert_eq!(r.pod_volume_dir, None);
+    // And a flag-path record prints as before: none of the manifest fields.
+    let json = serde_json::to_value(&r).unwrap();
+    let keys: Vec<&str> = json
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "allocation",
+            "cdi_devices",
+            "cdi_form",
+            "container",
+            "container_id",
+            "ip",
+            "netns",
+            "pod",
+            "sandbox_id",
+            "timings_ms",
+            "uid"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_exits_non_zero_for_a_pod_that_is_not_ready_and_keeps_it() {
+    let d = short_dir();
+    let cancel = CancellationToken::new();
+    let (rt, _cri) = runtime(d.path(), &cancel).await;
+    rt.answer_exec("never", 1, "");
+    let file = d.path().join("pod.yaml");
+    std::fs::write(
+        &file,
+        exec_pod(
+            "",
+            "      readinessProbe:\n        exec: {command: [never]}\n        periodSeconds: 1\n",
+        ),
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_erdma-fake-kubelet");
+    // The runtime is served on this process's tokio threads; the CLI runs beside them.
+    let output = |mut c: std::process::Command| async move {
+        tokio::task::spawn_blocking(move || c.output().unwrap())
+            .await
+            .unwrap()
+    };
+    let common = |extra: &[&str]| {
+        let mut c = std::process::Command::new(bin);
+        c.args(["pod", "run", "--dir"])
+            .arg(d.path())
+            .arg("--cri-socket")
+            .arg(d.path().join("cri.sock"))
+            .arg("--log-root")
+            .arg(d.path().join("logs"))
+            .args(["--node-name", "lab-node"])
+            .args(extra)
+            .env("RUST_BACKTRACE", "0");
+        c
+    };
+    let out = output(common(&[
+        "--manifest",
+        file.to_str().unwrap(),
+        "--pod",
+        "lab/probe-me",
+        "--ready-timeout",
+        "2",
+    ]))
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let record: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(record["pod"], "lab/probe-me", "--pod names the pod");
+    assert_eq!(record["ready"], false);
+    assert_eq!(record["node_name"], "lab-node");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("pod lab/probe-me did not become ready within 2 s")
+            && err.contains("pod delete"),
+        "{err}"
+    );
+    assert!(
+        pods::read_record(d.path(), "lab/probe-me").is_ok(),
+        "kept for inspection"
+    );
+
+    // A refused manifest: nothing runs, the error names the field.
+    let bad = d.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        exec_pod(
+            "",
+            "    - name: second\n      image: lab.local/erdma-agent:1\n",
+        ),
+    )
+    .unwrap();
+    let before = rt.calls().len();
+    let out = output(common(&["--manifest", bad.to_str().unwrap()])).await;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("pod lab/p") && err.contains("2 containers"),
+        "{err}"
+    );
+    assert_eq!(rt.calls().len(), before);
+
+    // Flags that describe the pod themselves do not go with a manifest.
+    let out = output(common(&[
+        "--manifest",
+        bad.to_str().unwrap(),
+        "--image",
+        "x",
+    ]))
+    .await;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+    cancel.cancel();
+}
