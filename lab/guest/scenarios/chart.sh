@@ -28,11 +28,11 @@ if ! chart_agent_up; then
   fail "$SCEN" "the chart's agent pod did not run and register: $(tail -1 /tmp/agent.pod.err)"; exit 0
 fi
 P=/tmp/agent.pod.json
-log "agent pod: $(jq -c '{container_id: .container_id[:12], ready, ready_after_ms, image_ref, image_pull, timings_ms}' "$P")"
+log "agent pod: $(jq -c '{container_id: .container_id[:12], ready, ready_after_ms, image: .image.id, image_pull: .notes.image_pull, timings_ms}' "$P")"
 ck "the chart's agent image is the one build-images.sh built: $AGENT_IMAGE = $WANT_IMAGE" test "$AGENT_IMAGE" = "$WANT_IMAGE"
 ck "containerd runs that image by its manifest digest $WANT_DIGEST" \
   sh -c "ctr -n k8s.io images ls | grep -F '$WANT_IMAGE' | grep -qF '$WANT_DIGEST'"
-ck "the pod became ready by the chart's readiness probe ($(jq -r '.readiness.description // .probe // "?"' "$P"), after $(jq -r '.ready_after_ms // "?"' "$P") ms)" \
+ck "the pod became ready by the chart's readiness probe ($(jq -r '[.probes[]? | select(.kind == "readiness") | .description][0] // "?"' "$P"), after $(jq -r '.ready_after_ms // "?"' "$P") ms)" \
   jq -e '.ready == true' "$P"
 PID=$(chart_agent_pid)
 ck "the agent runs as the container's process (host PID ${PID:-none})" sh -c "test -n '$PID' && test -d /proc/$PID"
