@@ -26,7 +26,10 @@
 //!   watch from an older resourceVersion gets an `ERROR` event with a 410 `Expired` Status (as the
 //!   watch cache sends it), and [`FakeApiServer::close_watches`] ends open watch streams (as the
 //!   API server's watch timeout does).
-//! - Identity and RBAC: [`FakeApiServer::client_as`] gives a client a user name; every request is
+//! - Identity and RBAC: [`FakeApiServer::client_as`] gives a client a user name, and over HTTP(S)
+//!   a bearer token registered with [`FakeApiServer::accept_token`] authenticates its requests as
+//!   that token's user (once a token is registered, an unknown bearer token gets 401
+//!   `Unauthorized`, as the API server's token authenticator answers); every request is
 //!   recorded with the attributes the API server's authorizer sees ([`crate::rbac::Attributes`]:
 //!   verb, API group, resource, subresource, namespace, name, user) and the current test step
 //!   ([`FakeApiServer::set_step`]); with [`FakeApiServer::enforce`] a request of a named user that
@@ -98,6 +101,8 @@ pub struct FakeState {
     history: Vec<WatchEvent>,
     /// Open watch streams end when this is cancelled.
     watches: tokio_util::sync::CancellationToken,
+    /// Bearer tokens accepted over HTTP(S), with the user each authenticates.
+    tokens: BTreeMap<String, String>,
 }
 
 /// The fake API server. Cheap to clone (shared state).
@@ -152,6 +157,39 @@ impl FakeApiServer {
             async move { Ok::<_, Infallible>(me.handle(req, user.as_deref()).await) }
         });
         kube::Client::new(svc, "default")
+    }
+
+    /// Accepts `token` as a bearer token over HTTP(S) ([`FakeApiServer::serve_http`],
+    /// [`FakeApiServer::serve_https`]): requests carrying `Authorization: Bearer <token>` are
+    /// made as `user` (audited, and authorized with [`FakeApiServer::enforce`]), as the API
+    /// server's token authenticator maps a service account token to
+    /// `system:serviceaccount:<namespace>:<name>`. Requests without credentials stay
+    /// unrestricted; once a token is registered, a bearer token that is not one gets 401.
+    pub fn accept_token(&self, token: &str, user: &str) {
+        self.state()
+            .tokens
+            .insert(token.to_string(), user.to_string());
+    }
+
+    /// The user a request's `Authorization` header authenticates: `Ok(None)` without a bearer
+    /// token (or when no token is registered), `Err(())` for a bearer token not registered.
+    fn authenticate(&self, headers: &hyper::HeaderMap) -> Result<Option<String>, ()> {
+        let st = self.state();
+        if st.tokens.is_empty() {
+            return Ok(None);
+        }
+        let Some(value) = headers.get(hyper::header::AUTHORIZATION) else {
+            return Ok(None);
+        };
+        let bearer = value
+            .to_str()
+            .ok()
+            .and_then(|v| {
+                let (scheme, token) = v.trim().split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            })
+            .ok_or(())?;
+        st.tokens.get(bearer).cloned().map(Some).ok_or(())
     }
 
     /// Authorizes every request of an identified client against `authz` from now on.
@@ -343,7 +381,13 @@ impl FakeApiServer {
             tokio::spawn(async move {
                 let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                     let me = me.clone();
-                    async move { Ok::<_, Infallible>(me.handle(req, None).await) }
+                    async move {
+                        let answer = match me.authenticate(req.headers()) {
+                            Ok(user) => me.handle(req, user.as_deref()).await,
+                            Err(()) => status(401, "Unauthorized", "Unauthorized"),
+                        };
+                        Ok::<_, Infallible>(answer)
+                    }
                 });
                 let http = hyper::server::conn::http1::Builder::new();
                 match tls {
@@ -1183,7 +1227,8 @@ pub fn kubeconfig(path: &std::path::Path, addr: std::net::SocketAddr) -> std::io
 }
 
 /// TLS material for [`FakeApiServer::serve_https`]: a CA generated for this run and a serving
-/// certificate for `127.0.0.1` and `localhost` signed by it.
+/// certificate signed by it, for `127.0.0.1` and `localhost` ([`FakeTls::generate`]) or the names
+/// given ([`FakeTls::generate_for`]).
 #[derive(Clone)]
 pub struct FakeTls {
     ca_pem: String,
@@ -1197,8 +1242,16 @@ impl std::fmt::Debug for FakeTls {
 }
 
 impl FakeTls {
-    /// Generates a CA and the serving certificate (ECDSA P-256, valid for a day).
+    /// Generates a CA and the serving certificate (ECDSA P-256) for `127.0.0.1` and `localhost`.
     pub fn generate() -> Result<FakeTls, String> {
+        Self::generate_for(&["127.0.0.1".to_string(), "localhost".to_string()])
+    }
+
+    /// Generates a CA and a serving certificate (ECDSA P-256) whose subject alternative names
+    /// are `names`: each one that parses as an IP address is an IP SAN, the others DNS names
+    /// (the API server's own certificate names its service IP, `kubernetes`,
+    /// `kubernetes.default`, `kubernetes.default.svc` and `kubernetes.default.svc.<domain>`).
+    pub fn generate_for(names: &[String]) -> Result<FakeTls, String> {
         use rcgen::{
             BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
             KeyPair, KeyUsagePurpose,
@@ -1216,8 +1269,8 @@ impl FakeTls {
         ];
         let ca_key = KeyPair::generate().map_err(e("CA key"))?;
         let ca_cert = ca.self_signed(&ca_key).map_err(e("CA certificate"))?;
-        let mut leaf = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
-            .map_err(e("serving certificate parameters"))?;
+        let mut leaf =
+            CertificateParams::new(names.to_vec()).map_err(e("serving certificate parameters"))?;
         leaf.distinguished_name
             .push(DnType::CommonName, "erdma fake API server");
         leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
@@ -1286,4 +1339,143 @@ fn not_found(route: &Route, name: &str) -> Response<Body> {
         "NotFound",
         &format!("{} \"{name}\" not found", route.resource),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::Api;
+
+    async fn client_with(kubeconfig: &str) -> kube::Client {
+        let kc = kube::config::Kubeconfig::from_yaml(kubeconfig).expect("kubeconfig");
+        let cfg =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .expect("config");
+        kube::Client::try_from(cfg).expect("client")
+    }
+
+    fn kubeconfig_text(server: &str, ca: &std::path::Path, token: Option<&str>) -> String {
+        let user = match token {
+            Some(t) => format!("{{token: {t}}}"),
+            None => "{}".to_string(),
+        };
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n    certificate-authority: {}\n\
+             contexts:\n- name: c\n  context: {{cluster: c, user: u, namespace: default}}\ncurrent-context: c\n\
+             users:\n- name: u\n  user: {user}\n",
+            ca.display()
+        )
+    }
+
+    #[tokio::test]
+    async fn bearer_tokens_authenticate_their_users_over_https_with_the_names_asked() {
+        let api = FakeApiServer::new();
+        api.put(&ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some("cfg".into()),
+                namespace: Some("kube-system".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        // The certificate names `kubernetes.default.svc` (DNS) and 127.0.0.1 (IP); `localhost`
+        // is not among the names asked.
+        let tls = FakeTls::generate_for(&[
+            "127.0.0.1".to_string(),
+            "kubernetes.default.svc".to_string(),
+        ])
+        .expect("TLS");
+        let cancel = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(
+            api.clone()
+                .serve_https(listener, tls.clone(), cancel.clone()),
+        );
+        let dir = tempfile::tempdir().expect("dir");
+        let ca = dir.path().join("ca.crt");
+        std::fs::write(&ca, tls.ca_pem()).expect("ca");
+        let user = "system:serviceaccount:kube-system:controller";
+        api.accept_token("tok-1", user);
+
+        let url = format!("https://127.0.0.1:{port}");
+        let cms: Api<ConfigMap> = Api::namespaced(
+            client_with(&kubeconfig_text(&url, &ca, Some("tok-1"))).await,
+            "kube-system",
+        );
+        assert!(cms.get("cfg").await.is_ok(), "a registered token");
+        let audit = api.audit();
+        assert_eq!(audit.len(), 1, "{audit:?}");
+        assert_eq!(audit[0].attributes.user, user);
+        assert_eq!(
+            (
+                audit[0].attributes.verb.as_str(),
+                audit[0].attributes.resource.as_str(),
+                audit[0].attributes.name.as_str()
+            ),
+            ("get", "configmaps", "cfg")
+        );
+
+        // An unknown token: 401, and nothing is audited.
+        let cms: Api<ConfigMap> = Api::namespaced(
+            client_with(&kubeconfig_text(&url, &ca, Some("nope"))).await,
+            "kube-system",
+        );
+        match cms.get("cfg").await {
+            Err(kube::Error::Api(s)) => assert_eq!(s.code, 401, "{s:?}"),
+            other => panic!("an unknown token must get 401: {other:?}"),
+        }
+        // No credentials: unrestricted, not audited (the lab kubelet's and scripts' client).
+        let cms: Api<ConfigMap> = Api::namespaced(
+            client_with(&kubeconfig_text(&url, &ca, None)).await,
+            "kube-system",
+        );
+        assert!(cms.get("cfg").await.is_ok());
+        assert_eq!(api.audit().len(), 1);
+
+        // A name the certificate does not carry fails verification.
+        let by_name = format!("https://localhost:{port}");
+        let cms: Api<ConfigMap> = Api::namespaced(
+            client_with(&kubeconfig_text(&by_name, &ca, None)).await,
+            "kube-system",
+        );
+        assert!(cms.get("cfg").await.is_err(), "localhost is not a SAN");
+        cancel.cancel();
+    }
+
+    #[test]
+    fn without_registered_tokens_any_request_is_unrestricted() {
+        let api = FakeApiServer::new();
+        let mut h = hyper::HeaderMap::new();
+        assert_eq!(api.authenticate(&h), Ok(None));
+        h.insert(
+            hyper::header::AUTHORIZATION,
+            "Bearer x".parse().expect("header"),
+        );
+        assert_eq!(
+            api.authenticate(&h),
+            Ok(None),
+            "no token registered: as before"
+        );
+        api.accept_token("t", "u");
+        assert_eq!(api.authenticate(&h), Err(()));
+        h.insert(
+            hyper::header::AUTHORIZATION,
+            "bearer t".parse().expect("header"),
+        );
+        assert_eq!(api.authenticate(&h), Ok(Some("u".to_string())));
+        h.insert(
+            hyper::header::AUTHORIZATION,
+            "Basic dTpw".parse().expect("header"),
+        );
+        assert_eq!(
+            api.authenticate(&h),
+            Err(()),
+            "only bearer tokens are known"
+        );
+    }
 }
