@@ -42,6 +42,7 @@ pub mod claims;
 pub mod client;
 pub mod daemon;
 pub mod dra;
+pub mod json_patch;
 pub mod manifest_pod;
 pub mod other_plugin;
 pub mod podresources;
