@@ -30,6 +30,8 @@
 //!   NodePrepareResources / NodeUnprepareResources over its sockets; [`claims`] finds a
 //!   container's ResourceClaims in its Pod object and prepares them, so that [`pods`] runs the
 //!   container with the CDI devices the driver returned;
+//! - for the lab, the API server ([`apiserver`]: erdma-k8s's fake over HTTP or HTTPS, loaded with
+//!   a rendered chart's objects, with a token per service account that authenticates as it);
 //! - for the lab, a minimal allocator ([`allocator`], not the scheduler) that writes the
 //!   allocation the scheduler would into a ResourceClaim, including the claim the scheduler makes
 //!   for an extended resource served through a DeviceClass (KEP-5004).
@@ -38,6 +40,7 @@
 //! test or a lab script can read it.
 
 pub mod allocator;
+pub mod apiserver;
 pub mod claims;
 pub mod client;
 pub mod daemon;

@@ -118,21 +118,14 @@ enum Cmd {
         #[command(subcommand)]
         cmd: PodCmd,
     },
-    /// The lab's in-memory Kubernetes API server (erdma-k8s's fake) over plain HTTP until
-    /// SIGTERM/SIGINT. Writes a kubeconfig pointing at it once it listens. Starts with the Node
-    /// object and the DeviceClass the erdma install renders with dra.enabled (every device of
-    /// erdma.alibabacloud.com, extendedResourceName aliyun/erdma).
-    Apiserver {
-        /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:6443")]
-        listen: std::net::SocketAddr,
-        /// Where to write the kubeconfig.
-        #[arg(long)]
-        kubeconfig: PathBuf,
-        /// The Node object to create.
-        #[arg(long)]
-        node: String,
-    },
+    /// The lab's in-memory Kubernetes API server (erdma-k8s's fake) over HTTP, or HTTPS with
+    /// --tls, until SIGTERM/SIGINT. Writes a kubeconfig pointing at it once it listens (with
+    /// --tls it trusts the CA made at start). Starts with the Node object, the DeviceClass the
+    /// erdma install renders with dra.enabled, the --objects, the namespaces (default,
+    /// kube-system, kube-public, kube-node-lease and those the objects name) with their default
+    /// ServiceAccounts and, with --tls, their kube-root-ca.crt ConfigMaps. Prints to stderr
+    /// what it loaded and made.
+    Apiserver(ApiserverArgs),
     /// A minimal DRA allocator for the lab (NOT the scheduler): writes the allocation the
     /// scheduler would write into a ResourceClaim (devices from this node's ResourceSlices,
     /// shareID, consumedCapacity) and prints the claim as JSON.
@@ -140,6 +133,44 @@ enum Cmd {
         #[command(subcommand)]
         cmd: DraCmd,
     },
+}
+
+/// `apiserver`.
+#[derive(clap::Args)]
+struct ApiserverArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:6443")]
+    listen: std::net::SocketAddr,
+    /// Where to write the kubeconfig.
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// The Node object to create.
+    #[arg(long)]
+    node: String,
+    /// Serve HTTPS: a CA and a serving certificate made at start for the listen IP, 127.0.0.1,
+    /// kubernetes, kubernetes.default, kubernetes.default.svc,
+    /// kubernetes.default.svc.cluster.local and each --tls-san.
+    #[arg(long)]
+    tls: bool,
+    /// Another name or IP for the serving certificate (repeatable), e.g. the address pods
+    /// reach the node at.
+    #[arg(long = "tls-san", value_name = "NAME", requires = "tls")]
+    tls_sans: Vec<String>,
+    /// Write DIR/ca.crt (the CA) and a token per ServiceAccount, DIR/<namespace>/<name>/token
+    /// (DIR/token: default/default's), which the server authenticates as
+    /// system:serviceaccount:<namespace>:<name>; the lab kubelet projects them into pods
+    /// (`pod run --service-account-dir`). Needs --tls.
+    #[arg(long, value_name = "DIR", requires = "tls")]
+    service_account_dir: Option<PathBuf>,
+    /// Objects to create at start (repeatable): a rendered chart file ({"objects": [...]}, as
+    /// deploy/helm/ci/rendered/*.json), a List, a JSON array or YAML documents.
+    #[arg(long = "objects", value_name = "FILE")]
+    objects: Vec<PathBuf>,
+    /// Authorize the service accounts' requests against the loaded (Cluster)Roles and
+    /// (Cluster)RoleBindings (403 when they do not allow it); requests without a token stay
+    /// unrestricted.
+    #[arg(long, requires = "service_account_dir")]
+    enforce_rbac: bool,
 }
 
 #[derive(clap::Args)]
@@ -422,11 +453,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Pod { cmd } => pod(cmd).await,
-        Cmd::Apiserver {
-            listen,
-            kubeconfig,
-            node,
-        } => apiserver(listen, &kubeconfig, &node).await,
+        Cmd::Apiserver(a) => apiserver(a).await,
         Cmd::Dra { cmd } => dra(cmd).await,
     }
 }
@@ -440,42 +467,32 @@ async fn kube_client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
     Ok(kube::Client::try_from(cfg)?)
 }
 
-async fn apiserver(
-    listen: std::net::SocketAddr,
-    kubeconfig: &Path,
-    node: &str,
-) -> anyhow::Result<()> {
+async fn apiserver(a: ApiserverArgs) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let api = erdma_k8s::fake::FakeApiServer::new();
-    api.put(&k8s_openapi::api::core::v1::Node {
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: Some(node.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    });
-    let mut values = erdma_k8s::install::Values::default();
-    values.dra.enabled = true;
-    api.put(&erdma_k8s::install::dra_device_class(&values));
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("listen on {listen}"))?;
-    let addr = listener.local_addr()?;
+    let opts = erdma_fake_kubelet::apiserver::ApiServerOptions {
+        listen: a.listen,
+        kubeconfig: a.kubeconfig,
+        node: a.node,
+        tls: a.tls,
+        tls_sans: a.tls_sans,
+        service_account_dir: a.service_account_dir,
+        objects: a.objects,
+        enforce_rbac: a.enforce_rbac,
+    };
     let cancel = tokio_util::sync::CancellationToken::new();
-    let served = tokio::spawn(api.serve_http(listener, cancel.clone()));
-    // Written after the listener is bound: a reader of the file finds the server answering.
-    let tmp = kubeconfig.with_extension("tmp");
-    erdma_k8s::fake::kubeconfig(&tmp, addr).with_context(|| format!("write {}", tmp.display()))?;
-    std::fs::rename(&tmp, kubeconfig).with_context(|| format!("write {}", kubeconfig.display()))?;
-    tracing::info!(%addr, kubeconfig = %kubeconfig.display(), "fake API server serving");
+    let started = erdma_fake_kubelet::apiserver::start(&opts, cancel.clone()).await?;
+    for line in &started.report {
+        eprintln!("apiserver: {line}");
+    }
+    tracing::info!(addr = %started.addr, kubeconfig = %opts.kubeconfig.display(), "fake API server serving");
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
     }
     cancel.cancel();
-    let _ = served.await;
+    started.stopped().await;
     Ok(())
 }
 

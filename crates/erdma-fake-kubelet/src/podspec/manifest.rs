@@ -57,7 +57,7 @@ fn describe(doc: &Value) -> String {
 
 /// The documents of `text`: JSON when it starts with `{` or `[`, else YAML (several documents
 /// separated by `---`). `List` objects and top-level arrays are opened.
-fn documents(text: &str, origin: &str) -> Result<Vec<Value>> {
+pub(crate) fn documents(text: &str, origin: &str) -> Result<Vec<Value>> {
     let trimmed = text.trim_start();
     let docs: Vec<Value> = if trimmed.starts_with('{') || trimmed.starts_with('[') {
         let v: Value = serde_json::from_str(text).map_err(|e| {
