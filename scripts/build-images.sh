@@ -185,10 +185,17 @@ assemble() {
     # licence.
     dpkg-deb -f "$deb" > "$root/var/lib/dpkg/status.d/${pkg%%:*}"
     echo "Status: install ok installed" >> "$root/var/lib/dpkg/status.d/${pkg%%:*}"
-    if [ -f "$x/$pkg/usr/share/doc/${pkg%%:*}/copyright" ]; then
-      mkdir -p "$root/usr/share/doc/${pkg%%:*}"
-      cp "$x/$pkg/usr/share/doc/${pkg%%:*}/copyright" "$root/usr/share/doc/${pkg%%:*}/copyright"
+    local doc="$x/$pkg/usr/share/doc/${pkg%%:*}" from
+    # A package whose doc directory is a link to another package's (libgcc-s1 -> gcc-12-base)
+    # ships its licence in that package.
+    if [ -L "$doc" ]; then
+      from=$(basename "$(readlink "$doc")")
+      mkdir -p "$x/doc-$from"; dpkg-deb -x "$(fetch_deb "$from:$ARCH")" "$x/doc-$from"
+      doc="$x/doc-$from/usr/share/doc/$from"
     fi
+    [ -f "$doc/copyright" ] || die "the package ${pkg%%:*} has no copyright file"
+    mkdir -p "$root/usr/share/doc/${pkg%%:*}"
+    cp "$doc/copyright" "$root/usr/share/doc/${pkg%%:*}/copyright"
   done
   # Each library from its package's files: the soname link and the file it points to, at the
   # usr-merged path.
