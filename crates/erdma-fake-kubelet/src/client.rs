@@ -122,16 +122,29 @@ pub async fn allocate_reusing(
 ) -> Result<AllocationOutput> {
     let _lock = take_lock(dir).await?;
     let st = ledger_io(dir, state::read_state).await?;
-    allocate_locked(dir, &st.resources, opts, init_container, true, true).await
+    let reuse: Vec<String> = init_container.map(str::to_string).into_iter().collect();
+    allocate_locked(dir, &st.resources, opts, &reuse, true, true).await
 }
 
 /// The kubelet's admission step alone: `Allocate` (recorded in the ledger and on pod-resources),
 /// without `PreStartContainer`. The kubelet allocates a pod's devices when it admits the pod,
 /// before `RunPodSandbox`; it calls [`pre_start`] later, just before creating the container.
 pub async fn admit(dir: &Path, opts: &AllocateOptions) -> Result<AllocationOutput> {
+    admit_reusing(dir, opts, &[]).await
+}
+
+/// [`admit`] for a container of a pod with init containers, as the kubelet's device manager
+/// admits them in order (init containers first): the devices of the pod's containers named in
+/// `reuse_from` (the init containers admitted before it, which have run by the time it runs)
+/// that no other container of the pod holds are reused first.
+pub async fn admit_reusing(
+    dir: &Path,
+    opts: &AllocateOptions,
+    reuse_from: &[String],
+) -> Result<AllocationOutput> {
     let _lock = take_lock(dir).await?;
     let st = ledger_io(dir, state::read_state).await?;
-    allocate_locked(dir, &st.resources, opts, None, true, false).await
+    allocate_locked(dir, &st.resources, opts, reuse_from, true, false).await
 }
 
 /// `PreStartContainer` for an allocation made by [`admit`], when the plugin registered
@@ -174,12 +187,15 @@ impl FakeKubelet {
     pub async fn allocate(&self, opts: &AllocateOptions) -> Result<AllocationOutput> {
         let _lock = take_lock(self.dir()).await?;
         let resources = self.shared().resources();
-        allocate_locked(self.dir(), &resources, opts, None, false, true).await
+        allocate_locked(self.dir(), &resources, opts, &[], false, true).await
     }
 }
 
 /// The kubelet's choice of devices for one container (`devicesToAllocate` in the kubelet's
-/// device manager, without a topology-manager hint): reusable devices first; then, when the plugin
+/// device manager, without a topology-manager hint): reusable devices first (those of the pod's
+/// containers in `reuse_from` that no other container of the pod holds, as the device manager's
+/// `devicesToReuse` pool: the devices of the init containers admitted so far, less those an app
+/// container took); then, when the plugin
 /// offers it, `GetPreferredAllocation` over the free devices plus the reused ones (the reused
 /// ones as `must_include`), whose answer is used as far as it names free devices; the rest comes
 /// from the free devices. Where the kubelet walks a Go set (unspecified order), this takes the
@@ -188,7 +204,7 @@ async fn allocate_locked(
     dir: &Path,
     resources: &BTreeMap<String, ResourceState>,
     opts: &AllocateOptions,
-    init_container: Option<&str>,
+    reuse_from: &[String],
     update_state_file: bool,
     with_pre_start: bool,
 ) -> Result<AllocationOutput> {
@@ -204,22 +220,20 @@ async fn allocate_locked(
     let taken: BTreeSet<&str> = of_resource()
         .flat_map(|a| a.device_ids.iter().map(String::as_str))
         .collect();
-    // Devices of the init container that no other container of the pod holds yet.
-    let reusable: Vec<String> = match init_container {
-        Some(init) => {
-            let held: BTreeSet<&str> = of_resource()
-                .filter(|a| a.pod == opts.pod && a.container != init)
-                .flat_map(|a| a.device_ids.iter().map(String::as_str))
-                .collect();
-            of_resource()
-                .filter(|a| a.pod == opts.pod && a.container == init)
-                .flat_map(|a| a.device_ids.iter())
-                .filter(|id| !held.contains(id.as_str()))
-                .cloned()
-                .collect()
+    // Devices of the reused containers that no other container of the pod holds yet.
+    let held: BTreeSet<&str> = of_resource()
+        .filter(|a| a.pod == opts.pod && !reuse_from.contains(&a.container))
+        .flat_map(|a| a.device_ids.iter().map(String::as_str))
+        .collect();
+    let mut reusable: Vec<String> = Vec::new();
+    for id in of_resource()
+        .filter(|a| a.pod == opts.pod && reuse_from.contains(&a.container))
+        .flat_map(|a| a.device_ids.iter())
+    {
+        if !held.contains(id.as_str()) && !reusable.contains(id) {
+            reusable.push(id.clone());
         }
-        None => Vec::new(),
-    };
+    }
     let mut chosen: Vec<String> = reusable.iter().take(opts.count).cloned().collect();
     let needed = opts.count - chosen.len();
     let healthy: Vec<&str> = resource.healthy_ids().collect();
@@ -240,7 +254,7 @@ async fn allocate_locked(
             if chosen.is_empty() {
                 String::new()
             } else {
-                format!(", {} reused from the init container", chosen.len())
+                format!(", {} reused from init containers", chosen.len())
             }
         )));
     }

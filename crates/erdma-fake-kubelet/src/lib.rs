@@ -22,7 +22,8 @@
 //!   or a pod from a manifest ([`manifest_pod`], [`podspec`]): a Pod or a workload's pod
 //!   template translated into CRI as the kubelet does (namespaces, security context, env with
 //!   the downward API, hostPath and emptyDir volumes, extended resources through the device
-//!   plugin, image pull policy against `ImageStatus`, startup/readiness/liveness probes);
+//!   plugin, image pull policy against `ImageStatus`, init containers run to completion in
+//!   order first, startup/readiness/liveness probes);
 //! - accepts a second plugin for a resource as the kubelet does (it becomes the endpoint, every
 //!   open stream keeps feeding the device list, any stream ending marks the resource unhealthy);
 //!   [`other_plugin`] is a stand-in for such a plugin (terway's eRDMA ENI plugin);

@@ -14,7 +14,8 @@
 //!
 //! Each running pod is recorded in `<dir>/pods/<namespace>_<name>.json` ([`PodRecord`]). A pod
 //! from a manifest (`crate::manifest_pod`) records more: its image, volumes, probes and
-//! readiness, and notes on what the lab does differently.
+//! readiness, its init containers (run to completion in the same sandbox before the app
+//! container, removed by [`delete_pod`]), and notes on what the lab does differently.
 
 use crate::claims::{DraAccess, PreparedPodClaim};
 use crate::client::{AllocateOptions, AllocationOutput, MountOut};
@@ -78,6 +79,30 @@ pub struct PodSpec {
     pub mounts: Vec<MountOut>,
 }
 
+/// An init container the lab's kubelet ran to completion in the pod's sandbox before the app
+/// container (kept, exited, until `pod delete`, as the kubelet keeps it until the pod goes).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InitContainerRecord {
+    /// Container name.
+    pub name: String,
+    /// Container id.
+    pub container_id: String,
+    /// The image as the runtime reported it.
+    pub image: ImageRecord,
+    /// Its devices (`None` without an extended resource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<AllocationOutput>,
+    /// Its exit code (0: it succeeded).
+    pub exit_code: i32,
+    /// `started_at` and `finished_at` from `ContainerStatus` (nanoseconds since the epoch).
+    pub started_at_ns: i64,
+    /// See `started_at_ns`.
+    pub finished_at_ns: i64,
+    /// Milliseconds per step: `image`, `pre_start`, `create`, `start`, `run` (from
+    /// `StartContainer` until the kubelet saw it exit).
+    pub timings_ms: BTreeMap<String, u64>,
+}
+
 /// A pod the lab's kubelet started, as recorded in `<dir>/pods/`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodRecord {
@@ -95,7 +120,7 @@ pub struct PodRecord {
     pub ip: Option<String>,
     /// The network namespace path the runtime reports (`None` for host-network pods).
     pub netns: Option<PathBuf>,
-    /// The allocation (`None` for a pod without the resource).
+    /// The (app) container's allocation (`None` for a container without the resource).
     pub allocation: Option<AllocationOutput>,
     /// CDI device names passed to the runtime, and how.
     pub cdi_devices: Vec<String>,
@@ -144,6 +169,9 @@ pub struct PodRecord {
     /// (`service_account`, `image_pull`, ...).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub notes: BTreeMap<String, String>,
+    /// The init containers run before the app container, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub init_containers: Vec<InitContainerRecord>,
 }
 
 fn split_pod(pod: &str) -> Result<(&str, &str)> {
@@ -502,6 +530,7 @@ async fn run_prepared(
         not_ready_reason: None,
         probes: Vec::new(),
         notes: BTreeMap::new(),
+        init_containers: Vec::new(),
     };
     write_record(path, &record)?;
     Ok(record)
@@ -589,8 +618,8 @@ pub(crate) async fn remove_sandbox(cri: &mut CriClient, sandbox_id: &str) -> Res
 }
 
 /// Deletes a recorded pod as the kubelet does: `StopContainer` (`grace` seconds),
-/// `RemoveContainer`, `StopPodSandbox`, `RemovePodSandbox`, then its devices go back to the pool
-/// and its emptyDir volumes are removed.
+/// `RemoveContainer`, `RemoveContainer` of each exited init container, `StopPodSandbox`,
+/// `RemovePodSandbox`, then its devices go back to the pool and its volumes are removed.
 pub async fn delete_pod(
     dir: &Path,
     cri: &mut CriClient,
@@ -600,6 +629,13 @@ pub async fn delete_pod(
     let record = read_record(dir, pod)?;
     cri.stop_container(&record.container_id, grace).await?;
     cri.remove_container(&record.container_id).await?;
+    for init in &record.init_containers {
+        // The sandbox's removal takes what is left anyway; a runtime that lost the container
+        // must not keep the pod from going.
+        if let Err(e) = cri.remove_container(&init.container_id).await {
+            tracing::warn!(pod = %pod, container = %init.name, "removing the init container failed: {e}");
+        }
+    }
     remove_sandbox(cri, &record.sandbox_id).await?;
     if record.allocation.is_some() {
         crate::release(dir, pod).await?;

@@ -274,7 +274,7 @@ fn the_chart_agent_daemonset_becomes_the_kubelets_sandbox_config() {
 #[test]
 fn the_chart_agent_daemonset_becomes_the_kubelets_container_config() {
     let p = plan_of(AGENT, "uid-agent");
-    assert_eq!(p.extended, None);
+    assert_eq!(p.app.extended, None);
     let paths = agent_paths();
     let got = p
         .container_config(&ContainerInputs {
@@ -545,7 +545,7 @@ spec:
 fn a_pod_network_pod_with_pod_level_defaults_and_an_allocation() {
     let p = plan_of(WORKER, "5f0c-uid");
     assert_eq!(p.uid, "5f0c-uid");
-    assert_eq!(p.extended, Some(("example.com/dev".to_string(), 2)));
+    assert_eq!(p.app.extended, Some(("example.com/dev".to_string(), 2)));
     assert_eq!(
         p.volumes,
         [VolumePlan::EmptyDir {
@@ -860,9 +860,34 @@ fn what_the_lab_kubelet_refuses_is_named() {
             &["spec.containers[0].envFrom", "ConfigMap \"all\""],
         ),
         (
-            "  initContainers: [{name: init, image: busybox}]\n",
+            "  initContainers: [{name: init, image: busybox, restartPolicy: Always}]\n",
             "",
-            &["spec.initContainers", "[\"init\"]", "one container per pod"],
+            &[
+                "spec.initContainers[0].restartPolicy",
+                "Always (a sidecar container)",
+                "Fix:",
+            ],
+        ),
+        (
+            "  initContainers: [{name: init, image: busybox, readinessProbe: {exec: {command: [x]}}}]\n",
+            "",
+            &[
+                "spec.initContainers[0].readinessProbe",
+                "may not be set for init containers",
+            ],
+        ),
+        (
+            "  initContainers: [{name: c, image: busybox}]\n",
+            "",
+            &[
+                "spec.containers[0].name",
+                "\"c\" is also the name of spec.initContainers[0]",
+            ],
+        ),
+        (
+            "  initContainers: [{name: init, image: busybox, resources: {limits: {hugepages-2Mi: 2Mi}}}]\n",
+            "",
+            &["spec.initContainers[0].resources.limits.hugepages-2Mi"],
         ),
         (
             "",
@@ -1001,7 +1026,7 @@ fn the_service_account_token_volume_is_not_mounted() {
         "      volumeMounts: [{name: kube-api-access-x7k2p, mountPath: /var/run/secrets/kubernetes.io/serviceaccount, readOnly: true}]\n",
     );
     let p = plan_of(&e, "u");
-    assert!(p.volumes.is_empty() && p.mounts.is_empty());
+    assert!(p.volumes.is_empty() && p.app.mounts.is_empty());
     assert_eq!(p.notes["service_account"], "not mounted (no API server)");
     let off = pod("  automountServiceAccountToken: false\n", "");
     assert_eq!(
@@ -1023,6 +1048,7 @@ fn the_installs_rendered_agent_is_runnable_as_is() {
     assert_eq!(m.kind, "DaemonSet");
     let p = PodPlan::new(m, &node(), "u".into()).unwrap();
     let caps = p
+        .app
         .container
         .security_context
         .as_ref()

@@ -197,6 +197,7 @@ fn run_of(yaml: &str, dir: &Path, timeout: Duration) -> ManifestRun {
         authority: ClientAuthority::Localhost,
         log_root: dir.join("logs"),
         ready_timeout: timeout,
+        init_timeout: timeout,
     }
 }
 

@@ -264,9 +264,10 @@ enum PodCmd {
     /// pod record as JSON (sandbox and container ids, IP, network namespace, allocation,
     /// milliseconds per step). With --manifest, the pod is a Pod or the pod template of a
     /// DaemonSet, Deployment, StatefulSet or Job, translated into CRI as the kubelet does
-    /// (extended resources in its limits are allocated; hostPath types checked; the image must
-    /// be in the runtime; probes run until ready): exits 1 when the container did not become
-    /// ready within --ready-timeout (the pod stays recorded).
+    /// (extended resources in its limits are allocated; hostPath types checked; the images must
+    /// be in the runtime; init containers run to completion in order first; probes run until
+    /// ready): exits 1 when the container did not become ready within --ready-timeout (the pod
+    /// stays recorded).
     Run(Box<RunArgs>),
     /// ExecSync in the pod's container: prints its stdout and stderr and exits with its code.
     Exec {
@@ -345,6 +346,10 @@ struct RunArgs {
     /// startup and readiness probes pass).
     #[arg(long, value_name = "SECS", default_value_t = 180)]
     ready_timeout: u64,
+    /// With --manifest: seconds from StartContainer for each init container to exit (with
+    /// code 0, else the pod fails naming it, its exit code and the tail of its log).
+    #[arg(long, value_name = "SECS", default_value_t = 180)]
+    init_timeout: u64,
     /// Container name.
     #[arg(long, default_value = "c")]
     container: String,
@@ -577,6 +582,7 @@ async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
                 node_name: _,
                 node_ip: _,
                 ready_timeout: _,
+                init_timeout: _,
                 container,
                 image,
                 resource,
@@ -760,6 +766,7 @@ async fn run_manifest(args: RunArgs) -> anyhow::Result<()> {
         authority: args.authority.into(),
         log_root: args.log_root,
         ready_timeout: Duration::from_secs(args.ready_timeout),
+        init_timeout: Duration::from_secs(args.init_timeout),
     };
     let mut cri = cri_client(&args.target).await?;
     let record = run_manifest_pod(&args.target.dir, &mut cri, &run).await?;

@@ -1,9 +1,10 @@
 //! A Pod's spec as the kubelet turns it into CRI requests (`pkg/kubelet/kuberuntime`:
 //! `generatePodSandboxConfig`, `generateContainerConfig`, `determineEffectiveSecurityContext`,
 //! `generateLinuxContainerResources`; `pkg/kubelet/kubelet_pods.go`: `makeEnvironmentVariables`,
-//! `makeMounts`), for a pod of one container. [`PodPlan::new`] checks the whole spec first and
-//! refuses what the lab kubelet cannot do (naming the field, the value and the fix), so nothing
-//! is allocated or created for a pod that cannot run.
+//! `makeMounts`; `pkg/apis/core/v1/helper/qos`: `GetPodQOS`), for a pod of one app container and
+//! its init containers. [`PodPlan::new`] checks the whole spec first and refuses what the lab
+//! kubelet cannot do (naming the field, the value and the fix), so nothing is allocated or
+//! created for a pod that cannot run.
 
 use super::expand::expand;
 use super::images::{self, PullPolicy};
@@ -132,6 +133,89 @@ pub struct Resources {
     pub memory_limit: Option<i64>,
 }
 
+/// One container of the pod (an init container or the app container), checked.
+#[derive(Debug, Clone)]
+pub struct ContainerPlan {
+    /// The container as the spec has it.
+    pub container: Container,
+    /// Where the spec has it: `spec.containers[0]`, `spec.initContainers[1]`.
+    pub field: String,
+    /// An init container (run to completion before the app container).
+    pub init: bool,
+    /// Its image reference.
+    pub image: String,
+    /// Its pull policy.
+    pub pull_policy: PullPolicy,
+    /// Its CPU and memory.
+    pub resources: Resources,
+    /// The one extended resource of its limits and the count (`aliyun/erdma`, 2).
+    pub extended: Option<(String, usize)>,
+    /// Its mounts, in spec order.
+    pub mounts: Vec<MountPlan>,
+    env: Vec<(String, EnvSource)>,
+}
+
+impl ContainerPlan {
+    /// Checks container `c`, found at `field`, on its own (its image, pull policy, fields the
+    /// lab kubelet refuses, resources); its mounts and env are planned with the pod's volumes.
+    fn check(
+        c: &Container,
+        field: String,
+        init: bool,
+        refuse: &impl Fn(&str, String) -> FakeKubeletError,
+        notes: &mut BTreeMap<String, String>,
+    ) -> Result<ContainerPlan> {
+        if c.name.is_empty() {
+            return Err(refuse(&format!("{field}.name"), "is empty".into()));
+        }
+        let image = c.image.clone().filter(|i| !i.is_empty()).ok_or_else(|| {
+            refuse(
+                &format!("{field}.image"),
+                "is empty. Fix: name the image".into(),
+            )
+        })?;
+        let pull_policy = images::pull_policy(&image, c.image_pull_policy.as_deref())
+            .map_err(|e| refuse(&format!("{field}.imagePullPolicy"), e))?;
+        check_container(c, &field, refuse, notes)?;
+        let (resources, extended) = resources(c, &field, refuse)?;
+        Ok(ContainerPlan {
+            container: c.clone(),
+            field,
+            init,
+            image,
+            pull_policy,
+            resources,
+            extended,
+            mounts: Vec::new(),
+            env: Vec::new(),
+        })
+    }
+
+    /// The container's name.
+    pub fn name(&self) -> &str {
+        &self.container.name
+    }
+
+    fn privileged(&self) -> bool {
+        self.container
+            .security_context
+            .as_ref()
+            .and_then(|s| s.privileged)
+            .unwrap_or(false)
+    }
+}
+
+/// The pod's QoS class (`GetPodQOS`), from the CPU and memory of all its containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QosClass {
+    /// Every container has CPU and memory limits, and requests equal to them.
+    Guaranteed,
+    /// Some container requests or limits CPU or memory, not all as for `Guaranteed`.
+    Burstable,
+    /// No container requests or limits CPU or memory.
+    BestEffort,
+}
+
 /// A checked pod, ready to be turned into CRI requests.
 #[derive(Debug, Clone)]
 pub struct PodPlan {
@@ -147,26 +231,17 @@ pub struct PodPlan {
     pub name: String,
     /// UID.
     pub uid: String,
-    /// The container.
-    pub container: Container,
-    /// Its image reference.
-    pub image: String,
-    /// Its pull policy.
-    pub pull_policy: PullPolicy,
-    /// Its CPU and memory.
-    pub resources: Resources,
-    /// The one extended resource of its limits and the count (`aliyun/erdma`, 2).
-    pub extended: Option<(String, usize)>,
+    /// The app container.
+    pub app: ContainerPlan,
+    /// The init containers, in the order they run.
+    pub init_containers: Vec<ContainerPlan>,
     /// The pod's volumes, in spec order (the service-account token volume left out).
     pub volumes: Vec<VolumePlan>,
-    /// The container's mounts, in spec order.
-    pub mounts: Vec<MountPlan>,
-    /// Its probes.
+    /// The app container's probes.
     pub probes: Probes,
     /// What the lab does differently from a kubelet with an API server.
     pub notes: BTreeMap<String, String>,
     node: NodeInfo,
-    env: Vec<(String, EnvSource)>,
 }
 
 /// What the container config needs beyond the plan: known after admission, volume setup, the
@@ -258,6 +333,12 @@ impl PodPlan {
         }
         let mut notes = BTreeMap::new();
         check_pod_level(&spec, &refuse, &mut notes)?;
+        let mut init_containers = Vec::new();
+        for (i, c) in spec.init_containers.iter().flatten().enumerate() {
+            let field = format!("spec.initContainers[{i}]");
+            check_init_container(c, &field, &refuse)?;
+            init_containers.push(ContainerPlan::check(c, field, true, &refuse, &mut notes)?);
+        }
         let container = match spec.containers.as_slice() {
             [one] => one.clone(),
             [] => return Err(refuse("spec.containers", "the pod has no container".into())),
@@ -272,40 +353,36 @@ impl PodPlan {
                 ));
             }
         };
-        let c = "spec.containers[0]";
-        if container.name.is_empty() {
-            return Err(refuse(&format!("{c}.name"), "is empty".into()));
+        let app = ContainerPlan::check(
+            &container,
+            "spec.containers[0]".into(),
+            false,
+            &refuse,
+            &mut notes,
+        )?;
+        let mut seen = BTreeMap::new();
+        for c in init_containers.iter().chain([&app]) {
+            if let Some(first) = seen.insert(c.name().to_string(), c.field.clone()) {
+                return Err(refuse(
+                    &format!("{}.name", c.field),
+                    format!(
+                        "{:?} is also the name of {first} (as the API server validates, container names are unique in a pod). Fix: rename one",
+                        c.name()
+                    ),
+                ));
+            }
         }
-        let image = container
-            .image
-            .clone()
-            .filter(|i| !i.is_empty())
-            .ok_or_else(|| {
-                refuse(
-                    &format!("{c}.image"),
-                    "is empty. Fix: name the image".into(),
-                )
-            })?;
-        let pull_policy = images::pull_policy(&image, container.image_pull_policy.as_deref())
-            .map_err(|e| refuse(&format!("{c}.imagePullPolicy"), e))?;
-        check_container(&container, &refuse, &mut notes)?;
-        let (resources, extended) = resources(&container, &refuse)?;
         let mut plan = PodPlan {
             source,
             namespace,
             name,
             uid,
-            image,
-            pull_policy,
-            resources,
-            extended,
+            app,
+            init_containers,
             volumes: Vec::new(),
-            mounts: Vec::new(),
             probes: Probes::default(),
             notes,
             node: node.clone(),
-            env: Vec::new(),
-            container,
             meta,
             spec,
         };
@@ -313,6 +390,19 @@ impl PodPlan {
         plan.plan_env(&refuse)?;
         plan.plan_probes(&refuse)?;
         Ok(plan)
+    }
+
+    /// The init containers, then the app container.
+    pub fn containers(&self) -> impl Iterator<Item = &ContainerPlan> {
+        self.init_containers
+            .iter()
+            .chain(std::iter::once(&self.app))
+    }
+
+    fn containers_mut(&mut self) -> impl Iterator<Item = &mut ContainerPlan> {
+        self.init_containers
+            .iter_mut()
+            .chain(std::iter::once(&mut self.app))
     }
 
     fn spec(&self) -> &PodSpec {
@@ -334,12 +424,43 @@ impl PodPlan {
         self.spec().host_network.unwrap_or(false)
     }
 
-    fn privileged(&self) -> bool {
-        self.container
-            .security_context
-            .as_ref()
-            .and_then(|s| s.privileged)
-            .unwrap_or(false)
+    /// Whether some container of the pod is privileged (the sandbox is then privileged too).
+    fn any_privileged(&self) -> bool {
+        self.containers().any(ContainerPlan::privileged)
+    }
+
+    /// The pod's QoS class (`GetPodQOS`): over the init and app containers, only CPU and
+    /// memory count, and only positive amounts; `Guaranteed` needs both limits in every
+    /// container and the summed requests equal to the summed limits.
+    pub fn qos_class(&self) -> QosClass {
+        let pos = |v: Option<i64>| v.filter(|x| *x > 0);
+        // Sums of (cpu, memory): `None` when no container has the resource.
+        let add = |sum: Option<i128>, v: Option<i64>| match (sum, v) {
+            (s, None) => s,
+            (s, Some(x)) => Some(s.unwrap_or(0) + i128::from(x)),
+        };
+        let (mut req, mut lim) = ([None, None], [None, None]);
+        let mut guaranteed = true;
+        for c in self.containers() {
+            let r = c.resources;
+            req[0] = add(req[0], pos(r.cpu_request));
+            req[1] = add(req[1], pos(r.memory_request));
+            lim[0] = add(lim[0], pos(r.cpu_limit));
+            lim[1] = add(lim[1], pos(r.memory_limit));
+            if pos(r.cpu_limit).is_none() || pos(r.memory_limit).is_none() {
+                guaranteed = false;
+            }
+        }
+        if req.iter().chain(lim.iter()).all(Option::is_none) {
+            return QosClass::BestEffort;
+        }
+        let matched = (0..2).all(|i| req[i].is_none() || req[i] == lim[i]);
+        let same_keys = (0..2).all(|i| req[i].is_some() == lim[i].is_some());
+        if guaranteed && matched && same_keys {
+            QosClass::Guaranteed
+        } else {
+            QosClass::Burstable
+        }
     }
 
     fn plan_volumes(&mut self, refuse: &impl Fn(&str, String) -> FakeKubeletError) -> Result<()> {
@@ -393,67 +514,9 @@ impl PodPlan {
                 ));
             }
         }
-        let privileged = self.privileged();
-        for (i, m) in self.container.volume_mounts.iter().flatten().enumerate() {
-            let f = format!("spec.containers[0].volumeMounts[{i}]");
-            if skipped.contains(&m.name) {
-                continue;
-            }
-            if !self.volumes.iter().any(|v| v.name() == m.name) {
-                return Err(refuse(
-                    &format!("{f}.name"),
-                    format!("{:?} names no volume of the pod", m.name),
-                ));
-            }
-            if !m.mount_path.starts_with('/') {
-                return Err(refuse(
-                    &format!("{f}.mountPath"),
-                    format!("{:?} must be an absolute path", m.mount_path),
-                ));
-            }
-            if m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty()) {
-                return Err(refuse(
-                    &format!("{f}.subPathExpr"),
-                    "the lab kubelet takes subPath only. Fix: write the subPath out".into(),
-                ));
-            }
-            let sub_path = m.sub_path.clone().unwrap_or_default();
-            if sub_path.starts_with('/') || volumes::has_backsteps(&sub_path) {
-                return Err(refuse(
-                    &format!("{f}.subPath"),
-                    format!("{sub_path:?} must be a relative path without '..'"),
-                ));
-            }
-            let propagation = match m.mount_propagation.as_deref().unwrap_or("None") {
-                "None" | "" => cri::MountPropagation::PropagationPrivate,
-                "HostToContainer" => cri::MountPropagation::PropagationHostToContainer,
-                "Bidirectional" if privileged => cri::MountPropagation::PropagationBidirectional,
-                "Bidirectional" => {
-                    return Err(refuse(
-                        &format!("{f}.mountPropagation"),
-                        "Bidirectional mount propagation is available only to privileged containers (as the API server validates). Fix: use HostToContainer, or make the container privileged".into(),
-                    ));
-                }
-                other => {
-                    return Err(refuse(
-                        &format!("{f}.mountPropagation"),
-                        format!("{other:?} is not None, HostToContainer or Bidirectional"),
-                    ));
-                }
-            };
-            if m.recursive_read_only.as_deref() == Some("Enabled") {
-                return Err(refuse(
-                    &format!("{f}.recursiveReadOnly"),
-                    "Enabled: the lab kubelet does not ask for recursive read-only mounts. Fix: use IfPossible or Disabled".into(),
-                ));
-            }
-            self.mounts.push(MountPlan {
-                volume: m.name.clone(),
-                container_path: m.mount_path.clone(),
-                sub_path,
-                read_only: m.read_only.unwrap_or(false),
-                propagation,
-            });
+        let volumes = self.volumes.clone();
+        for c in self.containers_mut() {
+            c.mounts = plan_mounts(c, &volumes, &skipped, refuse)?;
         }
         if self.spec.automount_service_account_token == Some(false) {
             self.notes.insert(
@@ -468,10 +531,26 @@ impl PodPlan {
     }
 
     fn plan_env(&mut self, refuse: &impl Fn(&str, String) -> FakeKubeletError) -> Result<()> {
+        let planned = self
+            .containers()
+            .map(|c| self.env_sources(c, refuse))
+            .collect::<Result<Vec<_>>>()?;
+        for (c, env) in self.containers_mut().zip(planned) {
+            c.env = env;
+        }
+        Ok(())
+    }
+
+    /// Where each of `c`'s env variables comes from, in declaration order.
+    fn env_sources(
+        &self,
+        c: &ContainerPlan,
+        refuse: &impl Fn(&str, String) -> FakeKubeletError,
+    ) -> Result<Vec<(String, EnvSource)>> {
         let meta = &self.pod_meta_for_env();
-        let env = self.container.env.clone().unwrap_or_default();
-        for (i, e) in env.iter().enumerate() {
-            let f = format!("spec.containers[0].env[{i}] {:?}", e.name);
+        let mut out = Vec::new();
+        for (i, e) in c.container.env.iter().flatten().enumerate() {
+            let f = format!("{}.env[{i}] {:?}", c.field, e.name);
             let value = e.value.clone().unwrap_or_default();
             let source = if !value.is_empty() {
                 EnvSource::Value(value)
@@ -503,14 +582,18 @@ impl PodPlan {
                     field_value(&r.field_path, meta)
                         .map_err(|e| refuse(&format!("{f}.valueFrom.fieldRef.fieldPath"), e))?
                 } else if let Some(r) = &from.resource_field_ref {
-                    if let Some(cn) = r.container_name.as_deref().filter(|n| !n.is_empty())
-                        && cn != self.container.name
-                    {
-                        return Err(refuse(
-                            &format!("{f}.valueFrom.resourceFieldRef.containerName"),
-                            format!("{cn:?} is not the pod's container"),
-                        ));
-                    }
+                    // The named container's resources (any container of the pod), else its own.
+                    let target = match r.container_name.as_deref().filter(|n| !n.is_empty()) {
+                        None => c,
+                        Some(cn) => {
+                            self.containers().find(|o| o.name() == cn).ok_or_else(|| {
+                                refuse(
+                                    &format!("{f}.valueFrom.resourceFieldRef.containerName"),
+                                    format!("{cn:?} is no container of the pod"),
+                                )
+                            })?
+                        }
+                    };
                     let divisor = match &r.divisor {
                         Some(d) => Some(Quantity::parse(&d.0).map_err(|e| {
                             refuse(&format!("{f}.valueFrom.resourceFieldRef.divisor"), e)
@@ -518,7 +601,7 @@ impl PodPlan {
                         None => None,
                     };
                     EnvSource::Fixed(
-                        self.resource_value(&r.resource, divisor)
+                        self.resource_value(&target.resources, &r.resource, divisor)
                             .map_err(|e| refuse(&format!("{f}.valueFrom.resourceFieldRef"), e))?,
                     )
                 } else {
@@ -530,9 +613,9 @@ impl PodPlan {
             } else {
                 EnvSource::Value(String::new())
             };
-            self.env.push((e.name.clone(), source));
+            out.push((e.name.clone(), source));
         }
-        Ok(())
+        Ok(out)
     }
 
     fn pod_meta_for_env(&self) -> EnvMeta {
@@ -552,8 +635,12 @@ impl PodPlan {
     /// computes it: a limit the container does not set is the node's allocatable amount (a
     /// request it does not set is its limit, else 0); the
     /// value is divided by the divisor (default 1) and rounded up.
-    fn resource_value(&self, resource: &str, divisor: Option<Quantity>) -> Result<String, String> {
-        let r = self.resources;
+    fn resource_value(
+        &self,
+        r: &Resources,
+        resource: &str,
+        divisor: Option<Quantity>,
+    ) -> Result<String, String> {
         let divisor = divisor.filter(|d| !d.is_zero());
         let cpu = |v: i64| -> Result<String, String> {
             let d = divisor.map(|d| d.milli_value()).unwrap_or(1000);
@@ -587,7 +674,7 @@ impl PodPlan {
     }
 
     fn plan_probes(&mut self, refuse: &impl Fn(&str, String) -> FakeKubeletError) -> Result<()> {
-        let c = &self.container;
+        let c = &self.app.container;
         let one =
             |kind: &'static str, field: &str, p: &Option<k8s_openapi::api::core::v1::Probe>| {
                 p.as_ref()
@@ -698,7 +785,7 @@ impl PodPlan {
                         .and_then(|p| p.run_as_group)
                         .map(|value| cri::Int64Value { value }),
                     supplemental_groups: self.supplemental_groups(),
-                    privileged: self.privileged(),
+                    privileged: self.any_privileged(),
                 }),
                 sysctls: psc
                     .and_then(|p| p.sysctls.clone())
@@ -710,12 +797,11 @@ impl PodPlan {
         }
     }
 
-    /// The container's ports with the API server's defaults (protocol TCP; a host-network
+    /// A container's ports with the API server's defaults (protocol TCP; a host-network
     /// pod's host port is its container port).
-    fn ports(&self) -> Vec<Port> {
+    fn ports(&self, c: &Container) -> Vec<Port> {
         let host_network = self.host_network();
-        self.container
-            .ports
+        c.ports
             .iter()
             .flatten()
             .map(|p| Port {
@@ -732,7 +818,8 @@ impl PodPlan {
     }
 
     fn port_mappings(&self) -> Vec<cri::PortMapping> {
-        self.ports()
+        // The kubelet maps the ports of the app containers (`pod.Spec.Containers`).
+        self.ports(&self.app.container)
             .into_iter()
             .map(|p| cri::PortMapping {
                 protocol: match p.protocol.as_str() {
@@ -750,8 +837,8 @@ impl PodPlan {
     /// The container's ports as the kubelet's `io.kubernetes.container.ports` annotation holds
     /// them (Go's JSON of `[]v1.ContainerPort`: field order name, hostPort, containerPort,
     /// protocol, hostIP; empty fields left out).
-    fn ports_annotation(&self) -> Option<String> {
-        let ports = self.ports();
+    fn ports_annotation(&self, c: &Container) -> Option<String> {
+        let ports = self.ports(c);
         if ports.is_empty() {
             return None;
         }
@@ -777,12 +864,17 @@ impl PodPlan {
         Some(format!("[{}]", items.join(",")))
     }
 
-    /// The pod's env (`makeEnvironmentVariables`) in declaration order: `value`s expanded
+    /// The app container's env ([`PodPlan::env_of`]).
+    pub fn pod_env(&self, pod_ip: &str) -> Vec<(String, String)> {
+        self.env_of(&self.app, pod_ip)
+    }
+
+    /// A container's env (`makeEnvironmentVariables`) in declaration order: `value`s expanded
     /// against the variables declared before them, `fieldRef`/`resourceFieldRef` resolved. A
     /// name declared twice keeps its first place and its last value.
-    pub fn pod_env(&self, pod_ip: &str) -> Vec<(String, String)> {
+    pub fn env_of(&self, c: &ContainerPlan, pod_ip: &str) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = Vec::new();
-        for (name, source) in &self.env {
+        for (name, source) in &c.env {
             let value = match source {
                 EnvSource::Value(v) if v.is_empty() => String::new(),
                 EnvSource::Value(v) => expand(v, |k| {
@@ -799,8 +891,15 @@ impl PodPlan {
         out
     }
 
-    /// The OOM score adjustment of the container (`GetContainerOOMScoreAdjust`).
+    /// The OOM score adjustment of the app container ([`PodPlan::oom_score_adj_of`]).
     pub fn oom_score_adj(&self) -> i64 {
+        self.oom_score_adj_of(&self.app)
+    }
+
+    /// The OOM score adjustment of a container (`GetContainerOOMScoreAdjust`): -997 for a
+    /// node-critical or `Guaranteed` pod, 1000 for a `BestEffort` one, else from the
+    /// container's memory request against the node's memory.
+    pub fn oom_score_adj_of(&self, c: &ContainerPlan) -> i64 {
         let s = self.spec();
         let by_class = match s.priority_class_name.as_deref() {
             Some("system-node-critical") => Some(2_000_001_000),
@@ -812,20 +911,12 @@ impl PodPlan {
         if critical && s.priority_class_name.as_deref() == Some("system-node-critical") {
             return -997;
         }
-        let r = self.resources;
-        let nz = |v: Option<i64>| v.filter(|x| *x != 0);
-        let (cr, cl, mr, ml) = (
-            nz(r.cpu_request),
-            nz(r.cpu_limit),
-            nz(r.memory_request),
-            nz(r.memory_limit),
-        );
-        if cr.is_none() && cl.is_none() && mr.is_none() && ml.is_none() {
-            return 1000;
+        match self.qos_class() {
+            QosClass::Guaranteed => return -997,
+            QosClass::BestEffort => return 1000,
+            QosClass::Burstable => {}
         }
-        if cl.is_some() && ml.is_some() && cr == cl && mr == ml {
-            return -997;
-        }
+        let r = c.resources;
         let capacity = i128::from(self.node.memory_bytes.max(1));
         let req = i128::from(r.memory_request.unwrap_or(0));
         let adj = 1000 - (1000 * req) / capacity;
@@ -839,18 +930,27 @@ impl PodPlan {
         }
     }
 
-    /// `CreateContainer`'s config, as the kubelet writes it: the Allocate response's envs,
-    /// mounts, devices and annotations first, then the pod's (env, volume mounts, the kubelet's
-    /// annotations); the command and args expanded against the whole env; the image by the ID
-    /// `ImageStatus` gave; the effective security context (container over pod, the image's user
-    /// when none is set) and the resources the kubelet computes.
+    /// The app container's `CreateContainer` config ([`PodPlan::config_for`]).
     pub fn container_config(&self, inp: &ContainerInputs<'_>) -> Result<cri::ContainerConfig> {
-        let c = &self.container;
+        self.config_for(&self.app, inp)
+    }
+
+    /// `CreateContainer`'s config for container `cp`, as the kubelet writes it: the Allocate
+    /// response's envs, mounts, devices and annotations first, then the pod's (env, volume
+    /// mounts, the kubelet's annotations); the command and args expanded against the whole env;
+    /// the image by the ID `ImageStatus` gave; the effective security context (container over
+    /// pod, the image's user when none is set) and the resources the kubelet computes.
+    pub fn config_for(
+        &self,
+        cp: &ContainerPlan,
+        inp: &ContainerInputs<'_>,
+    ) -> Result<cri::ContainerConfig> {
+        let c = &cp.container;
         let alloc = inp.allocation;
         let mut envs: Vec<(String, String)> = alloc
             .map(|a| a.envs.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
             .unwrap_or_default();
-        envs.extend(self.pod_env(inp.pod_ip));
+        envs.extend(self.env_of(cp, inp.pod_ip));
         let mut all = BTreeMap::new();
         for (k, v) in &envs {
             all.insert(k.clone(), v.clone());
@@ -874,7 +974,7 @@ impl PodPlan {
                     .collect()
             })
             .unwrap_or_default();
-        for m in &self.mounts {
+        for m in &cp.mounts {
             let base = inp.volume_paths.get(&m.volume).ok_or_else(|| {
                 FakeKubeletError::Refused(format!(
                     "pod {}: volume {:?} was not set up",
@@ -916,7 +1016,7 @@ impl PodPlan {
                 .unwrap_or(30)
                 .to_string(),
         );
-        if let Some(p) = self.ports_annotation() {
+        if let Some(p) = self.ports_annotation(c) {
             annotations.insert("io.kubernetes.container.ports".into(), p);
         }
         let mut labels = BTreeMap::new();
@@ -932,7 +1032,7 @@ impl PodPlan {
             image: Some(cri::ImageSpec {
                 image: inp.image_id.to_string(),
                 annotations: BTreeMap::new(),
-                user_specified_image: self.image.clone(),
+                user_specified_image: cp.image.clone(),
             }),
             command: exp(&c.command),
             args: exp(&c.args),
@@ -961,41 +1061,44 @@ impl PodPlan {
             stdin_once: c.stdin_once.unwrap_or(false),
             tty: c.tty.unwrap_or(false),
             linux: Some(cri::LinuxContainerConfig {
-                resources: Some(self.linux_resources()),
-                security_context: Some(self.security_context(inp)?),
+                resources: Some(self.linux_resources_of(cp)),
+                security_context: Some(self.security_context(cp, inp)?),
             }),
             cdi_devices: Vec::new(),
         })
     }
 
-    /// The kubelet's `LinuxContainerResources`: CPU shares from the request (or the limit),
-    /// the CFS quota from the limit over a 100 ms period, the memory limit, the OOM score.
+    /// The app container's `LinuxContainerResources` ([`PodPlan::linux_resources_of`]).
     pub fn linux_resources(&self) -> cri::LinuxContainerResources {
-        let r = self.resources;
+        self.linux_resources_of(&self.app)
+    }
+
+    /// The kubelet's `LinuxContainerResources` of a container: CPU shares from the request (or
+    /// the limit), the CFS quota from the limit over a 100 ms period, the memory limit, the OOM
+    /// score.
+    pub fn linux_resources_of(&self, c: &ContainerPlan) -> cri::LinuxContainerResources {
+        let r = c.resources;
         let cpu_for_shares = r.cpu_request.or(r.cpu_limit).unwrap_or(0);
         cri::LinuxContainerResources {
             cpu_period: CPU_PERIOD_US,
             cpu_quota: milli_cpu_to_quota(r.cpu_limit.unwrap_or(0), CPU_PERIOD_US),
             cpu_shares: milli_cpu_to_shares(cpu_for_shares),
             memory_limit_in_bytes: r.memory_limit.unwrap_or(0),
-            oom_score_adj: self.oom_score_adj(),
+            oom_score_adj: self.oom_score_adj_of(c),
         }
     }
 
     fn security_context(
         &self,
+        c: &ContainerPlan,
         inp: &ContainerInputs<'_>,
     ) -> Result<cri::LinuxContainerSecurityContext> {
-        let csc = self.container.security_context.clone().unwrap_or_default();
+        let csc = c.container.security_context.clone().unwrap_or_default();
         let psc = self.spec().security_context.clone().unwrap_or_default();
         let run_as_user = csc.run_as_user.or(psc.run_as_user);
         let run_as_group = csc.run_as_group.or(psc.run_as_group);
         let non_root = csc.run_as_non_root.or(psc.run_as_non_root).unwrap_or(false);
-        let who = format!(
-            "pod {:?}, container {}",
-            self.pod_name(),
-            self.container.name
-        );
+        let who = format!("pod {:?}, container {}", self.pod_name(), c.name());
         if non_root {
             let why = match (run_as_user, inp.image_uid, inp.image_username) {
                 (Some(0), _, _) => Some(format!(
@@ -1045,6 +1148,80 @@ impl PodPlan {
             readonly_paths: paths(DEFAULT_READONLY_PATHS),
         })
     }
+}
+
+/// A container's `volumeMounts`, checked against the pod's volumes (`skipped`: volumes the lab
+/// kubelet leaves out, whose mounts are left out too).
+fn plan_mounts(
+    c: &ContainerPlan,
+    volumes: &[VolumePlan],
+    skipped: &[String],
+    refuse: &impl Fn(&str, String) -> FakeKubeletError,
+) -> Result<Vec<MountPlan>> {
+    let privileged = c.privileged();
+    let mut mounts = Vec::new();
+    for (i, m) in c.container.volume_mounts.iter().flatten().enumerate() {
+        let f = format!("{}.volumeMounts[{i}]", c.field);
+        if skipped.contains(&m.name) {
+            continue;
+        }
+        if !volumes.iter().any(|v| v.name() == m.name) {
+            return Err(refuse(
+                &format!("{f}.name"),
+                format!("{:?} names no volume of the pod", m.name),
+            ));
+        }
+        if !m.mount_path.starts_with('/') {
+            return Err(refuse(
+                &format!("{f}.mountPath"),
+                format!("{:?} must be an absolute path", m.mount_path),
+            ));
+        }
+        if m.sub_path_expr.as_deref().is_some_and(|s| !s.is_empty()) {
+            return Err(refuse(
+                &format!("{f}.subPathExpr"),
+                "the lab kubelet takes subPath only. Fix: write the subPath out".into(),
+            ));
+        }
+        let sub_path = m.sub_path.clone().unwrap_or_default();
+        if sub_path.starts_with('/') || volumes::has_backsteps(&sub_path) {
+            return Err(refuse(
+                &format!("{f}.subPath"),
+                format!("{sub_path:?} must be a relative path without '..'"),
+            ));
+        }
+        let propagation = match m.mount_propagation.as_deref().unwrap_or("None") {
+            "None" | "" => cri::MountPropagation::PropagationPrivate,
+            "HostToContainer" => cri::MountPropagation::PropagationHostToContainer,
+            "Bidirectional" if privileged => cri::MountPropagation::PropagationBidirectional,
+            "Bidirectional" => {
+                return Err(refuse(
+                        &format!("{f}.mountPropagation"),
+                        "Bidirectional mount propagation is available only to privileged containers (as the API server validates). Fix: use HostToContainer, or make the container privileged".into(),
+                    ));
+            }
+            other => {
+                return Err(refuse(
+                    &format!("{f}.mountPropagation"),
+                    format!("{other:?} is not None, HostToContainer or Bidirectional"),
+                ));
+            }
+        };
+        if m.recursive_read_only.as_deref() == Some("Enabled") {
+            return Err(refuse(
+                    &format!("{f}.recursiveReadOnly"),
+                    "Enabled: the lab kubelet does not ask for recursive read-only mounts. Fix: use IfPossible or Disabled".into(),
+                ));
+        }
+        mounts.push(MountPlan {
+            volume: m.name.clone(),
+            container_path: m.mount_path.clone(),
+            sub_path,
+            read_only: m.read_only.unwrap_or(false),
+            propagation,
+        });
+    }
+    Ok(mounts)
 }
 
 fn ceil_div(a: i128, b: i128) -> i128 {
@@ -1113,15 +1290,6 @@ fn check_pod_level(
     refuse: &impl Fn(&str, String) -> FakeKubeletError,
     notes: &mut BTreeMap<String, String>,
 ) -> Result<()> {
-    if let Some(init) = spec.init_containers.as_ref().filter(|i| !i.is_empty()) {
-        let names: Vec<&str> = init.iter().map(|c| c.name.as_str()).collect();
-        return Err(refuse(
-            "spec.initContainers",
-            format!(
-                "{names:?}: the lab kubelet runs one container per pod and no init containers (its pod record holds one container). Fix: drop the init containers, or run their work as a pod of its own first"
-            ),
-        ));
-    }
     if spec
         .ephemeral_containers
         .as_ref()
@@ -1183,12 +1351,50 @@ fn check_pod_level(
     Ok(())
 }
 
+/// What the API server validates of an init container beyond a container's fields, and what
+/// the lab kubelet does not run (sidecars).
+fn check_init_container(
+    c: &Container,
+    f: &str,
+    refuse: &impl Fn(&str, String) -> FakeKubeletError,
+) -> Result<()> {
+    if c.restart_policy.as_deref() == Some("Always") {
+        return Err(refuse(
+            &format!("{f}.restartPolicy"),
+            "Always (a sidecar container): the lab kubelet runs init containers to completion, one after the other, and no sidecars. Fix: drop restartPolicy, or run the sidecar as a pod of its own".into(),
+        ));
+    }
+    if let Some(p) = c.restart_policy.as_deref() {
+        return Err(refuse(
+            &format!("{f}.restartPolicy"),
+            format!(
+                "{p:?}: only Always may be set for an init container (as the API server validates)"
+            ),
+        ));
+    }
+    for (set, field) in [
+        (c.lifecycle.is_some(), "lifecycle"),
+        (c.liveness_probe.is_some(), "livenessProbe"),
+        (c.readiness_probe.is_some(), "readinessProbe"),
+        (c.startup_probe.is_some(), "startupProbe"),
+    ] {
+        if set {
+            return Err(refuse(
+                &format!("{f}.{field}"),
+                "may not be set for init containers (as the API server validates). Fix: drop it"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn check_container(
     c: &Container,
+    f: &str,
     refuse: &impl Fn(&str, String) -> FakeKubeletError,
     notes: &mut BTreeMap<String, String>,
 ) -> Result<()> {
-    let f = "spec.containers[0]";
     if let Some(from) = c.env_from.as_ref().and_then(|e| e.first()) {
         let what = match (&from.config_map_ref, &from.secret_ref) {
             (Some(r), _) => format!("ConfigMap {:?}", r.name),
@@ -1278,9 +1484,10 @@ fn is_extended(name: &str) -> bool {
 
 fn resources(
     c: &Container,
+    field: &str,
     refuse: &impl Fn(&str, String) -> FakeKubeletError,
 ) -> Result<(Resources, Option<(String, usize)>)> {
-    let f = "spec.containers[0].resources";
+    let f = format!("{field}.resources");
     let empty = BTreeMap::new();
     let r = c.resources.as_ref();
     let limits = r.and_then(|r| r.limits.as_ref()).unwrap_or(&empty);
