@@ -123,13 +123,6 @@ fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> FakeKub
 /// `deploy/helm/ci/rendered/*.json`), or what a manifest may hold (a `List`, a JSON array, YAML
 /// documents).
 pub fn parse_objects(text: &str, origin: &str) -> Result<Vec<Value>> {
-    if text.trim_start().starts_with('{')
-        && let Ok(Value::Object(o)) = serde_json::from_str::<Value>(text)
-        && !o.contains_key("kind")
-        && let Some(Value::Array(items)) = o.get("objects")
-    {
-        return Ok(items.clone());
-    }
     manifest::documents(text, origin)
 }
 

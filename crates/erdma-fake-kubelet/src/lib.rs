@@ -23,7 +23,9 @@
 //!   template translated into CRI as the kubelet does (namespaces, security context, env with
 //!   the downward API, hostPath and emptyDir volumes, extended resources through the device
 //!   plugin, image pull policy against `ImageStatus`, init containers run to completion in
-//!   order first, startup/readiness/liveness probes);
+//!   order first, startup/readiness/liveness probes) and, with the lab's API server
+//!   ([`pod_api`]), the ServiceAccount admission, configMap/secret/projected volumes, env from
+//!   ConfigMaps and Secrets and the service variables;
 //! - accepts a second plugin for a resource as the kubelet does (it becomes the endpoint, every
 //!   open stream keeps feeding the device list, any stream ending marks the resource unhealthy);
 //!   [`other_plugin`] is a stand-in for such a plugin (terway's eRDMA ENI plugin);
@@ -49,6 +51,7 @@ pub mod dra;
 pub mod json_patch;
 pub mod manifest_pod;
 pub mod other_plugin;
+pub mod pod_api;
 pub mod podresources;
 pub mod pods;
 pub mod podspec;

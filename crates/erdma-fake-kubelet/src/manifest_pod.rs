@@ -17,6 +17,7 @@
 
 use crate::client::{AllocateOptions, AllocationOutput};
 use crate::pods::{self, CdiForm, InitContainerRecord, PodRecord, PodSpec};
+use crate::podspec::atomic;
 use crate::podspec::images::{self, ImageRecord};
 use crate::podspec::probe::{self, ProbeTarget};
 use crate::podspec::translate::{ContainerInputs, ContainerPlan, PodPlan, VolumePlan};
@@ -97,8 +98,10 @@ struct NodeState {
 }
 
 /// The kubelet's volume setup: each hostPath checked by type (a failure names the volume, the
-/// path and the type, as the kubelet's `FailedMount` event does), each emptyDir made; then the
-/// subPaths that do not exist yet (with the mode of their volume).
+/// path and the type, as the kubelet's `FailedMount` event does), each emptyDir made, the files
+/// of each configMap, secret, projected and downwardAPI volume written as the atomic writer
+/// does (in `<dir>/pod-volumes/<uid>/<volume>`); then the subPaths that do not exist yet (with
+/// the mode of their volume).
 fn set_up_volumes(dir: &Path, plan: &PodPlan, st: &mut NodeState) -> Result<()> {
     let who = plan.pod_name();
     for v in &plan.volumes {
@@ -137,6 +140,34 @@ fn set_up_volumes(dir: &Path, plan: &PodPlan, st: &mut NodeState) -> Result<()> 
                 st.volumes.push(VolumeRecord {
                     name: name.clone(),
                     kind: "emptyDir".into(),
+                    host_path: path,
+                    host_path_type: String::new(),
+                    check: None,
+                });
+            }
+            VolumePlan::Files {
+                name,
+                kind,
+                from,
+                payload,
+            } => {
+                let pod_dir = st
+                    .pod_dir
+                    .get_or_insert_with(|| volumes::pod_volume_dir(dir, &plan.uid))
+                    .clone();
+                // The kubelet's wrapped emptyDir, then the atomic writer's files in it.
+                let path = volumes::make_empty_dir(&pod_dir, name)
+                    .and_then(|p| atomic::write_payload(&p, payload).map(|_| p))
+                    .map_err(|e| {
+                        FakeKubeletError::Refused(format!(
+                            "pod {who}: MountVolume.SetUp failed for volume {name:?} ({kind} from {from}): writing its files in {}: {e}",
+                            pod_dir.join(name).display()
+                        ))
+                    })?;
+                st.paths.insert(name.clone(), path.clone());
+                st.volumes.push(VolumeRecord {
+                    name: name.clone(),
+                    kind: kind.to_string(),
                     host_path: path,
                     host_path_type: String::new(),
                     check: None,

@@ -834,7 +834,8 @@ fn what_the_lab_kubelet_refuses_is_named() {
                 "pod lab/p (Pod lab/p in test.yaml)",
                 "spec.volumes[0] \"cfg\"",
                 "configMap volume",
-                "hostPath and emptyDir",
+                "hostPath, emptyDir and downwardAPI volumes",
+                "--api-server",
             ],
         ),
         (

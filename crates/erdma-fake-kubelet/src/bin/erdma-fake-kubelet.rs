@@ -350,6 +350,24 @@ struct RunArgs {
     /// code 0, else the pod fails naming it, its exit code and the tail of its log).
     #[arg(long, value_name = "SECS", default_value_t = 180)]
     init_timeout: u64,
+    /// With --manifest: the API server (`apiserver --tls`) as pods reach it, HOST:PORT. The
+    /// pod goes through the ServiceAccount admission (its service account must exist; the
+    /// token volume is added unless automountServiceAccountToken is false), its configMap,
+    /// secret, projected and downwardAPI volumes are written as the kubelet's atomic writer
+    /// does (read-only mounts), configMapKeyRef/secretKeyRef/envFrom are read, and every
+    /// container gets KUBERNETES_SERVICE_HOST/PORT, KUBERNETES_PORT... (and, with
+    /// enableServiceLinks, the namespace's services). The lab kubelet reads over
+    /// https://HOST:PORT trusting DIR/ca.crt. Needs --service-account-dir.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        requires_all = ["manifest", "service_account_dir"]
+    )]
+    api_server: Option<String>,
+    /// With --api-server: the directory `apiserver --service-account-dir` wrote (ca.crt, and
+    /// the token each pod's service account gets, <namespace>/<name>/token).
+    #[arg(long, value_name = "DIR", requires = "api_server")]
+    service_account_dir: Option<PathBuf>,
     /// Container name.
     #[arg(long, default_value = "c")]
     container: String,
@@ -583,6 +601,8 @@ async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
                 node_ip: _,
                 ready_timeout: _,
                 init_timeout: _,
+                api_server: _,
+                service_account_dir: _,
                 container,
                 image,
                 resource,
@@ -756,7 +776,22 @@ async fn run_manifest(args: RunArgs) -> anyhow::Result<()> {
             m.pod.metadata.name.as_deref().unwrap_or("pod")
         )),
     };
-    let plan = PodPlan::new(m, &node, uid)?;
+    let plan = match (&args.api_server, &args.service_account_dir) {
+        (Some(a), Some(dir)) => {
+            use erdma_fake_kubelet::pod_api;
+            let (host, port) =
+                pod_api::parse_host_port(a).map_err(|e| anyhow::anyhow!("--api-server {e}"))?;
+            let access = pod_api::ApiAccess {
+                client: pod_api::client(&host, port, dir).await?,
+                host,
+                port,
+                service_account_dir: dir.clone(),
+            };
+            let objects = pod_api::prepare(&mut m, &access).await?;
+            PodPlan::with_api(m, &node, uid, &objects)?
+        }
+        _ => PodPlan::new(m, &node, uid)?,
+    };
     let run = ManifestRun {
         plan,
         cdi: match args.cdi {

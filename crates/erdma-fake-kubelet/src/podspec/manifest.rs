@@ -56,7 +56,8 @@ fn describe(doc: &Value) -> String {
 }
 
 /// The documents of `text`: JSON when it starts with `{` or `[`, else YAML (several documents
-/// separated by `---`). `List` objects and top-level arrays are opened.
+/// separated by `---`). `List` objects, top-level arrays and rendered chart files (an object
+/// without a kind holding `objects`, as `deploy/helm/ci/rendered/*.json`) are opened.
 pub(crate) fn documents(text: &str, origin: &str) -> Result<Vec<Value>> {
     let trimmed = text.trim_start();
     let docs: Vec<Value> = if trimmed.starts_with('{') || trimmed.starts_with('[') {
@@ -67,7 +68,10 @@ pub(crate) fn documents(text: &str, origin: &str) -> Result<Vec<Value>> {
         })?;
         vec![v]
     } else {
-        serde_saphyr::from_multiple::<Value>(text).map_err(|e| {
+        // As kubectl reads YAML (YAML 1.1): `0440` is octal, so `defaultMode: 0440` is 288.
+        let mut options = serde_saphyr::Options::default();
+        options.legacy_octal_numbers = true;
+        serde_saphyr::from_multiple_with_options::<Value>(text, options).map_err(|e| {
             refused(format!(
                 "manifest {origin} is not valid YAML: {e}. Fix: pass a Kubernetes object as JSON or YAML"
             ))
@@ -80,6 +84,11 @@ pub(crate) fn documents(text: &str, origin: &str) -> Result<Vec<Value>> {
             Value::Array(items) => pending.extend(items.into_iter().rev()),
             Value::Object(ref o) if o.get("kind").and_then(Value::as_str) == Some("List") => {
                 if let Some(Value::Array(items)) = o.get("items") {
+                    pending.extend(items.iter().rev().cloned());
+                }
+            }
+            Value::Object(ref o) if !o.contains_key("kind") && o.contains_key("objects") => {
+                if let Some(Value::Array(items)) = o.get("objects") {
                     pending.extend(items.iter().rev().cloned());
                 }
             }
@@ -325,6 +334,17 @@ spec:
         );
         let list = format!(r#"{{"apiVersion": "v1", "kind": "List", "items": [{pod}]}}"#);
         assert_eq!(parse(&list, "l.json", None).unwrap().pod, m.pod);
+        let rendered = format!(r#"{{"notes": "n", "values": {{}}, "objects": [{pod}]}}"#);
+        assert_eq!(parse(&rendered, "r.json", None).unwrap().pod, m.pod);
+        // YAML 1.1 as kubectl reads it: a leading zero is octal.
+        let y = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers: [{name: c, image: i}]\n  volumes: [{name: v, secret: {secretName: s, defaultMode: 0440}}]\n";
+        let spec = parse(y, "p.yaml", None).unwrap().pod.spec.unwrap();
+        let mode = spec.volumes.unwrap()[0]
+            .secret
+            .as_ref()
+            .unwrap()
+            .default_mode;
+        assert_eq!(mode, Some(0o440));
     }
 
     #[test]

@@ -6,9 +6,11 @@
 //! kubelet cannot do (naming the field, the value and the fix), so nothing is allocated or
 //! created for a pod that cannot run.
 
+use super::atomic::FileProjection;
 use super::expand::expand;
 use super::images::{self, PullPolicy};
 use super::manifest::ManifestPod;
+use super::objects::{self, ApiObjects};
 use super::probe::{self, Probes};
 use super::quantity::Quantity;
 use super::volumes::{self, HostPathType};
@@ -82,13 +84,27 @@ pub enum VolumePlan {
         /// The volume's name.
         name: String,
     },
+    /// A volume of files the kubelet writes with its atomic writer (`configMap`, `secret`,
+    /// `projected`, `downwardAPI`), read-only in every container.
+    Files {
+        /// The volume's name.
+        name: String,
+        /// `configMap`, `secret`, `projected` or `downwardAPI`.
+        kind: &'static str,
+        /// Where the content came from (`ConfigMap kube-system/x`), for the record.
+        from: String,
+        /// The files: path in the volume to content and mode.
+        payload: BTreeMap<String, FileProjection>,
+    },
 }
 
 impl VolumePlan {
     /// The volume's name.
     pub fn name(&self) -> &str {
         match self {
-            VolumePlan::HostPath { name, .. } | VolumePlan::EmptyDir { name } => name,
+            VolumePlan::HostPath { name, .. }
+            | VolumePlan::EmptyDir { name }
+            | VolumePlan::Files { name, .. } => name,
         }
     }
 }
@@ -152,6 +168,9 @@ pub struct ContainerPlan {
     pub extended: Option<(String, usize)>,
     /// Its mounts, in spec order.
     pub mounts: Vec<MountPlan>,
+    /// Its `envFrom` variables, in the order the kubelet sets them (sources in order, keys
+    /// sorted), before `env`.
+    env_from: Vec<(String, String)>,
     env: Vec<(String, EnvSource)>,
 }
 
@@ -187,6 +206,7 @@ impl ContainerPlan {
             resources,
             extended,
             mounts: Vec::new(),
+            env_from: Vec::new(),
             env: Vec::new(),
         })
     }
@@ -241,6 +261,9 @@ pub struct PodPlan {
     pub probes: Probes,
     /// What the lab does differently from a kubelet with an API server.
     pub notes: BTreeMap<String, String>,
+    /// The service variables every container gets (with an API server: the `kubernetes`
+    /// service and, with `enableServiceLinks`, the namespace's services).
+    pub service_env: Vec<(String, String)>,
     node: NodeInfo,
 }
 
@@ -305,8 +328,32 @@ pub fn milli_cpu_to_quota(milli: i64, period: i64) -> i64 {
 pub const CPU_PERIOD_US: i64 = 100_000;
 
 impl PodPlan {
-    /// Checks `m` for node `node` and plans it with pod UID `uid`.
+    /// Checks `m` for node `node` and plans it with pod UID `uid`, for a kubelet without an API
+    /// server (ConfigMap and Secret volumes and env are refused, the service account token is
+    /// not mounted).
     pub fn new(m: ManifestPod, node: &NodeInfo, uid: String) -> Result<PodPlan> {
+        Self::build(m, node, uid, None)
+    }
+
+    /// Checks and plans `m` as [`PodPlan::new`], for a kubelet with an API server that read
+    /// `api` for it: ConfigMap, Secret and projected (service account token) volumes, env from
+    /// ConfigMaps and Secrets, the service variables. The ServiceAccount admission
+    /// (`podspec::serviceaccount::admit`) is applied to `m` before.
+    pub fn with_api(
+        m: ManifestPod,
+        node: &NodeInfo,
+        uid: String,
+        api: &ApiObjects,
+    ) -> Result<PodPlan> {
+        Self::build(m, node, uid, Some(api))
+    }
+
+    fn build(
+        m: ManifestPod,
+        node: &NodeInfo,
+        uid: String,
+        api: Option<&ApiObjects>,
+    ) -> Result<PodPlan> {
         let ManifestPod { source, pod, .. } = m;
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
@@ -382,12 +429,23 @@ impl PodPlan {
             volumes: Vec::new(),
             probes: Probes::default(),
             notes,
+            service_env: Vec::new(),
             node: node.clone(),
             meta,
             spec,
         };
-        plan.plan_volumes(&refuse)?;
-        plan.plan_env(&refuse)?;
+        if let Some(api) = api {
+            plan.notes.extend(api.notes.clone());
+            let links = plan.spec.enable_service_links.unwrap_or(true);
+            plan.service_env = objects::service_env(
+                &api.services,
+                api.master.as_ref().map(|(h, p)| (h.as_str(), *p)),
+                &plan.namespace,
+                links,
+            );
+        }
+        plan.plan_volumes(api, &refuse)?;
+        plan.plan_env(api, &refuse)?;
         plan.plan_probes(&refuse)?;
         Ok(plan)
     }
@@ -463,7 +521,11 @@ impl PodPlan {
         }
     }
 
-    fn plan_volumes(&mut self, refuse: &impl Fn(&str, String) -> FakeKubeletError) -> Result<()> {
+    fn plan_volumes(
+        &mut self,
+        api: Option<&ApiObjects>,
+        refuse: &impl Fn(&str, String) -> FakeKubeletError,
+    ) -> Result<()> {
         let mut skipped = Vec::new();
         let pod_volumes = self.spec.volumes.clone().unwrap_or_default();
         for (i, v) in pod_volumes.iter().enumerate() {
@@ -500,16 +562,23 @@ impl PodPlan {
                 self.volumes.push(VolumePlan::EmptyDir {
                     name: v.name.clone(),
                 });
-            } else if is_service_account_volume(v) {
+            } else if api.is_none() && is_service_account_volume(v) {
                 skipped.push(v.name.clone());
                 self.notes
                     .insert("service_account".into(), SERVICE_ACCOUNT_NOTE.into());
+            } else if let Some(files) = self.plan_files(v, &f, api, refuse)? {
+                self.volumes.push(files);
             } else {
                 return Err(refuse(
                     &f,
                     format!(
-                        "a {} volume: the lab kubelet has no API server or volume plugins; it mounts hostPath and emptyDir volumes only. Fix: use a hostPath volume, or drop the volume",
-                        volume_type(v)
+                        "a {} volume: {}. Fix: use a hostPath volume, or drop the volume",
+                        volume_type(v),
+                        if api.is_some() {
+                            "the lab kubelet mounts hostPath, emptyDir, configMap, secret, downwardAPI and projected volumes only"
+                        } else {
+                            "the lab kubelet has no API server or volume plugins; it mounts hostPath, emptyDir and downwardAPI volumes only (configMap, secret and projected ones with --api-server)"
+                        }
                     ),
                 ));
             }
@@ -518,7 +587,9 @@ impl PodPlan {
         for c in self.containers_mut() {
             c.mounts = plan_mounts(c, &volumes, &skipped, refuse)?;
         }
-        if self.spec.automount_service_account_token == Some(false) {
+        if api.is_some() {
+            // The ServiceAccount admission's outcome is in the notes already.
+        } else if self.spec.automount_service_account_token == Some(false) {
             self.notes.insert(
                 "service_account".into(),
                 "not requested (automountServiceAccountToken: false)".into(),
@@ -530,23 +601,434 @@ impl PodPlan {
         Ok(())
     }
 
-    fn plan_env(&mut self, refuse: &impl Fn(&str, String) -> FakeKubeletError) -> Result<()> {
+    /// `FsUserFrom`: the user every container runs as, when all set the same one (container
+    /// over pod security context); the service account token is then that user's, mode 0600.
+    fn fs_user(&self) -> Option<i64> {
+        let psc = self.spec.security_context.as_ref();
+        let mut user = None;
+        for c in self.containers() {
+            let u = c
+                .container
+                .security_context
+                .as_ref()
+                .and_then(|s| s.run_as_user)
+                .or(psc.and_then(|p| p.run_as_user))?;
+            match user {
+                Some(seen) if seen != u => return None,
+                _ => user = Some(u),
+            }
+        }
+        user
+    }
+
+    /// The downward API's value of a volume item (`fieldRef` of the pod's metadata, or
+    /// `resourceFieldRef` of a container).
+    fn downward_file(
+        &self,
+        item: &k8s_openapi::api::core::v1::DownwardAPIVolumeFile,
+        f: &str,
+        refuse: &impl Fn(&str, String) -> FakeKubeletError,
+    ) -> Result<Vec<u8>> {
+        if let Some(r) = &item.field_ref {
+            let m = &self.meta;
+            let labels = m.labels.clone().unwrap_or_default();
+            let annotations = m.annotations.clone().unwrap_or_default();
+            let value = match r.field_path.as_str() {
+                "metadata.name" => self.name.clone(),
+                "metadata.namespace" => self.namespace.clone(),
+                "metadata.uid" => self.uid.clone(),
+                "metadata.labels" => objects::format_map(&labels),
+                "metadata.annotations" => objects::format_map(&annotations),
+                p => match subscript(p) {
+                    Some(("metadata.labels", k)) => labels.get(k).cloned().unwrap_or_default(),
+                    Some(("metadata.annotations", k)) => {
+                        annotations.get(k).cloned().unwrap_or_default()
+                    }
+                    _ => {
+                        return Err(refuse(
+                            &format!("{f}.fieldRef.fieldPath"),
+                            format!(
+                                "{p:?}: a downwardAPI volume gives metadata.name, metadata.namespace, metadata.uid, metadata.labels, metadata.annotations and their ['KEY'] (as the API server validates)"
+                            ),
+                        ));
+                    }
+                },
+            };
+            return Ok(value.into_bytes());
+        }
+        if let Some(r) = &item.resource_field_ref {
+            let cn = r.container_name.as_deref().unwrap_or("");
+            let target = self.containers().find(|c| c.name() == cn).ok_or_else(|| {
+                refuse(
+                    &format!("{f}.resourceFieldRef.containerName"),
+                    format!("{cn:?} is no container of the pod (a volume item must name one)"),
+                )
+            })?;
+            let divisor = match &r.divisor {
+                Some(d) => Some(
+                    Quantity::parse(&d.0)
+                        .map_err(|e| refuse(&format!("{f}.resourceFieldRef.divisor"), e))?,
+                ),
+                None => None,
+            };
+            let v = self
+                .resource_value(&target.resources, &r.resource, divisor)
+                .map_err(|e| refuse(&format!("{f}.resourceFieldRef"), e))?;
+            return Ok(v.into_bytes());
+        }
+        Err(refuse(
+            f,
+            "names neither fieldRef nor resourceFieldRef".into(),
+        ))
+    }
+
+    /// The files of downward API items.
+    fn downward_items(
+        &self,
+        items: &[k8s_openapi::api::core::v1::DownwardAPIVolumeFile],
+        default_mode: u32,
+        f: &str,
+        refuse: &impl Fn(&str, String) -> FakeKubeletError,
+    ) -> Result<BTreeMap<String, FileProjection>> {
+        let mut out = BTreeMap::new();
+        for (i, item) in items.iter().enumerate() {
+            let fi = format!("{f}.items[{i}]");
+            super::atomic::check_path(&item.path).map_err(|e| refuse(&format!("{fi}.path"), e))?;
+            let data = self.downward_file(item, &fi, refuse)?;
+            let mode = match item.mode {
+                Some(m) => objects::mode_of(m).map_err(|e| refuse(&format!("{fi}.mode"), e))?,
+                None => default_mode,
+            };
+            out.insert(
+                item.path.clone(),
+                FileProjection {
+                    data,
+                    mode,
+                    fs_user: None,
+                },
+            );
+        }
+        Ok(out)
+    }
+
+    /// A configMap, secret, projected or downwardAPI volume as the files the kubelet writes
+    /// (`None`: another type). ConfigMaps, Secrets and the token come from `api`; without it
+    /// only downward API content is known, and the others are refused.
+    fn plan_files(
+        &mut self,
+        v: &Volume,
+        f: &str,
+        api: Option<&ApiObjects>,
+        refuse: &impl Fn(&str, String) -> FakeKubeletError,
+    ) -> Result<Option<VolumePlan>> {
+        let ns = self.namespace.clone();
+        let needs_api = |what: &str| {
+            refuse(
+                f,
+                format!(
+                    "a {what} volume: the lab kubelet has no API server or volume plugins; it reads ConfigMaps, Secrets and tokens only with --api-server and --service-account-dir, and mounts hostPath, emptyDir and downwardAPI volumes without. Fix: run the pod with them, or use a hostPath volume"
+                ),
+            )
+        };
+        let mode = |m: Option<i32>, field: &str| -> Result<u32> {
+            match m {
+                None => Ok(0o644),
+                Some(m) => objects::mode_of(m).map_err(|e| refuse(&format!("{f}.{field}"), e)),
+            }
+        };
+        type Data = Option<BTreeMap<String, Vec<u8>>>;
+        let config_map = |name: &str, field: &str, optional: bool| -> Result<Data> {
+            let api = api.ok_or_else(|| needs_api("configMap"))?;
+            match api.config_maps.get(name) {
+                Some(Some(cm)) => Ok(Some(objects::config_map_data(cm))),
+                _ if optional => Ok(None),
+                _ => Err(refuse(
+                    &format!("{f}.{field}"),
+                    format!(
+                        "MountVolume.SetUp failed: configmap {name:?} not found (ConfigMap {ns}/{name}). Fix: create it (apiserver --objects), or mark the source optional"
+                    ),
+                )),
+            }
+        };
+        let secret = |name: &str, field: &str, optional: bool| -> Result<Data> {
+            let api = api.ok_or_else(|| needs_api("secret"))?;
+            match api.secrets.get(name) {
+                Some(Some(s)) => Ok(Some(objects::secret_data(s))),
+                _ if optional => Ok(None),
+                _ => Err(refuse(
+                    &format!("{f}.{field}"),
+                    format!(
+                        "MountVolume.SetUp failed: secret {name:?} not found (Secret {ns}/{name}). Fix: create it (apiserver --objects), or mark the source optional"
+                    ),
+                )),
+            }
+        };
+        let name = v.name.clone();
+        if let Some(c) = &v.config_map {
+            let default_mode = mode(c.default_mode, "configMap.defaultMode")?;
+            let optional = c.optional == Some(true);
+            let data = config_map(&c.name, "configMap.name", optional)?.unwrap_or_default();
+            let payload = objects::payload(
+                "configmap",
+                &data,
+                c.items.as_deref(),
+                default_mode,
+                optional,
+            )
+            .map_err(|e| {
+                refuse(
+                    &format!("{f}.configMap.items"),
+                    format!("MountVolume.SetUp failed: {e} (ConfigMap {ns}/{})", c.name),
+                )
+            })?;
+            return Ok(Some(VolumePlan::Files {
+                name,
+                kind: "configMap",
+                from: format!("ConfigMap {ns}/{}", c.name),
+                payload,
+            }));
+        }
+        if let Some(s) = &v.secret {
+            let secret_name = s.secret_name.clone().unwrap_or_default();
+            let default_mode = mode(s.default_mode, "secret.defaultMode")?;
+            let optional = s.optional == Some(true);
+            let data = secret(&secret_name, "secret.secretName", optional)?.unwrap_or_default();
+            let payload =
+                objects::payload("secret", &data, s.items.as_deref(), default_mode, optional)
+                    .map_err(|e| {
+                        refuse(
+                            &format!("{f}.secret.items"),
+                            format!("MountVolume.SetUp failed: {e} (Secret {ns}/{secret_name})"),
+                        )
+                    })?;
+            self.notes.insert(
+                "secret_volumes".into(),
+                "written to the pod's volume directory on disk (the kubelet uses tmpfs)".into(),
+            );
+            return Ok(Some(VolumePlan::Files {
+                name,
+                kind: "secret",
+                from: format!("Secret {ns}/{secret_name}"),
+                payload,
+            }));
+        }
+        if let Some(d) = &v.downward_api {
+            let default_mode = mode(d.default_mode, "downwardAPI.defaultMode")?;
+            let payload = self.downward_items(
+                d.items.as_deref().unwrap_or_default(),
+                default_mode,
+                &format!("{f}.downwardAPI"),
+                refuse,
+            )?;
+            return Ok(Some(VolumePlan::Files {
+                name,
+                kind: "downwardAPI",
+                from: "the downward API".into(),
+                payload,
+            }));
+        }
+        let Some(p) = &v.projected else {
+            return Ok(None);
+        };
+        let default_mode = mode(p.default_mode, "projected.defaultMode")?;
+        let mut payload = BTreeMap::new();
+        let mut from = Vec::new();
+        for (i, src) in p.sources.iter().flatten().enumerate() {
+            let fs = format!("{f}.projected.sources[{i}]");
+            if let Some(c) = &src.config_map {
+                let optional = c.optional == Some(true);
+                let field = format!("projected.sources[{i}].configMap.name");
+                let data = config_map(&c.name, &field, optional)?.unwrap_or_default();
+                let part = objects::payload(
+                    "configmap",
+                    &data,
+                    c.items.as_deref(),
+                    default_mode,
+                    optional,
+                )
+                .map_err(|e| refuse(&format!("{fs}.configMap.items"), e))?;
+                payload.extend(part);
+                from.push(format!("ConfigMap {ns}/{}", c.name));
+            } else if let Some(s) = &src.secret {
+                let optional = s.optional == Some(true);
+                let field = format!("projected.sources[{i}].secret.name");
+                let data = secret(&s.name, &field, optional)?.unwrap_or_default();
+                let part =
+                    objects::payload("secret", &data, s.items.as_deref(), default_mode, optional)
+                        .map_err(|e| refuse(&format!("{fs}.secret.items"), e))?;
+                payload.extend(part);
+                from.push(format!("Secret {ns}/{}", s.name));
+            } else if let Some(d) = &src.downward_api {
+                payload.extend(self.downward_items(
+                    d.items.as_deref().unwrap_or_default(),
+                    default_mode,
+                    &format!("{fs}.downwardAPI"),
+                    refuse,
+                )?);
+                from.push("the downward API".into());
+            } else if let Some(t) = &src.service_account_token {
+                let api = api.ok_or_else(|| needs_api("projected service account token"))?;
+                let sa = self.spec.service_account_name.clone().unwrap_or_default();
+                let field = format!("{fs}.serviceAccountToken");
+                let token = api.token.clone().map_err(|e| {
+                    refuse(
+                        &field,
+                        format!("no token for service account {ns}/{sa}: {e}"),
+                    )
+                })?;
+                super::atomic::check_path(&t.path)
+                    .map_err(|e| refuse(&format!("{field}.path"), e))?;
+                // `projected.go`: 0600 (the user's or, with fsGroup, the group's) when the
+                // pod's containers run as one user or the pod has an fsGroup.
+                let fs_user = self.fs_user();
+                let fs_group = self.spec.security_context.as_ref().and_then(|s| s.fs_group);
+                let mode = if fs_user.is_some() || fs_group.is_some() {
+                    0o600
+                } else {
+                    default_mode
+                };
+                let owner = match fs_user {
+                    Some(u) => Some(
+                        u32::try_from(u)
+                            .map_err(|_| refuse(&field, format!("runAsUser {u} is no user ID")))?,
+                    ),
+                    None => None,
+                };
+                payload.insert(
+                    t.path.clone(),
+                    FileProjection {
+                        data: token.into_bytes(),
+                        mode,
+                        fs_user: owner,
+                    },
+                );
+                from.push(format!("the token of ServiceAccount {ns}/{sa}"));
+                let mut note = format!(
+                    "projected: the token of {ns}/{sa} the lab API server wrote (audience and expirationSeconds are not applied)"
+                );
+                if fs_group.is_some() {
+                    note.push_str("; fsGroup ownership of the volume is not applied");
+                }
+                self.notes.insert("service_account".into(), note);
+            } else {
+                return Err(refuse(
+                    &fs,
+                    "a projection the lab kubelet does not make (it makes configMap, secret, downwardAPI and serviceAccountToken ones). Fix: drop it".into(),
+                ));
+            }
+        }
+        Ok(Some(VolumePlan::Files {
+            name,
+            kind: "projected",
+            from: from.join(", "),
+            payload,
+        }))
+    }
+
+    fn plan_env(
+        &mut self,
+        api: Option<&ApiObjects>,
+        refuse: &impl Fn(&str, String) -> FakeKubeletError,
+    ) -> Result<()> {
         let planned = self
             .containers()
-            .map(|c| self.env_sources(c, refuse))
+            .map(|c| self.env_sources(c, api, refuse))
             .collect::<Result<Vec<_>>>()?;
-        for (c, env) in self.containers_mut().zip(planned) {
+        for (c, (env_from, env)) in self.containers_mut().zip(planned) {
+            c.env_from = env_from;
             c.env = env;
         }
         Ok(())
     }
 
-    /// Where each of `c`'s env variables comes from, in declaration order.
+    /// A container's `envFrom` variables, from the ConfigMaps and Secrets of `api`: each
+    /// source's keys (sorted), prefixed; a later source wins.
+    fn env_from(
+        &self,
+        c: &ContainerPlan,
+        api: Option<&ApiObjects>,
+        refuse: &impl Fn(&str, String) -> FakeKubeletError,
+    ) -> Result<Vec<(String, String)>> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        let ns = &self.namespace;
+        for (i, from) in c.container.env_from.iter().flatten().enumerate() {
+            let f = format!("{}.envFrom[{i}]", c.field);
+            let (kind, name, optional) = match (&from.config_map_ref, &from.secret_ref) {
+                (Some(r), _) => ("ConfigMap", r.name.clone(), r.optional == Some(true)),
+                (_, Some(r)) => ("Secret", r.name.clone(), r.optional == Some(true)),
+                _ => {
+                    return Err(refuse(
+                        &f,
+                        "names neither configMapRef nor secretRef".into(),
+                    ));
+                }
+            };
+            let Some(api) = api else {
+                return Err(refuse(
+                    &format!("{}.envFrom", c.field),
+                    format!(
+                        "{kind} {name:?}: the lab kubelet has no API server to read it from (run the pod with --api-server). Fix: list the variables under env with values"
+                    ),
+                ));
+            };
+            let data: Option<BTreeMap<String, Vec<u8>>> = if kind == "ConfigMap" {
+                api.config_maps.get(&name).cloned().flatten().map(|cm| {
+                    cm.data
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| (k, v.into_bytes()))
+                        .collect()
+                })
+            } else {
+                api.secrets
+                    .get(&name)
+                    .cloned()
+                    .flatten()
+                    .map(|s| objects::secret_data(&s))
+            };
+            let Some(data) = data else {
+                if optional {
+                    continue;
+                }
+                return Err(refuse(
+                    &f,
+                    format!(
+                        "CreateContainerConfigError: {} {name:?} not found ({kind} {ns}/{name}). Fix: create it (apiserver --objects), or mark the source optional",
+                        kind.to_lowercase()
+                    ),
+                ));
+            };
+            let prefix = from.prefix.clone().unwrap_or_default();
+            for (k, v) in data {
+                let value = String::from_utf8(v).map_err(|_| {
+                    refuse(
+                        &f,
+                        format!(
+                            "key {k:?} of {kind} {ns}/{name} is not UTF-8 text, which an environment variable must be"
+                        ),
+                    )
+                })?;
+                let key = format!("{prefix}{k}");
+                match out.iter_mut().find(|(n, _)| *n == key) {
+                    Some(slot) => slot.1 = value,
+                    None => out.push((key, value)),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `c`'s `envFrom` variables and where each of its env variables comes from, in
+    /// declaration order (a `configMapKeyRef`/`secretKeyRef` to an optional source or key that
+    /// is missing sets nothing, as the kubelet skips it).
+    #[allow(clippy::type_complexity)]
     fn env_sources(
         &self,
         c: &ContainerPlan,
+        api: Option<&ApiObjects>,
         refuse: &impl Fn(&str, String) -> FakeKubeletError,
-    ) -> Result<Vec<(String, EnvSource)>> {
+    ) -> Result<(Vec<(String, String)>, Vec<(String, EnvSource)>)> {
+        let env_from = self.env_from(c, api, refuse)?;
         let meta = &self.pod_meta_for_env();
         let mut out = Vec::new();
         for (i, e) in c.container.env.iter().flatten().enumerate() {
@@ -556,21 +1038,43 @@ impl PodPlan {
                 EnvSource::Value(value)
             } else if let Some(from) = &e.value_from {
                 if let Some(r) = &from.config_map_key_ref {
-                    return Err(refuse(
-                        &format!("{f}.valueFrom.configMapKeyRef"),
-                        format!(
-                            "key {:?} of ConfigMap {:?}: the lab kubelet has no API server to read it from. Fix: set the env var's value",
-                            r.key, r.name
-                        ),
-                    ));
+                    let field = format!("{f}.valueFrom.configMapKeyRef");
+                    let data = api.map(|a| {
+                        a.config_maps.get(&r.name).cloned().flatten().map(|cm| {
+                            cm.data
+                                .unwrap_or_default()
+                                .into_iter()
+                                .map(|(k, v)| (k, v.into_bytes()))
+                                .collect()
+                        })
+                    });
+                    match self.key_ref(
+                        &field,
+                        "ConfigMap",
+                        &r.name,
+                        &r.key,
+                        r.optional,
+                        data,
+                        refuse,
+                    )? {
+                        Some(v) => EnvSource::Fixed(v),
+                        None => continue,
+                    }
                 } else if let Some(r) = &from.secret_key_ref {
-                    return Err(refuse(
-                        &format!("{f}.valueFrom.secretKeyRef"),
-                        format!(
-                            "key {:?} of Secret {:?}: the lab kubelet has no API server to read it from. Fix: set the env var's value",
-                            r.key, r.name
-                        ),
-                    ));
+                    let field = format!("{f}.valueFrom.secretKeyRef");
+                    let data = api.map(|a| {
+                        a.secrets
+                            .get(&r.name)
+                            .cloned()
+                            .flatten()
+                            .map(|s| objects::secret_data(&s))
+                    });
+                    match self
+                        .key_ref(&field, "Secret", &r.name, &r.key, r.optional, data, refuse)?
+                    {
+                        Some(v) => EnvSource::Fixed(v),
+                        None => continue,
+                    }
                 } else if let Some(r) = &from.field_ref {
                     let api = r.api_version.as_deref().unwrap_or("v1");
                     if api != "v1" && !api.is_empty() {
@@ -607,7 +1111,7 @@ impl PodPlan {
                 } else {
                     return Err(refuse(
                         &format!("{f}.valueFrom"),
-                        "names no source the lab kubelet knows (fieldRef, resourceFieldRef)".into(),
+                        "names no source the lab kubelet knows (fieldRef, resourceFieldRef, configMapKeyRef, secretKeyRef)".into(),
                     ));
                 }
             } else {
@@ -615,7 +1119,62 @@ impl PodPlan {
             };
             out.push((e.name.clone(), source));
         }
-        Ok(out)
+        Ok((env_from, out))
+    }
+
+    /// The value of a `configMapKeyRef` / `secretKeyRef` (`data`: `None` without an API
+    /// server, `Some(None)` for an object not found); `None` when an optional source or key is
+    /// missing (the variable is not set).
+    #[allow(clippy::too_many_arguments)]
+    fn key_ref(
+        &self,
+        field: &str,
+        kind: &str,
+        name: &str,
+        key: &str,
+        optional: Option<bool>,
+        data: Option<Option<BTreeMap<String, Vec<u8>>>>,
+        refuse: &impl Fn(&str, String) -> FakeKubeletError,
+    ) -> Result<Option<String>> {
+        let ns = &self.namespace;
+        let optional = optional == Some(true);
+        let Some(data) = data else {
+            return Err(refuse(
+                field,
+                format!(
+                    "key {key:?} of {kind} {name:?}: the lab kubelet has no API server to read it from (run the pod with --api-server). Fix: set the env var's value"
+                ),
+            ));
+        };
+        let Some(data) = data else {
+            if optional {
+                return Ok(None);
+            }
+            return Err(refuse(
+                field,
+                format!(
+                    "CreateContainerConfigError: {} {name:?} not found ({kind} {ns}/{name}). Fix: create it (apiserver --objects), or mark the reference optional",
+                    kind.to_lowercase()
+                ),
+            ));
+        };
+        match data.get(key) {
+            Some(v) => String::from_utf8(v.clone()).map(Some).map_err(|_| {
+                refuse(
+                    field,
+                    format!(
+                        "key {key} of {kind} {ns}/{name} is not UTF-8 text, which an environment variable must be"
+                    ),
+                )
+            }),
+            None if optional => Ok(None),
+            None => Err(refuse(
+                field,
+                format!(
+                    "CreateContainerConfigError: couldn't find key {key} in {kind} {ns}/{name}. Fix: add the key, or mark the reference optional"
+                ),
+            )),
+        }
     }
 
     fn pod_meta_for_env(&self) -> EnvMeta {
@@ -873,12 +1432,18 @@ impl PodPlan {
     /// against the variables declared before them, `fieldRef`/`resourceFieldRef` resolved. A
     /// name declared twice keeps its first place and its last value.
     pub fn env_of(&self, c: &ContainerPlan, pod_ip: &str) -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = Vec::new();
+        // envFrom first, env over it, the service variables last (where not set): the
+        // kubelet's order; `$(VAR)` sees what is set so far, then the service variables.
+        let mut out: Vec<(String, String)> = c.env_from.clone();
+        let services = &self.service_env;
         for (name, source) in &c.env {
             let value = match source {
                 EnvSource::Value(v) if v.is_empty() => String::new(),
                 EnvSource::Value(v) => expand(v, |k| {
-                    out.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+                    out.iter()
+                        .chain(services.iter())
+                        .find(|(n, _)| n == k)
+                        .map(|(_, v)| v.clone())
                 }),
                 EnvSource::Fixed(v) => v.clone(),
                 EnvSource::PodIp => pod_ip.to_string(),
@@ -886,6 +1451,11 @@ impl PodPlan {
             match out.iter_mut().find(|(n, _)| n == name) {
                 Some(slot) => slot.1 = value,
                 None => out.push((name.clone(), value)),
+            }
+        }
+        for (k, v) in services {
+            if !out.iter().any(|(n, _)| n == k) {
+                out.push((k.clone(), v.clone()));
             }
         }
         out
@@ -1165,12 +1735,12 @@ fn plan_mounts(
         if skipped.contains(&m.name) {
             continue;
         }
-        if !volumes.iter().any(|v| v.name() == m.name) {
+        let Some(volume) = volumes.iter().find(|v| v.name() == m.name) else {
             return Err(refuse(
                 &format!("{f}.name"),
                 format!("{:?} names no volume of the pod", m.name),
             ));
-        }
+        };
         if !m.mount_path.starts_with('/') {
             return Err(refuse(
                 &format!("{f}.mountPath"),
@@ -1217,7 +1787,8 @@ fn plan_mounts(
             volume: m.name.clone(),
             container_path: m.mount_path.clone(),
             sub_path,
-            read_only: m.read_only.unwrap_or(false),
+            // The kubelet mounts the volumes of its atomic writer read-only.
+            read_only: m.read_only.unwrap_or(false) || matches!(volume, VolumePlan::Files { .. }),
             propagation,
         });
     }
@@ -1395,19 +1966,6 @@ fn check_container(
     refuse: &impl Fn(&str, String) -> FakeKubeletError,
     notes: &mut BTreeMap<String, String>,
 ) -> Result<()> {
-    if let Some(from) = c.env_from.as_ref().and_then(|e| e.first()) {
-        let what = match (&from.config_map_ref, &from.secret_ref) {
-            (Some(r), _) => format!("ConfigMap {:?}", r.name),
-            (_, Some(r)) => format!("Secret {:?}", r.name),
-            _ => "a source".into(),
-        };
-        return Err(refuse(
-            &format!("{f}.envFrom"),
-            format!(
-                "{what}: the lab kubelet has no API server to read it from. Fix: list the variables under env with values"
-            ),
-        ));
-    }
     if c.volume_devices.as_ref().is_some_and(|v| !v.is_empty()) {
         return Err(refuse(
             &format!("{f}.volumeDevices"),
