@@ -644,4 +644,16 @@ fn the_cli_takes_the_api_server_with_its_service_account_directory() {
         "/tmp",
     ]);
     assert!(!ok && err.contains("read the manifest"), "{err}");
+    // --kubeconfig with --manifest: the kubelet's client, so only with --api-server.
+    let (ok, err) = run(&[
+        "--api-server",
+        "10.89.0.1:6443",
+        "--service-account-dir",
+        "/tmp",
+        "--kubeconfig",
+        "/nonexistent.kubeconfig",
+    ]);
+    assert!(!ok && err.contains("read the manifest"), "{err}");
+    let (ok, err) = run(&["--kubeconfig", "/nonexistent.kubeconfig"]);
+    assert!(!ok && err.contains("pass --api-server HOST:PORT"), "{err}");
 }

@@ -314,7 +314,6 @@ const MANIFEST_REPLACES: &[&str] = &[
     "count",
     "annotations",
     "host_network",
-    "kubeconfig",
     "user",
     "mounts",
     "command",
@@ -397,7 +396,9 @@ struct RunArgs {
     log_root: PathBuf,
     /// DRA: read the Pod object from this API server and prepare the container's
     /// ResourceClaims (resources.claims, status.extendedResourceClaimStatus) through their
-    /// drivers; their CDI device IDs go to CreateContainer.
+    /// drivers; their CDI device IDs go to CreateContainer. With --manifest (and --api-server):
+    /// the lab kubelet's own client of the API server, instead of https://HOST:PORT trusting
+    /// the service-account directory's ca.crt.
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
     /// The kubelet's root directory (DRA drivers register in its plugins_registry).
@@ -758,6 +759,11 @@ fn this_node(name: Option<String>, ip: std::net::IpAddr) -> anyhow::Result<NodeI
 async fn run_manifest(args: RunArgs) -> anyhow::Result<()> {
     use erdma_fake_kubelet::manifest_pod::{ManifestRun, run_manifest_pod};
     use erdma_fake_kubelet::podspec::{manifest, translate::PodPlan};
+    if args.kubeconfig.is_some() && args.api_server.is_none() {
+        bail!(
+            "--kubeconfig with --manifest is the lab kubelet's client of the API server of --api-server: pass --api-server HOST:PORT and --service-account-dir DIR too (DRA claims are read without --manifest)"
+        );
+    }
     let file = args.manifest.context("--manifest FILE")?;
     let mut m = manifest::load(&file, args.object.as_deref())?;
     if let Some(p) = &args.pod {
@@ -781,8 +787,12 @@ async fn run_manifest(args: RunArgs) -> anyhow::Result<()> {
             use erdma_fake_kubelet::pod_api;
             let (host, port) =
                 pod_api::parse_host_port(a).map_err(|e| anyhow::anyhow!("--api-server {e}"))?;
+            let client = match &args.kubeconfig {
+                Some(k) => kube_client(k).await?,
+                None => pod_api::client(&host, port, dir).await?,
+            };
             let access = pod_api::ApiAccess {
-                client: pod_api::client(&host, port, dir).await?,
+                client,
                 host,
                 port,
                 service_account_dir: dir.clone(),
