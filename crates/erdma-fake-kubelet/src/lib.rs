@@ -35,6 +35,9 @@
 //!   container with the CDI devices the driver returned;
 //! - for the lab, the API server ([`apiserver`]: erdma-k8s's fake over HTTP or HTTPS, loaded with
 //!   a rendered chart's objects, with a token per service account that authenticates as it);
+//! - for the lab, the API server's admission step ([`admission`]): the mutating webhooks of the
+//!   MutatingWebhookConfigurations called for a pod CREATE over HTTPS, their JSON patches
+//!   applied ([`json_patch`]);
 //! - for the lab, a minimal allocator ([`allocator`], not the scheduler) that writes the
 //!   allocation the scheduler would into a ResourceClaim, including the claim the scheduler makes
 //!   for an extended resource served through a DeviceClass (KEP-5004).
@@ -42,6 +45,7 @@
 //! Everything it knows is written to `<dir>/fake-kubelet-state.json` whenever it changes, so a
 //! test or a lab script can read it.
 
+pub mod admission;
 pub mod allocator;
 pub mod apiserver;
 pub mod claims;

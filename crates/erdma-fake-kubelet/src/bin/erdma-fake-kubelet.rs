@@ -126,6 +126,16 @@ enum Cmd {
     /// ServiceAccounts and, with --tls, their kube-root-ca.crt ConfigMaps. Prints to stderr
     /// what it loaded and made.
     Apiserver(ApiserverArgs),
+    /// The API server's mutating admission for a pod CREATE, for the lab: the webhooks of the
+    /// MutatingWebhookConfigurations in the API server whose rules, namespaceSelector and
+    /// objectSelector match the pod are called in order with an admission.k8s.io/v1
+    /// AdmissionReview over HTTPS (the server certificate verified against clientConfig.caBundle
+    /// for NAME.NAMESPACE.svc), their JSONPatch answers applied, failurePolicy and
+    /// timeoutSeconds honoured. Writes the changed Pod as JSON to OUT (which `pod run
+    /// --manifest OUT` runs), prints a JSON report (each webhook: called, outcome, changes) and
+    /// says on stderr which webhooks were called and what they changed. Exits non-zero when a
+    /// webhook denies the pod, or fails with failurePolicy Fail.
+    Admit(AdmitArgs),
     /// A minimal DRA allocator for the lab (NOT the scheduler): writes the allocation the
     /// scheduler would write into a ResourceClaim (devices from this node's ResourceSlices,
     /// shareID, consumedCapacity) and prints the claim as JSON.
@@ -133,6 +143,29 @@ enum Cmd {
         #[command(subcommand)]
         cmd: DraCmd,
     },
+}
+
+/// `admit`.
+#[derive(clap::Args)]
+struct AdmitArgs {
+    /// Kubeconfig of the API server holding the MutatingWebhookConfigurations.
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// The pod: a Pod, or the pod template of a DaemonSet, Deployment, StatefulSet or Job (JSON
+    /// or YAML, as `pod run --manifest` reads it).
+    #[arg(long, value_name = "FILE")]
+    manifest: PathBuf,
+    /// The object to take when the file holds several, KIND/NAME or NAME.
+    #[arg(long, value_name = "KIND/NAME")]
+    object: Option<String>,
+    /// Where a webhook's Service is reached (repeatable): the lab has no kube-proxy, so each
+    /// clientConfig.service of a webhook that is called needs one (the pod's IP and target
+    /// port).
+    #[arg(long = "endpoint", value_name = "NAMESPACE/NAME=HOST:PORT")]
+    endpoints: Vec<String>,
+    /// Where to write the admitted Pod (JSON).
+    #[arg(short = 'o', long = "output", value_name = "OUT.json")]
+    output: PathBuf,
 }
 
 /// `apiserver`.
@@ -478,6 +511,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Cmd::Pod { cmd } => pod(cmd).await,
         Cmd::Apiserver(a) => apiserver(a).await,
+        Cmd::Admit(a) => admit(a).await,
         Cmd::Dra { cmd } => dra(cmd).await,
     }
 }
@@ -489,6 +523,64 @@ async fn kube_client(kubeconfig: &Path) -> anyhow::Result<kube::Client> {
         .await
         .with_context(|| format!("kubeconfig {}", kubeconfig.display()))?;
     Ok(kube::Client::try_from(cfg)?)
+}
+
+async fn admit(a: AdmitArgs) -> anyhow::Result<()> {
+    use erdma_fake_kubelet::admission::{Endpoints, admit_from};
+    use erdma_fake_kubelet::podspec::manifest;
+    let endpoints = Endpoints::parse(&a.endpoints).map_err(anyhow::Error::msg)?;
+    let m = manifest::load(&a.manifest, a.object.as_deref())?;
+    let client = kube_client(&a.kubeconfig).await?;
+    let out = admit_from(&client, &m, &endpoints).await?;
+    let mut pod = serde_json::to_value(&out.pod)?;
+    if let Some(o) = pod.as_object_mut() {
+        o.insert("apiVersion".into(), "v1".into());
+        o.insert("kind".into(), "Pod".into());
+    }
+    let tmp = a.output.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(&pod)? + "\n")
+        .with_context(|| format!("write {}", tmp.display()))?;
+    std::fs::rename(&tmp, &a.output).with_context(|| format!("write {}", a.output.display()))?;
+    let name = format!(
+        "{}/{}",
+        out.pod.metadata.namespace.as_deref().unwrap_or(""),
+        out.pod.metadata.name.as_deref().unwrap_or("")
+    );
+    for w in &out.webhooks {
+        let changes = if w.changes.is_empty() {
+            String::new()
+        } else {
+            format!("; changed: {}", w.changes.join(", "))
+        };
+        let at = if w.url.is_empty() {
+            String::new()
+        } else {
+            format!(" at {}", w.url)
+        };
+        eprintln!(
+            "admit: {name}: webhook {} ({}){at}: {}{changes}",
+            w.webhook, w.configuration, w.outcome
+        );
+        for warning in &w.warnings {
+            eprintln!("admit: {name}: warning from {}: {warning}", w.webhook);
+        }
+    }
+    if out.webhooks.is_empty() {
+        eprintln!("admit: {name}: no mutating webhook is configured");
+    }
+    for n in &out.notes {
+        eprintln!("admit: note: {n}");
+    }
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&serde_json::json!({
+            "pod": name,
+            "output": a.output,
+            "webhooks": out.webhooks,
+            "notes": out.notes,
+        }))?
+    );
+    Ok(())
 }
 
 async fn apiserver(a: ApiserverArgs) -> anyhow::Result<()> {
