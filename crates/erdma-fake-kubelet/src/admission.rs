@@ -248,8 +248,10 @@ enum CallError {
 
 /// Where and how a webhook is reached.
 struct Target {
-    /// Shown in reports.
+    /// Shown in reports (the URL, and the address it was reached at).
     url: String,
+    /// The URL the API server posts to.
+    post: String,
     /// TCP address to connect to.
     connect: String,
     /// TLS server name.
@@ -278,6 +280,7 @@ fn target(w: &MutatingWebhook, endpoints: &Endpoints) -> Result<Target, String> 
         })?;
         return Ok(Target {
             url: format!("https://{dns}:{port}{path} via {connect}"),
+            post: format!("https://{dns}:{port}{path}"),
             connect,
             server_name: dns.clone(),
             host: format!("{dns}:{port}"),
@@ -301,6 +304,7 @@ fn target(w: &MutatingWebhook, endpoints: &Endpoints) -> Result<Target, String> 
         };
         return Ok(Target {
             url: u.clone(),
+            post: u.clone(),
             connect,
             server_name: host,
             host: authority.to_string(),
@@ -526,8 +530,9 @@ async fn call(
             return Err((
                 url,
                 CallError::Calling(format!(
-                    "failed to call webhook: Post \"{}\": context deadline exceeded (timeoutSeconds {})",
-                    t.url,
+                    "failed to call webhook: Post \"{}\" (at {}): context deadline exceeded (timeoutSeconds {})",
+                    t.post,
+                    t.connect,
                     timeout.as_secs()
                 )),
             ));
@@ -535,7 +540,10 @@ async fn call(
         Ok(Err(e)) => {
             return Err((
                 url,
-                CallError::Calling(format!("failed to call webhook: Post \"{}\": {e}", t.url)),
+                CallError::Calling(format!(
+                    "failed to call webhook: Post \"{}\" (at {}): {e}",
+                    t.post, t.connect
+                )),
             ));
         }
         Ok(Ok(a)) => a,

@@ -340,7 +340,7 @@ async fn a_webhook_that_fails_follows_its_failure_policy() {
     let w = &out.webhooks[0];
     assert!(w.called);
     assert!(
-        w.outcome.starts_with("failed (failurePolicy Ignore: the pod goes on): failed to call webhook: Post \"https://alibabacloud-erdma-controller.kube-system.svc:443/mutate-pod via ")
+        w.outcome.starts_with("failed (failurePolicy Ignore: the pod goes on): failed to call webhook: Post \"https://alibabacloud-erdma-controller.kube-system.svc:443/mutate-pod\" (at 127.0.0.1:")
             && w.outcome.contains("dial tcp"),
         "{}",
         w.outcome
