@@ -1,14 +1,15 @@
 #!/bin/bash
 # Run the lab scenarios in a real Linux kernel (qemu, TCG) with Soft-RoCE devices.
 #   lab/run.sh [--suite SUITE] [--scenario NAME]... [--strict]
-# Scenarios: inventory allocation allocation-modes health numa smcr-prestart nri dra chart (default: all),
+# Scenarios: inventory allocation allocation-modes health numa smcr-prestart nri dra chart chart-webhook
+# (default: all),
 # and nri-smcr (run by name only: it needs SMC, --suite bookworm-backports). Each prints "PASS: name",
 # "FAIL: name (why)" or "SKIP: name (why)"; the last line is "N passed, M failed" and the exit
 # status is non-zero when anything failed (with --strict or ERDMA_LAB_STRICT=1, skips fail too).
 # See lab/README.md for the environment variables.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
-ALL_SCENARIOS="inventory allocation allocation-modes health numa smcr-prestart nri dra chart"
+ALL_SCENARIOS="inventory allocation allocation-modes health numa smcr-prestart nri dra chart chart-webhook"
 # known, run only when named (they need another kernel than the default)
 BY_NAME_SCENARIOS="nri-smcr"
 SCENARIOS=()
@@ -18,7 +19,7 @@ while [ $# -gt 0 ]; do
     --suite) SUITE=${2:?--suite needs a value}; shift 2 ;;
     --scenario) SCENARIOS+=("${2:?--scenario needs a name}"); shift 2 ;;
     --strict) STRICT=1; shift ;;
-    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -33,8 +34,8 @@ timed cargo-build lab_build
 timed kernel lab_kernel
 timed runtime lab_runtime
 lab_workdir
-# the chart scenario runs the chart's agent pod from the image scripts/build-images.sh builds
-if printf '%s\n' "${SCENARIOS[@]}" | grep -qx chart; then timed images lab_images; fi
+# the chart scenarios run the chart's pods from the images scripts/build-images.sh builds
+if printf '%s\n' "${SCENARIOS[@]}" | grep -qE '^chart(-webhook)?$'; then timed images lab_images; fi
 # the health scenario's gate: strict (fail when missed) or ci (report it; fail only past 5 s)
 echo "${ERDMA_LAB_HEALTH_GATE:-strict}" > "$WORK/share/guest/health-gate"
 timed initramfs lab_initramfs

@@ -64,14 +64,17 @@ lab_build() {
 
 # The images operators deploy, built by scripts/build-images.sh (release binaries, as shipped) into
 # the share, beside the chart as the real Helm engine rendered it for the lab's values
-# (deploy/helm/ci/rendered/lab.json from deploy/helm/ci/values/lab.yaml; the chart's CI keeps it
-# current): the guest imports an image and runs the chart's pod template from it
+# (deploy/helm/ci/rendered/lab.json and lab-webhook.json from deploy/helm/ci/values/; the chart's CI
+# keeps them current): the guest imports an image and runs the chart's pod templates from it
 # (guest/runtime.sh, chart_agent_up). Call after lab_workdir.
 lab_images() {
-  local rendered="$REPO/deploy/helm/ci/rendered/lab.json"
-  [ -f "$rendered" ] || die "$rendered is missing (bash deploy/helm/ci/check.sh --update renders it)"
+  local case rendered
   mkdir -p "$WORK/share/chart"
-  cp "$rendered" "$WORK/share/chart/lab.json"
+  for case in lab lab-webhook; do
+    rendered="$REPO/deploy/helm/ci/rendered/$case.json"
+    [ -f "$rendered" ] || die "$rendered is missing (bash deploy/helm/ci/check.sh --update renders it)"
+    cp "$rendered" "$WORK/share/chart/$case.json"
+  done
   bash "$REPO/scripts/build-images.sh" --out "$WORK/share/images" >&2 || die "scripts/build-images.sh failed"
 }
 
