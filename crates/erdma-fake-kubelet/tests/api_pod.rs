@@ -5,18 +5,17 @@
 //! modes and variables are written from the kubelet's rules, not computed by the code under
 //! test.
 
-use erdma_cri::CriClient;
+mod common;
+
 use erdma_cri::fake::{Recorded, RecordingRuntime};
 use erdma_cri::runtime::v1 as cri;
-use erdma_cri::runtime::v1::image_service_server::ImageServiceServer;
-use erdma_cri::runtime::v1::runtime_service_server::RuntimeServiceServer;
 use erdma_fake_kubelet::apiserver::{self, ApiServerOptions};
 use erdma_fake_kubelet::manifest_pod::{ManifestRun, run_manifest_pod};
 use erdma_fake_kubelet::pod_api::{self, ApiAccess};
 use erdma_fake_kubelet::pods::{self, CdiForm};
 use erdma_fake_kubelet::podspec::manifest;
 use erdma_fake_kubelet::podspec::translate::{NodeInfo, PodPlan};
-use erdma_kubelet::uds::{self, ClientAuthority};
+use erdma_kubelet::uds::ClientAuthority;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -25,41 +24,15 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 fn node() -> NodeInfo {
-    NodeInfo {
-        name: "lab-node".into(),
-        ip: "10.77.0.1".into(),
-        cpu_millis: 2000,
-        memory_bytes: 1 << 30,
-    }
+    common::lab_node("10.77.0.1", 1 << 30)
 }
 
-async fn runtime(dir: &Path, cancel: &CancellationToken) -> (RecordingRuntime, CriClient) {
-    let rt = RecordingRuntime::default();
-    for (id, tag) in [
-        ("sha256:ctl", "ghcr.io/erdma/erdma-controller:0.1.0"),
-        ("sha256:tools", "lab.local/rdma-tools:1"),
-    ] {
-        rt.add_image(cri::Image {
-            id: id.into(),
-            repo_tags: vec![tag.into()],
-            ..Default::default()
-        });
-    }
-    let socket = dir.join("cri.sock");
-    let listener = uds::bind(&socket).unwrap();
-    let served = rt.clone();
-    let c = cancel.clone();
-    tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(RuntimeServiceServer::new(served.clone()))
-            .add_service(ImageServiceServer::new(served))
-            .serve_with_incoming_shutdown(uds::incoming(listener), c.cancelled_owned())
-            .await
-    });
-    let client = CriClient::connect(&socket, Path::new("/proc"))
-        .await
-        .unwrap();
-    (rt, client)
+/// The images the pods use.
+fn images() -> Vec<cri::Image> {
+    vec![
+        common::image("sha256:ctl", "ghcr.io/erdma/erdma-controller:0.1.0"),
+        common::image("sha256:tools", "lab.local/rdma-tools:1"),
+    ]
 }
 
 fn run_of(plan: PodPlan, dir: &Path) -> ManifestRun {
@@ -120,10 +93,7 @@ const CONTROLLER_SA: &str = "alibaba-erdma-controller-alibabacloud-erdma-control
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_charts_controller_deployment_runs_as_in_a_cluster() {
-    let d = tempfile::Builder::new()
-        .prefix("fka")
-        .tempdir_in("/tmp")
-        .unwrap();
+    let d = common::short_dir("fka");
     let cancel = CancellationToken::new();
     let file = chart_file("local-webhook.json");
     let started = apiserver::start(
@@ -173,7 +143,7 @@ async fn the_charts_controller_deployment_runs_as_in_a_cluster() {
     .unwrap();
     let objects = pod_api::prepare(&mut m, &access).await.unwrap();
     let plan = PodPlan::with_api(m, &node(), "uid-ctl".into(), &objects).unwrap();
-    let (rt, mut cri) = runtime(d.path(), &cancel).await;
+    let (rt, mut cri) = common::runtime(d.path(), &cancel, images()).await;
     let record = run_manifest_pod(d.path(), &mut cri, &run_of(plan, d.path()))
         .await
         .unwrap();
@@ -394,16 +364,13 @@ fn lab_objects(dir: &Path) -> (erdma_k8s::fake::FakeApiServer, ApiAccess) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_map_and_secret_volumes_and_env_are_read_from_the_api_server() {
-    let d = tempfile::Builder::new()
-        .prefix("fkv")
-        .tempdir_in("/tmp")
-        .unwrap();
+    let d = common::short_dir("fkv");
     let (_api, access) = lab_objects(d.path());
     let mut m = manifest::parse(APP, "app.yaml", None).unwrap();
     let objects = pod_api::prepare(&mut m, &access).await.unwrap();
     let plan = PodPlan::with_api(m, &node(), "uid-app".into(), &objects).unwrap();
     let cancel = CancellationToken::new();
-    let (rt, mut cri) = runtime(d.path(), &cancel).await;
+    let (rt, mut cri) = common::runtime(d.path(), &cancel, images()).await;
     run_manifest_pod(d.path(), &mut cri, &run_of(plan, d.path()))
         .await
         .unwrap();

@@ -1,5 +1,7 @@
 //! The fake kubelet (library and binary) against a minimal static device plugin.
 
+mod common;
+
 use erdma_fake_kubelet::{FakeKubelet, FakeKubeletConfig, OtherPlugin};
 use erdma_kubelet::deviceplugin::v1beta1 as api;
 use erdma_kubelet::deviceplugin::v1beta1::device_plugin_server::{
@@ -191,10 +193,7 @@ async fn register(dir: &Path, version: &str, resource: &str, endpoint: &str) -> 
 }
 
 fn short_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("fk")
-        .tempdir_in("/tmp")
-        .unwrap()
+    common::short_dir("fk")
 }
 
 struct Daemon(Child);

@@ -5,29 +5,22 @@
 //! and log, and their extended resources allocated with the device manager's reuse rules.
 //! Expected values are written from the kubelet's rules, not computed by the code under test.
 
-use erdma_cri::CriClient;
+mod common;
+
 use erdma_cri::fake::{Recorded, RecordingRuntime};
 use erdma_cri::runtime::v1 as cri;
-use erdma_cri::runtime::v1::image_service_server::ImageServiceServer;
-use erdma_cri::runtime::v1::runtime_service_server::RuntimeServiceServer;
 use erdma_fake_kubelet::manifest_pod::{ManifestRun, run_manifest_pod};
 use erdma_fake_kubelet::pods::{self, CdiForm};
 use erdma_fake_kubelet::podspec::manifest;
 use erdma_fake_kubelet::podspec::translate::{ContainerInputs, NodeInfo, PodPlan, QosClass};
-use erdma_fake_kubelet::{FakeKubelet, FakeKubeletConfig, OtherPlugin};
-use erdma_kubelet::uds::{self, ClientAuthority};
+use erdma_kubelet::uds::ClientAuthority;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 fn node() -> NodeInfo {
-    NodeInfo {
-        name: "lab-node".into(),
-        ip: "10.77.0.1".into(),
-        cpu_millis: 2000,
-        memory_bytes: 1_610_612_736,
-    }
+    common::lab_node("10.77.0.1", 1_610_612_736)
 }
 
 /// A pod as the erdma webhook leaves it: the app container asks `aliyun/erdma` with CPU and
@@ -166,34 +159,12 @@ fn an_init_container_is_translated_as_the_kubelet_translates_containers() {
     assert_eq!(p.oom_score_adj(), -997);
 }
 
-/// A recording runtime with the images the pods use, served on `<dir>/cri.sock`.
-async fn runtime(dir: &Path, cancel: &CancellationToken) -> (RecordingRuntime, CriClient) {
-    let rt = RecordingRuntime::default();
-    for (id, tag) in [
-        ("sha256:tools", "lab.local/rdma-tools:1"),
-        ("sha256:smcr", "ghcr.io/erdma/smcr-init:0.1.0"),
-    ] {
-        rt.add_image(cri::Image {
-            id: id.into(),
-            repo_tags: vec![tag.into()],
-            ..Default::default()
-        });
-    }
-    let socket = dir.join("cri.sock");
-    let listener = uds::bind(&socket).unwrap();
-    let served = rt.clone();
-    let c = cancel.clone();
-    tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(RuntimeServiceServer::new(served.clone()))
-            .add_service(ImageServiceServer::new(served))
-            .serve_with_incoming_shutdown(uds::incoming(listener), c.cancelled_owned())
-            .await
-    });
-    let client = CriClient::connect(&socket, Path::new("/proc"))
-        .await
-        .unwrap();
-    (rt, client)
+/// The images the pods use.
+fn images() -> Vec<cri::Image> {
+    vec![
+        common::image("sha256:tools", "lab.local/rdma-tools:1"),
+        common::image("sha256:smcr", "ghcr.io/erdma/smcr-init:0.1.0"),
+    ]
 }
 
 /// Plays the init containers' processes: each container named in `codes` exits with its code
@@ -282,12 +253,9 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_containers_run_in_order_to_completion_before_the_app_container() {
-    let d = tempfile::Builder::new()
-        .prefix("fki")
-        .tempdir_in("/tmp")
-        .unwrap();
+    let d = common::short_dir("fki");
     let cancel = CancellationToken::new();
-    let (rt, mut cri) = runtime(d.path(), &cancel).await;
+    let (rt, mut cri) = common::runtime(d.path(), &cancel, images()).await;
     let player = exit_when_started(&rt, &[("first", 0), ("second", 0)], &cancel);
     let record = run_manifest_pod(d.path(), &mut cri, &run_of(TWO_INITS, d.path()))
         .await
@@ -354,12 +322,9 @@ async fn init_containers_run_in_order_to_completion_before_the_app_container() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_init_container_fails_the_pod_with_its_exit_code_and_log() {
-    let d = tempfile::Builder::new()
-        .prefix("fki")
-        .tempdir_in("/tmp")
-        .unwrap();
+    let d = common::short_dir("fki");
     let cancel = CancellationToken::new();
-    let (rt, mut cri) = runtime(d.path(), &cancel).await;
+    let (rt, mut cri) = common::runtime(d.path(), &cancel, images()).await;
     let played = CancellationToken::new();
     let player = exit_when_started(&rt, &[("first", 0), ("second", 3)], &played);
     // The runtime writes the container's log in the pod's log directory (CRI log format).
@@ -426,30 +391,11 @@ async fn a_failed_init_container_fails_the_pod_with_its_exit_code_and_log() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_app_container_reuses_the_init_containers_devices() {
-    let d = tempfile::Builder::new()
-        .prefix("fkd")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let kubelet = FakeKubelet::start(FakeKubeletConfig::new(d.path()))
-        .await
-        .unwrap();
-    let plugin = OtherPlugin::start(
-        d.path(),
-        "dev.sock",
-        vec!["d0".into(), "d1".into(), "d2".into()],
-    )
-    .unwrap();
-    plugin.register("aliyun/erdma").await.unwrap();
-    kubelet
-        .wait_for(Duration::from_secs(10), |s| {
-            s.resources
-                .get("aliyun/erdma")
-                .is_some_and(|r| r.healthy_ids().count() == 3)
-        })
-        .await
-        .unwrap();
+    let d = common::short_dir("fkd");
+    let (kubelet, plugin) =
+        common::kubelet_with_plugin(d.path(), "aliyun/erdma", &["d0", "d1", "d2"]).await;
     let cancel = CancellationToken::new();
-    let (rt, mut cri) = runtime(d.path(), &cancel).await;
+    let (rt, mut cri) = common::runtime(d.path(), &cancel, images()).await;
     let player = exit_when_started(&rt, &[("smcr-init", 0)], &cancel);
     // smcr-init asks 1 device, the app container 2: the app container gets smcr-init's
     // device back first, then one more, so the pod holds 2 of the 3 (max(1, 2)).

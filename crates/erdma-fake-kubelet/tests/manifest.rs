@@ -3,6 +3,8 @@
 //! kuberuntime_sandbox.go, kuberuntime_container(_linux).go, security_context.go and
 //! kubelet_pods.go, not computed by the code under test), and its refusals.
 
+mod common;
+
 use erdma_cri::runtime::v1 as cri;
 use erdma_fake_kubelet::client::{AllocationOutput, DeviceOut, MountOut};
 use erdma_fake_kubelet::podspec::manifest;
@@ -144,12 +146,7 @@ spec:
 "#;
 
 fn node() -> NodeInfo {
-    NodeInfo {
-        name: "lab-node".into(),
-        ip: "10.77.0.1".into(),
-        cpu_millis: 2000,
-        memory_bytes: 1_610_612_736,
-    }
+    common::lab_node("10.77.0.1", 1_610_612_736)
 }
 
 fn plan_of(text: &str, uid: &str) -> PodPlan {

@@ -3,19 +3,18 @@
 //! probes, real hostPath checks and emptyDirs in a temporary directory, and, for an extended
 //! resource, the fake kubelet with a stand-in device plugin.
 
-use erdma_cri::CriClient;
-use erdma_cri::fake::{Recorded, RecordingRuntime};
+mod common;
+
+use common::call_names;
+use erdma_cri::fake::Recorded;
 use erdma_cri::runtime::v1 as cri;
-use erdma_cri::runtime::v1::image_service_server::ImageServiceServer;
-use erdma_cri::runtime::v1::runtime_service_server::RuntimeServiceServer;
 use erdma_fake_kubelet::manifest_pod::{ManifestRun, run_manifest_pod};
 use erdma_fake_kubelet::pods::{self, CdiForm};
 use erdma_fake_kubelet::podspec::manifest;
 use erdma_fake_kubelet::podspec::probe::{self, Outcome, ProbeTarget, Probes};
 use erdma_fake_kubelet::podspec::translate::{NodeInfo, PodPlan};
 use erdma_fake_kubelet::podspec::volumes::HostPathOutcome;
-use erdma_fake_kubelet::{FakeKubelet, FakeKubeletConfig, OtherPlugin};
-use erdma_kubelet::uds::{self, ClientAuthority};
+use erdma_kubelet::uds::ClientAuthority;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -24,10 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 fn short_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("fkm")
-        .tempdir_in("/tmp")
-        .unwrap()
+    common::short_dir("fkm")
 }
 
 /// An HTTP server on 127.0.0.1 that answers the n-th request with `codes[n]` (the last code
@@ -154,39 +150,16 @@ async fn http_and_tcp_probes_as_the_prober_judges_them() {
     hold.abort();
 }
 
-/// A recording runtime with `images`, served on `<dir>/cri.sock`.
-async fn runtime(dir: &Path, cancel: &CancellationToken) -> (RecordingRuntime, CriClient) {
-    let rt = RecordingRuntime::default();
-    rt.add_image(cri::Image {
-        id: "sha256:agent".into(),
-        repo_tags: vec!["lab.local/erdma-agent:1".into()],
+/// The image the pods use, with its digest.
+fn images() -> Vec<cri::Image> {
+    vec![cri::Image {
         repo_digests: vec!["lab.local/erdma-agent@sha256:feed".into()],
-        ..Default::default()
-    });
-    let socket = dir.join("cri.sock");
-    let listener = uds::bind(&socket).unwrap();
-    let served = rt.clone();
-    let c = cancel.clone();
-    tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(RuntimeServiceServer::new(served.clone()))
-            .add_service(ImageServiceServer::new(served))
-            .serve_with_incoming_shutdown(uds::incoming(listener), c.cancelled_owned())
-            .await
-    });
-    let client = CriClient::connect(&socket, Path::new("/proc"))
-        .await
-        .unwrap();
-    (rt, client)
+        ..common::image("sha256:agent", "lab.local/erdma-agent:1")
+    }]
 }
 
 fn node() -> NodeInfo {
-    NodeInfo {
-        name: "lab-node".into(),
-        ip: "127.0.0.1".into(),
-        cpu_millis: 2000,
-        memory_bytes: 1 << 30,
-    }
+    common::lab_node("127.0.0.1", 1 << 30)
 }
 
 fn run_of(yaml: &str, dir: &Path, timeout: Duration) -> ManifestRun {
@@ -246,28 +219,11 @@ spec:
     )
 }
 
-fn call_names(rt: &RecordingRuntime) -> Vec<&'static str> {
-    rt.calls()
-        .iter()
-        .map(|c| match c {
-            Recorded::RunPodSandbox(_) => "RunPodSandbox",
-            Recorded::CreateContainer(..) => "CreateContainer",
-            Recorded::StartContainer(_) => "StartContainer",
-            Recorded::ExecSync(..) => "ExecSync",
-            Recorded::StopContainer(_) => "StopContainer",
-            Recorded::RemoveContainer(_) => "RemoveContainer",
-            Recorded::StopPodSandbox(_) => "StopPodSandbox",
-            Recorded::RemovePodSandbox(_) => "RemovePodSandbox",
-            Recorded::ImageStatus(_) => "ImageStatus",
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn the_agent_daemonset_runs_becomes_ready_and_is_deleted() {
     let d = short_dir();
     let cancel = CancellationToken::new();
-    let (rt, mut cri) = runtime(d.path(), &cancel).await;
+    let (rt, mut cri) = common::runtime(d.path(), &cancel, images()).await;
     std::fs::create_dir(d.path().join("dev")).unwrap();
     // Not ready once, then ready.
     let s = http(vec![503, 200]).await;
@@ -430,7 +386,7 @@ async fn the_agent_daemonset_runs_becomes_ready_and_is_deleted() {
 async fn an_always_image_that_is_present_is_noted_and_an_absent_one_fails_the_pod() {
     let d = short_dir();
     let cancel = CancellationToken::new();
-    let (rt, mut cri) = runtime(d.path(), &cancel).await;
+    let (rt, mut cri) = common::runtime(d.path(), &cancel, images()).await;
     std::fs::create_dir(d.path().join("dev")).unwrap();
     let s = http(vec![200]).await;
     let run = run_of(
@@ -489,7 +445,7 @@ async fn an_always_image_that_is_present_is_noted_and_an_absent_one_fails_the_po
 async fn a_failed_host_path_check_fails_the_pod_before_the_sandbox() {
     let d = short_dir();
     let cancel = CancellationToken::new();
-    let (rt, mut cri) = runtime(d.path(), &cancel).await;
+    let (rt, mut cri) = common::runtime(d.path(), &cancel, images()).await;
     // `<root>/dev` is missing: the Directory volume fails.
     let run = run_of(
         &agent(d.path(), 1, "IfNotPresent", "/"),
@@ -532,7 +488,7 @@ spec:
 async fn a_container_that_never_becomes_ready_stays_recorded() {
     let d = short_dir();
     let cancel = CancellationToken::new();
-    let (rt, mut cri) = runtime(d.path(), &cancel).await;
+    let (rt, mut cri) = common::runtime(d.path(), &cancel, images()).await;
     rt.answer_exec("check-ready", 1, "not yet");
     let yaml = exec_pod(
         "",
@@ -662,26 +618,10 @@ async fn a_container_that_never_becomes_ready_stays_recorded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extended_resource_in_the_limits_is_allocated_through_the_device_plugin() {
     let d = short_dir();
-    let kubelet = FakeKubelet::start(FakeKubeletConfig::new(d.path()))
-        .await
-        .unwrap();
-    let plugin = OtherPlugin::start(
-        d.path(),
-        "dev.sock",
-        vec!["d0".into(), "d1".into(), "d2".into()],
-    )
-    .unwrap();
-    plugin.register("example.com/dev").await.unwrap();
-    kubelet
-        .wait_for(Duration::from_secs(10), |s| {
-            s.resources
-                .get("example.com/dev")
-                .is_some_and(|r| r.healthy_ids().count() == 3)
-        })
-        .await
-        .unwrap();
+    let (kubelet, plugin) =
+        common::kubelet_with_plugin(d.path(), "example.com/dev", &["d0", "d1", "d2"]).await;
     let cancel = CancellationToken::new();
-    let (rt, mut cri) = runtime(d.path(), &cancel).await;
+    let (rt, mut cri) = common::runtime(d.path(), &cancel, images()).await;
     let yaml = exec_pod(
         "      resources:\n        limits: {example.com/dev: \"2\"}\n",
         "",
@@ -776,7 +716,7 @@ fn records_written_before_manifests_still_parse() {
 async fn the_cli_exits_non_zero_for_a_pod_that_is_not_ready_and_keeps_it() {
     let d = short_dir();
     let cancel = CancellationToken::new();
-    let (rt, _cri) = runtime(d.path(), &cancel).await;
+    let (rt, _cri) = common::runtime(d.path(), &cancel, images()).await;
     rt.answer_exec("never", 1, "");
     let file = d.path().join("pod.yaml");
     std::fs::write(

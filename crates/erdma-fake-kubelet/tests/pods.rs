@@ -1,6 +1,8 @@
 //! The lab kubelet's pod lifecycle against a CRI runtime on a real Unix socket (the recording fake
 //! runtime of erdma-cri): what it sends for a pod, and how it deletes one.
 
+mod common;
+
 use erdma_cri::fake::{Recorded, RecordingRuntime};
 use erdma_cri::runtime::v1 as cri;
 use erdma_cri::runtime::v1::runtime_service_server::RuntimeServiceServer;
@@ -240,20 +242,7 @@ async fn run_exec_and_delete_a_pod_over_cri() {
         .await
         .unwrap();
     let calls = runtime.calls();
-    let names: Vec<&str> = calls
-        .iter()
-        .map(|c| match c {
-            Recorded::RunPodSandbox(_) => "RunPodSandbox",
-            Recorded::CreateContainer(..) => "CreateContainer",
-            Recorded::StartContainer(_) => "StartContainer",
-            Recorded::ExecSync(..) => "ExecSync",
-            Recorded::StopContainer(_) => "StopContainer",
-            Recorded::RemoveContainer(_) => "RemoveContainer",
-            Recorded::StopPodSandbox(_) => "StopPodSandbox",
-            Recorded::RemovePodSandbox(_) => "RemovePodSandbox",
-            Recorded::ImageStatus(_) => "ImageStatus",
-        })
-        .collect();
+    let names = common::call_names(&runtime);
     assert_eq!(
         names,
         [
