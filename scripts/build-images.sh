@@ -166,6 +166,7 @@ fetch_deb() {
 # assemble NAME ROOT: writes the image's root tree to ROOT (empty or absent).
 assemble() {
   local name=$1 root=$2 spec lib pkg deb x base libs=() pkgs=() bins=()
+  local -A owner_of=()
   rm -rf "$root"; mkdir -p "$root"/usr/local/bin "$root"/usr/lib/x86_64-linux-gnu "$root"/usr/lib64 \
     "$root"/usr/bin "$root"/etc "$root"/tmp "$root"/var/lib/dpkg/status.d "$root"/usr/share/doc
   for spec in $(image_bins "$name"); do
@@ -175,6 +176,7 @@ assemble() {
   mapfile -t libs < <(lib_closure "${bins[@]}")
   for lib in "${libs[@]}"; do
     pkg=$(owner "$lib"); [ -n "$pkg" ] || die "no Debian package owns $lib (needed by $name)"
+    owner_of[$lib]=$pkg
     case " ${pkgs[*]-} " in *" $pkg "*) ;; *) pkgs+=("$pkg") ;; esac
   done
   x="$WORK/x-$name"; rm -rf "$x"; mkdir -p "$x"
@@ -200,7 +202,7 @@ assemble() {
   # Each library from its package's files: the soname link and the file it points to, at the
   # usr-merged path.
   for lib in "${libs[@]}"; do
-    pkg=$(owner "$lib"); base=$(basename "$lib")
+    pkg=${owner_of[$lib]}; base=$(basename "$lib")
     local found
     found=$(find "$x/$pkg" -name "$base" \( -type f -o -type l \) | head -n 1)
     [ -n "$found" ] || die "$base is not in the package $pkg"

@@ -146,8 +146,7 @@ chart_agent_up() {
   jq '.objects[] | select(.kind == "DaemonSet")' "$CHART" > /tmp/agent-ds.json
   AGENT_IMAGE=$(jq -r '.spec.template.spec.containers[0].image' /tmp/agent-ds.json)
   _t=$(now)
-  ctr -n k8s.io images import "$IMAGES/erdma-agent.oci.tar" > /tmp/agent-import.out 2>&1 \
-    || { log "agent image import failed:"; cat /tmp/agent-import.out; return 1; }
+  import_image erdma-agent || return 1
   echo "agent-image-import $(awk -v a="$_t" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')" >> "$OUT/timings.txt"
   erdma-fake-kubelet pod run --dir "$KDIR" --pod "$AGENT_POD" --manifest /tmp/agent-ds.json \
     --node-name "$NODE_NAME_LAB" --node-ip "$NODE_IP_LAB" > /tmp/agent.pod.json 2> /tmp/agent.pod.err \
@@ -157,11 +156,21 @@ chart_agent_up() {
   wait_for 60 registered || { log "the agent pod is ready but did not register"; chart_agent_logs; return 1; }
 }
 # chart_agent_pid: the host PID of the agent container's process (hostPID: the node's PID space).
-chart_agent_pid() { ctr -n k8s.io tasks ls | awk -v c="$AGENT_CID" '$1 == c {print $2}'; }
-# chart_agent_logs: the container's log (the CRI log file) into out/
-chart_agent_logs() {
-  for f in /var/log/pods/kube-system_alibabacloud-erdma-agent-lab_*/*/0.log; do
-    [ -f "$f" ] && cp "$f" "$OUT/${SCEN}-agent-container.log"
+chart_agent_pid() { ctr_pid "$AGENT_CID"; }
+# chart_agent_logs: the agent container's log into out/
+chart_agent_logs() { pod_log "$AGENT_POD" agent "$OUT/${SCEN}-agent-container.log"; }
+# import_image NAME: imports the image build-images.sh built (IMAGES/NAME.oci.tar) into containerd
+import_image() {
+  ctr -n k8s.io images import "$IMAGES/$1.oci.tar" > "/tmp/import-$1.out" 2>&1 \
+    || { log "image import of $1 failed:"; cat "/tmp/import-$1.out"; return 1; }
+}
+# ctr_pid CONTAINER_ID: the host PID of a container's process
+ctr_pid() { ctr -n k8s.io tasks ls | awk -v c="$1" '$1 == c {print $2}'; }
+# pod_log NS/NAME CONTAINER DEST: copies the container's CRI log (which stays in the pod's log
+# directory after the container is removed) to DEST
+pod_log() {
+  for f in /var/log/pods/"${1%%/*}_${1#*/}"_*/"$2"/0.log; do
+    [ -f "$f" ] && cp "$f" "$3"
   done
   return 0
 }

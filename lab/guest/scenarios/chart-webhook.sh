@@ -29,8 +29,7 @@ CTRL_POD=kube-system/alibabacloud-erdma-controller-lab
 runtime_up || { fail "$SCEN" "the container runtime did not start (see out/containerd.log)"; exit 0; }
 chart_node
 for i in erdma-controller erdma-agent smcr-init; do
-  ctr -n k8s.io images import "$IMAGES/$i.oci.tar" > /tmp/import-$i.out 2>&1 \
-    || { fail "$SCEN" "image import of $i failed: $(tail -1 /tmp/import-$i.out)"; exit 0; }
+  import_image "$i" || { fail "$SCEN" "image import of $i failed: $(tail -1 /tmp/import-$i.out)"; exit 0; }
 done
 rm -rf "$SA" "$KC"
 erdma-fake-kubelet apiserver --listen "$APISERVER" --tls --service-account-dir "$SA" --objects "$CHARTW" \
@@ -43,11 +42,11 @@ API="--api-server $APISERVER --service-account-dir $SA --kubeconfig $KC"
 erdma-fake-kubelet pod run --dir "$KDIR" --manifest "$CHARTW" --object Deployment/alibabacloud-erdma-controller \
   --pod "$CTRL_POD" --node-name "$NODE_NAME_LAB" --node-ip "$NODE_IP_LAB" $API > /tmp/ctrl.pod.json 2> /tmp/ctrl.pod.err
 crc=$?
-for f in /var/log/pods/kube-system_alibabacloud-erdma-controller-lab_*/*/0.log; do [ -f "$f" ] && cp "$f" "$OUT/$SCEN-controller-container.log"; done
+pod_log "$CTRL_POD" controller "$OUT/$SCEN-controller-container.log"
 if [ $crc != 0 ]; then fail "$SCEN" "the chart's controller pod did not become ready: $(tail -1 /tmp/ctrl.pod.err)"; exit 0; fi
 CIP=$(jq -r '.ip // empty' /tmp/ctrl.pod.json)
 CCID=$(jq -r .container_id /tmp/ctrl.pod.json)
-CPID=$(ctr -n k8s.io tasks ls | awk -v c="$CCID" '$1 == c {print $2}')
+CPID=$(ctr_pid "$CCID")
 log "controller pod: $(jq -c '{ip, ready, ready_after_ms, notes}' /tmp/ctrl.pod.json)"
 ck "the controller pod is ready by its readiness probe after $(jq -r '.ready_after_ms // "?"' /tmp/ctrl.pod.json) ms, on the pod network ($CIP)" \
   sh -c "jq -e '.ready == true' /tmp/ctrl.pod.json && test -n '$CIP'"
@@ -98,7 +97,7 @@ ck "a pod without the annotation is left without an init container" \
 
 erdma-fake-kubelet pod run --dir "$KDIR" --manifest /tmp/pod-s.admitted.json --node-name "$NODE_NAME_LAB" \
   --node-ip "$NODE_IP_LAB" > /tmp/pod-s.pod.json 2> /tmp/pod-s.pod.err; src=$?
-for f in /var/log/pods/lab_pod-s_*/smcr-init/0.log; do [ -f "$f" ] && cp "$f" "$OUT/$SCEN-smcr-init.log"; done
+pod_log lab/pod-s smcr-init "$OUT/$SCEN-smcr-init.log"
 log "pod-s: $(jq -c '{init_containers: [.init_containers[]? | {name, exit_code}], allocation: .allocation.device_ids}' /tmp/pod-s.pod.json 2>/dev/null)"
 ck "pod-s ran: the smcr-init init container from $SMC_IMAGE completed with exit 0, then its app container started (rc $src: $(tail -1 /tmp/pod-s.pod.err))" \
   sh -c "test $src = 0 && jq -e '[.init_containers[] | select(.exit_code == 0)] | length == 1' /tmp/pod-s.pod.json"
