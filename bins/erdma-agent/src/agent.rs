@@ -471,6 +471,7 @@ fn spawn_nri(
             idx: "10".into(),
             events: nri::EVENTS.to_vec(),
             budget: s.nri_budget,
+            observer: None,
         },
         handler,
         cancel.clone(),

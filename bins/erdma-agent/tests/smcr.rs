@@ -690,6 +690,7 @@ async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
             idx: "10".into(),
             events: nri::EVENTS.to_vec(),
             budget: nri::BUDGET,
+            observer: None,
         },
         handler,
         cancel.clone(),

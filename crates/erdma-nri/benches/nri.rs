@@ -93,6 +93,7 @@ fn main() {
             idx: "10".into(),
             events: vec![Event::CreateContainer],
             budget: Duration::from_millis(800),
+            observer: None,
         };
         let c2 = cancel.clone();
         let task =

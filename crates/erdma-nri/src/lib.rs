@@ -7,11 +7,14 @@
 //!   length); logical connection 1 carries the plugin's service, 2 the runtime's.
 //! - [`ttrpc`]: ttRPC framing (10-byte message header, `ttrpc.Request`/`Response` envelopes) and
 //!   a unary server and client over one logical connection.
-//! - [`api`]: our own protos of the NRI `v1alpha1` API (containerd 1.7's wire format) and ttRPC's
-//!   envelope, with checked-in generated code.
-//! - [`plugin`]: the plugin runner: connect, register, answer `Configure`/`Synchronize`, hand
-//!   pod and container events to a [`plugin::Handler`], with a time budget per call.
-//! - `fake` (feature): a runtime stand-in that drives a plugin as containerd does, for tests.
+//! - [`api`]: our own protos of the NRI `v1alpha1` API (the subset erdma uses, containerd 1.7's
+//!   NRI v0.6 up to v0.12) and ttRPC's envelope, with checked-in generated code.
+//! - [`plugin`]: the plugin runner: connect, register, answer `Configure`/`Synchronize` (split or
+//!   whole), hand pod and container events (over their own RPCs or `StateChange`) to a
+//!   [`plugin::Handler`], with a time budget per call, and tell a [`plugin::HookObserver`] each
+//!   hook's duration and outcome.
+//! - `fake` (feature): a runtime stand-in that drives a plugin as containerd 1.7, NRI v0.8 or NRI
+//!   v0.12 does, for tests.
 
 pub mod api;
 #[cfg(feature = "fake")]

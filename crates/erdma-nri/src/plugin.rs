@@ -1,15 +1,23 @@
 //! The plugin side of NRI: connect to the runtime's socket, register, answer `Configure` with the
 //! events the [`Handler`] wants, and hand it every subscribed pod and container event, each within a
-//! time budget well inside the runtime's own (2 s by default in containerd): a handler that overruns
-//! is answered for with "no change", so the runtime never fails a pod because erdma was slow.
+//! time budget well inside the runtime's own (2 s by default in containerd, told in `Configure` in
+//! milliseconds): a handler that overruns is answered for with "no change", so the runtime never
+//! fails a pod because erdma was slow (nor closes the plugin, which it does on its own timeout).
+//!
+//! Each event is answered over the RPC the runtime uses: its own one (`RunPodSandbox`, ... NRI
+//! v0.12+, as the upstream stub answers them) or `StateChange` (older runtimes). An event the
+//! plugin is not subscribed to, and any unknown method, is refused with Unimplemented (12), on which
+//! a v0.12 runtime falls back to `StateChange`. A Synchronize split over several messages (`more`)
+//! is collected and handed over once. Every hook's duration and outcome goes to a [`HookObserver`].
 
 use crate::api::{self, Event};
 use crate::mux::{Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 use crate::ttrpc::{self, Answer, BoxFuture, Client, RpcError, Service, code};
 use prost::Message as _;
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// The runtime's default request timeout (containerd, CRI-O).
@@ -50,13 +58,16 @@ pub struct PluginConfig {
     pub name: String,
     /// Two-digit index that orders plugins (`10`).
     pub idx: String,
-    /// Events to subscribe (CreateContainer is always answered when subscribed).
+    /// Events to subscribe (an empty list subscribes all, as the runtime reads a mask of 0).
     pub events: Vec<Event>,
     /// Longest time a handler may take for one call; the runtime's own timeout, when the runtime
-    /// tells it at Configure, caps it at half of that. A runtime that does not tell it
-    /// (containerd 1.7) is assumed to allow 2 s, unless the budget is set above half of that:
-    /// then the operator raised the runtime's timeout too (`plugin_request_timeout`).
+    /// tells it at Configure (NRI v0.7+, containerd 2.0+: milliseconds), caps it at half of that.
+    /// A runtime that does not tell it (containerd 1.7) is assumed to allow 2 s, unless the budget
+    /// is set above half of that: then the operator raised the runtime's timeout too
+    /// (`plugin_request_timeout`).
     pub budget: Duration,
+    /// Told every hook's duration and outcome.
+    pub observer: Option<Arc<dyn HookObserver>>,
 }
 
 impl PluginConfig {
@@ -78,16 +89,80 @@ impl PluginConfig {
     }
 }
 
+/// What the runtime called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Hook {
+    /// `Configure`.
+    Configure,
+    /// `Synchronize`, once for all its parts.
+    Synchronize,
+    /// `Shutdown`.
+    Shutdown,
+    /// A pod or container event, whichever RPC brought it (its own one in NRI v0.12+, or
+    /// `StateChange`).
+    Event(Event),
+}
+
+impl Hook {
+    /// The name NRI gives it (`Configure`, `RunPodSandbox`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Hook::Configure => "Configure",
+            Hook::Synchronize => "Synchronize",
+            Hook::Shutdown => "Shutdown",
+            Hook::Event(e) => api::event_name(e),
+        }
+    }
+}
+
+/// How a hook ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Answered with the handler's result.
+    Ok,
+    /// Answered with an error (the handler's, or an undecodable request): the runtime fails the
+    /// operation; for `ValidateContainerAdjustment`, the plugin rejects the adjustment.
+    Error,
+    /// The handler overran its budget and was cut: answered "no change".
+    OverBudget,
+}
+
+impl Outcome {
+    /// `ok`, `error` or `over_budget`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error => "error",
+            Outcome::OverBudget => "over_budget",
+        }
+    }
+}
+
+/// Told every hook's duration (from the request's arrival, or the first part's for a split
+/// Synchronize, to the answer) and outcome; a metrics histogram, typically.
+pub trait HookObserver: Send + Sync + 'static {
+    /// One answered hook.
+    fn observe(&self, hook: Hook, outcome: Outcome, elapsed: Duration);
+}
+
+impl std::fmt::Debug for dyn HookObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HookObserver")
+    }
+}
+
 /// What the plugin does with the events.
 pub trait Handler: Send + Sync + 'static {
-    /// Existing pods and containers at registration; updates to apply to them.
+    /// Existing pods and containers at registration (all parts of a split Synchronize at once);
+    /// updates to apply to them.
     fn synchronize(
         &self,
         pods: Vec<api::PodSandbox>,
         containers: Vec<api::Container>,
     ) -> BoxFuture<'_, Vec<api::ContainerUpdate>>;
-    /// A pod or container lifecycle event other than CreateContainer. An error fails the runtime's
-    /// operation (for RunPodSandbox: the sandbox).
+    /// A subscribed pod or container event other than CreateContainer, over its own RPC (NRI
+    /// v0.12+) or `StateChange`. An error fails the runtime's operation (for RunPodSandbox: the
+    /// sandbox; for ValidateContainerAdjustment it rejects the adjustment).
     fn state_change(
         &self,
         event: Event,
@@ -102,12 +177,100 @@ pub trait Handler: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<api::ContainerAdjustment, String>>;
 }
 
+/// The parts of a split Synchronize received so far.
+struct PendingSync {
+    started: Instant,
+    pods: Vec<api::PodSandbox>,
+    containers: Vec<api::Container>,
+    parts: usize,
+}
+
 struct PluginService<H> {
     handler: Arc<H>,
     events: i32,
     budget: Duration,
     runtime_timeout: Mutex<Duration>,
+    sync: Mutex<Option<PendingSync>>,
+    observer: Option<Arc<dyn HookObserver>>,
     shutdown: CancellationToken,
+}
+
+/// The pod and container of a per-event request (NRI v0.12+), by the event its method carries.
+fn decode_event_request(
+    event: Event,
+    body: &[u8],
+) -> Result<(Option<api::PodSandbox>, Option<api::Container>), prost::DecodeError> {
+    Ok(match event {
+        Event::RunPodSandbox => (api::RunPodSandboxRequest::decode(body)?.pod, None),
+        Event::UpdatePodSandbox => (api::UpdatePodSandboxRequest::decode(body)?.pod, None),
+        Event::PostUpdatePodSandbox => (api::PostUpdatePodSandboxRequest::decode(body)?.pod, None),
+        Event::StopPodSandbox => (api::StopPodSandboxRequest::decode(body)?.pod, None),
+        Event::RemovePodSandbox => (api::RemovePodSandboxRequest::decode(body)?.pod, None),
+        Event::PostCreateContainer => {
+            let r = api::PostCreateContainerRequest::decode(body)?;
+            (r.pod, r.container)
+        }
+        Event::StartContainer => {
+            let r = api::StartContainerRequest::decode(body)?;
+            (r.pod, r.container)
+        }
+        Event::PostStartContainer => {
+            let r = api::PostStartContainerRequest::decode(body)?;
+            (r.pod, r.container)
+        }
+        Event::UpdateContainer => {
+            let r = api::UpdateContainerRequest::decode(body)?;
+            (r.pod, r.container)
+        }
+        Event::PostUpdateContainer => {
+            let r = api::PostUpdateContainerRequest::decode(body)?;
+            (r.pod, r.container)
+        }
+        Event::StopContainer => {
+            let r = api::StopContainerRequest::decode(body)?;
+            (r.pod, r.container)
+        }
+        Event::RemoveContainer => {
+            let r = api::RemoveContainerRequest::decode(body)?;
+            (r.pod, r.container)
+        }
+        Event::ValidateContainerAdjustment => {
+            let r = api::ValidateContainerAdjustmentRequest::decode(body)?;
+            (r.pod, r.container)
+        }
+        Event::Unknown | Event::CreateContainer | Event::Last => (None, None),
+    })
+}
+
+/// The event of a per-event method other than CreateContainer (which has its own handler).
+fn event_of_method(method: &str) -> Option<Event> {
+    const METHODS: &[Event] = &[
+        Event::RunPodSandbox,
+        Event::UpdatePodSandbox,
+        Event::PostUpdatePodSandbox,
+        Event::StopPodSandbox,
+        Event::RemovePodSandbox,
+        Event::PostCreateContainer,
+        Event::StartContainer,
+        Event::PostStartContainer,
+        Event::UpdateContainer,
+        Event::PostUpdateContainer,
+        Event::StopContainer,
+        Event::RemoveContainer,
+        Event::ValidateContainerAdjustment,
+    ];
+    METHODS
+        .iter()
+        .copied()
+        .find(|e| api::event_name(*e) == method)
+}
+
+fn who(pod: Option<&api::PodSandbox>, container: Option<&api::Container>) -> String {
+    let (ns, name) = pod.map_or(("", ""), |p| (p.namespace.as_str(), p.name.as_str()));
+    match container {
+        Some(c) => format!("{ns}/{name} container {}", c.name),
+        None => format!("{ns}/{name}"),
+    }
 }
 
 impl<H: Handler> PluginService<H> {
@@ -119,102 +282,257 @@ impl<H: Handler> PluginService<H> {
         self.budget.min(runtime / 2)
     }
 
-    async fn dispatch(&self, method: &str, body: Vec<u8>) -> Answer {
-        fn decode<M: prost::Message + Default>(b: &[u8], what: &str) -> Result<M, (i32, String)> {
-            M::decode(b).map_err(|e| (code::INTERNAL, format!("cannot decode {what}: {e}")))
+    /// The runtime reads a subscription of 0 as every event.
+    fn subscribed(&self, event: Event) -> bool {
+        let mask = if self.events == 0 {
+            api::VALID_EVENTS
+        } else {
+            self.events
+        };
+        api::subscribed(mask, event)
+    }
+
+    fn observe(&self, hook: Hook, outcome: Outcome, started: Instant) {
+        if let Some(o) = &self.observer {
+            o.observe(hook, outcome, started.elapsed());
         }
-        let budget = self.budget();
+    }
+
+    /// Runs `work` within `budget`: `Ok(None)` when it overran (the caller answers "no change").
+    async fn within<T>(
+        &self,
+        hook: Hook,
+        who: &str,
+        started: Instant,
+        budget: Duration,
+        work: impl Future<Output = Result<T, String>>,
+    ) -> Result<Option<T>, String> {
+        let (outcome, result) = match tokio::time::timeout(budget, work).await {
+            Ok(Ok(v)) => (Outcome::Ok, Ok(Some(v))),
+            Ok(Err(e)) => (Outcome::Error, Err(e)),
+            Err(_) => {
+                tracing::warn!(hook = hook.name(), %who, ?budget, "NRI: over budget, answered with no change");
+                (Outcome::OverBudget, Ok(None))
+            }
+        };
+        self.observe(hook, outcome, started);
+        result
+    }
+
+    fn decode<M: prost::Message + Default>(
+        &self,
+        hook: Hook,
+        started: Instant,
+        body: &[u8],
+    ) -> Result<M, (i32, String)> {
+        M::decode(body).map_err(|e| {
+            self.observe(hook, Outcome::Error, started);
+            (
+                code::INTERNAL,
+                format!("cannot decode the {} request: {e}", hook.name()),
+            )
+        })
+    }
+
+    fn not_subscribed(method: &str, event: Event) -> (i32, String) {
+        (
+            code::UNIMPLEMENTED,
+            format!(
+                "{}/{method}: erdma's NRI plugin is not subscribed to {}",
+                api::PLUGIN_SERVICE,
+                api::event_name(event)
+            ),
+        )
+    }
+
+    async fn dispatch(&self, method: &str, body: Vec<u8>) -> Answer {
+        let started = Instant::now();
         match method {
             "Configure" => {
-                let req: api::ConfigureRequest = decode(&body, "ConfigureRequest")?;
-                if req.request_timeout > 0 {
-                    *self
-                        .runtime_timeout
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) =
-                        Duration::from_nanos(req.request_timeout as u64);
-                }
-                tracing::info!(runtime = %req.runtime_name, version = %req.runtime_version, request_timeout_ms = req.request_timeout / 1_000_000, "NRI: configured by the runtime");
+                let req: api::ConfigureRequest = self.decode(Hook::Configure, started, &body)?;
+                self.configure(&req);
+                self.observe(Hook::Configure, Outcome::Ok, started);
                 Ok(api::ConfigureResponse {
                     events: self.events,
                 }
                 .encode_to_vec())
             }
-            "Synchronize" => {
-                let req: api::SynchronizeRequest = decode(&body, "SynchronizeRequest")?;
-                let update = match tokio::time::timeout(
-                    budget,
-                    self.handler.synchronize(req.pods, req.containers),
-                )
-                .await
-                {
-                    Ok(u) => u,
-                    Err(_) => {
-                        tracing::warn!(?budget, "NRI Synchronize: over budget, no updates");
-                        Vec::new()
-                    }
-                };
-                Ok(api::SynchronizeResponse {
-                    update,
-                    more: false,
-                }
-                .encode_to_vec())
-            }
+            "Synchronize" => self.synchronize(&body, started).await,
             "CreateContainer" => {
-                let req: api::CreateContainerRequest = decode(&body, "CreateContainerRequest")?;
+                let hook = Hook::Event(Event::CreateContainer);
+                if !self.subscribed(Event::CreateContainer) {
+                    return Err(Self::not_subscribed(method, Event::CreateContainer));
+                }
+                let req: api::CreateContainerRequest = self.decode(hook, started, &body)?;
                 let (pod, c) = (
                     req.pod.unwrap_or_default(),
                     req.container.unwrap_or_default(),
                 );
-                let who = format!("{}/{} container {}", pod.namespace, pod.name, c.name);
-                match tokio::time::timeout(budget, self.handler.create_container(pod, c)).await {
-                    Ok(Ok(adjust)) => Ok(api::CreateContainerResponse {
-                        adjust: Some(adjust),
+                let who = who(Some(&pod), Some(&c));
+                let budget = self.budget();
+                match self
+                    .within(
+                        hook,
+                        &who,
+                        started,
+                        budget,
+                        self.handler.create_container(pod, c),
+                    )
+                    .await
+                {
+                    Ok(adjust) => Ok(api::CreateContainerResponse {
+                        adjust,
                         ..Default::default()
                     }
                     .encode_to_vec()),
-                    Ok(Err(e)) => Err((code::UNKNOWN, e)),
-                    Err(_) => {
-                        tracing::warn!(%who, ?budget, "NRI CreateContainer: over budget, nothing adjusted");
-                        Ok(api::CreateContainerResponse::default().encode_to_vec())
-                    }
+                    Err(e) => Err((code::UNKNOWN, e)),
                 }
             }
             "StateChange" => {
-                let ev: api::StateChangeEvent = decode(&body, "StateChangeEvent")?;
+                let ev: api::StateChangeEvent =
+                    self.decode(Hook::Event(Event::Unknown), started, &body)?;
                 let event = Event::try_from(ev.event).unwrap_or(Event::Unknown);
-                match tokio::time::timeout(
-                    budget,
-                    self.handler.state_change(event, ev.pod, ev.container),
-                )
-                .await
+                // CreateContainer has its own RPC in every NRI version.
+                if matches!(event, Event::Unknown | Event::Last | Event::CreateContainer)
+                    || !self.subscribed(event)
                 {
-                    Ok(Ok(())) => Ok(api::Empty {}.encode_to_vec()),
-                    Ok(Err(e)) => Err((code::UNKNOWN, e)),
-                    Err(_) => {
-                        tracing::warn!(
-                            ?event,
-                            ?budget,
-                            "NRI event: over budget, answered without waiting"
-                        );
-                        Ok(api::Empty {}.encode_to_vec())
-                    }
+                    return Err(Self::not_subscribed(method, event));
                 }
+                self.event(event, ev.pod, ev.container, started).await
             }
-            "UpdateContainer" => Ok(api::UpdateContainerResponse::default().encode_to_vec()),
-            "StopContainer" => Ok(api::StopContainerResponse::default().encode_to_vec()),
             "Shutdown" => {
                 tracing::info!("NRI: the runtime asked the plugin to shut down");
                 self.shutdown.cancel();
+                self.observe(Hook::Shutdown, Outcome::Ok, started);
                 Ok(api::Empty {}.encode_to_vec())
             }
-            other => Err((
-                code::UNIMPLEMENTED,
-                format!(
-                    "{}/{other} is not implemented by erdma's NRI plugin",
-                    api::PLUGIN_SERVICE
-                ),
-            )),
+            other => match event_of_method(other) {
+                Some(event) if self.subscribed(event) => {
+                    let (pod, container) = decode_event_request(event, &body).map_err(|e| {
+                        self.observe(Hook::Event(event), Outcome::Error, started);
+                        (
+                            code::INTERNAL,
+                            format!("cannot decode the {other} request: {e}"),
+                        )
+                    })?;
+                    self.event(event, pod, container, started).await
+                }
+                Some(event) => Err(Self::not_subscribed(other, event)),
+                None => Err((
+                    code::UNIMPLEMENTED,
+                    format!(
+                        "{}/{other} is not implemented by erdma's NRI plugin",
+                        api::PLUGIN_SERVICE
+                    ),
+                )),
+            },
+        }
+    }
+
+    fn configure(&self, req: &api::ConfigureRequest) {
+        // Both timeouts are milliseconds; 0 (containerd 1.7) leaves the assumed default.
+        if let Some(ms) = u64::try_from(req.request_timeout).ok().filter(|ms| *ms > 0) {
+            *self
+                .runtime_timeout
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Duration::from_millis(ms);
+        }
+        let told = |ms: i64| (ms > 0).then_some(ms);
+        // The registration timeout only bounds RegisterPlugin, which is over by now.
+        tracing::info!(
+            runtime = %req.runtime_name,
+            version = %req.runtime_version,
+            nri_version = %req.nri_version,
+            request_timeout_ms = ?told(req.request_timeout),
+            registration_timeout_ms = ?told(req.registration_timeout),
+            budget_ms = self.budget().as_millis(),
+            "NRI: configured by the runtime"
+        );
+    }
+
+    /// Collects the parts of a split Synchronize (each answered `more: true` with no updates, as
+    /// the runtime requires) and hands all pods and containers to the handler at the last one.
+    async fn synchronize(&self, body: &[u8], started: Instant) -> Answer {
+        let req: api::SynchronizeRequest = self.decode(Hook::Synchronize, started, body)?;
+        let all = {
+            let mut pending = self.sync.lock().unwrap_or_else(|e| e.into_inner());
+            let p = pending.get_or_insert_with(|| PendingSync {
+                started,
+                pods: Vec::new(),
+                containers: Vec::new(),
+                parts: 0,
+            });
+            p.pods.extend(req.pods);
+            p.containers.extend(req.containers);
+            p.parts += 1;
+            if req.more {
+                return Ok(api::SynchronizeResponse {
+                    update: Vec::new(),
+                    more: true,
+                }
+                .encode_to_vec());
+            }
+            pending.take()
+        };
+        let Some(all) = all else {
+            return Err((code::INTERNAL, "synchronize state lost".into()));
+        };
+        // The runtime's deadline covers every part, so the handler gets what is left of it.
+        let budget = self.budget().saturating_sub(all.started.elapsed());
+        let who = format!(
+            "{} pods, {} containers in {} parts",
+            all.pods.len(),
+            all.containers.len(),
+            all.parts
+        );
+        tracing::debug!(%who, "NRI: Synchronize complete");
+        let handler = self.handler.clone();
+        let update = self
+            .within(Hook::Synchronize, &who, all.started, budget, async move {
+                Ok(handler.synchronize(all.pods, all.containers).await)
+            })
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        Ok(api::SynchronizeResponse {
+            update,
+            more: false,
+        }
+        .encode_to_vec())
+    }
+
+    async fn event(
+        &self,
+        event: Event,
+        pod: Option<api::PodSandbox>,
+        container: Option<api::Container>,
+        started: Instant,
+    ) -> Answer {
+        let who = who(pod.as_ref(), container.as_ref());
+        let budget = self.budget();
+        let r = self
+            .within(
+                Hook::Event(event),
+                &who,
+                started,
+                budget,
+                self.handler.state_change(event, pod, container),
+            )
+            .await;
+        match r {
+            // Every "no change" answer to an event (StateChange's Empty, RunPodSandboxResponse,
+            // an UpdateContainerResponse without updates, a validation without rejection) is a
+            // message with no fields set, which encodes as no bytes.
+            Ok(_) => Ok(Vec::new()),
+            Err(reason) if event == Event::ValidateContainerAdjustment => {
+                Ok(api::ValidateContainerAdjustmentResponse {
+                    reject: true,
+                    reason,
+                }
+                .encode_to_vec())
+            }
+            Err(e) => Err((code::UNKNOWN, e)),
         }
     }
 }
@@ -259,6 +577,8 @@ pub async fn run_session<H: Handler>(
         events: api::event_mask(&cfg.events),
         budget: cfg.budget,
         runtime_timeout: Mutex::new(RUNTIME_REQUEST_TIMEOUT.max(cfg.budget * 2)),
+        sync: Mutex::new(None),
+        observer: cfg.observer.clone(),
         shutdown: shutdown.clone(),
     });
     let mut server = tokio::spawn(ttrpc::serve(plugin_conn, service));

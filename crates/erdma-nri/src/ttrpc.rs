@@ -59,6 +59,21 @@ pub enum RpcError {
         /// The peer's message.
         message: String,
     },
+    /// The request is larger than a ttRPC message may be; nothing was sent (ttRPC's client refuses
+    /// it the same way, with ResourceExhausted, which is how a runtime learns to split Synchronize).
+    #[error(
+        "{service}/{method}: message length {length} exceeds the maximum message size of {max}"
+    )]
+    Oversized {
+        /// Service called.
+        service: String,
+        /// Method called.
+        method: String,
+        /// The request envelope's length.
+        length: usize,
+        /// The limit ([`MAX_MESSAGE`]).
+        max: usize,
+    },
     /// No answer in time.
     #[error("{service}/{method}: no answer within {timeout:?}")]
     Timeout {
@@ -276,24 +291,33 @@ impl Client {
         body: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>, RpcError> {
-        let stream = self.next.fetch_add(2, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(stream, tx);
         let req = Request {
             service: service.into(),
             method: method.into(),
             payload: body,
             timeout_nano: i64::try_from(timeout.as_nanos()).unwrap_or(i64::MAX),
             metadata: Vec::new(),
-        };
+        }
+        .encode_to_vec();
+        if req.len() > MAX_MESSAGE {
+            return Err(RpcError::Oversized {
+                service: service.into(),
+                method: method.into(),
+                length: req.len(),
+                max: MAX_MESSAGE,
+            });
+        }
+        let stream = self.next.fetch_add(2, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(stream, tx);
         let msg = Message {
             stream,
             kind: TYPE_REQUEST,
             flags: 0,
-            body: req.encode_to_vec(),
+            body: req,
         };
         let sent = self.writer.send(&msg.encode()).await;
         let result = match sent {
@@ -382,7 +406,15 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, RpcError::Timeout { .. }), "{err}");
-        // The connection still works after a timed-out call.
+        let err = client
+            .call("s", "Echo", vec![0u8; MAX_MESSAGE], t)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, RpcError::Oversized { length, max: MAX_MESSAGE, .. } if length > MAX_MESSAGE),
+            "{err}"
+        );
+        // The connection still works after a timed-out and a refused call.
         assert_eq!(
             client.call("s", "Echo", b"x".to_vec(), t).await.unwrap(),
             b"x"

@@ -1,10 +1,12 @@
 //! The plugin runner against the runtime stand-in over a real Unix socket: registration, the
-//! subscription mask, Synchronize, events, adjustments, the time budget and session end.
+//! subscription mask, Synchronize (whole and split), events (over StateChange and over their own
+//! RPCs), adjustments, the runtime's timeouts in milliseconds, the time budget, the hook observer
+//! and session end.
 
 use erdma_nri::api::{self, Event};
-use erdma_nri::fake::FakeRuntime;
-use erdma_nri::plugin::{self, Handler, NriError, PluginConfig};
-use erdma_nri::ttrpc::{BoxFuture, RpcError};
+use erdma_nri::fake::{FakeRuntime, Mode, Session};
+use erdma_nri::plugin::{self, Handler, Hook, HookObserver, NriError, Outcome, PluginConfig};
+use erdma_nri::ttrpc::{BoxFuture, RpcError, code};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -12,6 +14,8 @@ use tokio_util::sync::CancellationToken;
 #[derive(Default)]
 struct Recorder {
     seen: Mutex<Vec<String>>,
+    /// Every pod and container ID each Synchronize handed over.
+    synced: Mutex<Vec<Vec<String>>>,
 }
 
 impl Handler for Recorder {
@@ -26,7 +30,20 @@ impl Handler for Recorder {
                 pods.len(),
                 containers.len()
             ));
-            Vec::new()
+            self.synced.lock().unwrap().push(
+                pods.iter()
+                    .map(|p| p.id.clone())
+                    .chain(containers.iter().map(|c| c.id.clone()))
+                    .collect(),
+            );
+            containers
+                .iter()
+                .filter(|c| c.name == "update-me")
+                .map(|c| api::ContainerUpdate {
+                    container_id: c.id.clone(),
+                    ..Default::default()
+                })
+                .collect()
         })
     }
 
@@ -57,6 +74,9 @@ impl Handler for Recorder {
         Box::pin(async move {
             if c.name == "slow" {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+            if c.name == "takes-100ms" {
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
             if c.name == "takes-1200ms" {
                 tokio::time::sleep(Duration::from_millis(1200)).await;
@@ -116,6 +136,7 @@ async fn a_plugin_session_as_the_runtime_drives_it() {
             Event::CreateContainer,
         ],
         budget: Duration::from_millis(300),
+        observer: None,
     };
     let cancel = CancellationToken::new();
     let (c2, h2) = (cancel.clone(), handler.clone());
@@ -202,11 +223,11 @@ async fn a_plugin_session_as_the_runtime_drives_it() {
 }
 
 /// A runtime that does not say its timeout (containerd 1.7) and a budget raised above the 2 s
-/// default's half: the budget holds, and a handler taking 1.2 s still adjusts the container. The
-/// same runtime telling 2 s caps it at 1 s.
+/// default's half: the budget holds, and a handler taking 1.2 s still adjusts the container. A
+/// runtime telling 2000 ms (containerd 2.x) caps it at 1 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_raised_budget_holds_when_the_runtime_does_not_say_its_timeout() {
-    for (announce, adjusted) in [(false, true), (true, false)] {
+    for (mode, adjusted) in [(Mode::Containerd17, true), (Mode::Nri08, false)] {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("nri.sock");
         let runtime = FakeRuntime::bind(&sock).unwrap();
@@ -216,6 +237,7 @@ async fn a_raised_budget_holds_when_the_runtime_does_not_say_its_timeout() {
             idx: "10".into(),
             events: vec![Event::CreateContainer],
             budget: Duration::from_millis(3000),
+            observer: None,
         };
         let cancel = CancellationToken::new();
         let c2 = cancel.clone();
@@ -223,7 +245,7 @@ async fn a_raised_budget_holds_when_the_runtime_does_not_say_its_timeout() {
         let session = tokio::spawn(async move { plugin::run_session(&cfg, h, &c2).await });
         let mut s = runtime.accept().await.unwrap();
         s.registration().await.expect("RegisterPlugin");
-        s.announce_timeout = announce;
+        s.mode = mode;
         s.timeout = Duration::from_secs(2);
         s.configure().await.unwrap();
         s.synchronize(vec![], vec![]).await.unwrap();
@@ -233,7 +255,8 @@ async fn a_raised_budget_holds_when_the_runtime_does_not_say_its_timeout() {
         };
         let r = s.create_container(&pod("p1"), &c).await.unwrap();
         let rlimits = r.adjust.unwrap_or_default().rlimits.len();
-        assert_eq!(rlimits == 1, adjusted, "announced timeout: {announce}");
+        assert_eq!(rlimits == 1, adjusted, "{mode:?}");
+        assert_eq!(s.closed(), None, "answered before the runtime's 2 s");
         cancel.cancel();
         drop(s);
         drop(runtime);
@@ -250,6 +273,7 @@ async fn bad_settings_and_a_missing_socket_are_named() {
         idx: "1".into(),
         events: vec![],
         budget: Duration::from_millis(100),
+        observer: None,
     };
     let h = Arc::new(Recorder::default());
     let cancel = CancellationToken::new();
@@ -266,4 +290,428 @@ async fn bad_settings_and_a_missing_socket_are_named() {
         e.to_string().contains("absent.sock") && e.to_string().contains("disable = false"),
         "{e}"
     );
+}
+
+/// A plugin session against the stand-in playing `mode`, registered and configured.
+struct Running {
+    s: Session,
+    handler: Arc<Recorder>,
+    cancel: CancellationToken,
+    session: tokio::task::JoinHandle<Result<(), NriError>>,
+    _runtime: FakeRuntime,
+    _dir: tempfile::TempDir,
+}
+
+async fn running(mode: Mode, budget: Duration, observer: Option<Arc<dyn HookObserver>>) -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("nri.sock");
+    let runtime = FakeRuntime::bind(&sock).unwrap();
+    let handler = Arc::new(Recorder::default());
+    let cfg = PluginConfig {
+        socket: sock,
+        name: "erdma".into(),
+        idx: "10".into(),
+        events: vec![
+            Event::RunPodSandbox,
+            Event::RemovePodSandbox,
+            Event::CreateContainer,
+        ],
+        budget,
+        observer,
+    };
+    let cancel = CancellationToken::new();
+    let (c2, h2) = (cancel.clone(), handler.clone());
+    let session = tokio::spawn(async move { plugin::run_session(&cfg, h2, &c2).await });
+    let mut s = runtime.accept().await.unwrap();
+    s.registration().await.expect("RegisterPlugin");
+    s.mode = mode;
+    s.configure().await.unwrap();
+    Running {
+        s,
+        handler,
+        cancel,
+        session,
+        _runtime: runtime,
+        _dir: dir,
+    }
+}
+
+impl Running {
+    async fn end(self) {
+        self.cancel.cancel();
+        drop(self.s);
+        let r = tokio::time::timeout(Duration::from_secs(10), self.session).await;
+        assert!(matches!(r, Ok(Ok(Ok(())))), "{r:?}");
+    }
+}
+
+fn container(name: &str) -> api::Container {
+    api::Container {
+        id: format!("c-{name}"),
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+fn adjusted(r: &api::CreateContainerResponse) -> bool {
+    r.adjust.as_ref().is_some_and(|a| a.rlimits.len() == 1)
+}
+
+/// containerd 2.x tells its 2 s request timeout as 2000 (milliseconds): a handler taking 100 ms
+/// fits the 800 ms budget and its adjustment is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_100ms_handler_is_applied_under_a_runtime_that_tells_2000ms() {
+    let r = running(Mode::Nri08, Duration::from_millis(800), None).await;
+    assert_eq!(r.s.timeout, Duration::from_secs(2));
+    r.s.synchronize(vec![], vec![]).await.unwrap();
+    let resp =
+        r.s.create_container(&pod("p1"), &container("takes-100ms"))
+            .await
+            .unwrap();
+    assert!(
+        adjusted(&resp),
+        "a 100 ms handler under a 2000 ms runtime timeout was cut: {resp:?}"
+    );
+    r.end().await;
+}
+
+/// containerd 1.7 tells no timeouts (0): the plugin keeps its default budget, applies a 100 ms
+/// handler's adjustment and cuts a handler that never ends before the runtime's own 2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_that_tells_no_timeout_gets_the_default_budget() {
+    let r = running(Mode::Containerd17, Duration::from_millis(800), None).await;
+    r.s.synchronize(vec![], vec![]).await.unwrap();
+    let resp =
+        r.s.create_container(&pod("p1"), &container("takes-100ms"))
+            .await
+            .unwrap();
+    assert!(adjusted(&resp), "{resp:?}");
+    let t = std::time::Instant::now();
+    let resp =
+        r.s.create_container(&pod("p1"), &container("slow"))
+            .await
+            .unwrap();
+    assert!(!adjusted(&resp));
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(800) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+    assert_eq!(r.s.closed(), None);
+    r.end().await;
+}
+
+/// A Synchronize of about 10 MiB does not fit one ttRPC message (4 MiB): the runtime splits it,
+/// the plugin echoes `more` with no updates on every part but the last and hands everything to
+/// the handler once; the plugin stays registered and serves the next event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synchronize_split_over_several_messages_is_handed_over_once() {
+    let r = running(Mode::Nri08, Duration::from_millis(800), None).await;
+    let filler = "x".repeat(80 * 1024);
+    let pods: Vec<_> = (0..60)
+        .map(|i| {
+            let mut p = pod(&format!("old-{i}"));
+            p.annotations.insert("filler".into(), filler.clone());
+            p
+        })
+        .collect();
+    let containers: Vec<_> = (0..60)
+        .map(|i| {
+            let mut c = container(if i == 59 { "update-me" } else { "old" });
+            c.id = format!("c-{i}");
+            c.annotations.insert("filler".into(), filler.clone());
+            c
+        })
+        .collect();
+    let synced = r.s.synchronize(pods, containers).await.unwrap();
+    let parts = &synced.parts;
+    assert!(parts.len() >= 3, "{parts:?}");
+    let (last, rest) = parts.split_last().unwrap();
+    for p in rest {
+        assert!(p.more && p.reply_more && p.reply_updates == 0, "{p:?}");
+    }
+    assert!(!last.more, "{last:?}");
+    assert_eq!(parts.iter().map(|p| p.pods).sum::<usize>(), 60);
+    assert_eq!(parts.iter().map(|p| p.containers).sum::<usize>(), 60);
+    assert_eq!(
+        synced
+            .update
+            .iter()
+            .map(|u| u.container_id.as_str())
+            .collect::<Vec<_>>(),
+        ["c-59"],
+        "the last reply carries the handler's updates"
+    );
+    let seen = r.handler.synced.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "the handler is called once");
+    let mut ids = seen[0].clone();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 120, "every pod and container once");
+    assert!(ids.contains(&"sb-old-0".to_string()) && ids.contains(&"c-59".to_string()));
+    assert_eq!(r.s.closed(), None);
+    assert!(
+        r.s.state_change(Event::RunPodSandbox, &pod("p1"), None)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        r.handler.seen.lock().unwrap().last().map(String::as_str),
+        Some("RunPodSandbox team-a/p1")
+    );
+    r.end().await;
+}
+
+/// An NRI v0.12 runtime calls RunPodSandbox and RemovePodSandbox over their own RPCs, which the
+/// plugin answers (no fallback to StateChange); a handler error fails the sandbox; methods of
+/// unsubscribed events and unknown methods are refused with Unimplemented (12).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_nri_v012_runtime_gets_its_per_event_rpcs_answered() {
+    let r = running(Mode::Nri012, Duration::from_millis(800), None).await;
+    r.s.synchronize(vec![], vec![]).await.unwrap();
+    assert!(
+        r.s.state_change(Event::RunPodSandbox, &pod("p1"), None)
+            .await
+            .unwrap()
+    );
+    let err =
+        r.s.state_change(Event::RunPodSandbox, &pod("refuse"), None)
+            .await
+            .unwrap_err();
+    assert!(
+        matches!(&err, RpcError::Status { method, code: code::UNKNOWN, message, .. }
+            if method == "RunPodSandbox" && message.contains("cannot be configured")),
+        "{err}"
+    );
+    assert!(
+        r.s.state_change(Event::RemovePodSandbox, &pod("p1"), None)
+            .await
+            .unwrap()
+    );
+    assert!(!r.s.fell_back());
+    assert_eq!(
+        r.s.methods(),
+        [
+            "Configure",
+            "Synchronize",
+            "RunPodSandbox",
+            "RunPodSandbox",
+            "RemovePodSandbox"
+        ]
+    );
+    let unimplemented = |e: RpcError| {
+        matches!(
+            e,
+            RpcError::Status {
+                code: code::UNIMPLEMENTED,
+                ..
+            }
+        )
+    };
+    let start = api::StartContainerRequest {
+        pod: Some(pod("p1")),
+        container: Some(container("main")),
+    };
+    let e =
+        r.s.call_raw("StartContainer", prost::Message::encode_to_vec(&start))
+            .await
+            .unwrap_err();
+    assert!(unimplemented(e), "an unsubscribed event");
+    let state = api::StateChangeEvent {
+        event: Event::StopPodSandbox as i32,
+        pod: Some(pod("p1")),
+        container: None,
+    };
+    let e =
+        r.s.call_raw("StateChange", prost::Message::encode_to_vec(&state))
+            .await
+            .unwrap_err();
+    assert!(unimplemented(e), "an unsubscribed event over StateChange");
+    let e = r.s.call_raw("FutureMethod", vec![]).await.unwrap_err();
+    assert!(unimplemented(e), "an unknown method");
+    assert_eq!(
+        *r.handler.seen.lock().unwrap(),
+        [
+            "sync 0 pods 0 containers",
+            "RunPodSandbox team-a/p1",
+            "RunPodSandbox team-a/refuse",
+            "RemovePodSandbox team-a/p1",
+        ]
+    );
+    let resp =
+        r.s.create_container(&pod("p1"), &container("main"))
+            .await
+            .unwrap();
+    assert!(adjusted(&resp), "still served after the refusals");
+    r.end().await;
+}
+
+/// A plugin of NRI before v0.12: it answers StateChange and refuses every per-event RPC with
+/// Unimplemented.
+struct OldPlugin {
+    refuse: Mutex<Vec<String>>,
+}
+
+impl erdma_nri::ttrpc::Service for OldPlugin {
+    fn call<'a>(
+        &'a self,
+        _service: &'a str,
+        method: &'a str,
+        body: Vec<u8>,
+    ) -> BoxFuture<'a, erdma_nri::ttrpc::Answer> {
+        Box::pin(async move {
+            use prost::Message as _;
+            match method {
+                "Configure" => Ok(api::ConfigureResponse {
+                    events: api::event_mask(&[Event::RunPodSandbox]),
+                }
+                .encode_to_vec()),
+                "StateChange" => {
+                    let ev = api::StateChangeEvent::decode(body.as_slice())
+                        .map_err(|e| (code::INTERNAL, e.to_string()))?;
+                    let name = ev.pod.unwrap_or_default().name;
+                    if name == "refuse" {
+                        return Err((code::UNKNOWN, "refused".to_string()));
+                    }
+                    Ok(Vec::new())
+                }
+                m => {
+                    self.refuse.lock().unwrap().push(m.to_string());
+                    Err((code::UNIMPLEMENTED, format!("{m} is not implemented")))
+                }
+            }
+        })
+    }
+}
+
+/// The stand-in's v0.12 mode falls back as the runtime does: on Unimplemented it sends the event
+/// over StateChange and remembers that for the plugin; an error there still fails the sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_nri_v012_runtime_falls_back_to_state_change_once_per_plugin() {
+    use erdma_nri::mux::{Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("nri.sock");
+    let runtime = FakeRuntime::bind(&sock).unwrap();
+    let old = Arc::new(OldPlugin {
+        refuse: Mutex::new(Vec::new()),
+    });
+    let plugin = {
+        let (sock, old) = (sock.clone(), old.clone());
+        tokio::spawn(async move {
+            let mut mux = Mux::new(tokio::net::UnixStream::connect(&sock).await.unwrap());
+            let served = mux.open(PLUGIN_SERVICE_CONN);
+            let calls = mux.open(RUNTIME_SERVICE_CONN);
+            let _m = mux.start();
+            let (client, _t) = erdma_nri::ttrpc::Client::new(calls);
+            let register = api::RegisterPluginRequest {
+                plugin_name: "old".into(),
+                plugin_idx: "20".into(),
+            };
+            client
+                .call(
+                    api::RUNTIME_SERVICE,
+                    "RegisterPlugin",
+                    prost::Message::encode_to_vec(&register),
+                    Duration::from_secs(5),
+                )
+                .await
+                .unwrap();
+            erdma_nri::ttrpc::serve(served, old).await
+        })
+    };
+    let mut s = runtime.accept().await.unwrap();
+    s.registration().await.unwrap();
+    s.mode = Mode::Nri012;
+    s.configure().await.unwrap();
+    assert!(
+        s.state_change(Event::RunPodSandbox, &pod("p1"), None)
+            .await
+            .unwrap()
+    );
+    assert!(s.fell_back());
+    let err = s
+        .state_change(Event::RunPodSandbox, &pod("refuse"), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RpcError::Status { method, message, .. } if method == "StateChange" && message == "refused"),
+        "{err}"
+    );
+    assert_eq!(
+        s.methods(),
+        ["Configure", "RunPodSandbox", "StateChange", "StateChange"]
+    );
+    assert_eq!(*old.refuse.lock().unwrap(), ["RunPodSandbox"]);
+    drop(s);
+    plugin.abort();
+}
+
+#[derive(Default)]
+struct Observed(Mutex<Vec<(Hook, Outcome, Duration)>>);
+
+impl HookObserver for Observed {
+    fn observe(&self, hook: Hook, outcome: Outcome, elapsed: Duration) {
+        self.0.lock().unwrap().push((hook, outcome, elapsed));
+    }
+}
+
+/// Every hook reaches the observer with its outcome, whichever RPC carried the event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_hook_is_observed_with_its_outcome() {
+    for mode in [Mode::Nri08, Mode::Nri012] {
+        let seen = Arc::new(Observed::default());
+        let r = running(mode, Duration::from_millis(300), Some(seen.clone())).await;
+        r.s.synchronize(vec![pod("old")], vec![]).await.unwrap();
+        r.s.state_change(Event::RunPodSandbox, &pod("p1"), None)
+            .await
+            .unwrap();
+        r.s.state_change(Event::RunPodSandbox, &pod("refuse"), None)
+            .await
+            .unwrap_err();
+        r.s.create_container(&pod("p1"), &container("main"))
+            .await
+            .unwrap();
+        r.s.create_container(&pod("p1"), &container("slow"))
+            .await
+            .unwrap();
+        let e =
+            r.s.call_raw("CreateContainer", vec![0xff, 0xff])
+                .await
+                .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                RpcError::Status {
+                    code: code::INTERNAL,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        r.s.state_change(Event::RemovePodSandbox, &pod("p1"), None)
+            .await
+            .unwrap();
+        let got = seen.0.lock().unwrap().clone();
+        let names: Vec<(&str, &str)> = got.iter().map(|(h, o, _)| (h.name(), o.name())).collect();
+        assert_eq!(
+            names,
+            [
+                ("Configure", "ok"),
+                ("Synchronize", "ok"),
+                ("RunPodSandbox", "ok"),
+                ("RunPodSandbox", "error"),
+                ("CreateContainer", "ok"),
+                ("CreateContainer", "over_budget"),
+                ("CreateContainer", "error"),
+                ("RemovePodSandbox", "ok"),
+            ],
+            "{mode:?}"
+        );
+        let cut = got[5].2;
+        assert!(
+            cut >= Duration::from_millis(300) && cut < Duration::from_secs(1),
+            "{cut:?}"
+        );
+        r.end().await;
+    }
 }

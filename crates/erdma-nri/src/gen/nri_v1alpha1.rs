@@ -14,10 +14,14 @@ pub struct ConfigureRequest {
     pub runtime_name: ::prost::alloc::string::String,
     #[prost(string, tag = "3")]
     pub runtime_version: ::prost::alloc::string::String,
+    /// Milliseconds; 0 from runtimes that do not say (containerd 1.7).
     #[prost(int64, tag = "4")]
     pub registration_timeout: i64,
+    /// Milliseconds; 0 from runtimes that do not say (containerd 1.7).
     #[prost(int64, tag = "5")]
     pub request_timeout: i64,
+    #[prost(string, tag = "6")]
+    pub nri_version: ::prost::alloc::string::String,
 }
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ConfigureResponse {
@@ -31,6 +35,7 @@ pub struct SynchronizeRequest {
     pub pods: ::prost::alloc::vec::Vec<PodSandbox>,
     #[prost(message, repeated, tag = "2")]
     pub containers: ::prost::alloc::vec::Vec<Container>,
+    /// More parts follow (a sync too large for one ttRPC message).
     #[prost(bool, tag = "3")]
     pub more: bool,
 }
@@ -38,9 +43,49 @@ pub struct SynchronizeRequest {
 pub struct SynchronizeResponse {
     #[prost(message, repeated, tag = "1")]
     pub update: ::prost::alloc::vec::Vec<ContainerUpdate>,
+    /// Echoes the request's `more` on every part but the last.
     #[prost(bool, tag = "2")]
     pub more: bool,
 }
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct RunPodSandboxRequest {
+    #[prost(message, optional, tag = "1")]
+    pub pod: ::core::option::Option<PodSandbox>,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RunPodSandboxResponse {}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct UpdatePodSandboxRequest {
+    #[prost(message, optional, tag = "1")]
+    pub pod: ::core::option::Option<PodSandbox>,
+    #[prost(message, optional, tag = "2")]
+    pub overhead_linux_resources: ::core::option::Option<LinuxResources>,
+    #[prost(message, optional, tag = "3")]
+    pub linux_resources: ::core::option::Option<LinuxResources>,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct UpdatePodSandboxResponse {}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct PostUpdatePodSandboxRequest {
+    #[prost(message, optional, tag = "1")]
+    pub pod: ::core::option::Option<PodSandbox>,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PostUpdatePodSandboxResponse {}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct StopPodSandboxRequest {
+    #[prost(message, optional, tag = "1")]
+    pub pod: ::core::option::Option<PodSandbox>,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct StopPodSandboxResponse {}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct RemovePodSandboxRequest {
+    #[prost(message, optional, tag = "1")]
+    pub pod: ::core::option::Option<PodSandbox>,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RemovePodSandboxResponse {}
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct CreateContainerRequest {
     #[prost(message, optional, tag = "1")]
@@ -58,6 +103,33 @@ pub struct CreateContainerResponse {
     pub evict: ::prost::alloc::vec::Vec<ContainerEviction>,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
+pub struct PostCreateContainerRequest {
+    #[prost(message, optional, tag = "1")]
+    pub pod: ::core::option::Option<PodSandbox>,
+    #[prost(message, optional, tag = "2")]
+    pub container: ::core::option::Option<Container>,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PostCreateContainerResponse {}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct StartContainerRequest {
+    #[prost(message, optional, tag = "1")]
+    pub pod: ::core::option::Option<PodSandbox>,
+    #[prost(message, optional, tag = "2")]
+    pub container: ::core::option::Option<Container>,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct StartContainerResponse {}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct PostStartContainerRequest {
+    #[prost(message, optional, tag = "1")]
+    pub pod: ::core::option::Option<PodSandbox>,
+    #[prost(message, optional, tag = "2")]
+    pub container: ::core::option::Option<Container>,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PostStartContainerResponse {}
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct UpdateContainerRequest {
     #[prost(message, optional, tag = "1")]
     pub pod: ::core::option::Option<PodSandbox>,
@@ -74,6 +146,15 @@ pub struct UpdateContainerResponse {
     pub evict: ::prost::alloc::vec::Vec<ContainerEviction>,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
+pub struct PostUpdateContainerRequest {
+    #[prost(message, optional, tag = "1")]
+    pub pod: ::core::option::Option<PodSandbox>,
+    #[prost(message, optional, tag = "2")]
+    pub container: ::core::option::Option<Container>,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct PostUpdateContainerResponse {}
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct StopContainerRequest {
     #[prost(message, optional, tag = "1")]
     pub pod: ::core::option::Option<PodSandbox>,
@@ -86,6 +167,15 @@ pub struct StopContainerResponse {
     pub update: ::prost::alloc::vec::Vec<ContainerUpdate>,
 }
 #[derive(Clone, PartialEq, ::prost::Message)]
+pub struct RemoveContainerRequest {
+    #[prost(message, optional, tag = "1")]
+    pub pod: ::core::option::Option<PodSandbox>,
+    #[prost(message, optional, tag = "2")]
+    pub container: ::core::option::Option<Container>,
+}
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RemoveContainerResponse {}
+#[derive(Clone, PartialEq, ::prost::Message)]
 pub struct StateChangeEvent {
     #[prost(enumeration = "Event", tag = "1")]
     pub event: i32,
@@ -93,6 +183,24 @@ pub struct StateChangeEvent {
     pub pod: ::core::option::Option<PodSandbox>,
     #[prost(message, optional, tag = "3")]
     pub container: ::core::option::Option<Container>,
+}
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ValidateContainerAdjustmentRequest {
+    #[prost(message, optional, tag = "1")]
+    pub pod: ::core::option::Option<PodSandbox>,
+    #[prost(message, optional, tag = "2")]
+    pub container: ::core::option::Option<Container>,
+    #[prost(message, optional, tag = "3")]
+    pub adjust: ::core::option::Option<ContainerAdjustment>,
+    #[prost(message, repeated, tag = "4")]
+    pub update: ::prost::alloc::vec::Vec<ContainerUpdate>,
+}
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ValidateContainerAdjustmentResponse {
+    #[prost(bool, tag = "1")]
+    pub reject: bool,
+    #[prost(string, tag = "2")]
+    pub reason: ::prost::alloc::string::String,
 }
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct Empty {}
@@ -306,7 +414,11 @@ pub enum Event {
     PostUpdateContainer = 9,
     StopContainer = 10,
     RemoveContainer = 11,
-    Last = 12,
+    /// NRI v0.10+.
+    UpdatePodSandbox = 12,
+    PostUpdatePodSandbox = 13,
+    ValidateContainerAdjustment = 14,
+    Last = 15,
 }
 impl Event {
     /// String value of the enum field names used in the ProtoBuf definition.
@@ -327,6 +439,9 @@ impl Event {
             Self::PostUpdateContainer => "POST_UPDATE_CONTAINER",
             Self::StopContainer => "STOP_CONTAINER",
             Self::RemoveContainer => "REMOVE_CONTAINER",
+            Self::UpdatePodSandbox => "UPDATE_POD_SANDBOX",
+            Self::PostUpdatePodSandbox => "POST_UPDATE_POD_SANDBOX",
+            Self::ValidateContainerAdjustment => "VALIDATE_CONTAINER_ADJUSTMENT",
             Self::Last => "LAST",
         }
     }
@@ -345,6 +460,9 @@ impl Event {
             "POST_UPDATE_CONTAINER" => Some(Self::PostUpdateContainer),
             "STOP_CONTAINER" => Some(Self::StopContainer),
             "REMOVE_CONTAINER" => Some(Self::RemoveContainer),
+            "UPDATE_POD_SANDBOX" => Some(Self::UpdatePodSandbox),
+            "POST_UPDATE_POD_SANDBOX" => Some(Self::PostUpdatePodSandbox),
+            "VALIDATE_CONTAINER_ADJUSTMENT" => Some(Self::ValidateContainerAdjustment),
             "LAST" => Some(Self::Last),
             _ => None,
         }
