@@ -471,7 +471,7 @@ fn spawn_nri(
             idx: "10".into(),
             events: nri::EVENTS.to_vec(),
             budget: s.nri_budget,
-            observer: None,
+            observer: Some(handler.metrics.clone() as Arc<dyn erdma_nri::plugin::HookObserver>),
         },
         handler,
         cancel.clone(),

@@ -3,9 +3,14 @@
 //! task gets the handles it updates.
 
 use erdma_driver::DriverStatus;
+use erdma_nri::plugin::{Hook, HookObserver, Outcome};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use std::time::Duration;
 
 /// Renders `registry` as OpenMetrics text.
 pub fn encode(registry: &Registry) -> String {
@@ -15,11 +20,34 @@ pub fn encode(registry: &Registry) -> String {
     out
 }
 
-/// The agent's metrics (prefix `erdma_agent`) and the SMC-R metrics (prefix `erdma_smc`).
+/// Labels of the NRI hook histogram, both from closed sets: [`Hook::name`] (Configure,
+/// Synchronize, Shutdown, the 14 NRI events) and [`Outcome::name`] (ok, error, over_budget).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NriHookLabels {
+    /// What the runtime called.
+    pub hook: &'static str,
+    /// How it ended.
+    pub outcome: &'static str,
+}
+
+/// A histogram of NRI hook durations, by hook and outcome.
+pub type NriHookFamily = Family<NriHookLabels, Histogram, fn() -> Histogram>;
+
+fn nri_hook_histogram() -> Histogram {
+    // From a plain answer (sub-millisecond) to the lab's raised 8 s budget.
+    Histogram::new([
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ])
+}
+
+/// The agent's metrics (prefix `erdma_agent`), the SMC-R metrics (prefix `erdma_smc`) and the NRI
+/// plugin's (prefix `erdma_nri`).
 #[derive(Debug)]
 pub struct AgentMetrics {
     /// SMC-R pre-start outcomes and BPF policy size.
     pub smc: erdma_smc::metrics::SmcMetrics,
+    /// NRI hook durations by hook and outcome (`erdma_nri_hook_duration_seconds`).
+    pub nri_hooks: NriHookFamily,
     /// SMC-R pre-starts whose pod could not be looked up (pod-resources or CRI unavailable).
     pub smcr_lookup_failures: Counter,
     /// 1 while the driver is ready (devices may be advertised).
@@ -41,6 +69,12 @@ impl AgentMetrics {
     /// registry.
     pub fn register(root: &mut Registry) -> Self {
         let smc = erdma_smc::metrics::SmcMetrics::register(root);
+        let nri_hooks = NriHookFamily::new_with_constructor(nri_hook_histogram);
+        root.sub_registry_with_prefix("erdma_nri").register(
+            "hook_duration_seconds",
+            "Time from an NRI call's arrival to its answer, by hook (Configure, Synchronize, the event) and outcome (ok, error, over_budget: cut and answered with no change)",
+            nri_hooks.clone(),
+        );
         let registry = root.sub_registry_with_prefix("erdma_agent");
         let smcr_lookup_failures = Counter::default();
         registry.register(
@@ -85,6 +119,7 @@ impl AgentMetrics {
             device_plugin_reclaims.clone(),
         );
         AgentMetrics {
+            nri_hooks,
             smc,
             smcr_lookup_failures,
             driver_ready,
@@ -109,6 +144,43 @@ impl AgentMetrics {
             if !same {
                 self.driver_reload_refusals.inc();
             }
+        }
+    }
+}
+
+impl HookObserver for AgentMetrics {
+    fn observe(&self, hook: Hook, outcome: Outcome, elapsed: Duration) {
+        self.nri_hooks
+            .get_or_create(&NriHookLabels {
+                hook: hook.name(),
+                outcome: outcome.name(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nri_hooks_are_exported_by_hook_and_outcome() {
+        let mut registry = Registry::default();
+        let m = AgentMetrics::register(&mut registry);
+        let event = Hook::Event(erdma_nri::api::Event::RunPodSandbox);
+        m.observe(event, Outcome::Ok, Duration::from_millis(3));
+        m.observe(event, Outcome::Ok, Duration::from_millis(30));
+        m.observe(event, Outcome::OverBudget, Duration::from_millis(801));
+        let text = encode(&registry);
+        for line in [
+            "# TYPE erdma_nri_hook_duration_seconds histogram",
+            r#"erdma_nri_hook_duration_seconds_count{hook="RunPodSandbox",outcome="ok"} 2"#,
+            r#"erdma_nri_hook_duration_seconds_bucket{le="0.005",hook="RunPodSandbox",outcome="ok"} 1"#,
+            r#"erdma_nri_hook_duration_seconds_count{hook="RunPodSandbox",outcome="over_budget"} 1"#,
+            r#"erdma_nri_hook_duration_seconds_bucket{le="0.5",hook="RunPodSandbox",outcome="over_budget"} 0"#,
+            r#"erdma_nri_hook_duration_seconds_bucket{le="1.0",hook="RunPodSandbox",outcome="over_budget"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }
     }
 }
