@@ -15,6 +15,7 @@ use erdma_deviceplugin::{CdiConfig, Metrics, Plugin, PluginConfig};
 use erdma_driver::{DriverStatus, KubeletPodResources, NodeHost};
 use erdma_host::{LiveInterfaceAddrs, RootedDevFs, RootedSysfs};
 use erdma_inventory::{Inventory, Sources};
+use erdma_kubelet::podresources::{Held, HolderCache, PodResourcesClient};
 use erdma_model::DeviceSelection;
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,13 +93,23 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         }));
     }
 
+    // Who holds which device, through either resource API: one kept pod-resources answer for
+    // the reload guard, SMC-R and the NRI hooks, refreshed after each allocation.
+    let holders = HolderCache::new(
+        s.pod_resources_socket
+            .as_deref()
+            .map(PodResourcesClient::new)
+            .unwrap_or_default(),
+        Held::both(&s.resource_name, erdma_dra::DRIVER_NAME),
+    );
+    tasks.push(tokio::spawn(
+        holders.clone().refresh_on_poke(cancel.clone()),
+    ));
+
     // Driver manager (readiness gate).
     let mut driver_cfg = s.driver.clone();
-    driver_cfg.resource = s.resource_name.clone();
-    let usage = match &s.pod_resources_socket {
-        Some(p) => KubeletPodResources::new(p),
-        None => KubeletPodResources::default(),
-    };
+    driver_cfg.resource = holders.held().clone();
+    let usage = KubeletPodResources::from_cache(holders.clone());
     if driver_cfg.installer_trust.allow_insecure_http {
         tracing::warn!(
             "INSECURE: --allow-insecure-driver-download is set; a driver installer may be downloaded over plain HTTP (its SHA-256 pin is still checked)"
@@ -290,11 +301,9 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         kind: "aliyun.com/erdma".into(),
     });
     let observer = erdma_deviceplugin::coexistence::Observer::new(&cfg);
-    let pod_resources = cfg
-        .pod_resources_socket
-        .clone()
-        .unwrap_or_else(|| erdma_kubelet::podresources::v1::DEFAULT_SOCKET.into());
-    let mut plugin = Plugin::new(cfg, served_rx.clone(), plugin_metrics.clone());
+    let poke = holders.clone();
+    let mut plugin = Plugin::new(cfg, served_rx.clone(), plugin_metrics.clone())
+        .on_allocate(Arc::new(move || poke.poke()));
     if api == resource_api::ResourceApi::Dra {
         let (dra_tx, dra_rx) = watch::channel(None);
         health.dra = dra_rx;
@@ -320,7 +329,7 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
                     None,
                     &cluster,
                     &agent_metrics,
-                    &pod_resources,
+                    &holders,
                     nri_tx.clone(),
                 ),
                 &cancel,
@@ -372,10 +381,7 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         let hook = Arc::new(smcr::SmcrHook::new(
             smcr::HookConfig {
                 resource: s.resource_name.clone(),
-                pod_resources_socket: s
-                    .pod_resources_socket
-                    .clone()
-                    .unwrap_or_else(|| erdma_kubelet::podresources::v1::DEFAULT_SOCKET.into()),
+                holders: holders.clone(),
                 cri_socket: s.cri_socket.clone(),
                 host_root: "/".into(),
                 proc_root: "/proc".into(),
@@ -409,7 +415,7 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
             smcr_for_nri,
             &cluster,
             &agent_metrics,
-            &pod_resources,
+            &holders,
             nri_tx,
         );
         tasks.push(spawn_nri(&s, handler, &cancel));
@@ -442,13 +448,12 @@ fn nri_handler(
     smcr: Option<Arc<smcr::SmcrHook>>,
     cluster: &Option<cluster::Cluster>,
     metrics: &Arc<crate::metrics::AgentMetrics>,
-    pod_resources: &std::path::Path,
+    holders: &Arc<HolderCache>,
     view: watch::Sender<Option<nri::NriView>>,
 ) -> Arc<nri::AgentNri> {
     Arc::new(nri::AgentNri {
         policy: s.nri_policy.clone(),
-        resource: s.resource_name.clone(),
-        pod_resources_socket: pod_resources.to_path_buf(),
+        holders: holders.clone(),
         proc_root: "/proc".into(),
         served: served.clone(),
         smcr,

@@ -132,6 +132,24 @@ impl HealthSources {
         }
     }
 
+    /// Whether the agent serves the devices through the resource API this node uses: the device
+    /// plugin registered with the kubelet, or (on a DRA node) the DRA driver registered with the
+    /// kubelet's plugin watcher. `Err` says what is missing.
+    pub fn ready(&self, plugin: &Metrics) -> Result<(), String> {
+        match *self.resource_api.borrow() {
+            Some(ResourceApi::Dra) => match self.dra.borrow().as_ref() {
+                Some(d) if d.registration == "registered" => Ok(()),
+                Some(d) => Err(format!(
+                    "DRA driver {} not registered with the kubelet ({})",
+                    d.driver, d.registration
+                )),
+                None => Err("DRA driver not started yet".into()),
+            },
+            _ if plugin.is_registered() => Ok(()),
+            _ => Err("device plugin not registered with the kubelet".into()),
+        }
+    }
+
     /// The `/healthz` JSON.
     pub fn healthz(&self, plugin: &Metrics) -> String {
         #[derive(Serialize)]
@@ -142,11 +160,7 @@ impl HealthSources {
             view: HealthView,
         }
         let view = self.view();
-        // With DRA the registration that counts is the DRA driver's with the kubelet.
-        let registered = match &view.dra {
-            Some(d) => d.registration == "registered",
-            None => plugin.is_registered(),
-        };
+        let registered = self.ready(plugin).is_ok();
         let out = Out {
             ok: true,
             registered,
@@ -172,7 +186,8 @@ pub struct Exposition {
 
 /// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `cancel` fires. `/healthz`
 /// answers 200 while the process runs (an outage elsewhere must not make Kubernetes restart the
-/// agent); `/readyz` answers 200 once the device plugin is registered with the kubelet, else 503.
+/// agent); `/readyz` answers 200 once the agent serves through the node's resource API (the
+/// device plugin or the DRA driver registered with the kubelet), else 503 with what is missing.
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     what: Exposition,
@@ -208,15 +223,11 @@ pub async fn serve_on(
         .route(
             "/readyz",
             get(move || {
-                let ready = r.plugin.is_registered();
+                let ready = r.health.ready(&r.plugin);
                 async move {
-                    if ready {
-                        (StatusCode::OK, "ready\n")
-                    } else {
-                        (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            "not registered with the kubelet\n",
-                        )
+                    match ready {
+                        Ok(()) => (StatusCode::OK, "ready\n".to_string()),
+                        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
                     }
                 }
             }),
@@ -224,4 +235,82 @@ pub async fn serve_on(
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { cancel.cancelled().await })
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    /// On a DRA node the device plugin never registers: `/readyz` follows the DRA driver's
+    /// registration with the kubelet instead (it used to wait for the device plugin forever).
+    #[tokio::test]
+    async fn readyz_follows_the_resource_api_of_the_node() {
+        let (api_tx, api_rx) = watch::channel(Some(ResourceApi::Dra));
+        let (dra_tx, dra_rx) = watch::channel(None);
+        let health = HealthSources {
+            resource_api: api_rx,
+            dra: dra_rx,
+            ..HealthSources::fixed(DriverStatus::unmanaged())
+        };
+        let plugin = Arc::new(Metrics::new());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cancel = CancellationToken::new();
+        let server = tokio::spawn(serve_on(
+            listener,
+            Exposition {
+                registry: Arc::new(Registry::default()),
+                plugin: plugin.clone(),
+                health,
+            },
+            cancel.clone(),
+        ));
+        let r = get(addr, "/readyz").await;
+        assert!(r.starts_with("HTTP/1.1 503"), "{r}");
+        assert!(r.contains("DRA driver not started yet"), "{r}");
+        let view = |registration: &str| DraView {
+            driver: "erdma.alibabacloud.com".into(),
+            registration: registration.into(),
+            ..DraView::default()
+        };
+        dra_tx.send_replace(Some(view("pending")));
+        let r = get(addr, "/readyz").await;
+        assert!(r.starts_with("HTTP/1.1 503"), "{r}");
+        assert!(
+            r.contains(
+                "DRA driver erdma.alibabacloud.com not registered with the kubelet (pending)"
+            ),
+            "{r}"
+        );
+        dra_tx.send_replace(Some(view("registered")));
+        let r = get(addr, "/readyz").await;
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        assert!(!plugin.is_registered(), "no device plugin on a DRA node");
+        let h = get(addr, "/healthz").await;
+        assert!(h.contains("\"registered\":true"), "{h}");
+
+        // A device-plugin node: ready once the device plugin registered.
+        api_tx.send_replace(Some(ResourceApi::DevicePlugin));
+        let r = get(addr, "/readyz").await;
+        assert!(r.starts_with("HTTP/1.1 503"), "{r}");
+        assert!(r.contains("device plugin not registered"), "{r}");
+        plugin.observe_registration(true);
+        let r = get(addr, "/readyz").await;
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        cancel.cancel();
+        server.await.unwrap().unwrap();
+    }
 }

@@ -62,6 +62,10 @@ pub struct AgentMetrics {
     pub device_plugin_conflict: Gauge,
     /// Re-registrations after another device plugin for the resource had gone.
     pub device_plugin_reclaims: Counter,
+    /// "Which devices does this pod hold" answered from the kept pod-resources answer
+    /// (`answer="kept"`) or by asking the kubelet (`answer="kubelet"`), on a runtime's clock.
+    pub holder_lookups:
+        prometheus_client::metrics::family::Family<Vec<(&'static str, &'static str)>, Counter>,
 }
 
 impl AgentMetrics {
@@ -118,8 +122,15 @@ impl AgentMetrics {
             "Re-registrations with the kubelet after another device plugin for the resource had gone",
             device_plugin_reclaims.clone(),
         );
+        let holder_lookups = prometheus_client::metrics::family::Family::default();
+        registry.register(
+            "holder_lookups",
+            "Lookups of the devices a pod holds at sandbox creation, by answer: kept (no call) or kubelet (one pod-resources List)",
+            holder_lookups.clone(),
+        );
         AgentMetrics {
             nri_hooks,
+            holder_lookups,
             smc,
             smcr_lookup_failures,
             driver_ready,
@@ -129,6 +140,14 @@ impl AgentMetrics {
             device_plugin_conflict,
             device_plugin_reclaims,
         }
+    }
+
+    /// Counts one lookup of a pod's devices; `kept`: answered without asking the kubelet.
+    pub fn holder_lookups(&self, kept: bool) {
+        let answer = if kept { "kept" } else { "kubelet" };
+        self.holder_lookups
+            .get_or_create(&vec![("answer", answer)])
+            .inc();
     }
 
     /// Counts a driver status: readiness, a pending change, and a newly refused reload (once per

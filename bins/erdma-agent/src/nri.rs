@@ -16,7 +16,7 @@ use crate::metrics::AgentMetrics;
 use crate::smcr::SmcrHook;
 use erdma_deviceplugin::service::ENV_ERDMA_DEVICES;
 use erdma_dra::cdi::ENV_RDMA_MAX;
-use erdma_kubelet::podresources::{Holder, PodResourcesClient};
+use erdma_kubelet::podresources::{Answered, Holder, HolderCache};
 use erdma_model::NodeDevices;
 use erdma_model::rdma_limit::{Memlock, RDMA_MAX_ANNOTATION, RdmaLimit};
 use erdma_nri::api::{self, Event};
@@ -208,10 +208,8 @@ pub fn adjust_container(
 pub struct AgentNri {
     /// Policy.
     pub policy: Policy,
-    /// Extended resource.
-    pub resource: String,
-    /// The kubelet's pod-resources socket (which pod holds which devices).
-    pub pod_resources_socket: PathBuf,
+    /// Who holds which device (the kept pod-resources answer: device plugin and DRA claims).
+    pub holders: Arc<HolderCache>,
     /// The host's `/proc` as the agent sees it.
     pub proc_root: PathBuf,
     /// Served devices.
@@ -244,13 +242,25 @@ pub struct NriView {
     pub last_error: Option<String>,
 }
 
-/// The device IDs that pod `namespace/name` holds, over all its containers.
+/// The devices that pod `namespace/name` holds, over all its containers: the device plugin's
+/// slot IDs, then the DRA devices of its claims (by their name in the driver's pool), each once.
 pub fn pod_device_ids(holders: &[Holder], namespace: &str, name: &str) -> Vec<String> {
-    holders
+    let mut out: Vec<String> = Vec::new();
+    for h in holders
         .iter()
         .filter(|h| h.namespace == namespace && h.pod == name)
-        .flat_map(|h| h.device_ids.iter().cloned())
-        .collect()
+    {
+        let ids = h
+            .device_ids
+            .iter()
+            .chain(h.claimed.iter().map(|c| &c.device));
+        for id in ids {
+            if !out.contains(id) {
+                out.push(id.clone());
+            }
+        }
+    }
+    out
 }
 
 impl AgentNri {
@@ -287,19 +297,20 @@ impl AgentNri {
         if !request.enabled() && request.problem(&who).is_none() {
             return Ok(());
         }
-        let device_ids = match PodResourcesClient::new(&self.pod_resources_socket)
-            .list(&self.resource)
-            .await
-        {
-            Ok(holders) => pod_device_ids(&holders, &pod.namespace, &pod.name),
+        let held = self.holders.held();
+        let device_ids = match self.holders.pod(&pod.namespace, &pod.name).await {
+            Ok((holders, answered)) => {
+                self.metrics.holder_lookups(answered == Answered::Kept);
+                pod_device_ids(&holders, &pod.namespace, &pod.name)
+            }
             Err(e) => {
                 self.metrics.smcr_lookup_failures.inc();
-                tracing::warn!(pod = %who, "NRI RunPodSandbox: cannot tell whether the pod holds {}: {e}; SMC-R not configured", self.resource);
+                tracing::warn!(pod = %who, "NRI RunPodSandbox: cannot tell whether the pod holds {held}: {e}; SMC-R not configured");
                 return Ok(());
             }
         };
         if device_ids.is_empty() {
-            tracing::info!(pod = %who, "NRI RunPodSandbox: annotated for SMC-R but holds no {}; SMC-R not configured", self.resource);
+            tracing::info!(pod = %who, "NRI RunPodSandbox: annotated for SMC-R but holds no {held}; SMC-R not configured");
             return Ok(());
         }
         let linux = pod.linux.clone().unwrap_or_default();

@@ -19,7 +19,7 @@ use crate::cluster::{Cluster, PodRef};
 use crate::metrics::AgentMetrics;
 use erdma_cri::CriClient;
 use erdma_deviceplugin::PreStartHook;
-use erdma_kubelet::podresources::{Holder, PodResourcesClient};
+use erdma_kubelet::podresources::{Holder, HolderCache};
 use erdma_model::{NodeDevices, PnetId, SlotId};
 use erdma_smc::configure::{PodOptions, SmcConfigurator, SocketPolicy};
 use erdma_smc::prestart::{EventType, OutcomeKind, PodSandbox, PreStartOutcome};
@@ -61,8 +61,9 @@ pub struct Decision {
 pub struct HookConfig {
     /// Extended resource name (`aliyun/erdma`).
     pub resource: String,
-    /// The kubelet's pod-resources socket.
-    pub pod_resources_socket: PathBuf,
+    /// Who holds which device (the kept pod-resources answer; its socket is also where
+    /// PreStartContainer looks a device's pod up).
+    pub holders: Arc<HolderCache>,
     /// `--cri-socket`; `None`: the first of `erdma_cri::DEFAULT_SOCKETS` under `host_root`.
     pub cri_socket: Option<PathBuf>,
     /// The host's root as seen by the agent (for the default CRI sockets).
@@ -208,11 +209,15 @@ pub fn open_policy(pin_dir: &Path) -> Option<Arc<dyn SocketPolicy>> {
     None
 }
 
-/// The PNET ID of the first granted device that has one in the served snapshot.
+/// The PNET ID of the first granted device that has one in the served snapshot. A granted device
+/// is a device plugin slot ID, or a DRA device's name in the driver's pool (`erdma-0`).
 pub fn pnet_of(served: &NodeDevices, device_ids: &[String]) -> Option<PnetId> {
     device_ids.iter().find_map(|id| {
-        let slot = SlotId::parse(id).ok()?;
-        served.device(&slot.device)?.pnet_id.clone()
+        let device = match SlotId::parse(id) {
+            Ok(slot) => served.device(&slot.device)?,
+            Err(_) => erdma_dra::slice::find_device(served, id)?,
+        };
+        device.pnet_id.clone()
     })
 }
 
@@ -281,7 +286,7 @@ impl SmcrHook {
             .await
             .map_err(|e| format!("container runtime unavailable: {e}"))?;
         let (_, info) = erdma_cri::prestart::resolve(
-            &self.cfg.pod_resources_socket,
+            self.cfg.holders.socket(),
             &mut cri,
             &self.cfg.resource,
             device_ids,
@@ -437,10 +442,7 @@ impl SmcrHook {
         if self.tracked().is_empty() {
             return Ok(Vec::new());
         }
-        let holders = PodResourcesClient::new(&self.cfg.pod_resources_socket)
-            .list(&self.cfg.resource)
-            .await
-            .map_err(|e| e.to_string())?;
+        let holders = self.cfg.holders.fresh().await.map_err(|e| e.to_string())?;
         let live = live_pods(&holders);
         let gone: Vec<(String, u64)> = {
             let mut t = self.tracked.lock().unwrap_or_else(|p| p.into_inner());

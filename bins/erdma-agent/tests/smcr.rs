@@ -236,10 +236,18 @@ impl World {
         }
     }
 
+    /// Who holds which device, as the agent keeps it (device plugin and DRA claims).
+    fn holders(&self) -> Arc<erdma_kubelet::podresources::HolderCache> {
+        erdma_kubelet::podresources::HolderCache::new(
+            erdma_kubelet::podresources::PodResourcesClient::new(&self.podres),
+            erdma_kubelet::podresources::Held::both(RESOURCE, erdma_dra::DRIVER_NAME),
+        )
+    }
+
     fn config(&self, strict: bool) -> HookConfig {
         HookConfig {
             resource: RESOURCE.into(),
-            pod_resources_socket: self.podres.clone(),
+            holders: self.holders(),
             cri_socket: Some(self.cri.clone()),
             host_root: self.dir.path().to_path_buf(),
             proc_root: PathBuf::from("/proc"),
@@ -580,13 +588,18 @@ async fn deleted_pods_leave_the_bpf_policy() {
         hook.tracked(),
         [("default/db".to_string(), 78)].into_iter().collect()
     );
-    // An unreachable kubelet releases nothing.
-    std::fs::remove_file(&w.podres).unwrap();
+    // An unreachable kubelet releases nothing: it stopped, its socket and the kept connection
+    // went with it.
+    let World {
+        kubelet, stop, dir, ..
+    } = w;
+    kubelet.shutdown().await;
     let e = hook.reap_once().await.unwrap_err();
     assert!(e.contains("pod-resources"), "{e}");
     assert_eq!(hook.tracked().len(), 1);
     drop(hold);
-    w.shutdown().await;
+    stop.cancel();
+    drop(dir);
 }
 
 /// The lab's allocation-modes path: the plugin asks for PreStartContainer, the fake kubelet
@@ -671,8 +684,7 @@ async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
             memlock: Memlock::Unlimited,
             default_rdma_max: Some(RdmaLimit::parse("hca_handle=8").unwrap()),
         },
-        resource: RESOURCE.into(),
-        pod_resources_socket: w.podres.clone(),
+        holders: w.holders(),
         proc_root: PathBuf::from("/proc"),
         served: w.served.subscribe(),
         smcr: Some(hook),
@@ -802,8 +814,7 @@ async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
                 memlock: Memlock::Off,
                 default_rdma_max: None,
             },
-            resource: RESOURCE.into(),
-            pod_resources_socket: w.podres.clone(),
+            holders: w.holders(),
             proc_root: PathBuf::from("/proc"),
             served: w.served.subscribe(),
             smcr: Some(strict),

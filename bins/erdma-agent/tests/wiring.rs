@@ -235,12 +235,12 @@ async fn refused_reload_shows_in_healthz_metrics_and_on_the_node() {
     st.loaded.insert("erdma".into());
     st.compat = true;
     let host = Arc::new(FakeHost::new(st));
-    let usage = FakeUsage::held_by(vec![Holder {
-        namespace: "default".into(),
-        pod: "trainer".into(),
-        container: "main".into(),
-        device_ids: vec!["erdma_0/1".into()],
-    }]);
+    let usage = FakeUsage::held_by(vec![Holder::of_ids(
+        "default",
+        "trainer",
+        "main",
+        vec!["erdma_0/1".into()],
+    )]);
     let api = FakeApiServer::new();
     api.put(&k8s_openapi::api::core::v1::Node {
         metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {

@@ -3,7 +3,7 @@
 //! flag, annotations) from the container runtime.
 
 use crate::{CriClient, CriError, SandboxInfo};
-use erdma_kubelet::podresources::{Holder, ListError, PodResourcesClient};
+use erdma_kubelet::podresources::{Held, Holder, ListError, PodResourcesClient};
 use std::path::Path;
 
 /// The pod and container holding some of the devices.
@@ -36,7 +36,7 @@ pub async fn owner_of(
     device_ids: &[String],
 ) -> Result<DeviceOwner, CriError> {
     let holders = PodResourcesClient::new(socket)
-        .list(resource)
+        .list(&Held::resource(resource))
         .await
         .map_err(|e| match e {
             ListError::Connect { socket, detail } => CriError::Connect {
@@ -107,7 +107,7 @@ mod tests {
                 ),
             ],
         };
-        let holders = holders_in(&answer, "aliyun/erdma");
+        let holders = holders_in(&answer, &Held::resource("aliyun/erdma"));
         let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
             find_owner(&holders, &ids(&["erdma_0/2"])),

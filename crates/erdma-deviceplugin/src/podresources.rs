@@ -24,12 +24,12 @@ mod tests {
     use super::*;
 
     fn holder(pod: &str, ids: &[&str]) -> Holder {
-        Holder {
-            namespace: "default".into(),
-            pod: pod.into(),
-            container: "c".into(),
-            device_ids: ids.iter().map(|s| s.to_string()).collect(),
-        }
+        Holder::of_ids(
+            "default",
+            pod,
+            "c",
+            ids.iter().map(|s| s.to_string()).collect(),
+        )
     }
 
     #[test]

@@ -11,7 +11,9 @@ use crate::config::PluginConfig;
 use crate::devices::ServedSet;
 use crate::dirwatch::{DirEvent, DirWatch, POLL};
 use crate::metrics::Metrics;
-use crate::service::{DevicePluginService, NoopPreStart, PluginState, PreStartHook};
+use crate::service::{
+    AllocateObserver, DevicePluginService, NoopPreStart, PluginState, PreStartHook,
+};
 use erdma_kubelet::deviceplugin::v1beta1 as api;
 use erdma_kubelet::deviceplugin::v1beta1::registration_client::RegistrationClient;
 use erdma_kubelet::podresources::PodResourcesClient;
@@ -51,6 +53,7 @@ pub struct Plugin {
     metrics: Arc<Metrics>,
     pre_start: Arc<dyn PreStartHook>,
     reclaim: Arc<Notify>,
+    on_allocate: Option<AllocateObserver>,
 }
 
 /// Asks a running plugin to register again, as after a kubelet restart. Used only after another
@@ -79,12 +82,19 @@ impl Plugin {
             metrics,
             pre_start: Arc::new(NoopPreStart),
             reclaim: Arc::new(Notify::new()),
+            on_allocate: None,
         }
     }
 
     /// A handle that makes the running plugin register again.
     pub fn reclaimer(&self) -> Reclaimer {
         Reclaimer(self.reclaim.clone())
+    }
+
+    /// Calls `f` after each successful Allocate (it must not block).
+    pub fn on_allocate(mut self, f: AllocateObserver) -> Self {
+        self.on_allocate = Some(f);
+        self
     }
 
     /// Replaces the PreStartContainer hook (used when pre-start mode is configured).
@@ -116,6 +126,7 @@ impl Plugin {
             metrics: self.metrics.clone(),
             pre_start: self.pre_start,
             reclaim: self.reclaim,
+            on_allocate: self.on_allocate,
         });
         let usage = cfg.pod_resources_socket.clone().map(|socket| {
             tokio::spawn(track_usage(
@@ -145,12 +156,13 @@ async fn track_usage(
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(10));
     let pod_resources = PodResourcesClient::new(&socket);
+    let held = erdma_kubelet::podresources::Held::resource(&resource);
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        match pod_resources.list(&resource).await {
+        match pod_resources.list(&held).await {
             Ok(holders) => metrics.set_slots_in_use(&crate::podresources::used_slots(&holders)),
             Err(e) => tracing::debug!("pod-resources unavailable for the slots metric: {e}"),
         }

@@ -63,7 +63,12 @@ pub struct PluginState {
     pub pre_start: Arc<dyn PreStartHook>,
     /// Wakes the runner to register again (see [`crate::runner::Reclaimer`]).
     pub reclaim: Arc<tokio::sync::Notify>,
+    /// Called after each successful Allocate (the agent refreshes who holds which device).
+    pub on_allocate: Option<AllocateObserver>,
 }
+
+/// A callback after a successful Allocate; it must not block.
+pub type AllocateObserver = Arc<dyn Fn() + Send + Sync>;
 
 /// One server instance of the DevicePlugin service. `stop` ends its ListAndWatch streams so a
 /// graceful server shutdown completes.
@@ -257,7 +262,12 @@ impl api::device_plugin_server::DevicePlugin for DevicePluginService {
             )));
         }
         let pod_used = match &cfg.pod_resources_socket {
-            Some(p) => match PodResourcesClient::new(p).list(&cfg.resource_name).await {
+            Some(p) => match PodResourcesClient::new(p)
+                .list(&erdma_kubelet::podresources::Held::resource(
+                    &cfg.resource_name,
+                ))
+                .await
+            {
                 Ok(holders) => crate::podresources::used_slots(&holders),
                 Err(e) => {
                     tracing::warn!(
@@ -360,6 +370,9 @@ impl api::device_plugin_server::DevicePlugin for DevicePluginService {
         match result {
             Ok((responses, slots)) => {
                 self.state.metrics.observe_allocated(&slots);
+                if let Some(f) = &self.state.on_allocate {
+                    f();
+                }
                 tracing::info!(ids = ?req.container_requests.iter().map(|c| &c.devices_ids).collect::<Vec<_>>(), ?elapsed, "Allocate");
                 Ok(Response::new(api::AllocateResponse {
                     container_responses: responses,

@@ -5,6 +5,7 @@ use crate::libs::{self, PROBE_PATHS};
 use crate::node;
 use crate::pod::{self, LibsProbe};
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::{Api, ListParams};
 
 /// Why the objects could not be read.
@@ -156,11 +157,26 @@ pub async fn pod_checks(
         }
         None => None,
     };
+    let (claims, unread) = pod_claims(client, ns, &p).await;
     let probe = match exec {
         None => LibsProbe::NotRequested,
-        Some(exec) => probe_libs(&p, exec),
+        Some(exec) => probe_libs(&p, &pod::Holding::of(&p, &claims), exec),
     };
-    let mut checks = pod::checks(&p, &events, node_obj.as_ref(), peer.as_ref(), &probe);
+    let mut checks = pod::checks_with_claims(
+        &p,
+        &claims,
+        &events,
+        node_obj.as_ref(),
+        peer.as_ref(),
+        &probe,
+    );
+    if !unread.is_empty() {
+        checks.push(Check::warn(
+            "pod.claims",
+            format!("cannot read the pod's ResourceClaims: {}", unread.join("; ")),
+            "eRDMA devices held through DRA claims are not seen by these checks: allow get on resourceclaims (resource.k8s.io) to the doctor's user",
+        ));
+    }
     if let Some(n) = &node_obj {
         let agents = agent_pods(
             client,
@@ -173,10 +189,35 @@ pub async fn pod_checks(
     Ok(checks)
 }
 
+/// The pod's ResourceClaims (named in `status.resourceClaimStatuses`), and why the ones that could
+/// not be read (no permission, an API server without resource.k8s.io/v1) were not: the checks
+/// then see only the extended resource.
+async fn pod_claims(client: &kube::Client, ns: &str, p: &Pod) -> (Vec<ResourceClaim>, Vec<String>) {
+    let names: Vec<String> = p
+        .status
+        .as_ref()
+        .and_then(|s| s.resource_claim_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.resource_claim_name.clone())
+        .collect();
+    let api = Api::<ResourceClaim>::namespaced(client.clone(), ns);
+    let (mut out, mut unread) = (Vec::new(), Vec::new());
+    for name in names {
+        match api.get_opt(&name).await {
+            Ok(Some(c)) => out.push(c),
+            // Deleted with the pod, or not created yet: nothing is held through it.
+            Ok(None) => {}
+            Err(e) => unread.push(format!("ResourceClaim {ns}/{name}: {e}")),
+        }
+    }
+    (out, unread)
+}
+
 /// Lists the RDMA libraries in the pod's eRDMA container through `exec`.
-pub fn probe_libs(p: &Pod, exec: &dyn Exec) -> LibsProbe {
+pub fn probe_libs(p: &Pod, held: &pod::Holding, exec: &dyn Exec) -> LibsProbe {
     let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-    let Some(container) = pod::erdma_container(p) else {
+    let Some(container) = pod::erdma_container(p, held) else {
         return LibsProbe::Failed("the pod has no containers".into());
     };
     if !running {

@@ -6,6 +6,7 @@ use crate::libs::RdmaLibs;
 use crate::node::{LABEL_DRIVER_MODE, RESOURCE};
 use crate::scheduling::{self, Reason};
 use k8s_openapi::api::core::v1::{Container, Event, Node, Pod};
+use k8s_openapi::api::resource::v1::ResourceClaim;
 
 pub use erdma_model::names::SMCR_ANNOTATION;
 /// The GPU resource.
@@ -40,24 +41,90 @@ fn request(c: &Container, resource: &str) -> Option<String> {
         .map(|q| q.0.clone())
 }
 
-/// The app container that requests `aliyun/erdma` (the one to inspect), else the first one.
-pub fn erdma_container(pod: &Pod) -> Option<&Container> {
-    requesting_container(pod).or(pod.spec.as_ref()?.containers.first())
+/// Which app containers of a pod get eRDMA devices, and how: by requesting `aliyun/erdma` (the
+/// device plugin, or DRA's extended-resource mapping), or through a ResourceClaim that erdma's DRA
+/// driver allocated. The agent answers the same question on the node from pod-resources.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holding {
+    /// `(container, how)`: `aliyun/erdma=1`, `claim rdma (erdma-0)`; in the pod's order.
+    pub containers: Vec<(String, String)>,
 }
 
-/// The first app container that requests `aliyun/erdma`, if any.
-fn requesting_container(pod: &Pod) -> Option<&Container> {
-    pod.spec
-        .iter()
-        .flat_map(|s| s.containers.iter())
-        .find(|c| request(c, RESOURCE).is_some())
+impl Holding {
+    /// From the pod and its ResourceClaims (`claims`: those `status.resourceClaimStatuses`
+    /// names; others are ignored).
+    pub fn of(pod: &Pod, claims: &[ResourceClaim]) -> Holding {
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.as_ref());
+        let claim_of = |pod_claim: &str| -> Option<&ResourceClaim> {
+            let generated = statuses?
+                .iter()
+                .find(|s| s.name == pod_claim)?
+                .resource_claim_name
+                .as_deref()?;
+            claims
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(generated))
+        };
+        let mut containers = Vec::new();
+        for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
+            let mut how = Vec::new();
+            if let Some(q) = request(c, RESOURCE) {
+                how.push(format!("{RESOURCE}={q}"));
+            }
+            let refs = c
+                .resources
+                .as_ref()
+                .and_then(|r| r.claims.as_ref())
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            for r in refs {
+                let Some(claim) = claim_of(&r.name) else {
+                    continue;
+                };
+                let devices: Vec<&str> = claim
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.allocation.as_ref())
+                    .and_then(|a| a.devices.as_ref())
+                    .and_then(|d| d.results.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .filter(|res| res.driver == erdma_model::names::DRA_DRIVER)
+                    .filter(|res| r.request.as_ref().is_none_or(|want| &res.request == want))
+                    .map(|res| res.device.as_str())
+                    .collect();
+                if !devices.is_empty() {
+                    how.push(format!("claim {} ({})", r.name, devices.join(", ")));
+                }
+            }
+            if !how.is_empty() {
+                containers.push((c.name.clone(), how.join(", ")));
+            }
+        }
+        Holding { containers }
+    }
+
+    /// Whether any container gets eRDMA devices.
+    pub fn any(&self) -> bool {
+        !self.containers.is_empty()
+    }
+
+    /// The first container of `pod` that gets eRDMA devices.
+    pub fn first<'a>(&self, pod: &'a Pod) -> Option<&'a Container> {
+        let (name, _) = self.containers.first()?;
+        pod.spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .find(|c| &c.name == name)
+    }
 }
 
-fn requests_erdma(pod: &Pod) -> bool {
-    pod.spec
-        .iter()
-        .flat_map(|s| s.containers.iter())
-        .any(|c| request(c, RESOURCE).is_some())
+/// The app container that gets eRDMA devices (the one to inspect), else the first one.
+pub fn erdma_container<'a>(pod: &'a Pod, held: &Holding) -> Option<&'a Container> {
+    held.first(pod).or(pod.spec.as_ref()?.containers.first())
 }
 
 fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
@@ -75,12 +142,16 @@ fn is_scheduled(pod: &Pod) -> bool {
         .is_some_and(|n| !n.is_empty())
 }
 
-/// `pod.resources`: what each container requests of `aliyun/erdma`, GPUs, CPU and memory.
-pub fn resources(pod: &Pod) -> Check {
+/// `pod.resources`: what each container requests of `aliyun/erdma` (or holds through an eRDMA
+/// DRA claim), GPUs, CPU and memory.
+pub fn resources(pod: &Pod, held: &Holding) -> Check {
     let mut parts = Vec::new();
     for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
         let mut r = Vec::new();
-        for res in [RESOURCE, GPU_RESOURCE, "cpu", "memory"] {
+        if let Some((_, how)) = held.containers.iter().find(|(n, _)| n == &c.name) {
+            r.push(how.clone());
+        }
+        for res in [GPU_RESOURCE, "cpu", "memory"] {
             if let Some(q) = request(c, res) {
                 r.push(format!("{res}={q}"));
             }
@@ -96,14 +167,14 @@ pub fn resources(pod: &Pod) -> Check {
         ));
     }
     let msg = format!("pod {} requests {}", pod_ref(pod), parts.join("; "));
-    if requests_erdma(pod) {
+    if held.any() {
         Check::pass("pod.resources", msg)
     } else {
         Check::warn(
             "pod.resources",
             msg,
             format!(
-                "no container requests {RESOURCE}, so the pod gets no RDMA device and NCCL falls back to TCP: add \
+                "no container requests {RESOURCE} or holds an eRDMA DRA claim, so the pod gets no RDMA device and NCCL falls back to TCP: add \
                  resources.limits {RESOURCE}: 1 (erdmactl submit pytorch --erdma, or --device {RESOURCE}=1)"
             ),
         )
@@ -299,9 +370,9 @@ pub fn runtime(pod: &Pod, events: &[Event]) -> Vec<Check> {
 }
 
 /// `pod.ipc_lock`: the container that uses eRDMA can pin memory (`ibv_reg_mr`).
-pub fn ipc_lock(pod: &Pod) -> Check {
+pub fn ipc_lock(pod: &Pod, held: &Holding) -> Check {
     let pr = pod_ref(pod);
-    let Some(c) = requesting_container(pod) else {
+    let Some(c) = held.first(pod) else {
         return Check::skip("pod.ipc_lock", format!("pod {pr} uses no {RESOURCE}"));
     };
     let sc = c.security_context.as_ref();
@@ -383,7 +454,7 @@ pub fn rdma_libs(pod: &Pod, probe: &LibsProbe) -> Check {
 }
 
 /// `pod.smcr`: the SMC-R annotation is valid and usable here, and present on the peer too.
-pub fn smcr(pod: &Pod, node: Option<&Node>, peer: Option<&Pod>) -> Vec<Check> {
+pub fn smcr(pod: &Pod, held: &Holding, node: Option<&Node>, peer: Option<&Pod>) -> Vec<Check> {
     let pr = pod_ref(pod);
     let mine = annotation(pod, SMCR_ANNOTATION);
     let peer_value = peer.map(|p| (pod_ref(p), annotation(p, SMCR_ANNOTATION)));
@@ -422,9 +493,11 @@ pub fn smcr(pod: &Pod, node: Option<&Node>, peer: Option<&Pod>) -> Vec<Check> {
         }
     }
     let mut problems: Vec<(String, String)> = Vec::new();
-    if !requests_erdma(pod) {
+    if !held.any() {
         problems.push((
-            format!("pod {pr} asks for SMC-R but requests no {RESOURCE}"),
+            format!(
+                "pod {pr} asks for SMC-R but requests no {RESOURCE} (nor holds an eRDMA DRA claim)"
+            ),
             format!("SMC-R is set up only for pods that get an eRDMA device: add {RESOURCE}: 1"),
         ));
     }
@@ -484,9 +557,9 @@ fn literal_env<'a>(c: &'a Container, name: &str) -> Option<&'a str> {
 
 /// `pod.nccl_env`: NCCL settings in the eRDMA container that keep NCCL off eRDMA
 /// (`nccl-and-arena.md` A1). Only literal `value`s are read.
-pub fn nccl_env(pod: &Pod) -> Check {
+pub fn nccl_env(pod: &Pod, held: &Holding) -> Check {
     let pr = pod_ref(pod);
-    let Some(c) = requesting_container(pod) else {
+    let Some(c) = held.first(pod) else {
         return Check::skip("pod.nccl_env", format!("pod {pr} uses no {RESOURCE}"));
     };
     let get = |k: &str| literal_env(c, k);
@@ -555,9 +628,9 @@ pub const NCCL_RETRY_EVIDENCE: &str = "in the eRDMA driver sources erdma has rea
 /// container. Alibaba Cloud advises `NCCL_IB_TIMEOUT=23` and `NCCL_IB_RETRY_CNT=10` against NCCL
 /// timeouts; the driver sources we can read ignore both ([`NCCL_RETRY_EVIDENCE`]). Which driver
 /// build a node runs (the installer's) is not visible from here, so this informs and never warns.
-pub fn nccl_retry(pod: &Pod) -> Option<Check> {
+pub fn nccl_retry(pod: &Pod, held: &Holding) -> Option<Check> {
     let pr = pod_ref(pod);
-    let c = requesting_container(pod)?;
+    let c = held.first(pod)?;
     let get = |k: &str| literal_env(c, k);
     let mut set = Vec::new();
     if let Some(v) = get("NCCL_IB_TIMEOUT") {
@@ -591,7 +664,7 @@ pub fn nccl_retry(pod: &Pod) -> Option<Check> {
     ))
 }
 
-/// Every pod check, in troubleshooting order.
+/// Every pod check, in troubleshooting order, for a pod that holds no DRA claims.
 pub fn checks(
     pod: &Pod,
     events: &[Event],
@@ -599,13 +672,26 @@ pub fn checks(
     peer: Option<&Pod>,
     probe: &LibsProbe,
 ) -> Vec<Check> {
+    checks_with_claims(pod, &[], events, node, peer, probe)
+}
+
+/// Every pod check, in troubleshooting order; `claims` are the pod's ResourceClaims.
+pub fn checks_with_claims(
+    pod: &Pod,
+    claims: &[ResourceClaim],
+    events: &[Event],
+    node: Option<&Node>,
+    peer: Option<&Pod>,
+    probe: &LibsProbe,
+) -> Vec<Check> {
+    let held = Holding::of(pod, claims);
     let mut v = scheduling(pod, events);
     v.extend(runtime(pod, events));
-    v.push(resources(pod));
-    v.push(ipc_lock(pod));
-    v.push(nccl_env(pod));
-    v.extend(nccl_retry(pod));
+    v.push(resources(pod, &held));
+    v.push(ipc_lock(pod, &held));
+    v.push(nccl_env(pod, &held));
+    v.extend(nccl_retry(pod, &held));
     v.push(rdma_libs(pod, probe));
-    v.extend(smcr(pod, node, peer));
+    v.extend(smcr(pod, &held, node, peer));
     v
 }

@@ -403,7 +403,10 @@ fn nccl_env_that_keeps_nccl_off_erdma() {
     use k8s_openapi::api::core::v1::EnvVar;
     let mut p: Pod = read("pod-pending-insufficient-erdma.json");
     // The fixture's env follows the --erdma recipe minus the debug settings.
-    assert_eq!(pod::nccl_env(&p).status, Status::Pass);
+    assert_eq!(
+        pod::nccl_env(&p, &pod::Holding::of(&p, &[])).status,
+        Status::Pass
+    );
     let set = |p: &mut Pod, vars: &[(&str, &str)]| {
         let c = &mut p.spec.as_mut().unwrap().containers[0];
         let env = c.env.get_or_insert_with(Vec::new);
@@ -420,8 +423,11 @@ fn nccl_env_that_keeps_nccl_off_erdma() {
         &[("NCCL_IB_TIMEOUT", "22"), ("NCCL_IB_RETRY_CNT", "10")],
     );
     // The vendor's advice is reported as INFO with the driver evidence, never as a problem.
-    assert_eq!(pod::nccl_env(&p).status, Status::Pass);
-    let c = pod::nccl_retry(&p).expect("reported when set");
+    assert_eq!(
+        pod::nccl_env(&p, &pod::Holding::of(&p, &[])).status,
+        Status::Pass
+    );
+    let c = pod::nccl_retry(&p, &pod::Holding::of(&p, &[])).expect("reported when set");
     assert_eq!(c.status, Status::Info);
     for want in [
         "NCCL_IB_TIMEOUT=22",
@@ -443,7 +449,7 @@ fn nccl_env_that_keeps_nccl_off_erdma() {
         &mut p,
         &[("NCCL_IB_GID_INDEX", "0"), ("NCCL_IB_HCA", "mlx5_0")],
     );
-    let c = pod::nccl_env(&p);
+    let c = pod::nccl_env(&p, &pod::Holding::of(&p, &[]));
     assert_eq!(c.status, Status::Fail);
     assert!(
         c.message
@@ -458,7 +464,7 @@ fn nccl_env_that_keeps_nccl_off_erdma() {
             ("NCCL_IB_DISABLE", "1"),
         ],
     );
-    let c = pod::nccl_env(&p);
+    let c = pod::nccl_env(&p, &pod::Holding::of(&p, &[]));
     assert!(
         !c.message.contains("NCCL_IB_HCA"),
         "the last value wins: {}",
@@ -471,12 +477,91 @@ fn nccl_env_that_keeps_nccl_off_erdma() {
     let mut q: Pod = read("pod-pending-insufficient-erdma.json");
     set(&mut q, &[("NCCL_IB_HCA", "^mlx5")]);
     assert_eq!(
-        pod::nccl_env(&q).status,
+        pod::nccl_env(&q, &pod::Holding::of(&q, &[])).status,
         Status::Pass,
         "excluding mlx5 keeps erdma"
     );
     set(&mut q, &[("NCCL_IB_HCA", "^erdma")]);
-    assert_eq!(pod::nccl_env(&q).status, Status::Fail);
+    assert_eq!(
+        pod::nccl_env(&q, &pod::Holding::of(&q, &[])).status,
+        Status::Fail
+    );
     let plain: Pod = read("pod-running-no-erdma.json");
-    assert_eq!(pod::nccl_env(&plain).status, Status::Skip);
+    assert_eq!(
+        pod::nccl_env(&plain, &pod::Holding::of(&plain, &[])).status,
+        Status::Skip
+    );
+}
+
+/// A pod that gets its eRDMA device through a DRA claim (no `aliyun/erdma` request) holds the
+/// device as much as one with the extended resource; a claim of another driver does not count.
+#[test]
+fn a_pod_holding_erdma_through_a_dra_claim_passes_the_resource_checks() {
+    use k8s_openapi::api::resource::v1::ResourceClaim;
+    let p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "trainer-dra", "namespace": "team-d",
+                     "annotations": {"network.alibabacloud.com/erdma-smcr": "true"}},
+        "spec": {
+            "resourceClaims": [{"name": "rdma", "resourceClaimTemplateName": "erdma"},
+                               {"name": "gpu", "resourceClaimTemplateName": "gpu"}],
+            "containers": [
+                {"name": "sidecar", "image": "busybox"},
+                {"name": "main", "image": "trainer",
+                 "resources": {"claims": [{"name": "gpu"}, {"name": "rdma"}]},
+                 "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}}}]},
+        "status": {"resourceClaimStatuses": [
+            {"name": "rdma", "resourceClaimName": "trainer-dra-rdma-x7k2p"},
+            {"name": "gpu", "resourceClaimName": "trainer-dra-gpu-9xq1z"}]}
+    }))
+    .unwrap();
+    let claim = |name: &str, driver: &str, device: &str| -> ResourceClaim {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "team-d"},
+            "spec": {},
+            "status": {"allocation": {"devices": {"results": [
+                {"driver": driver, "pool": "node-1", "device": device, "request": "req-0"}]}}}
+        }))
+        .unwrap()
+    };
+    let rdma = claim(
+        "trainer-dra-rdma-x7k2p",
+        "erdma.alibabacloud.com",
+        "erdma-0",
+    );
+    let gpu = claim("trainer-dra-gpu-9xq1z", "gpu.nvidia.com", "gpu-0");
+
+    let held = pod::Holding::of(&p, &[rdma.clone(), gpu.clone()]);
+    assert_eq!(
+        held.containers,
+        [("main".to_string(), "claim rdma (erdma-0)".to_string())]
+    );
+    let checks = pod::checks_with_claims(
+        &p,
+        &[rdma, gpu.clone()],
+        &[],
+        None,
+        None,
+        &LibsProbe::NotRequested,
+    );
+    let r = one(&checks, "pod.resources");
+    assert_eq!(r.status, Status::Pass, "{r:?}");
+    assert!(
+        r.message.contains("main: claim rdma (erdma-0)"),
+        "{}",
+        r.message
+    );
+    let ipc = one(&checks, "pod.ipc_lock");
+    assert_eq!(ipc.status, Status::Pass, "{ipc:?}");
+    assert!(ipc.message.contains("container main"), "{}", ipc.message);
+    assert!(
+        status_of(&checks, "pod.smcr")
+            .iter()
+            .all(|c| !c.message.contains("requests no aliyun/erdma")),
+        "{checks:#?}"
+    );
+
+    // Only the GPU claim readable: no eRDMA device in the pod.
+    let checks = pod::checks_with_claims(&p, &[gpu], &[], None, None, &LibsProbe::NotRequested);
+    assert_eq!(one(&checks, "pod.resources").status, Status::Warn);
+    assert_eq!(one(&checks, "pod.ipc_lock").status, Status::Skip);
 }

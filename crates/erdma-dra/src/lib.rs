@@ -34,7 +34,7 @@ pub use claims::Driver;
 pub use config::{CapacityModel, DraConfig};
 
 /// Default driver name.
-pub const DRIVER_NAME: &str = "erdma.alibabacloud.com";
+pub const DRIVER_NAME: &str = erdma_model::names::DRA_DRIVER;
 
 /// Errors of the DRA driver.
 #[derive(Debug, thiserror::Error)]

@@ -226,7 +226,7 @@ impl Default for FakeUsage {
 }
 
 impl PodResourceUsage for FakeUsage {
-    async fn holders(&self, _resource: &str) -> Result<Vec<Holder>, UsageError> {
+    async fn holders(&self, _held: &crate::usage::Held) -> Result<Vec<Holder>, UsageError> {
         if let Ok(mut c) = self.calls.lock() {
             *c += 1;
         }

@@ -37,12 +37,7 @@ fn node(init: Init, gpu: bool) -> FakeState {
 }
 
 fn holder() -> Holder {
-    Holder {
-        namespace: "team-a".into(),
-        pod: "trainer-0".into(),
-        container: "main".into(),
-        device_ids: vec!["erdma_0/3".into()],
-    }
+    Holder::of_ids("team-a", "trainer-0", "main", vec!["erdma_0/3".into()])
 }
 
 struct Run {

@@ -5,7 +5,7 @@ use crate::host::{Host, HostError};
 use crate::observe::{ErdmaState, Observed, RunningMode, observe};
 use crate::plan::{InstallerVersion, Plan, plan};
 use crate::status::{DriverStatus, PendingChange, StatusCode};
-use crate::usage::{PodResourceUsage, RESOURCE_NAME};
+use crate::usage::{Held, PodResourceUsage, RESOURCE_NAME};
 use erdma_model::{Backoff, DriverMode};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,8 +27,9 @@ pub struct DriverConfig {
     pub backoff_initial: Duration,
     /// Longest retry delay.
     pub backoff_max: Duration,
-    /// The resource whose holders block a reload.
-    pub resource: String,
+    /// What holding the devices means (the extended resource, and the DRA driver's claims):
+    /// its holders block a reload.
+    pub resource: Held,
     /// Where installers come from and the SHA-256 pins they must match.
     pub installer_trust: crate::fetch::InstallerTrust,
 }
@@ -42,7 +43,7 @@ impl Default for DriverConfig {
             resync: Duration::from_secs(60),
             backoff_initial: Duration::from_secs(5),
             backoff_max: Duration::from_secs(300),
-            resource: RESOURCE_NAME.to_string(),
+            resource: Held::both(RESOURCE_NAME, erdma_model::names::DRA_DRIVER),
             installer_trust: crate::fetch::InstallerTrust::default(),
         }
     }

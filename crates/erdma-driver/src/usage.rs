@@ -4,7 +4,7 @@ use std::future::Future;
 
 pub use erdma_model::names::RESOURCE as RESOURCE_NAME;
 
-pub use erdma_kubelet::podresources::Holder;
+pub use erdma_kubelet::podresources::{Held, Holder};
 
 /// The usage could not be determined.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -18,20 +18,15 @@ pub struct UsageError {
     pub fix: String,
 }
 
-/// Which containers hold a resource (real implementation: kubelet pod-resources `List`).
+/// Which containers hold the devices (real implementation: kubelet pod-resources `List`, which
+/// lists both the device plugin's and the DRA driver's devices).
 pub trait PodResourceUsage: Send + Sync + 'static {
-    /// Containers that have at least one device of `resource` allocated.
-    fn holders(
-        &self,
-        resource: &str,
-    ) -> impl Future<Output = Result<Vec<Holder>, UsageError>> + Send;
+    /// Containers that hold at least one device of `held`, by a fresh answer.
+    fn holders(&self, held: &Held) -> impl Future<Output = Result<Vec<Holder>, UsageError>> + Send;
 }
 
 impl<T: PodResourceUsage> PodResourceUsage for std::sync::Arc<T> {
-    fn holders(
-        &self,
-        resource: &str,
-    ) -> impl Future<Output = Result<Vec<Holder>, UsageError>> + Send {
-        (**self).holders(resource)
+    fn holders(&self, held: &Held) -> impl Future<Output = Result<Vec<Holder>, UsageError>> + Send {
+        (**self).holders(held)
     }
 }

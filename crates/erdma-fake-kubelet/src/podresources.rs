@@ -1,4 +1,6 @@
-//! The pod-resources v1 API, answered from the fake's allocation ledger and registered devices.
+//! The pod-resources v1 API, answered from the fake's allocation ledger, registered devices, and
+//! the DRA claims prepared for the pods it ran (listed as the kubelet lists them: under
+//! `dynamic_resources` of the container that uses the claim, one `ClaimResource` per device).
 
 use crate::state::{self, AllocationRecord, ResourceState};
 use erdma_kubelet::podresources::v1 as pr;
@@ -30,12 +32,15 @@ impl Lister {
     /// The ledger as last written. No lock: the file is replaced atomically, and an admission in
     /// progress holds the lock while it calls the plugin, which may ask us (as a real kubelet
     /// answers pod-resources during admission).
-    async fn ledger(&self) -> Result<Vec<AllocationRecord>, Status> {
+    async fn ledger(&self) -> Result<(Vec<AllocationRecord>, Vec<ClaimUse>), Status> {
         let dir = self.shared.dir().to_path_buf();
-        tokio::task::spawn_blocking(move || state::read_ledger(&dir))
-            .await
-            .map_err(|e| Status::internal(e.to_string()))?
-            .map_err(|e| Status::internal(e.to_string()))
+        tokio::task::spawn_blocking(move || {
+            let ledger = state::read_ledger(&dir)?;
+            Ok::<_, crate::FakeKubeletError>((ledger, claim_uses(&dir)))
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(|e| Status::internal(e.to_string()))
     }
 
     fn topology(&self, resource: &str, ids: &[String]) -> Option<pr::TopologyInfo> {
@@ -54,7 +59,7 @@ impl Lister {
         })
     }
 
-    fn pods(&self, ledger: &[AllocationRecord]) -> Vec<pr::PodResources> {
+    fn pods(&self, ledger: &[AllocationRecord], claims: &[ClaimUse]) -> Vec<pr::PodResources> {
         // pod -> container -> devices
         let mut pods: BTreeMap<&str, BTreeMap<&str, Vec<&AllocationRecord>>> = BTreeMap::new();
         for a in ledger {
@@ -63,6 +68,12 @@ impl Lister {
                 .entry(a.container.as_str())
                 .or_default()
                 .push(a);
+        }
+        for c in claims {
+            pods.entry(c.pod.as_str())
+                .or_default()
+                .entry(c.container.as_str())
+                .or_default();
         }
         pods.into_iter()
             .map(|(pod, containers)| {
@@ -82,6 +93,11 @@ impl Lister {
                                     topology: self.topology(&a.resource, &a.device_ids),
                                 })
                                 .collect(),
+                            dynamic_resources: claims
+                                .iter()
+                                .filter(|u| u.pod == pod && u.container == c)
+                                .map(|u| u.resource.clone())
+                                .collect(),
                             ..Default::default()
                         })
                         .collect(),
@@ -97,9 +113,9 @@ impl PodResourcesLister for Lister {
         &self,
         _: Request<pr::ListPodResourcesRequest>,
     ) -> Result<Response<pr::ListPodResourcesResponse>, Status> {
-        let ledger = self.ledger().await?;
+        let (ledger, claims) = self.ledger().await?;
         Ok(Response::new(pr::ListPodResourcesResponse {
-            pod_resources: self.pods(&ledger),
+            pod_resources: self.pods(&ledger, &claims),
         }))
     }
 
@@ -130,9 +146,9 @@ impl PodResourcesLister for Lister {
         request: Request<pr::GetPodResourcesRequest>,
     ) -> Result<Response<pr::GetPodResourcesResponse>, Status> {
         let r = request.into_inner();
-        let ledger = self.ledger().await?;
+        let (ledger, claims) = self.ledger().await?;
         let pod = self
-            .pods(&ledger)
+            .pods(&ledger, &claims)
             .into_iter()
             .find(|p| p.name == r.pod_name && p.namespace == r.pod_namespace)
             .ok_or_else(|| {
@@ -145,4 +161,56 @@ impl PodResourcesLister for Lister {
             pod_resources: Some(pod),
         }))
     }
+}
+
+/// A DRA claim a recorded pod's container uses, as pod-resources lists it.
+struct ClaimUse {
+    /// `namespace/name`.
+    pod: String,
+    container: String,
+    resource: pr::DynamicResource,
+}
+
+/// The DRA claims of the pods this kubelet ran (`<dir>/pods/`); a record that cannot be read is
+/// skipped (the pod is being started or removed).
+fn claim_uses(dir: &Path) -> Vec<ClaimUse> {
+    let pods = crate::pods::recorded_pods(dir).unwrap_or_default();
+    let mut out = Vec::new();
+    for pod in pods {
+        let Ok(record) = crate::pods::read_record(dir, &pod) else {
+            continue;
+        };
+        for claim in &record.dra_claims {
+            let claim_resources = claim
+                .devices
+                .iter()
+                .filter_map(|d| d.split_once('/'))
+                .map(|(pool, device)| pr::ClaimResource {
+                    // The CDI IDs of this device; erdma's end in `-<ibdev>`, and with one device
+                    // every ID is its.
+                    cdi_devices: claim
+                        .cdi_devices
+                        .iter()
+                        .filter(|id| {
+                            claim.devices.len() == 1 || id.ends_with(&format!("-{device}"))
+                        })
+                        .map(|name| pr::CdiDevice { name: name.clone() })
+                        .collect(),
+                    driver_name: claim.driver.clone(),
+                    pool_name: pool.to_string(),
+                    device_name: device.to_string(),
+                })
+                .collect();
+            out.push(ClaimUse {
+                pod: record.pod.clone(),
+                container: record.container.clone(),
+                resource: pr::DynamicResource {
+                    claim_name: claim.name.clone(),
+                    claim_namespace: claim.namespace.clone(),
+                    claim_resources,
+                },
+            });
+        }
+    }
+    out
 }

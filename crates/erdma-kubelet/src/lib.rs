@@ -3,7 +3,8 @@
 //! - [`deviceplugin::v1beta1`]: the device-plugin API (Registration on `kubelet.sock`, the
 //!   DevicePlugin service a plugin serves), including `cdi_devices`.
 //! - [`podresources::v1`]: the pod-resources API the kubelet serves, and
-//!   [`podresources::PodResourcesClient`], the one client of it (`list(resource)` → holders).
+//!   [`podresources::PodResourcesClient`], the one client of it (`list(held)` → the containers holding devices through the device
+//!   plugin or a DRA claim).
 //! - [`pluginregistration::v1`]: the plugin-watcher registration API a plugin serves on a socket in
 //!   `plugins_registry/` (used by DRA drivers).
 //! - [`dra::v1`]: the DRA kubelet plugin API (`NodePrepareResources` / `NodeUnprepareResources`).
@@ -52,8 +53,12 @@ pub mod podresources {
         pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
     }
 
+    mod cache;
     mod client;
-    pub use client::{Holder, ListError, PodResourcesClient, TIMEOUT, holders_in};
+    pub use cache::{Answered, HolderCache, POKE_DELAY, Snapshot};
+    pub use client::{
+        ClaimedDevice, Held, Holder, ListError, PodResourcesClient, TIMEOUT, holders_in,
+    };
 }
 
 /// Plugin-watcher registration API.

@@ -1,7 +1,6 @@
 //! The pod-resources client against a real gRPC server on a Unix socket: one connection for
 //! many calls, a new one after the server went away, and no attempt at a missing socket.
 
-use erdma_kubelet::podresources::PodResourcesClient;
 use erdma_kubelet::podresources::v1::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
@@ -10,6 +9,7 @@ use erdma_kubelet::podresources::v1::{
     GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest,
     ListPodResourcesResponse,
 };
+use erdma_kubelet::podresources::{Held, PodResourcesClient};
 use erdma_kubelet::uds;
 use std::path::Path;
 use std::sync::Arc;
@@ -91,7 +91,10 @@ async fn one_connection_serves_many_calls_and_a_restarted_kubelet_gets_a_new_one
     let client = PodResourcesClient::new(&path);
     let shared = client.clone();
     for _ in 0..3 {
-        assert_eq!(client.list("aliyun/erdma").await.unwrap(), vec![]);
+        assert_eq!(
+            client.list(&Held::resource("aliyun/erdma")).await.unwrap(),
+            vec![]
+        );
         assert_eq!(
             shared.allocatable("aliyun/erdma").await.unwrap(),
             ["erdma_0-0", "erdma_0-1"]
@@ -111,8 +114,14 @@ async fn one_connection_serves_many_calls_and_a_restarted_kubelet_gets_a_new_one
     let restarted = Kubelet::default();
     let stop = CancellationToken::new();
     let (accepted, server) = serve(&path, restarted.clone(), stop.clone());
-    assert_eq!(client.list("aliyun/erdma").await.unwrap(), vec![]);
-    assert_eq!(client.list("aliyun/erdma").await.unwrap(), vec![]);
+    assert_eq!(
+        client.list(&Held::resource("aliyun/erdma")).await.unwrap(),
+        vec![]
+    );
+    assert_eq!(
+        client.list(&Held::resource("aliyun/erdma")).await.unwrap(),
+        vec![]
+    );
     assert_eq!(restarted.calls.load(Ordering::SeqCst), 2);
     assert_eq!(accepted.load(Ordering::SeqCst), 1, "reconnected once");
     stop.cancel();
@@ -124,7 +133,7 @@ async fn a_missing_socket_is_an_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("absent.sock");
     let err = PodResourcesClient::new(&path)
-        .list("aliyun/erdma")
+        .list(&Held::resource("aliyun/erdma"))
         .await
         .unwrap_err();
     let text = err.to_string();

@@ -8,6 +8,8 @@ use std::ops::RangeInclusive;
 
 /// The extended resource the device plugin advertises (kept from the original).
 pub const RESOURCE: &str = "aliyun/erdma";
+/// The DRA driver's name, on a node where DRA serves the devices instead of the device plugin.
+pub const DRA_DRIVER: &str = "erdma.alibabacloud.com";
 /// The pod annotation that asks for SMC-R (kept from the original controller).
 pub const SMCR_ANNOTATION: &str = "network.alibabacloud.com/erdma-smcr";
 /// Label on an `ERdmaDevice`: the ECS instance ID.

@@ -1,7 +1,9 @@
 //! The one pod-resources client: the kubelet's `List` answer reduced to the containers that hold
-//! devices of one resource, and `GetAllocatableResources` reduced to that resource's device IDs.
-//! What a caller makes of them (slots in use, the owner of a device, the live pods, foreign
-//! devices) is a pure function in the caller's crate.
+//! erdma's devices, through either resource API ([`Held`]: the device plugin's extended resource
+//! in `devices`, a DRA driver's claimed devices in `dynamic_resources`), and
+//! `GetAllocatableResources` reduced to the extended resource's device IDs. What a caller makes of
+//! them (slots in use, the owner of a device, the live pods, foreign devices) is a pure function in
+//! the caller's crate.
 
 use super::v1::pod_resources_lister_client::PodResourcesListerClient;
 use super::v1::{
@@ -19,7 +21,58 @@ use tonic::transport::Channel;
 /// How long connecting, and then the `List` call, may take each.
 pub const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A container that has devices of a resource allocated.
+/// What counts as holding the devices: IDs of an extended resource (device plugin), and devices
+/// a DRA driver prepared for a claim of the container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// The extended resource (`aliyun/erdma`).
+    pub resource: String,
+    /// The DRA driver whose claimed devices count too (`erdma.alibabacloud.com`); `None` counts
+    /// only the extended resource.
+    pub dra_driver: Option<String>,
+}
+
+impl Held {
+    /// Devices of the extended resource `resource`, and of DRA driver `dra_driver`.
+    pub fn both(resource: &str, dra_driver: &str) -> Self {
+        Held {
+            resource: resource.to_string(),
+            dra_driver: Some(dra_driver.to_string()),
+        }
+    }
+
+    /// Devices of the extended resource `resource` only.
+    pub fn resource(resource: &str) -> Self {
+        Held {
+            resource: resource.to_string(),
+            dra_driver: None,
+        }
+    }
+}
+
+impl fmt::Display for Held {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.dra_driver {
+            Some(d) => write!(f, "{} (or a claim on DRA driver {d})", self.resource),
+            None => f.write_str(&self.resource),
+        }
+    }
+}
+
+/// A device a DRA driver prepared for one of the container's claims.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClaimedDevice {
+    /// The claim's namespace.
+    pub claim_namespace: String,
+    /// The claim's name.
+    pub claim_name: String,
+    /// The pool the device belongs to (the node name, for erdma).
+    pub pool: String,
+    /// The device's name in the pool (`erdma-0`).
+    pub device: String,
+}
+
+/// A container that holds devices, through the device plugin, a DRA claim, or both.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Holder {
     /// Pod namespace.
@@ -28,17 +81,43 @@ pub struct Holder {
     pub pod: String,
     /// Container name.
     pub container: String,
-    /// Device IDs of the resource it holds (never empty).
+    /// Device IDs of the extended resource it holds (slot IDs with erdma's device plugin).
     pub device_ids: Vec<String>,
+    /// Devices it holds through DRA claims.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub claimed: Vec<ClaimedDevice>,
+}
+
+impl Holder {
+    /// A holder of extended-resource devices only.
+    pub fn of_ids(namespace: &str, pod: &str, container: &str, device_ids: Vec<String>) -> Self {
+        Holder {
+            namespace: namespace.to_string(),
+            pod: pod.to_string(),
+            container: container.to_string(),
+            device_ids,
+            claimed: Vec::new(),
+        }
+    }
 }
 
 impl fmt::Display for Holder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}/{} (container {})",
+            "{}/{} (container {}",
             self.namespace, self.pod, self.container
-        )
+        )?;
+        let mut claims: Vec<String> = self
+            .claimed
+            .iter()
+            .map(|c| format!("{}/{}", c.claim_namespace, c.claim_name))
+            .collect();
+        claims.dedup();
+        if !claims.is_empty() {
+            write!(f, ", claim {}", claims.join(", "))?;
+        }
+        f.write_str(")")
     }
 }
 
@@ -94,15 +173,15 @@ impl PodResourcesClient {
         &self.socket
     }
 
-    /// The containers that hold devices of `resource` now (one `List` call, [`TIMEOUT`] each
-    /// for connecting and for the answer).
-    pub async fn list(&self, resource: &str) -> Result<Vec<Holder>, ListError> {
+    /// The containers that hold devices of `held` now (one `List` call, [`TIMEOUT`] each for
+    /// connecting and for the answer).
+    pub async fn list(&self, held: &Held) -> Result<Vec<Holder>, ListError> {
         let resp = self
             .call("List", |mut c| async move {
                 c.list(ListPodResourcesRequest {}).await
             })
             .await?;
-        Ok(holders_in(&resp, resource))
+        Ok(holders_in(&resp, held))
     }
 
     /// The device IDs of `resource` the kubelet holds (`GetAllocatableResources`): the device
@@ -232,23 +311,45 @@ fn transport_failure(code: tonic::Code) -> bool {
     )
 }
 
-/// The containers in a `List` answer that have devices of `resource`.
-pub fn holders_in(resp: &ListPodResourcesResponse, resource: &str) -> Vec<Holder> {
+/// The containers in a `List` answer that hold devices of `held`: the extended resource's device
+/// IDs from `devices`, the DRA driver's devices from `dynamic_resources` (kubelets list a claim's
+/// devices under every container that references the claim).
+pub fn holders_in(resp: &ListPodResourcesResponse, held: &Held) -> Vec<Holder> {
     let mut out = Vec::new();
     for pod in &resp.pod_resources {
         for c in &pod.containers {
             let device_ids: Vec<String> = c
                 .devices
                 .iter()
-                .filter(|d| d.resource_name == resource)
+                .filter(|d| d.resource_name == held.resource)
                 .flat_map(|d| d.device_ids.iter().cloned())
                 .collect();
-            if !device_ids.is_empty() {
+            let claimed: Vec<ClaimedDevice> = match &held.dra_driver {
+                None => Vec::new(),
+                Some(driver) => c
+                    .dynamic_resources
+                    .iter()
+                    .flat_map(|claim| {
+                        claim
+                            .claim_resources
+                            .iter()
+                            .filter(|r| &r.driver_name == driver && !r.device_name.is_empty())
+                            .map(|r| ClaimedDevice {
+                                claim_namespace: claim.claim_namespace.clone(),
+                                claim_name: claim.claim_name.clone(),
+                                pool: r.pool_name.clone(),
+                                device: r.device_name.clone(),
+                            })
+                    })
+                    .collect(),
+            };
+            if !device_ids.is_empty() || !claimed.is_empty() {
                 out.push(Holder {
                     namespace: pod.namespace.clone(),
                     pod: pod.name.clone(),
                     container: c.name.clone(),
                     device_ids,
+                    claimed,
                 });
             }
         }
