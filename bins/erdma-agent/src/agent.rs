@@ -345,6 +345,10 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
                     .unwrap_or_else(|| "/var/run/cdi".into()),
                 sysfs: s.sysfs_root.clone(),
                 claim_watch: s.dra_claim_watch,
+                on_prepare: Some({
+                    let h = holders.clone();
+                    Arc::new(move || h.poke())
+                }),
             },
             cluster.clone().context("DRA needs the Kubernetes API")?,
             served_rx.clone(),

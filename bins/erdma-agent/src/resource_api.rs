@@ -179,6 +179,8 @@ pub struct DraSettings {
     pub sysfs: PathBuf,
     /// Watch ResourceClaims for the claim cache (`--dra-claim-watch`).
     pub claim_watch: bool,
+    /// Called after each NodePrepareResources that prepared a claim.
+    pub on_prepare: Option<erdma_dra::claims::PrepareObserver>,
 }
 
 /// Runs the DRA driver until `cancel`: the sockets, ResourceSlice publishing, and its state in
@@ -201,6 +203,9 @@ pub async fn run_dra(
         cluster.client.clone(),
         served.clone(),
     )?);
+    if let Some(f) = settings.on_prepare {
+        driver.on_prepare(f);
+    }
     // Started before the sockets, so that the watch has listed by the time the kubelet calls.
     let claim_watch = cfg.watch_claims.then(|| {
         let (d, c) = (driver.clone(), cancel.clone());

@@ -42,6 +42,8 @@ struct RunningDra {
     served: watch::Sender<NodeDevices>,
     cancel: CancellationToken,
     run: tokio::task::JoinHandle<anyhow::Result<()>>,
+    /// NodePrepareResources calls that prepared a claim (the agent refreshes its holders then).
+    prepares: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 fn start_dra(
@@ -57,12 +59,17 @@ fn start_dra(
     let (view_tx, view) = watch::channel(None);
     let cancel = CancellationToken::new();
     let (served_tx, served_rx) = watch::channel(served);
+    let prepares = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = prepares.clone();
     let run = tokio::spawn(resource_api::run_dra(
         DraSettings {
             kubelet_root_dir: dir.path().join("kubelet"),
             cdi_dir: dir.path().join("cdi"),
             sysfs: tree.sys().to_path_buf(),
             claim_watch: true,
+            on_prepare: Some(Arc::new(move || {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            })),
         },
         cluster,
         served_rx,
@@ -76,6 +83,7 @@ fn start_dra(
         served: served_tx,
         cancel,
         run,
+        prepares,
     }
 }
 
@@ -128,6 +136,7 @@ async fn a_node_labelled_dra_publishes_slices_and_prepares_claims_instead_of_the
         served: _served_tx,
         cancel,
         run,
+        prepares,
     } = start_dra(&tree, served, cluster.clone(), Some("i-test".into()));
     until("the ResourceSlice", || {
         api.get::<ResourceSlice>(None, "n1-erdma.alibabacloud.com")
@@ -194,6 +203,11 @@ async fn a_node_labelled_dra_publishes_slices_and_prepares_claims_instead_of_the
         .unwrap();
     assert_eq!(r.claims["uid-c1"].error, "");
     assert_eq!(
+        prepares.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "a prepared claim tells the agent to refresh who holds which device"
+    );
+    assert_eq!(
         r.claims["uid-c1"].devices[0].cdi_device_ids,
         ["erdma.alibabacloud.com/claim=uid-c1-erdma_1"]
     );
@@ -239,6 +253,7 @@ async fn lab_allocator_and_kubelet_claims_share_a_device_by_capacity_and_serve_t
         served: _served_tx,
         cancel,
         run,
+        ..
     } = start_dra(&tree, served, Cluster::new(api.client(), "n1"), None);
     let registry = dir.path().join("kubelet/plugins_registry");
     until("the slice and the registration socket", || {

@@ -31,7 +31,11 @@ pub struct Driver {
     served: watch::Receiver<NodeDevices>,
     cache: Arc<ClaimCache>,
     state: Mutex<State>,
+    on_prepare: std::sync::OnceLock<PrepareObserver>,
 }
+
+/// Called after a NodePrepareResources call that prepared at least one claim; it must not block.
+pub type PrepareObserver = Arc<dyn Fn() + Send + Sync>;
 
 /// The prepared claims and the file that records them.
 struct State {
@@ -77,7 +81,14 @@ impl Driver {
             served,
             cache,
             state: Mutex::new(State { cp, journal }),
+            on_prepare: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Calls `f` after each NodePrepareResources that prepared a claim (the agent refreshes who
+    /// holds which device); the first one set stays.
+    pub fn on_prepare(&self, f: PrepareObserver) {
+        let _ = self.on_prepare.set(f);
     }
 
     /// Runs the ResourceClaim watch that feeds the claim cache until `cancel` (without it every
@@ -129,6 +140,11 @@ impl Driver {
                 }
             };
             out.insert(c.uid.clone(), r);
+        }
+        if out.values().any(|r| r.error.is_empty())
+            && let Some(f) = self.on_prepare.get()
+        {
+            f();
         }
         api::NodePrepareResourcesResponse { claims: out }
     }
