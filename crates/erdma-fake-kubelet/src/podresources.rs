@@ -214,3 +214,96 @@ fn claim_uses(dir: &Path) -> Vec<ClaimUse> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pod the lab kubelet ran with a DRA claim is listed as the kubelet lists it: the claim
+    /// under the container's `dynamic_resources`, one `ClaimResource` per device with its CDI IDs.
+    #[test]
+    fn prepared_claims_of_recorded_pods_are_listed_under_dynamic_resources() {
+        let dir = tempfile::tempdir().unwrap();
+        let record: crate::pods::PodRecord = serde_json::from_value(serde_json::json!({
+            "pod": "lab/pod-a", "uid": "u1", "sandbox_id": "s1", "container": "c",
+            "container_id": "c1", "ip": null, "netns": null, "allocation": null,
+            "cdi_devices": [], "cdi_form": "field", "timings_ms": {},
+            "dra_claims": [{
+                "namespace": "lab", "name": "claim-a", "uid": "uid-a",
+                "driver": "erdma.alibabacloud.com",
+                "cdi_devices": ["erdma.alibabacloud.com/claim=uid-a-rxe0",
+                                "erdma.alibabacloud.com/claim=uid-a-rxe1"],
+                "devices": ["lab-node/rxe0", "lab-node/rxe1"]
+            }]
+        }))
+        .unwrap();
+        let path = crate::pods::record_path(dir.path(), "lab/pod-a").unwrap();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        crate::pods::write_record(&path, &record).unwrap();
+        let uses = claim_uses(dir.path());
+        assert_eq!(uses.len(), 1);
+        assert_eq!(
+            (uses[0].pod.as_str(), uses[0].container.as_str()),
+            ("lab/pod-a", "c")
+        );
+        let r = &uses[0].resource;
+        assert_eq!(
+            (r.claim_namespace.as_str(), r.claim_name.as_str()),
+            ("lab", "claim-a")
+        );
+        let devices: Vec<(&str, &str, Vec<&str>)> = r
+            .claim_resources
+            .iter()
+            .map(|c| {
+                (
+                    c.pool_name.as_str(),
+                    c.device_name.as_str(),
+                    c.cdi_devices.iter().map(|d| d.name.as_str()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            devices,
+            [
+                (
+                    "lab-node",
+                    "rxe0",
+                    vec!["erdma.alibabacloud.com/claim=uid-a-rxe0"]
+                ),
+                (
+                    "lab-node",
+                    "rxe1",
+                    vec!["erdma.alibabacloud.com/claim=uid-a-rxe1"]
+                ),
+            ]
+        );
+        assert!(
+            r.claim_resources
+                .iter()
+                .all(|c| c.driver_name == "erdma.alibabacloud.com")
+        );
+        // The pod is listed with its container even without a device-plugin allocation.
+        let lister = Lister {
+            shared: Arc::new(Fixed(dir.path().to_path_buf())),
+        };
+        let pods = lister.pods(&[], &uses);
+        assert_eq!(pods.len(), 1);
+        assert_eq!(
+            (pods[0].namespace.as_str(), pods[0].name.as_str()),
+            ("lab", "pod-a")
+        );
+        assert_eq!(pods[0].containers[0].dynamic_resources, [r.clone()]);
+        assert!(pods[0].containers[0].devices.is_empty());
+    }
+
+    struct Fixed(std::path::PathBuf);
+
+    impl Source for Fixed {
+        fn dir(&self) -> &Path {
+            &self.0
+        }
+        fn resources(&self) -> BTreeMap<String, ResourceState> {
+            BTreeMap::new()
+        }
+    }
+}
