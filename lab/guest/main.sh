@@ -14,6 +14,8 @@ echo "node-setup $(awk -v a="$t" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')" 
 
 cleanup() {
   runtime_clean
+  # a scenario that turned containerd's debug log on (nri-smcr): back to info, the log kept
+  if [ "$(cat "$CTRD_LEVEL_FILE" 2>/dev/null)" = debug ]; then runtime_restart info; fi
   for ns in $(ip netns list | awk '{print $1}'); do ip netns del "$ns"; done
   ip link set eth0 up 2>/dev/null; ip link set eth1 up 2>/dev/null
   rm -rf "$KDIR" /tmp/*.json

@@ -1,11 +1,15 @@
 # The guest's container runtime and the lab kubelet's pods on it (sourced by dash, after lib.sh).
 #
-# runtime_up starts containerd 1.7 (CRI plugin with CDI; NRI on, see runtime/config.toml) with
+# runtime_up starts containerd (1.7 or 2.1, whichever the initramfs's runtime layer holds:
+# lab/runtime.conf, lab/run.sh --runtime) with the configuration for its version
+# (runtime/containerd-1.7.toml, config version 2, or runtime/containerd-2.1.toml, version 3: the
+# same set-up in each version's plugin names: CRI with CDI, NRI on, runc with NoPivotRoot, CNI),
 # runc and the CNI bridge network "lab" (bridge cri0, 10.89.0.0/24: each pod gets its own network
 # namespace /var/run/netns/cni-... and an address), and imports the offline image
 # lab.local/rdma-tools:1 (busybox, rdma-core tools, the rxe provider). Its binaries come in the
 # initramfs's runtime layer (lab/lib/runtime.sh); its configuration from the share, so a changed
-# runtime/config.toml needs no image rebuild. Later issues (NRI, DRA) reuse this set-up.
+# config needs no image rebuild. RT_NAME says which runtime runs (containerd-1.7, containerd-2.1),
+# for the scenarios whose checks differ (nri-smcr: NRI v0.8's timeout and split Synchronize).
 #
 # Pods are run by the lab's kubelet, `erdma-fake-kubelet pod run`, over the real CRI socket:
 # Allocate (admission), RunPodSandbox, PreStartContainer, CreateContainer with the Allocate response's
@@ -13,12 +17,27 @@
 CTRD_SOCK=/run/containerd/containerd.sock
 IMAGE=lab.local/rdma-tools:1
 RUNTIME_CFG=/mnt/host/guest/runtime
+# containerd's log level and log file (runtime_restart changes them): info into the share; debug
+# (NRI's split-Synchronize lines) into guest memory, copied to the share when the level goes back
+CTRD_LEVEL_FILE=/run/erdma-lab-containerd-level
+CTRD_DEBUG_LOG=/var/log/containerd-debug.log
+
+# runtime_name: containerd-MAJOR.MINOR of the containerd in the image ("containerd
+# github.com/containerd/containerd/v2 2.1.9+unknown ..." -> containerd-2.1)
+runtime_name() { containerd --version | awk '{v = $3; sub(/^v/, "", v); split(v, p, "."); print "containerd-" p[1] "." p[2]}'; }
+RT_NAME=$(command -v containerd > /dev/null && runtime_name)
 
 # runtime_up: idempotent; records its timings (runtime-start, runtime-image-import) in
-# out/timings.txt. Fails (status 1) with a log line when the runtime is not in the image.
+# out/timings.txt. Fails (status 1) with a log line when the runtime is not in the image, has
+# no configuration here, or is not the one the host built the image for (share's runtime-name).
 runtime_up() {
   ctr version > /dev/null 2>&1 && return 0
   command -v containerd > /dev/null || { log "no container runtime in the guest image (lab_runtime did not run)"; return 1; }
+  [ -f "$RUNTIME_CFG/$RT_NAME.toml" ] \
+    || { log "no configuration for $RT_NAME ($(containerd --version)) in $RUNTIME_CFG"; return 1; }
+  _want=$(cat /mnt/host/guest/runtime-name 2>/dev/null)
+  [ -z "$_want" ] || [ "$_want" = "$RT_NAME" ] \
+    || { log "the image's runtime is $RT_NAME ($(containerd --version)), the host asked for $_want"; return 1; }
   _rt=$(now)
   modprobe overlay || log "modprobe overlay failed"
   # cgroup v2 (mounted by /init): the controllers runc sets up for containers; the device
@@ -28,22 +47,43 @@ runtime_up() {
   # overlayfs cannot use the initramfs (rootfs) as its upper layer's file system
   grep -q " /var/lib/containerd " /proc/mounts || mount -t tmpfs tmpfs /var/lib/containerd
   [ -e /etc/resolv.conf ] || : > /etc/resolv.conf
-  cp "$RUNTIME_CFG/config.toml" /etc/containerd/config.toml
+  cp "$RUNTIME_CFG/$RT_NAME.toml" /etc/containerd/config.toml
   cp "$RUNTIME_CFG/10-lab.conflist" /etc/cni/net.d/
-  # containers inherit containerd's RLIMIT_MEMLOCK (the CRI sets none): 8 MiB, the kernel's
-  # default since 5.16 and a common distribution default, set here so that it does not depend on
-  # the kernel (the nri scenario shows a non-root container's ibv_reg_mr failing with it)
-  ulimit -l 8192
-  # its own session: the scenario sessions are killed when a scenario ends, the runtime stays
-  setsid containerd --config /etc/containerd/config.toml > "$OUT/containerd.log" 2>&1 < /dev/null &
-  wait_for 60 ctr version || { log "containerd did not answer in 60 s:"; tail -20 "$OUT/containerd.log"; return 1; }
+  runtime_start info || return 1
   echo "runtime-start $(awk -v a="$_rt" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')" >> "$OUT/timings.txt"
-  log "runtime: $(containerd --version | cut -d' ' -f1-3), $(runc --version | head -1)"
+  log "runtime: $RT_NAME: $(containerd --version | cut -d' ' -f1-3), $(runc --version | head -1)"
   _rt=$(now)
   ctr -n k8s.io images import /var/lib/erdma-lab/rdma-tools.oci.tar > /tmp/import.out 2>&1 \
     || { log "image import failed:"; cat /tmp/import.out; return 1; }
   echo "runtime-image-import $(awk -v a="$_rt" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')" >> "$OUT/timings.txt"
   log "runtime: images $(ctr -n k8s.io images ls -q | tr '\n' ' ')"
+}
+
+# runtime_start LEVEL: starts containerd with the installed config, logging at LEVEL (info: to
+# out/containerd.log, appended; debug: to $CTRD_DEBUG_LOG in guest memory, since a write to the
+# share is a round trip to the host's qemu); waits until it answers.
+runtime_start() {
+  _log="$OUT/containerd.log"; [ "$1" = debug ] && _log=$CTRD_DEBUG_LOG
+  # containers inherit containerd's RLIMIT_MEMLOCK (the CRI sets none): 8 MiB, the kernel's
+  # default since 5.16 and a common distribution default, set here so that it does not depend on
+  # the kernel (the nri scenario shows a non-root container's ibv_reg_mr failing with it)
+  ulimit -l 8192
+  # its own session: the scenario sessions are killed when a scenario ends, the runtime stays
+  setsid containerd --config /etc/containerd/config.toml --log-level "$1" >> "$_log" 2>&1 < /dev/null &
+  echo "$1" > "$CTRD_LEVEL_FILE"
+  wait_for 60 ctr version || { log "containerd did not answer in 60 s:"; tail -20 "$_log"; return 1; }
+}
+
+# runtime_restart LEVEL: containerd stopped and started again at log level LEVEL (info or debug),
+# when it runs at another level. The pods stay (their shims run on; the state is on tmpfs). Going
+# back from debug copies the debug log to out/containerd-debug.log.
+runtime_restart() {
+  [ "$(cat "$CTRD_LEVEL_FILE" 2>/dev/null)" = "$1" ] && return 0
+  _pid=$(pidof containerd)
+  [ -n "$_pid" ] && kill "$_pid"
+  wait_for 30 sh -c "! pidof containerd" || { log "containerd (pid $_pid) did not stop in 30 s"; return 1; }
+  [ "$1" = debug ] || { [ -f "$CTRD_DEBUG_LOG" ] && cp "$CTRD_DEBUG_LOG" "$OUT/containerd-debug.log"; }
+  runtime_start "$1" && log "runtime: containerd restarted at log level $1"
 }
 
 # runtime_clean: deletes every pod the lab kubelet recorded in $KDIR (between scenarios)

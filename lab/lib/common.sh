@@ -2,6 +2,8 @@
 # Env: ERDMA_LAB_CACHE   downloads, unpacked kernels, base initramfs (default ~/.cache/erdma-lab)
 #      ERDMA_LAB_WORK    work dir of this run: share, logs, initrd (default: a new /tmp/erdma-lab.*)
 #      ERDMA_LAB_SUITE   kernel suite (default trixie-backports; see lab/kernels.conf)
+#      ERDMA_LAB_RUNTIME the guest's container runtime (default containerd-1.7; the sections of
+#                        lab/runtime.conf: containerd-1.7, containerd-2.1)
 #      ERDMA_NO_APT=1    never run apt-get install (fail naming what is missing); ERDMA_LAB_NO_APT=1 too
 #      ERDMA_LAB_PROFILE debug (default, the test build cache) or release (as shipped; the benchmark)
 #      CARGO_TARGET_DIR  honoured when locating the built binaries
@@ -9,6 +11,8 @@ LAB=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REPO=$(cd "$LAB/.." && pwd)
 CACHE=${ERDMA_LAB_CACHE:-${HOME:-/root}/.cache/erdma-lab}
 SUITE=${ERDMA_LAB_SUITE:-trixie-backports}
+DEFAULT_RUNTIME=containerd-1.7
+RUNTIME=${ERDMA_LAB_RUNTIME:-$DEFAULT_RUNTIME}
 T0=$(date +%s.%N)
 TIMINGS=()
 
@@ -84,13 +88,18 @@ lab_kernel() {
   KVER=$(basename "$(ls -d "$KROOT"/lib/modules/* "$KROOT"/usr/lib/modules/* 2>/dev/null | head -1)")
 }
 
-# Sets RUNTIME_LAYER: the guest's container runtime (containerd, runc, CNI plugins, the offline
-# OCI image) as an initramfs layer, cached by content (lab/lib/runtime.sh, pins in
-# lab/runtime.conf). lab_initramfs adds it when it is set.
+# The runtimes lab/runtime.conf pins (its sections), space separated.
+lab_runtimes() { sed -n 's/^\[\([^]]*\)\].*/\1/p' "$LAB/runtime.conf" | tr '\n' ' ' | sed 's/ $//'; }
+# Sets RUNTIME_LAYER: the guest's container runtime $RUNTIME (containerd, runc, CNI plugins, the
+# offline OCI image) as an initramfs layer, cached by content (lab/lib/runtime.sh, pins in
+# lab/runtime.conf). lab_initramfs adds it when it is set; lab_workdir then tells the guest
+# which runtime it is meant to find (share/guest/runtime-name).
 RUNTIME_LAYER=""
 lab_runtime() {
-  RUNTIME_LAYER=$("$LAB/lib/runtime.sh" "$CACHE/runtime" | tail -1) && [ -f "$RUNTIME_LAYER" ] \
-    || die "the container runtime layer could not be built (lab/lib/runtime.sh)"
+  grep -qx -- "$RUNTIME" < <(lab_runtimes | tr ' ' '\n') \
+    || die "unknown runtime '$RUNTIME' (lab/runtime.conf has: $(lab_runtimes))"
+  RUNTIME_LAYER=$("$LAB/lib/runtime.sh" "$CACHE/runtime" "$RUNTIME" | tail -1) && [ -f "$RUNTIME_LAYER" ] \
+    || die "the container runtime layer could not be built (lab/lib/runtime.sh $RUNTIME)"
 }
 
 # Sets INITRD: the cached base image (rebuilt when the kernel, the builder, /init or the host
@@ -122,6 +131,7 @@ lab_workdir() {
   WORK=${ERDMA_LAB_WORK:-$(mktemp -d /tmp/erdma-lab.XXXXXX)}
   mkdir -p "$WORK/share/out"; rm -rf "$WORK/share/guest" "$WORK/share/out"/*
   cp -r "$LAB/guest" "$WORK/share/guest"
+  if [ -n "$RUNTIME_LAYER" ]; then echo "$RUNTIME" > "$WORK/share/guest/runtime-name"; fi
 }
 
 # Boots the VM running guest/main.sh with ARGS; console to $WORK/console.log; PASS/FAIL/SKIP/

@@ -1,31 +1,41 @@
 #!/bin/bash
-# The guest's container runtime as an initramfs layer (gzip'ed cpio), cached by content:
-# containerd, containerd-shim-runc-v2 and ctr (Debian 13), runc, libseccomp and the CNI plugins
-# bridge, host-local and loopback (Debian 12), pinned with SHA256 in lab/runtime.conf, plus the
+# The guest's container runtime as an initramfs layer (gzip'ed cpio), cached by content, one per
+# runtime: containerd, containerd-shim-runc-v2 and ctr (containerd-1.7: Debian 13's 1.7.24;
+# containerd-2.1: unstable's 2.1.9), runc, libseccomp and the CNI plugins bridge, host-local and
+# loopback (Debian 12), pinned with SHA256 in lab/runtime.conf (a section per runtime), plus the
 # offline OCI image lab.local/rdma-tools:1 (lab/lib/oci-image.sh: busybox and the rdma-core tools
 # and rxe provider the scenarios run in containers).
-#   lab/lib/runtime.sh OUT_DIR
-# Prints the layer's path as the last line of stdout (OUT_DIR/runtime-<key>.cpio.gz). Nothing is
-# installed on the host: apt runs with a private state under the cache, packages are unpacked
-# with dpkg -x. The guest's configuration (containerd's config.toml, the CNI network) is not in
-# the layer: lab/guest/runtime.sh installs it from the share at boot.
+#   lab/lib/runtime.sh OUT_DIR [RUNTIME]
+# RUNTIME: a section of lab/runtime.conf (default: $ERDMA_LAB_RUNTIME, else containerd-1.7).
+# Prints the layer's path as the last line of stdout (OUT_DIR/runtime-<runtime>-<key>.cpio.gz).
+# Nothing is installed on the host: apt runs with a private state under the cache, packages are
+# unpacked with dpkg -x. The guest's configuration (containerd's config, the CNI network) is not
+# in the layer: lab/guest/runtime.sh installs it from the share at boot, by the containerd version
+# it finds.
 # Env: ERDMA_LAB_CACHE (default ~/.cache/erdma-lab), ERDMA_LAB_MIRROR (default: the host's
 #      Debian mirror from its apt sources, else http://deb.debian.org/debian).
 set -euo pipefail
-OUTDIR=$(mkdir -p "${1:?usage: runtime.sh OUT_DIR}" && cd "$1" && pwd)
+OUTDIR=$(mkdir -p "${1:?usage: runtime.sh OUT_DIR [RUNTIME]}" && cd "$1" && pwd)
 LAB=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${ERDMA_LAB_CACHE:-${HOME:-/root}/.cache/erdma-lab}
 PINS="$LAB/runtime.conf"
+RUNTIME=${2:-${ERDMA_LAB_RUNTIME:-containerd-1.7}}
+# pins RUNTIME: the package lines of the runtime's section
+pins() { awk -v want="[$1]" '/^\[/ {sec = $1; next} !/^#/ && NF >= 4 && sec == want' "$PINS"; }
+RUNTIMES=$(sed -n 's/^\[\([^]]*\)\].*/\1/p' "$PINS" | tr '\n' ' ')
+if [ -z "$(pins "$RUNTIME")" ]; then
+  echo "runtime.sh: no runtime '$RUNTIME' in $PINS (known: $RUNTIMES)" >&2; exit 2
+fi
 IMAGE_REF=lab.local/rdma-tools:1
 IMAGE_FILES=(/bin/busybox /usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong /usr/bin/ib_write_bw
   /etc/libibverbs.d/rxe.driver /usr/lib/x86_64-linux-gnu/libgcc_s.so.1)
 IMAGE_FILES+=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so)
 
-# The layer's key: the pins, these scripts and every file that goes into the image.
-KEY=$( { cat "$PINS" "$0" "$LAB/lib/oci-image.sh"; sha256sum "${IMAGE_FILES[@]}";
+# The layer's key: the runtime's pins, these scripts and every file that goes into the image.
+KEY=$( { echo "$RUNTIME"; pins "$RUNTIME"; cat "$0" "$LAB/lib/oci-image.sh"; sha256sum "${IMAGE_FILES[@]}";
          for f in "${IMAGE_FILES[@]}"; do ldd "$f" 2>/dev/null | awk '/=>/ {print $3}'; done | sort -u | xargs -r sha256sum; } \
        | sha256sum | cut -c1-16)
-OUT="$OUTDIR/runtime-$KEY.cpio.gz"
+OUT="$OUTDIR/runtime-$RUNTIME-$KEY.cpio.gz"
 if [ -f "$OUT" ]; then echo "$OUT"; exit 0; fi
 
 mirror() {
@@ -35,33 +45,57 @@ mirror() {
   [ -n "$uri" ] || uri=$(awk '/^deb .*\/debian\/? /{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
   echo "${uri:-http://deb.debian.org/debian}"
 }
-# apt_opts SUITE: a private apt state for one suite under the cache
+# apt_opts SUITE: a private apt state for one suite under the cache. Its Release file may be past
+# its Valid-Until (unstable's is valid for a week, a mirror snapshot can be older): the trust is
+# in the pins' SHA256, every .deb is checked against it.
 apt_opts() {
   local r="$CACHE/apt/runtime-$1"
   APT_OPTS=(-o Dir::Etc::SourceList="$r/sources.list" -o Dir::Etc::SourceParts="$r/sources.list.d"
     -o Dir::Etc::Preferences="$r/preferences" -o Dir::Etc::PreferencesParts="$r/preferences.d"
     -o Dir::State::Lists="$r/lists" -o Dir::Cache="$r/cache" -o Dir::State::status=/dev/null
-    -o APT::Architecture=amd64 -o Acquire::Languages=none -o APT::Sandbox::User=root)
+    -o APT::Architecture=amd64 -o Acquire::Languages=none -o APT::Sandbox::User=root
+    -o Acquire::Check-Valid-Until=false)
   mkdir -p "$r"/{lists/partial,cache/archives/partial,preferences.d,sources.list.d}
   printf 'deb %s %s main\n' "$(mirror)" "$1" > "$r/sources.list"
+}
+# by_url DEB PKG VER SHA POOL: the .deb by URL when apt no longer has the version: the mirror's
+# pool, else snapshot.debian.org (which keeps every version published: its index names the
+# file's hash). apt-helper (part of apt) downloads and checks the SHA256.
+by_url() {
+  local deb=$1 pkg=$2 ver=$3 sha=$4 pool=$5 url idx hash
+  url="$(mirror)/$pool"
+  echo "runtime.sh: fetching $url" >&2
+  /usr/lib/apt/apt-helper -o APT::Sandbox::User=root download-file "$url" "$deb" "SHA256:$sha" >&2 && return 0
+  idx="https://snapshot.debian.org/mr/binary/$pkg/$ver/binfiles"
+  echo "runtime.sh: not there; asking snapshot.debian.org ($idx)" >&2
+  /usr/lib/apt/apt-helper -o APT::Sandbox::User=root download-file "$idx" "$deb.idx" >&2 || return 1
+  hash=$(jq -r '[.result[] | select(.architecture == "amd64")][0].hash // empty' "$deb.idx"); rm -f "$deb.idx"
+  [ -n "$hash" ] || return 1
+  /usr/lib/apt/apt-helper -o APT::Sandbox::User=root download-file \
+    "https://snapshot.debian.org/file/$hash" "$deb" "SHA256:$sha" >&2
 }
 declare -A UPDATED
 DEBS="$CACHE/debs"; mkdir -p "$DEBS"
 FILES=()
-while read -r suite pkg ver sha; do
+while read -r suite pkg ver sha pool; do
   deb="$DEBS/${pkg}_${ver//:/%3a}_amd64.deb"
   if [ ! -f "$deb" ] || [ "$(sha256sum "$deb" | cut -d' ' -f1)" != "$sha" ]; then
     rm -f "$deb"; apt_opts "$suite"
     if [ -z "${UPDATED[$suite]:-}" ]; then
       echo "runtime.sh: apt-get update for $suite from $(mirror)" >&2
-      apt-get -q "${APT_OPTS[@]}" update >&2; UPDATED[$suite]=1
+      apt-get -q "${APT_OPTS[@]}" update >&2 || echo "runtime.sh: apt-get update for $suite failed" >&2
+      UPDATED[$suite]=1
     fi
     echo "runtime.sh: downloading $pkg=$ver ($suite)" >&2
     if ! (cd "$DEBS" && apt-get -q "${APT_OPTS[@]}" download "$pkg=$ver" >&2); then
-      echo "runtime.sh: the pinned package $pkg=$ver is no longer in $suite." >&2
-      echo "runtime.sh: versions there now: $(apt-cache "${APT_OPTS[@]}" madison "$pkg" 2>/dev/null | awk '{print $3}' | tr '\n' ' ')" >&2
-      echo "runtime.sh: update the pins in $PINS (apt-cache show <package> gives version and SHA256)." >&2
-      exit 3
+      echo "runtime.sh: apt finds no $pkg=$ver in $suite; versions there now: $(apt-cache "${APT_OPTS[@]}" madison "$pkg" 2>/dev/null | awk '{print $3}' | tr '\n' ' ')" >&2
+      rm -f "$deb"
+      if [ -z "$pool" ] || ! by_url "$deb" "$pkg" "$ver" "$sha" "$pool"; then
+        rm -f "$deb"
+        echo "runtime.sh: the pinned package $pkg=$ver could not be downloaded${pool:+ (not by URL either: $pool)}." >&2
+        echo "runtime.sh: update the pins in $PINS (apt-cache show <package> gives version and SHA256)." >&2
+        exit 3
+      fi
     fi
     got=$(sha256sum "$deb" | cut -d' ' -f1)
     if [ "$got" != "$sha" ]; then
@@ -71,7 +105,7 @@ while read -r suite pkg ver sha; do
     fi
   fi
   FILES+=("$deb")
-done < <(awk '!/^#/ && NF == 4' "$PINS")
+done < <(pins "$RUNTIME")
 
 TMP=$(mktemp -d /tmp/erdma-lab-runtime.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
