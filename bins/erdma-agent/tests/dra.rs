@@ -266,6 +266,7 @@ async fn lab_allocator_and_kubelet_claims_share_a_device_by_capacity_and_serve_t
     let access = DraAccess {
         client: api.client(),
         registry,
+        kubelet_version: Default::default(),
     };
     let req = |pod: &str, claim: &str, shares: u64| ClaimRequest {
         pod: format!("lab/{pod}"),
@@ -375,6 +376,64 @@ async fn lab_allocator_and_kubelet_claims_share_a_device_by_capacity_and_serve_t
         dir.path()
             .join(format!("cdi/erdma.alibabacloud.com-claim_{ub}.json"))
             .exists()
+    );
+    cancel.cancel();
+    run.await.unwrap().unwrap();
+}
+
+/// A kubelet newer than 1.36 opens the resource-health stream only for a health service the
+/// plugin lists in `GetInfo`: the agent's DRA driver lists both, and the kubelet streams `v1`.
+#[tokio::test]
+async fn the_newest_kubelet_opens_the_agents_v1_health_stream() {
+    use erdma_fake_kubelet::dra::{DraKubelet, KubeletVersion};
+    let (tree, served) = served_fixture();
+    let api = FakeApiServer::new();
+    let cluster = Cluster::new(api.client(), "n1");
+    let RunningDra {
+        dir,
+        view: _view,
+        served: _served_tx,
+        cancel,
+        run,
+        prepares: _,
+    } = start_dra(&tree, served, cluster, None);
+    let registry = dir.path().join("kubelet/plugins_registry");
+    until("the registration socket", || {
+        registry.join("erdma.alibabacloud.com-reg.sock").exists()
+    })
+    .await;
+    let kubelet = DraKubelet::new(KubeletVersion::V1_37);
+    let client = kubelet
+        .register(&registry, "erdma.alibabacloud.com")
+        .await
+        .unwrap();
+    assert_eq!(
+        client.health_service,
+        Some("v1.DRAResourceHealth"),
+        "GetInfo lists {:?}",
+        client.info.supported_versions
+    );
+    until("a health update", || {
+        kubelet
+            .open_health_streams("erdma.alibabacloud.com")
+            .iter()
+            .any(|r| r.received > 0)
+    })
+    .await;
+    let stream = kubelet
+        .open_health_streams("erdma.alibabacloud.com")
+        .remove(0);
+    assert_eq!(stream.service, "v1.DRAResourceHealth");
+    let devices: Vec<(String, String, &str)> = stream.updates[0]
+        .iter()
+        .map(|d| (d.pool.clone(), d.device.clone(), d.health))
+        .collect();
+    assert_eq!(
+        devices,
+        [
+            ("n1".to_string(), "erdma-0".to_string(), "Healthy"),
+            ("n1".to_string(), "erdma-1".to_string(), "Healthy"),
+        ]
     );
     cancel.cancel();
     run.await.unwrap().unwrap();

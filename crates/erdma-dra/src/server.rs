@@ -2,7 +2,8 @@
 //! resource-health stream of [`crate::health`] beside it) and the plugin-watcher
 //! registration (`<kubelet>/plugins_registry/<driver>-reg.sock`). The service socket is bound
 //! first, so the kubelet, which dials the endpoint as soon as it sees the registration socket,
-//! always finds it.
+//! always finds it. `GetInfo` lists every service of the socket ([`supported_services`]): the
+//! plugin API and both resource-health versions.
 
 use crate::claims::Driver;
 use crate::health::HealthService;
@@ -101,6 +102,19 @@ impl DraPlugin for DraService {
     }
 }
 
+/// What `GetInfo` lists in `supported_versions`: every gRPC service the driver's socket serves,
+/// as `<package>.<service>`, the API first. Kubelets 1.34 to 1.36 take the first entry they
+/// know as the plugin API and open the `v1alpha1` health stream whether it is listed or not;
+/// newer kubelets open the health stream only for a health service listed here (v1 before
+/// v1alpha1), so both are named: the socket serves both.
+pub fn supported_services() -> Vec<String> {
+    vec![
+        dra::DRA_PLUGIN_SERVICE.to_string(),
+        health_v1::SERVICE_NAME.to_string(),
+        health_v1alpha1::SERVICE_NAME.to_string(),
+    ]
+}
+
 /// The running sockets.
 #[derive(Debug)]
 pub struct Servers {
@@ -164,7 +178,7 @@ pub fn serve(driver: Arc<Driver>, cancel: &CancellationToken) -> crate::Result<S
         r#type: reg::DRA_PLUGIN.to_string(),
         name: cfg.driver_name.clone(),
         endpoint: dra_path.display().to_string(),
-        supported_versions: vec![dra::DRA_PLUGIN_SERVICE.to_string()],
+        supported_versions: supported_services(),
     };
     let reg_listener = uds::bind(&reg_path)?;
     let svc = RegistrationServer::new(RegistrationService { info, state: tx });

@@ -163,7 +163,15 @@ async fn shared_capacity_prepare_refusal_and_restart_idempotency() {
     let run = start(&cfg, &api, inv.clone()).await;
     // Registration as the kubelet sees it.
     assert_eq!(run.kubelet.info.r#type, "DRAPlugin");
-    assert_eq!(run.kubelet.info.supported_versions, ["v1.DRAPlugin"]);
+    assert_eq!(
+        run.kubelet.info.supported_versions,
+        [
+            "v1.DRAPlugin",
+            "v1.DRAResourceHealth",
+            "v1alpha1.DRAResourceHealth"
+        ]
+    );
+    assert_eq!(run.kubelet.plugin_service, "v1.DRAPlugin");
     assert_eq!(
         Path::new(&run.kubelet.info.endpoint),
         tmp.path()
@@ -546,4 +554,72 @@ async fn health_stream_reports_each_device_and_follows_changes() {
         "erdma-0 stays healthy"
     );
     run.servers.shutdown().await;
+}
+
+/// The health stream as each kubelet release negotiates it from erdma's `GetInfo`: 1.37 opens
+/// the `v1` service only because erdma lists it (it opens none for a plugin listing none); 1.36
+/// opens `v1alpha1` whatever is listed. Either way the updates carry every device.
+#[tokio::test]
+async fn each_kubelet_release_gets_a_health_stream_from_what_get_info_lists() {
+    use erdma_fake_kubelet::dra::{DraKubelet, KubeletVersion};
+    for (version, service) in [
+        (KubeletVersion::V1_37, "v1.DRAResourceHealth"),
+        (KubeletVersion::V1_36, "v1alpha1.DRAResourceHealth"),
+    ] {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let cfg = config(tmp.path());
+        let api = FakeApiServer::new();
+        let (_inv_tx, inv) = watch::channel(inventory(false));
+        let driver = Arc::new(Driver::new(cfg.clone(), api.client(), inv).expect("driver starts"));
+        let servers =
+            server::serve(driver.clone(), &CancellationToken::new()).expect("sockets bound");
+        let kubelet = DraKubelet::new(version);
+        let client = kubelet
+            .register(&cfg.kubelet_dir.join("plugins_registry"), DRIVER)
+            .await
+            .expect("the kubelet registers the driver");
+        assert_eq!(
+            client.health_service,
+            Some(service),
+            "kubelet {version} on GetInfo {:?}",
+            client.info.supported_versions
+        );
+        let mut got = None;
+        for _ in 0..500 {
+            let open = kubelet.open_health_streams(DRIVER);
+            if let Some(u) = open.first().and_then(|r| r.updates.first()) {
+                got = Some((open[0].service, u.clone()));
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let (opened, update) = got.unwrap_or_else(|| {
+            panic!(
+                "kubelet {version}: no health update; streams {:?}",
+                kubelet.health_streams()
+            )
+        });
+        assert_eq!(opened, service);
+        let seen: Vec<(String, String, &str, i64)> = update
+            .iter()
+            .map(|d| {
+                (
+                    d.pool.clone(),
+                    d.device.clone(),
+                    d.health,
+                    d.timeout_seconds,
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (NODE.to_string(), "erdma-0".to_string(), "Healthy", 60),
+                (NODE.to_string(), "erdma-1".to_string(), "Unhealthy", 60),
+            ],
+            "kubelet {version}"
+        );
+        assert_eq!(update[1].message, "port 1 is DOWN (netdev eth2 is down)");
+        servers.shutdown().await;
+    }
 }

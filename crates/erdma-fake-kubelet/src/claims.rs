@@ -25,12 +25,15 @@ pub struct DraAccess {
     pub client: kube::Client,
     /// The kubelet's `plugins_registry` directory.
     pub registry: PathBuf,
+    /// The kubelet release that registers the drivers (`--kubelet-version`).
+    pub kubelet_version: dra::KubeletVersion,
 }
 
 impl std::fmt::Debug for DraAccess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DraAccess")
             .field("registry", &self.registry)
+            .field("kubelet_version", &self.kubelet_version)
             .finish_non_exhaustive()
     }
 }
@@ -210,7 +213,7 @@ async fn driver<'a>(
     name: &str,
 ) -> Result<&'a DraDriverClient> {
     if !drivers.contains_key(name) {
-        let c = dra::register(&access.registry, name).await?;
+        let c = dra::register_as(&access.registry, name, access.kubelet_version).await?;
         drivers.insert(name.to_string(), c);
     }
     drivers

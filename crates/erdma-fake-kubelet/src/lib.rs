@@ -32,7 +32,10 @@
 //! - plays the kubelet's side of DRA ([`dra`]): plugin-watcher registration of a DRA driver and
 //!   NodePrepareResources / NodeUnprepareResources over its sockets; [`claims`] finds a
 //!   container's ResourceClaims in its Pod object and prepares them, so that [`pods`] runs the
-//!   container with the CDI devices the driver returned;
+//!   container with the CDI devices the driver returned; as the kubelet release of its choice
+//!   ([`dra::KubeletVersion`], 1.34 to 1.37): the plugin API and the resource-health service
+//!   picked from `GetInfo`, one or more plugins per driver ([`dra::DraKubelet`]);
+//!   [`dra_plugin`] is a stand-in DRA plugin listing the services it is given;
 //! - for the lab, the API server ([`apiserver`]: erdma-k8s's fake over HTTP or HTTPS, loaded with
 //!   a rendered chart's objects, with a token per service account that authenticates as it);
 //! - for the lab, the API server's admission step ([`admission`]): the mutating webhooks of the
@@ -52,6 +55,7 @@ pub mod claims;
 pub mod client;
 pub mod daemon;
 pub mod dra;
+pub mod dra_plugin;
 pub mod json_patch;
 pub mod manifest_pod;
 pub mod other_plugin;

@@ -292,7 +292,10 @@ mod tests {
             (pods[0].namespace.as_str(), pods[0].name.as_str()),
             ("lab", "pod-a")
         );
-        assert_eq!(pods[0].containers[0].dynamic_resources, [r.clone()]);
+        assert_eq!(
+            pods[0].containers[0].dynamic_resources,
+            std::slice::from_ref(r)
+        );
         assert!(pods[0].containers[0].devices.is_empty());
     }
 

@@ -437,6 +437,10 @@ struct RunArgs {
     /// The kubelet's root directory (DRA drivers register in its plugins_registry).
     #[arg(long, default_value = "/var/lib/kubelet")]
     kubelet_root_dir: PathBuf,
+    /// The kubelet release whose DRA registration is played: 1.34, 1.35, 1.36 or 1.37 (they
+    /// differ in the health service they pick from GetInfo's supported_versions).
+    #[arg(long, default_value_t = erdma_fake_kubelet::dra::KubeletVersion::NEWEST, value_parser = parse_kubelet_version)]
+    kubelet_version: erdma_fake_kubelet::dra::KubeletVersion,
     /// Run the container as this UID (the CRI's run_as_user; default: the image's user).
     #[arg(long, value_name = "UID")]
     user: Option<i64>,
@@ -447,6 +451,10 @@ struct RunArgs {
     /// The container's command (default: the image's).
     #[arg(last = true)]
     command: Vec<String>,
+}
+
+fn parse_kubelet_version(s: &str) -> Result<erdma_fake_kubelet::dra::KubeletVersion, String> {
+    s.parse()
 }
 
 fn valid_pod(pod: &str) -> anyhow::Result<()> {
@@ -707,6 +715,7 @@ async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
                 log_root,
                 kubeconfig,
                 kubelet_root_dir,
+                kubelet_version,
                 user,
                 mounts,
                 command,
@@ -717,6 +726,7 @@ async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
                 Some(k) => Some(erdma_fake_kubelet::claims::DraAccess {
                     client: kube_client(k).await?,
                     registry: kubelet_root_dir.join("plugins_registry"),
+                    kubelet_version,
                 }),
                 None => None,
             };
