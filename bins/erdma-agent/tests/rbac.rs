@@ -165,6 +165,35 @@ async fn with_dra_every_agent_api_call_is_allowed_and_every_permission_is_used()
     let devs = publish::publishable(&mut memory, &inv, &cfg, None);
     publish::sync(&cluster.client, &cfg, devs).await.unwrap();
 
+    api.set_step(
+        "DRA: the publisher's watch of this node's ResourceSlices (field selector: node and driver)",
+    );
+    let (_inv_tx, inv_rx) = tokio::sync::watch::channel(inv.clone());
+    let (status_tx, _status) = tokio::sync::watch::channel(Err(String::new()));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let publisher = tokio::spawn(publish::run(
+        cluster.client.clone(),
+        cfg.clone(),
+        inv_rx,
+        None,
+        status_tx,
+        stop.clone(),
+    ));
+    let slices_watched = || {
+        api.audit()
+            .iter()
+            .any(|r| r.attributes.verb == "watch" && r.attributes.resource == "resourceslices")
+    };
+    for _ in 0..500 {
+        if slices_watched() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(slices_watched(), "the publisher watches the node's slices");
+    stop.cancel();
+    publisher.await.unwrap();
+
     api.set_step("DRA: the claim cache's ResourceClaim watch (list, then watch; all namespaces)");
     let (_tx, rx) = tokio::sync::watch::channel(inv);
     let driver = std::sync::Arc::new(

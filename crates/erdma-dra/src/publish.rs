@@ -1,11 +1,21 @@
 //! Keeps this node's ResourceSlice in the API server equal to the mapping of the inventory.
+//!
+//! Only this node's slices of this driver are read: lists and the watch carry the field selector
+//! `spec.nodeName=<node>,spec.driver=<driver>` ([`field_selector`]; the API server selects
+//! ResourceSlices by those two fields and `metadata.name`, there is none for the pool), so a sync
+//! costs one object whatever the size of the cluster. The watch re-syncs when another client
+//! changes or deletes the slice (the kubelet deletes a driver's slices when it starts and after
+//! the driver was gone for a while) or adds one for this node and driver.
 
 use crate::config::DraConfig;
 use crate::slice::{self, NodeFacts};
 use erdma_deviceplugin::devices::DeviceMemory;
 use erdma_model::NodeDevices;
+use futures::StreamExt;
 use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
 use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -19,6 +29,8 @@ pub struct SyncOutcome {
     pub generation: i64,
     /// Stale slices of this driver on this node that were deleted.
     pub deleted: Vec<String>,
+    /// The resourceVersion of the node's slice as stored after the sync.
+    pub resource_version: Option<String>,
 }
 
 /// What happened to the node's slice.
@@ -63,6 +75,31 @@ fn with_digest(mut s: ResourceSlice) -> ResourceSlice {
     s
 }
 
+/// The field selector of this node's slices of this driver.
+pub fn field_selector(cfg: &DraConfig) -> String {
+    format!(
+        "spec.nodeName={},spec.driver={}",
+        cfg.node_name, cfg.driver_name
+    )
+}
+
+/// Lists this node's slices of this driver (selected by the API server; [`is_ours`] is checked
+/// again in case a server ignored the selector).
+async fn list_ours(
+    api: &kube::Api<ResourceSlice>,
+    cfg: &DraConfig,
+) -> crate::Result<Vec<ResourceSlice>> {
+    let listed = api
+        .list(&ListParams::default().fields(&field_selector(cfg)))
+        .await
+        .map_err(kube_err("list this node's ResourceSlices"))?;
+    Ok(listed
+        .items
+        .into_iter()
+        .filter(|s| is_ours(s, cfg))
+        .collect())
+}
+
 /// True when `s` was written by this driver for `node`.
 pub fn is_ours(s: &ResourceSlice, cfg: &DraConfig) -> bool {
     s.spec.driver == cfg.driver_name && s.spec.node_name.as_deref() == Some(cfg.node_name.as_str())
@@ -77,11 +114,7 @@ pub async fn sync(
 ) -> crate::Result<SyncOutcome> {
     let api: kube::Api<ResourceSlice> = kube::Api::all(client.clone());
     let name = slice::slice_name(&cfg.node_name, &cfg.driver_name);
-    let all = api
-        .list(&ListParams::default())
-        .await
-        .map_err(kube_err("list ResourceSlices"))?;
-    let ours: Vec<ResourceSlice> = all.items.into_iter().filter(|s| is_ours(s, cfg)).collect();
+    let ours = list_ours(&api, cfg).await?;
     let mut deleted = Vec::new();
     for s in &ours {
         let Some(n) = s.metadata.name.as_deref() else {
@@ -98,13 +131,14 @@ pub async fn sync(
     let existing = ours
         .into_iter()
         .find(|s| s.metadata.name.as_deref() == Some(name.as_str()));
-    let (action, generation) = match existing {
+    let (action, generation, stored) = match existing {
         None => {
             let want = with_digest(slice::resource_slice(devices, cfg, 1));
-            api.create(&PostParams::default(), &want)
+            let stored = api
+                .create(&PostParams::default(), &want)
                 .await
                 .map_err(kube_err(format!("create ResourceSlice {name}")))?;
-            (SliceAction::Created, 1)
+            (SliceAction::Created, 1, stored)
         }
         Some(have) => {
             let current = have.spec.pool.generation;
@@ -120,14 +154,15 @@ pub async fn sync(
                 && have.spec.pool.name == cfg.pool_name()
                 && have.spec.pool.resource_slice_count == 1;
             if same {
-                (SliceAction::Unchanged, current)
+                (SliceAction::Unchanged, current, have)
             } else {
                 let mut want = with_digest(slice::resource_slice(devices, cfg, current + 1));
                 want.metadata.resource_version = have.metadata.resource_version.clone();
-                api.replace(&name, &PostParams::default(), &want)
+                let stored = api
+                    .replace(&name, &PostParams::default(), &want)
                     .await
                     .map_err(kube_err(format!("update ResourceSlice {name}")))?;
-                (SliceAction::Updated, current + 1)
+                (SliceAction::Updated, current + 1, stored)
             }
         }
     };
@@ -135,18 +170,15 @@ pub async fn sync(
         action,
         generation,
         deleted,
+        resource_version: stored.metadata.resource_version.clone(),
     })
 }
 
 /// Deletes every slice of this driver on this node (the node switched back to the device plugin).
 pub async fn remove_all(client: &kube::Client, cfg: &DraConfig) -> crate::Result<Vec<String>> {
     let api: kube::Api<ResourceSlice> = kube::Api::all(client.clone());
-    let all = api
-        .list(&ListParams::default())
-        .await
-        .map_err(kube_err("list ResourceSlices"))?;
     let mut out = Vec::new();
-    for s in all.items.iter().filter(|s| is_ours(s, cfg)) {
+    for s in list_ours(&api, cfg).await? {
         if let Some(n) = s.metadata.name.as_deref() {
             match api.delete(n, &DeleteParams::default()).await {
                 Ok(_) => out.push(n.to_string()),
@@ -174,8 +206,40 @@ pub fn publishable(
     slice::devices(&merged, cfg, &facts)
 }
 
-/// Publishes on every inventory change until `cancel`; a failed sync is retried with backoff
-/// (1 s doubling to 60 s). `status` receives the last outcome or error.
+/// Why the publisher syncs again.
+enum Wake {
+    Stop,
+    Inventory,
+    Retry,
+    /// Another client changed this node's slices of the driver.
+    Slices,
+}
+
+/// True when a watch event shows another client's doing: a version of the node's slice other
+/// than the one this driver stored last, its deletion, or another slice of this node and driver
+/// (other than one this driver just deleted).
+fn external(event: &Event<ResourceSlice>, cfg: &DraConfig, last: Option<&SyncOutcome>) -> bool {
+    let name = slice::slice_name(&cfg.node_name, &cfg.driver_name);
+    let (s, deleted) = match event {
+        Event::Apply(s) | Event::InitApply(s) => (s, false),
+        Event::Delete(s) => (s, true),
+        Event::Init | Event::InitDone => return false,
+    };
+    if !is_ours(s, cfg) {
+        return false;
+    }
+    let n = s.metadata.name.as_deref().unwrap_or_default();
+    if n != name {
+        return !last.is_some_and(|o| o.deleted.iter().any(|d| d == n));
+    }
+    deleted
+        || last.and_then(|o| o.resource_version.as_deref())
+            != s.metadata.resource_version.as_deref()
+}
+
+/// Publishes on every inventory change, and when the watch of this node's slices shows another
+/// client's change, until `cancel`; a failed sync is retried with backoff (1 s doubling to 60 s).
+/// `status` receives the last outcome or error.
 pub async fn run(
     client: kube::Client,
     cfg: DraConfig,
@@ -186,6 +250,15 @@ pub async fn run(
 ) {
     let mut memory = DeviceMemory::default();
     let mut backoff = Duration::from_secs(1);
+    let api: kube::Api<ResourceSlice> = kube::Api::all(client.clone());
+    // Lazy: it lists (with the selector) when first polled, after the first sync.
+    let mut slices = watcher::watcher(
+        api,
+        watcher::Config::default().fields(&field_selector(&cfg)),
+    )
+    .default_backoff()
+    .boxed();
+    let mut last: Option<SyncOutcome> = None;
     loop {
         let snapshot = served.borrow_and_update().clone();
         let devices = publishable(&mut memory, &snapshot, &cfg, instance_id.clone());
@@ -194,6 +267,7 @@ pub async fn run(
                 if o.action != SliceAction::Unchanged || !o.deleted.is_empty() {
                     tracing::info!(action = ?o.action, generation = o.generation, deleted = ?o.deleted, "ResourceSlice published");
                 }
+                last = Some(o.clone());
                 let _previous = status.send_replace(Ok(o));
                 backoff = Duration::from_secs(1);
                 None
@@ -206,21 +280,35 @@ pub async fn run(
                 Some(backoff)
             }
         };
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            changed = served.changed() => {
-                if changed.is_err() {
-                    return;
-                }
+        let sleep = async {
+            match retry {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
             }
-            _ = async {
-                match retry {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => std::future::pending().await,
+        };
+        tokio::pin!(sleep);
+        let wake = loop {
+            tokio::select! {
+                _ = cancel.cancelled() => break Wake::Stop,
+                changed = served.changed() => {
+                    break if changed.is_err() { Wake::Stop } else { Wake::Inventory };
                 }
-            } => {
-                backoff = (backoff * 2).min(Duration::from_secs(60));
+                _ = &mut sleep => break Wake::Retry,
+                event = slices.next() => match event {
+                    Some(Ok(e)) if external(&e, &cfg, last.as_ref()) => break Wake::Slices,
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => tracing::debug!("watch of this node's ResourceSlices: {e}"),
+                    None => break Wake::Stop,
+                },
             }
+        };
+        match wake {
+            Wake::Stop => return,
+            Wake::Retry => backoff = (backoff * 2).min(Duration::from_secs(60)),
+            Wake::Slices => tracing::info!(
+                "this node's ResourceSlices were changed by another client: publishing again"
+            ),
+            Wake::Inventory => {}
         }
     }
 }

@@ -623,3 +623,126 @@ async fn each_kubelet_release_gets_a_health_stream_from_what_get_info_lists() {
         servers.shutdown().await;
     }
 }
+
+/// A sync reads only this node's slices of this driver: every list carries the field selector,
+/// and a slice of another node that no client could even decode is never sent to it.
+#[tokio::test]
+async fn a_sync_on_one_node_never_reads_another_nodes_slices() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let cfg = config(tmp.path());
+    let api = FakeApiServer::new();
+    let collection = "/apis/resource.k8s.io/v1/resourceslices";
+    // Stored as another API server version or a broken client might leave it: not a
+    // ResourceSlice this client can decode. Listing it would fail the whole list.
+    for (name, node, driver) in [
+        ("node-b-erdma.alibabacloud.com", "node-b", DRIVER),
+        ("node-a-other.example.com", "node-a", "other.example.com"),
+    ] {
+        api.state()
+            .objects
+            .entry(collection.to_string())
+            .or_default()
+            .insert(
+                name.to_string(),
+                serde_json::json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                    "metadata": {"name": name, "resourceVersion": "1"},
+                    "spec": {"driver": driver, "nodeName": node, "pool": {"name": node},
+                        "devices": "not a list"}}),
+            );
+    }
+    let mut memory = erdma_deviceplugin::devices::DeviceMemory::default();
+    let devs = publish::publishable(&mut memory, &inventory(true), &cfg, None);
+    let o = publish::sync(&api.client(), &cfg, devs)
+        .await
+        .expect("the sync never sees the other node's slice");
+    assert_eq!(o.action, SliceAction::Created);
+    let removed = publish::remove_all(&api.client(), &cfg)
+        .await
+        .expect("neither does the removal");
+    assert_eq!(removed, ["node-a-erdma.alibabacloud.com"]);
+    let lists = api.queries_matching("GET", collection);
+    assert_eq!(lists.len(), 2, "{lists:?}");
+    for q in &lists {
+        assert_eq!(
+            q.get("fieldSelector").map(String::as_str),
+            Some("spec.nodeName=node-a,spec.driver=erdma.alibabacloud.com"),
+            "{q:?}"
+        );
+    }
+    assert_eq!(
+        api.state().objects[collection].len(),
+        2,
+        "the other slices are untouched"
+    );
+}
+
+/// The publisher watches this node's slices: when another client deletes the slice (the kubelet
+/// wipes a driver's slices when it starts) it is published again, and a slice another client
+/// adds for this node and driver is removed.
+#[tokio::test]
+async fn slices_changed_by_another_client_are_published_again() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let cfg = config(tmp.path());
+    let api = FakeApiServer::new();
+    let (_inv_tx, inv) = watch::channel(inventory(true));
+    let (status_tx, status) = watch::channel(Err("not yet".to_string()));
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn(publish::run(
+        api.client(),
+        cfg.clone(),
+        inv,
+        None,
+        status_tx,
+        cancel.clone(),
+    ));
+    let name = "node-a-erdma.alibabacloud.com";
+    let until = async |what: &str, f: &dyn Fn() -> bool| {
+        for _ in 0..500 {
+            if f() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!(
+            "timed out waiting for {what}; status {:?}",
+            *status.borrow()
+        );
+    };
+    until("the first publication", &|| {
+        api.get::<ResourceSlice>(None, name).is_some()
+    })
+    .await;
+    let watching = || {
+        api.queries_matching("GET", "/apis/resource.k8s.io/v1/resourceslices")
+            .iter()
+            .any(|q| q.get("watch").is_some_and(|w| w == "true" || w == "1"))
+    };
+    until("the watch", &watching).await;
+    let watches: Vec<_> = api
+        .queries_matching("GET", "/apis/resource.k8s.io/v1/resourceslices")
+        .into_iter()
+        .filter(|q| q.contains_key("watch"))
+        .collect();
+    assert_eq!(
+        watches[0].get("fieldSelector").map(String::as_str),
+        Some("spec.nodeName=node-a,spec.driver=erdma.alibabacloud.com")
+    );
+
+    api.remove::<ResourceSlice>(None, name);
+    until("the slice published again", &|| {
+        api.get::<ResourceSlice>(None, name).is_some()
+    })
+    .await;
+    let again: ResourceSlice = api.get(None, name).expect("slice");
+    assert_eq!(again.spec.devices.map(|d| d.len()), Some(2));
+
+    let mut intruder = erdma_dra::slice::resource_slice(vec![], &cfg, 9);
+    intruder.metadata.name = Some("node-a-intruder".into());
+    api.put(&intruder);
+    until("the other slice of this node and driver removed", &|| {
+        api.get::<ResourceSlice>(None, "node-a-intruder").is_none()
+    })
+    .await;
+    cancel.cancel();
+    run.await.expect("publisher stops");
+}

@@ -4,8 +4,12 @@
 //! server where erdma's code depends on it, and no further.
 //!
 //! Modelled:
-//! - GET (object, list with `labelSelector` equality terms and `fieldSelector` `metadata.name=`;
-//!   a list without a namespace spans every namespace),
+//! - GET (object, list with `labelSelector` equality terms and `fieldSelector` terms; a list
+//!   without a namespace spans every namespace). Field selectors: for the resources of
+//!   [`FIELD_LABELS`] every label the API server accepts is honoured (`=`, `==`, `!=`) and any
+//!   other is refused with 400 `BadRequest`, as the API server's field label conversion refuses
+//!   it; for other resources only `metadata.name` is honoured and other terms are ignored,
+//!   (not modelled). Lists and watches alike.
 //!   POST (409 `AlreadyExists`), PUT, PATCH, DELETE with finalizers (sets `deletionTimestamp`;
 //!   removal when the last finalizer goes), resourceVersion/uid/creationTimestamp.
 //! - Optimistic concurrency: PUT or PATCH carrying a stale `metadata.resourceVersion` gets 409
@@ -84,8 +88,10 @@ pub struct Failure {
 pub struct FakeState {
     /// Objects by collection path (e.g. `/api/v1/nodes`) and name.
     pub objects: BTreeMap<String, BTreeMap<String, Value>>,
-    /// Every request as `METHOD path?query`.
+    /// Every request as `METHOD path?query` (the query's keys).
     pub requests: Vec<String>,
+    /// Every request's method, path and query parameters (decoded).
+    pub queries: Vec<(String, String, BTreeMap<String, String>)>,
     /// Failures answered once each, first match first.
     pub failures: Vec<Failure>,
     /// Every request of a client with an identity ([`FakeApiServer::client_as`]), as the
@@ -296,6 +302,17 @@ impl FakeApiServer {
         });
     }
 
+    /// The query parameters of each request whose method is `method` and whose path contains
+    /// `path`, in order.
+    pub fn queries_matching(&self, method: &str, path: &str) -> Vec<BTreeMap<String, String>> {
+        self.state()
+            .queries
+            .iter()
+            .filter(|(m, p, _)| m == method && p.contains(path))
+            .map(|(_, _, q)| q.clone())
+            .collect()
+    }
+
     /// The request log entries that start with `method` and contain `path`.
     pub fn requests_matching(&self, method: &str, path: &str) -> Vec<String> {
         self.state()
@@ -446,6 +463,8 @@ impl FakeApiServer {
                     format!("?{}", query.keys().cloned().collect::<Vec<_>>().join("&"))
                 }
             ));
+            st.queries
+                .push((method.clone(), path.clone(), query.clone()));
             if let Some(i) = st
                 .failures
                 .iter()
@@ -479,6 +498,12 @@ impl FakeApiServer {
         let Some(route) = Route::parse(&path) else {
             return status(404, "NotFound", &format!("no route for {path}"));
         };
+        if method == "GET"
+            && route.name.is_none()
+            && let Err(e) = check_field_selector(&route, &query)
+        {
+            return status(400, "BadRequest", &e);
+        }
         match (method.as_str(), &route.name) {
             ("GET", None) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
                 self.watch(&route, &query)
@@ -506,13 +531,18 @@ impl FakeApiServer {
         let mut items: Vec<Value> = st
             .objects
             .get(&route.collection)
-            .map(|m| m.values().filter(|v| selected(v, query)).cloned().collect())
+            .map(|m| {
+                m.values()
+                    .filter(|v| selected(route, v, query))
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default();
         if route.namespace.is_none() {
             // A list without a namespace of a namespaced resource spans every namespace.
             for (coll, objs) in &st.objects {
                 if coll != &route.collection && route.covers(coll) {
-                    items.extend(objs.values().filter(|v| selected(v, query)).cloned());
+                    items.extend(objs.values().filter(|v| selected(route, v, query)).cloned());
                 }
             }
         }
@@ -561,7 +591,7 @@ impl FakeApiServer {
             tokio::spawn(async move {
                 let ev = |e: &WatchEvent| line(json!({"type": e.kind, "object": e.object}));
                 for e in &backlog {
-                    if selected(&e.object, &query) && tx.send(ev(e)).await.is_err() {
+                    if selected(&route, &e.object, &query) && tx.send(ev(e)).await.is_err() {
                         return;
                     }
                 }
@@ -572,7 +602,7 @@ impl FakeApiServer {
                     };
                     if e.rv > last
                         && route.covers(&e.collection)
-                        && selected(&e.object, &query)
+                        && selected(&route, &e.object, &query)
                         && tx.send(ev(&e)).await.is_err()
                     {
                         return;
@@ -1163,7 +1193,74 @@ fn decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn selected(v: &Value, query: &BTreeMap<String, String>) -> bool {
+/// The field labels the API server accepts in a field selector of a resource besides
+/// `metadata.name`, with where each is in the object, by (API group, resource), and the kind the
+/// refusal names. ResourceSlice: `pkg/apis/resource/v1/conversion.go` (the field label
+/// conversion: `metadata.name`, `spec.nodeName`, `spec.driver`; there is no `spec.pool.name`)
+/// and `pkg/registry/resource/resourceslice/strategy.go` (`toSelectableFields`: a slice without
+/// a node name has `spec.nodeName` "").
+pub const FIELD_LABELS: &[FieldLabels] = &[FieldLabels {
+    group: "resource.k8s.io",
+    resource: "resourceslices",
+    kind: "resource.k8s.io/v1, Kind=ResourceSlice",
+    labels: &[
+        ("spec.nodeName", "/spec/nodeName"),
+        ("spec.driver", "/spec/driver"),
+    ],
+}];
+
+/// The field labels of one resource (see [`FIELD_LABELS`]).
+#[derive(Debug)]
+pub struct FieldLabels {
+    /// API group.
+    pub group: &'static str,
+    /// Resource (plural).
+    pub resource: &'static str,
+    /// The group, version and kind as the refusal names them.
+    pub kind: &'static str,
+    /// Each label with the JSON pointer of its field.
+    pub labels: &'static [(&'static str, &'static str)],
+}
+
+/// One term of a field selector: label, `true` for `=`/`==` (`false` for `!=`), value.
+fn field_terms(sel: &str) -> Vec<(&str, bool, &str)> {
+    sel.split(',')
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            if let Some((k, v)) = t.split_once("!=") {
+                (k, false, v)
+            } else if let Some((k, v)) = t.split_once("==") {
+                (k, true, v)
+            } else if let Some((k, v)) = t.split_once('=') {
+                (k, true, v)
+            } else {
+                (t, true, "")
+            }
+        })
+        .collect()
+}
+
+fn field_labels(route: &Route) -> Option<&'static FieldLabels> {
+    FIELD_LABELS
+        .iter()
+        .find(|f| f.group == route.group && f.resource == route.resource)
+}
+
+/// Refuses a field selector naming a label the resource has not (for [`FIELD_LABELS`]
+/// resources), with the API server's message.
+fn check_field_selector(route: &Route, query: &BTreeMap<String, String>) -> Result<(), String> {
+    let (Some(sel), Some(f)) = (query.get("fieldSelector"), field_labels(route)) else {
+        return Ok(());
+    };
+    for (label, ..) in field_terms(sel) {
+        if label != "metadata.name" && !f.labels.iter().any(|(l, _)| *l == label) {
+            return Err(format!("field label not supported for {}: {label}", f.kind));
+        }
+    }
+    Ok(())
+}
+
+fn selected(route: &Route, v: &Value, query: &BTreeMap<String, String>) -> bool {
     if let Some(sel) = query.get("labelSelector") {
         for term in sel.split(',').filter(|t| !t.is_empty()) {
             let (k, want) = term
@@ -1182,11 +1279,19 @@ fn selected(v: &Value, query: &BTreeMap<String, String>) -> bool {
         }
     }
     if let Some(sel) = query.get("fieldSelector") {
-        for term in sel.split(',').filter(|t| !t.is_empty()) {
-            if let Some(name) = term.strip_prefix("metadata.name=")
-                && v.pointer("/metadata/name").and_then(Value::as_str)
-                    != Some(name.trim_start_matches('='))
-            {
+        let labels = field_labels(route).map(|f| f.labels).unwrap_or_default();
+        for (label, equal, want) in field_terms(sel) {
+            let pointer = match label {
+                "metadata.name" => "/metadata/name",
+                other => match labels.iter().find(|(l, _)| *l == other) {
+                    Some((_, p)) => p,
+                    // Not modelled for this resource: ignored.
+                    None => continue,
+                },
+            };
+            // An absent field selects as "" (a ResourceSlice without a node name).
+            let have = v.pointer(pointer).and_then(Value::as_str).unwrap_or("");
+            if (have == want) != equal {
                 return false;
             }
         }

@@ -537,3 +537,138 @@ async fn a_list_without_a_namespace_spans_every_namespace() {
         .items;
     assert_eq!(in_b.len(), 2);
 }
+
+fn slice(
+    name: &str,
+    node: Option<&str>,
+    driver: &str,
+) -> k8s_openapi::api::resource::v1::ResourceSlice {
+    use k8s_openapi::api::resource::v1::{ResourcePool, ResourceSlice, ResourceSliceSpec};
+    ResourceSlice {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: ResourceSliceSpec {
+            driver: driver.into(),
+            node_name: node.map(str::to_string),
+            all_nodes: node.is_none().then_some(true),
+            pool: ResourcePool {
+                name: node.unwrap_or("cluster").into(),
+                generation: 1,
+                resource_slice_count: 1,
+            },
+            ..Default::default()
+        },
+    }
+}
+
+/// ResourceSlices select by `spec.nodeName` and `spec.driver` (and `metadata.name`), with `=`,
+/// `==` and `!=`; a slice without a node name selects as `spec.nodeName=""`; any other label is
+/// a 400 naming it, as the API server's field label conversion for ResourceSlice answers.
+#[tokio::test]
+async fn resource_slices_select_by_node_and_driver_and_refuse_other_field_labels() {
+    use k8s_openapi::api::resource::v1::ResourceSlice;
+    use kube::api::ListParams;
+    let api = FakeApiServer::new();
+    api.put(&slice("a-x", Some("node-a"), "x.example.com"));
+    api.put(&slice("a-y", Some("node-a"), "y.example.com"));
+    api.put(&slice("b-x", Some("node-b"), "x.example.com"));
+    api.put(&slice("all-x", None, "x.example.com"));
+    let slices: Api<ResourceSlice> = Api::all(api.client());
+    let names = |sel: &'static str| {
+        let slices = slices.clone();
+        async move {
+            let mut n: Vec<String> = slices
+                .list(&ListParams::default().fields(sel))
+                .await
+                .expect("list")
+                .items
+                .into_iter()
+                .filter_map(|s| s.metadata.name)
+                .collect();
+            n.sort();
+            n
+        }
+    };
+    assert_eq!(
+        names("spec.nodeName=node-a,spec.driver=x.example.com").await,
+        ["a-x"]
+    );
+    assert_eq!(names("spec.nodeName==node-a").await, ["a-x", "a-y"]);
+    assert_eq!(
+        names("spec.driver=x.example.com,spec.nodeName!=node-a").await,
+        ["all-x", "b-x"]
+    );
+    assert_eq!(names("spec.nodeName=").await, ["all-x"]);
+    assert_eq!(names("metadata.name=b-x").await, ["b-x"]);
+    for bad in [
+        "spec.pool.name=node-a",
+        "metadata.namespace=default",
+        "spec.nodeName=node-a,status.x=1",
+    ] {
+        match slices.list(&ListParams::default().fields(bad)).await {
+            Err(kube::Error::Api(s)) => {
+                assert_eq!((s.code, s.reason.as_str()), (400, "BadRequest"), "{bad}");
+                let label = bad
+                    .rsplit(',')
+                    .next()
+                    .and_then(|t| t.split('=').next())
+                    .unwrap_or_default();
+                assert_eq!(
+                    s.message,
+                    format!(
+                        "field label not supported for resource.k8s.io/v1, Kind=ResourceSlice: {label}"
+                    )
+                );
+            }
+            other => panic!("{bad}: expected 400, got {other:?}"),
+        }
+    }
+    // A watch selects the same way and refuses the same labels.
+    let mut events = watcher::watcher(
+        slices.clone(),
+        watcher::Config::default().fields("spec.nodeName=node-a,spec.driver=x.example.com"),
+    )
+    .boxed();
+    api.put(&slice("b-x2", Some("node-b"), "x.example.com"));
+    api.put(&slice("a-x2", Some("node-a"), "x.example.com"));
+    let mut seen = Vec::new();
+    while !seen.contains(&"a-x2".to_string()) {
+        let e = tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("an event in time")
+            .expect("stream open")
+            .expect("no watch error");
+        match e {
+            watcher::Event::Apply(s) | watcher::Event::InitApply(s) => seen.extend(s.metadata.name),
+            _ => {}
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["a-x", "a-x2"]);
+    let mut bad = watcher::watcher(
+        slices,
+        watcher::Config::default().fields("spec.pool.name=node-a"),
+    )
+    .boxed();
+    let e = loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), bad.next())
+            .await
+            .expect("an answer in time")
+            .expect("stream open");
+        if let Err(e) = e {
+            break e;
+        }
+    };
+    assert!(
+        format!("{e:?}").contains("field label not supported"),
+        "{e:?}"
+    );
+    // The request carries the selector as sent.
+    let q = api.queries_matching("GET", "/apis/resource.k8s.io/v1/resourceslices");
+    assert_eq!(
+        q[0].get("fieldSelector").map(String::as_str),
+        Some("spec.nodeName=node-a,spec.driver=x.example.com")
+    );
+}

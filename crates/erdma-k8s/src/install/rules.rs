@@ -102,7 +102,7 @@ pub fn agent_dra_rules(claim_watch: bool) -> Vec<PolicyRule> {
         rule(
             &["resource.k8s.io"],
             &["resourceslices"],
-            &["list", "create", "update", "delete"],
+            &["list", "watch", "create", "update", "delete"],
             &[],
         ),
         rule(&["resource.k8s.io"], &["resourceclaims"], claims, &[]),
