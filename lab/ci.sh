@@ -8,6 +8,11 @@
 #   crates/erdma-smc/lab/run-smcr-2vm.sh  SMC-R data path between two VMs over rxe (6.12)
 #   crates/erdma-smc/lab/run-pnet.sh   SMC_PNETID generic netlink against the real kernel (6.12)
 #   crates/erdma-driver/lab/run-driver.sh  module load/unload through PID 1's namespaces (7.3)
+# and the runtime matrix: the scenarios whose outcome depends on the container runtime
+# (RUNTIME_SCENARIOS, and nri-smcr on 6.12) once more on each runtime of MATRIX_RUNTIMES, their
+# results named NAME@RUNTIME (allocation@containerd-2.1); the runs above are on lab/run.sh's
+# default runtime, containerd-1.7, and keep their plain names. A table of the matrix comes before
+# the summary.
 # Prints each runner's PASS/FAIL/SKIP lines, then exactly "N passed, M failed"; a skip counts as a
 # failure (ERDMA_LAB_STRICT=1), and so does a runner that exits non-zero without a FAIL line.
 # Runners that run a cargo test binary in the VM (lab/guest/testbin.sh) also print its counts
@@ -19,7 +24,13 @@ export ERDMA_LAB_STRICT=1
 # CI runs on loaded machines: the health scenario reports its latency gate and fails only past 5 s
 # per flip; the strict gate (median <= 250 ms, every flip <= 1 s) is the benchmark's.
 export ERDMA_LAB_HEALTH_GATE=${ERDMA_LAB_HEALTH_GATE:-ci}
-passed=0 failed=0 ignored_ran=0 ignored_where=()
+# The scenarios that run on every runtime: those whose checks go through what changed between
+# containerd 1.7 and 2.x (CRI devices and device cgroup, CDI injection, verbose sandbox status,
+# NRI, image import and manifest pods). inventory and numa run no container, health's pod only
+# stays up: they run on the default runtime only.
+RUNTIME_SCENARIOS="allocation allocation-modes smcr-prestart nri dra chart chart-webhook"
+MATRIX_RUNTIMES="containerd-2.1"
+passed=0 failed=0 ignored_ran=0 ignored_where=() results=()
 run() {
   local name=$1; shift
   local out rc
@@ -35,7 +46,7 @@ run() {
     out=$("$@" 2>&2); rc=$?
   fi
   local lines; lines=$(printf '%s\n' "$out" | grep -E '^(PASS|FAIL|SKIP): ' || true)
-  [ -n "$lines" ] && printf '%s\n' "$lines"
+  [ -n "$lines" ] && printf '%s\n' "$lines" && results+=("$lines")
   local p f s
   p=$(printf '%s\n' "$lines" | grep -c '^PASS: ' || true)
   f=$(printf '%s\n' "$lines" | grep -c '^FAIL: ' || true)
@@ -58,6 +69,23 @@ run smcr-unsupported-7.3 env ERDMA_LAB_SUITE=trixie-backports ERDMA_SMC_EXPECT=a
 run smcr-2vm-6.12 bash crates/erdma-smc/lab/run-smcr-2vm.sh
 run pnet-6.12 bash crates/erdma-smc/lab/run-pnet.sh
 run driver bash crates/erdma-driver/lab/run-driver.sh
+for rt in $MATRIX_RUNTIMES; do
+  # shellcheck disable=SC2046
+  run "scenarios@$rt" env ERDMA_LAB_RUNTIME="$rt" bash lab/run.sh $(printf -- '--scenario %s ' $RUNTIME_SCENARIOS)
+  run "nri-smcr-6.12@$rt" env ERDMA_LAB_SUITE=bookworm-backports ERDMA_LAB_RUNTIME="$rt" bash lab/run.sh --scenario nri-smcr
+done
+# the matrix: one verdict per scenario and runtime
+verdict_of() {
+  local v
+  v=$(printf '%s\n' "${results[@]}" | grep -E "^(PASS|FAIL|SKIP): $1( |\$)" | tail -n 1 | cut -d: -f1)
+  echo "${v:-none}"
+}
+printf '\nruntime matrix:\n  %-16s %-16s' scenario containerd-1.7; printf ' %-16s' $MATRIX_RUNTIMES; echo
+for s in $RUNTIME_SCENARIOS nri-smcr; do
+  printf '  %-16s %-16s' "$s" "$(verdict_of "$s")"
+  for rt in $MATRIX_RUNTIMES; do printf ' %-16s' "$(verdict_of "$s@$rt")"; done
+  echo
+done
 where=$(IFS=,; echo "${ignored_where[*]:-}" | sed 's/,/, /g')
 echo "ignored tests run in lab VMs: $ignored_ran (${where:-none})"
 echo "$passed passed, $failed failed"
