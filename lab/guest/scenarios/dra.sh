@@ -90,6 +90,12 @@ ck "the allocator put claim-a (120 shares) and claim-b (80 shares) on one device
   test \"\$(jq -r '.status.allocation.devices.results[0].shareID' /tmp/claim-a.claim.json)\" != \"\$(jq -r '.status.allocation.devices.results[0].shareID' /tmp/claim-b.claim.json)\""
 PA=$(dpod pod-a 0) || { fail "$SCEN" "pod-a (claim-a) did not start: $(tail -1 /tmp/pod-a.pod.err)"; exit 0; }
 PB=$(dpod pod-b 0) || { fail "$SCEN" "pod-b (claim-b) did not start: $(tail -1 /tmp/pod-b.pod.err)"; exit 0; }
+# /readyz means "serving through the node's resource API": here the DRA driver's registration,
+# which the lab kubelet made when it ran pod-a
+# (it used to wait for the device plugin, which never registers on a DRA node).
+wait_for 20 sh -c "wget -qO- http://127.0.0.1:9464/readyz" > /dev/null
+ck "/readyz answers 200 on the DRA node (no device plugin registered): $(wget -qO- http://127.0.0.1:9464/readyz 2>&1 | head -1)" \
+  sh -c "wget -qO- http://127.0.0.1:9464/readyz | grep -qx ready && wget -qO- http://127.0.0.1:9464/healthz | jq -e '.registered == true and .resource_api == \"dra\"'"
 for p in a b; do
   echo "pod-run-dra-pod-$p $(jq -r '.timings_ms.total / 1000' /tmp/pod-$p.pod.json)" >> "$OUT/timings.txt"
   log "pod-$p: claims $(jq -c '.dra_claims' /tmp/pod-$p.pod.json), ms $(jq -c .timings_ms /tmp/pod-$p.pod.json)"
