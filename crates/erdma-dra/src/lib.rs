@@ -5,7 +5,9 @@
 //!   capacity (`shares`, `hcaHandle`, `hcaObject`; KEP-5075) with `allowMultipleAllocations`, and
 //!   a device taint (KEP-5055) instead of vanishing when a device is unhealthy.
 //! - [`publish`]: keeps this node's ResourceSlice in the API server equal to the mapping
-//!   (create / update on change, stale slices of this driver on this node removed).
+//!   (create / update on change, stale slices of this driver on this node removed), and reads
+//!   back from the stored slice which fields the API server dropped ([`readback`]: the feature
+//!   gates that are off).
 //! - [`claims`]: NodePrepareResources / NodeUnprepareResources: reads the allocation of a claim,
 //!   checks it against the inventory and the device's capacity, writes a per-claim CDI spec
 //!   ([`cdi`]) and records the claim in a checkpoint file ([`checkpoint`], appended by
@@ -27,6 +29,7 @@ pub mod health;
 pub mod journal;
 pub mod publish;
 pub mod quantity;
+pub mod readback;
 pub mod server;
 pub mod slice;
 

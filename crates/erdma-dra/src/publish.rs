@@ -8,6 +8,7 @@
 //! the driver was gone for a while) or adds one for this node and driver.
 
 use crate::config::DraConfig;
+use crate::readback::{self, DroppedField};
 use crate::slice::{self, NodeFacts};
 use erdma_deviceplugin::devices::DeviceMemory;
 use erdma_model::NodeDevices;
@@ -31,6 +32,9 @@ pub struct SyncOutcome {
     pub deleted: Vec<String>,
     /// The resourceVersion of the node's slice as stored after the sync.
     pub resource_version: Option<String>,
+    /// The fields the API server dropped from what the driver wrote (their feature gates are
+    /// off), read from the stored slice; empty when it stored everything.
+    pub dropped: Vec<DroppedField>,
 }
 
 /// What happened to the node's slice.
@@ -54,6 +58,10 @@ fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> crate::DraEr
 
 /// Annotation on the slice with the digest of the devices this driver wrote.
 pub const ANNOTATION_DIGEST: &str = "erdma.alibabacloud.com/devices-digest";
+/// Annotation on the slice naming the devices this driver wrote with a taint (comma-separated;
+/// absent when none): a reader of the stored slice (`erdmactl doctor`) sees a taint the API
+/// server dropped.
+pub const ANNOTATION_TAINTED: &str = "erdma.alibabacloud.com/tainted-devices";
 
 /// FNV-1a 64 of the devices' JSON (deterministic: maps are ordered), as 16 hex digits.
 pub fn digest(devices: &[Device]) -> String {
@@ -67,11 +75,19 @@ pub fn digest(devices: &[Device]) -> String {
 }
 
 fn with_digest(mut s: ResourceSlice) -> ResourceSlice {
-    let d = digest(s.spec.devices.as_deref().unwrap_or_default());
-    s.metadata
-        .annotations
-        .get_or_insert_with(Default::default)
-        .insert(ANNOTATION_DIGEST.to_string(), d);
+    let devices = s.spec.devices.as_deref().unwrap_or_default();
+    let d = digest(devices);
+    let tainted: Vec<&str> = devices
+        .iter()
+        .filter(|d| d.taints.as_ref().is_some_and(|t| !t.is_empty()))
+        .map(|d| d.name.as_str())
+        .collect();
+    let tainted = tainted.join(",");
+    let a = s.metadata.annotations.get_or_insert_with(Default::default);
+    a.insert(ANNOTATION_DIGEST.to_string(), d);
+    if !tainted.is_empty() {
+        a.insert(ANNOTATION_TAINTED.to_string(), tainted);
+    }
     s
 }
 
@@ -112,6 +128,23 @@ pub async fn sync(
     cfg: &DraConfig,
     devices: Vec<Device>,
 ) -> crate::Result<SyncOutcome> {
+    sync_with(client, cfg, devices, false).await
+}
+
+/// How often the publisher writes the slice again while the API server drops some of its fields,
+/// to see whether the feature gates were turned on (the stored slice would otherwise keep lacking
+/// the fields until the devices change).
+pub const RECHECK_DROPPED: Duration = Duration::from_secs(300);
+
+/// [`sync`]; with `rewrite_dropped`, a slice whose stored devices lack fields the driver writes
+/// (dropped by the API server when it was written) is written again even when its devices did
+/// not change.
+pub async fn sync_with(
+    client: &kube::Client,
+    cfg: &DraConfig,
+    devices: Vec<Device>,
+    rewrite_dropped: bool,
+) -> crate::Result<SyncOutcome> {
     let api: kube::Api<ResourceSlice> = kube::Api::all(client.clone());
     let name = slice::slice_name(&cfg.node_name, &cfg.driver_name);
     let ours = list_ours(&api, cfg).await?;
@@ -131,6 +164,7 @@ pub async fn sync(
     let existing = ours
         .into_iter()
         .find(|s| s.metadata.name.as_deref() == Some(name.as_str()));
+    let written = devices.clone();
     let (action, generation, stored) = match existing {
         None => {
             let want = with_digest(slice::resource_slice(devices, cfg, 1));
@@ -153,7 +187,13 @@ pub async fn sync(
                 .is_some_and(|d| *d == digest(&devices))
                 && have.spec.pool.name == cfg.pool_name()
                 && have.spec.pool.resource_slice_count == 1;
-            if same {
+            let lacking = rewrite_dropped
+                && !readback::dropped_devices(
+                    &devices,
+                    have.spec.devices.as_deref().unwrap_or_default(),
+                )
+                .is_empty();
+            if same && !lacking {
                 (SliceAction::Unchanged, current, have)
             } else {
                 let mut want = with_digest(slice::resource_slice(devices, cfg, current + 1));
@@ -166,11 +206,16 @@ pub async fn sync(
             }
         }
     };
+    // The response of the create or update is the stored object; an unchanged slice was read
+    // just now. What it lacks of the devices written, the API server dropped.
+    let dropped =
+        readback::dropped_devices(&written, stored.spec.devices.as_deref().unwrap_or_default());
     Ok(SyncOutcome {
         action,
         generation,
         deleted,
         resource_version: stored.metadata.resource_version.clone(),
+        dropped,
     })
 }
 
@@ -213,6 +258,8 @@ enum Wake {
     Retry,
     /// Another client changed this node's slices of the driver.
     Slices,
+    /// Fields were dropped [`RECHECK_DROPPED`] ago: write again.
+    Recheck,
 }
 
 /// True when a watch event shows another client's doing: a version of the node's slice other
@@ -259,13 +306,29 @@ pub async fn run(
     .default_backoff()
     .boxed();
     let mut last: Option<SyncOutcome> = None;
+    let mut reported: Vec<DroppedField> = Vec::new();
+    let mut rewrite = false;
     loop {
         let snapshot = served.borrow_and_update().clone();
         let devices = publishable(&mut memory, &snapshot, &cfg, instance_id.clone());
-        let retry = match sync(&client, &cfg, devices).await {
+        let retry = match sync_with(&client, &cfg, devices, rewrite).await {
             Ok(o) => {
                 if o.action != SliceAction::Unchanged || !o.deleted.is_empty() {
                     tracing::info!(action = ?o.action, generation = o.generation, deleted = ?o.deleted, "ResourceSlice published");
+                }
+                if o.dropped != reported {
+                    if o.dropped.is_empty() {
+                        tracing::info!(
+                            "the API server stores every field of this node's ResourceSlice again"
+                        );
+                    } else {
+                        tracing::warn!(
+                            feature_gates = ?readback::gates(&o.dropped),
+                            "{}",
+                            readback::summary(&o.dropped)
+                        );
+                    }
+                    reported = o.dropped.clone();
                 }
                 last = Some(o.clone());
                 let _previous = status.send_replace(Ok(o));
@@ -287,6 +350,15 @@ pub async fn run(
             }
         };
         tokio::pin!(sleep);
+        let dropping = last.as_ref().is_some_and(|o| !o.dropped.is_empty());
+        let recheck = async {
+            if dropping {
+                tokio::time::sleep(RECHECK_DROPPED).await
+            } else {
+                std::future::pending().await
+            }
+        };
+        tokio::pin!(recheck);
         let wake = loop {
             tokio::select! {
                 _ = cancel.cancelled() => break Wake::Stop,
@@ -294,6 +366,7 @@ pub async fn run(
                     break if changed.is_err() { Wake::Stop } else { Wake::Inventory };
                 }
                 _ = &mut sleep => break Wake::Retry,
+                _ = &mut recheck => break Wake::Recheck,
                 event = slices.next() => match event {
                     Some(Ok(e)) if external(&e, &cfg, last.as_ref()) => break Wake::Slices,
                     Some(Ok(_)) => {}
@@ -302,8 +375,10 @@ pub async fn run(
                 },
             }
         };
+        rewrite = matches!(wake, Wake::Recheck);
         match wake {
             Wake::Stop => return,
+            Wake::Recheck => {}
             Wake::Retry => backoff = (backoff * 2).min(Duration::from_secs(60)),
             Wake::Slices => tracing::info!(
                 "this node's ResourceSlices were changed by another client: publishing again"

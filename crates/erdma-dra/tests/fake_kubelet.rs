@@ -746,3 +746,104 @@ async fn slices_changed_by_another_client_are_published_again() {
     cancel.cancel();
     run.await.expect("publisher stops");
 }
+
+/// The stored slice read back from the create/update answer against an API server with the
+/// DRA feature gates off (1.35's defaults): every field it dropped is reported with its gate;
+/// once the gates are on, writing again (as the publisher does every RECHECK_DROPPED while
+/// fields are dropped) stores everything and reports nothing.
+#[tokio::test]
+async fn fields_dropped_by_the_api_server_are_read_back_with_their_feature_gate() {
+    use erdma_dra::readback::DroppedField;
+    use erdma_k8s::fake::FeatureGates;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let cfg = config(tmp.path());
+    let api = FakeApiServer::new();
+    api.set_feature_gates(FeatureGates::release(35).expect("1.35"));
+    let client = api.client();
+    let mut memory = erdma_deviceplugin::devices::DeviceMemory::default();
+    // erdma_1's link is down: it is written with a taint.
+    let devs = publish::publishable(&mut memory, &inventory(false), &cfg, None);
+    let o = publish::sync(&client, &cfg, devs.clone())
+        .await
+        .expect("sync");
+    assert_eq!(o.action, SliceAction::Created);
+    let both = vec!["erdma-0".to_string(), "erdma-1".to_string()];
+    assert_eq!(
+        o.dropped,
+        [
+            DroppedField {
+                field: "taints",
+                feature_gate: "DRADeviceTaints",
+                devices: vec!["erdma-1".into()],
+            },
+            DroppedField {
+                field: "allowMultipleAllocations",
+                feature_gate: "DRAConsumableCapacity",
+                devices: both.clone(),
+            },
+            DroppedField {
+                field: "capacity.requestPolicy",
+                feature_gate: "DRAConsumableCapacity",
+                devices: both.clone(),
+            },
+        ]
+    );
+    // The stored slice names the tainted device, so a reader sees the taint is missing.
+    let stored: ResourceSlice = api
+        .get(None, "node-a-erdma.alibabacloud.com")
+        .expect("stored");
+    assert_eq!(
+        stored
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(publish::ANNOTATION_TAINTED))
+            .map(String::as_str),
+        Some("erdma-1")
+    );
+    assert!(
+        stored.spec.devices.as_ref().expect("devices")[1]
+            .taints
+            .is_none()
+    );
+    // Unchanged devices: not written again, still reported.
+    let o = publish::sync(&client, &cfg, devs.clone())
+        .await
+        .expect("sync");
+    assert_eq!(o.action, SliceAction::Unchanged);
+    assert_eq!(o.dropped.len(), 3);
+
+    // Only DRAConsumableCapacity on: the capacity fields are stored, the taint still dropped.
+    api.set_feature_gates(
+        FeatureGates::release(35)
+            .expect("1.35")
+            .with("DRAConsumableCapacity=true")
+            .expect("gates"),
+    );
+    let o = publish::sync_with(&client, &cfg, devs.clone(), true)
+        .await
+        .expect("sync");
+    assert_eq!(o.action, SliceAction::Updated);
+    assert_eq!(
+        o.dropped,
+        [DroppedField {
+            field: "taints",
+            feature_gate: "DRADeviceTaints",
+            devices: vec!["erdma-1".into()],
+        }]
+    );
+    api.set_feature_gates(FeatureGates::default());
+    let o = publish::sync_with(&client, &cfg, devs.clone(), true)
+        .await
+        .expect("sync");
+    assert_eq!(o.action, SliceAction::Updated);
+    assert_eq!(o.dropped, []);
+    let o = publish::sync_with(&client, &cfg, devs, true)
+        .await
+        .expect("sync");
+    assert_eq!(
+        o.action,
+        SliceAction::Unchanged,
+        "nothing lacking: not written again"
+    );
+}

@@ -23,6 +23,12 @@
 //!   (the kubeconfig's, the lab kubelet's) are unrestricted; with `enforce_rbac` the tokens'
 //!   requests are authorized against the loaded RBAC objects.
 //!
+//! - the feature gates of a release (`--emulated-version`, default the newest modelled) with
+//!   `--feature-gates` on top: with `DRADeviceTaints`, `DRAConsumableCapacity` or
+//!   `DRAExtendedResource` off, ResourceSlices and DeviceClasses written through the API lose
+//!   those features' fields, as the API server drops them (the install's DeviceClass is made
+//!   without `extendedResourceName`; the `--objects` are stored as given).
+//!
 //! A ServiceAccount created later through the API gets no token (the fake has no TokenRequest).
 
 use crate::podspec::manifest;
@@ -72,6 +78,9 @@ pub struct ApiServerOptions {
     pub objects: Vec<PathBuf>,
     /// Authorize the service accounts' requests against the loaded RBAC objects.
     pub enforce_rbac: bool,
+    /// The feature gates that drop `resource.k8s.io` fields on write (`--emulated-version`,
+    /// `--feature-gates`; default: the newest release's).
+    pub feature_gates: erdma_k8s::fake::FeatureGates,
 }
 
 /// A service account's token as written.
@@ -364,6 +373,7 @@ pub async fn start(opts: &ApiServerOptions, cancel: CancellationToken) -> Result
         ));
     }
     let api = FakeApiServer::new();
+    api.set_feature_gates(opts.feature_gates.clone());
     let mut report = Vec::new();
     api.put(&k8s_openapi::api::core::v1::Node {
         metadata: meta(&opts.node, None),
@@ -371,10 +381,25 @@ pub async fn start(opts: &ApiServerOptions, cancel: CancellationToken) -> Result
     });
     let mut values = erdma_k8s::install::Values::default();
     values.dra.enabled = true;
-    api.put(&erdma_k8s::install::dra_device_class(&values));
+    let mut class = erdma_k8s::install::dra_device_class(&values);
+    let g = &opts.feature_gates;
+    if !g.dra_extended_resource {
+        // As the API server stores the install's create with the gate off.
+        class.spec.extended_resource_name = None;
+    }
+    api.put(&class);
     report.push(format!(
-        "made Node {} and the install's DeviceClass",
-        opts.node
+        "made Node {} and the install's DeviceClass{}",
+        opts.node,
+        if g.dra_extended_resource {
+            ""
+        } else {
+            " (without extendedResourceName: DRAExtendedResource is off)"
+        }
+    ));
+    report.push(format!(
+        "feature gates (as 1.{}): DRAConsumableCapacity={}, DRADeviceTaints={}, DRAExtendedResource={}",
+        g.release, g.dra_consumable_capacity, g.dra_device_taints, g.dra_extended_resource
     ));
 
     let mut loaded: Vec<Value> = Vec::new();

@@ -106,6 +106,7 @@ async fn the_charts_controller_deployment_runs_as_in_a_cluster() {
             service_account_dir: Some(d.path().join("sa")),
             objects: vec![file.clone()],
             enforce_rbac: false,
+            feature_gates: Default::default(),
         },
         cancel.clone(),
     )

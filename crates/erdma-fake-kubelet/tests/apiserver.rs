@@ -56,6 +56,7 @@ fn options(dir: &Path, objects: Vec<PathBuf>) -> ApiServerOptions {
         service_account_dir: Some(dir.join("sa")),
         objects,
         enforce_rbac: true,
+        feature_gates: Default::default(),
     }
 }
 
@@ -336,4 +337,76 @@ async fn the_cli_serves_until_sigterm_and_says_what_it_loaded() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--tls"));
+}
+
+/// With feature gates off (`--emulated-version 1.36 --feature-gates …=false`) the lab's API
+/// server drops their fields as the API server does: the install's DeviceClass has no
+/// `extendedResourceName`, a created ResourceSlice comes back without device taints.
+#[tokio::test]
+async fn feature_gates_off_drop_their_fields() {
+    use erdma_k8s::fake::FeatureGates;
+    use k8s_openapi::api::resource::v1::{
+        Device, DeviceClass, DeviceTaint, ResourcePool, ResourceSlice, ResourceSliceSpec,
+    };
+    let d = tempfile::tempdir().unwrap();
+    let cancel = CancellationToken::new();
+    let mut opts = options(d.path(), vec![]);
+    opts.feature_gates = FeatureGates::release(36)
+        .unwrap()
+        .with("DRAExtendedResource=false,DRADeviceTaints=false")
+        .unwrap();
+    let started = apiserver::start(&opts, cancel.clone()).await.unwrap();
+    assert!(
+        started
+            .report
+            .iter()
+            .any(|l| l.contains("without extendedResourceName: DRAExtendedResource is off")),
+        "{:?}",
+        started.report
+    );
+    let client = admin_client(&d.path().join("kubeconfig")).await;
+    let class = Api::<DeviceClass>::all(client.clone())
+        .get("erdma.alibabacloud.com")
+        .await
+        .unwrap();
+    assert_eq!(class.spec.extended_resource_name, None);
+    let slice = ResourceSlice {
+        metadata: kube::api::ObjectMeta {
+            name: Some("lab-node-erdma.alibabacloud.com".into()),
+            ..Default::default()
+        },
+        spec: ResourceSliceSpec {
+            driver: "erdma.alibabacloud.com".into(),
+            node_name: Some("lab-node".into()),
+            pool: ResourcePool {
+                name: "lab-node".into(),
+                generation: 1,
+                resource_slice_count: 1,
+            },
+            devices: Some(vec![Device {
+                name: "erdma-0".into(),
+                allow_multiple_allocations: Some(true),
+                taints: Some(vec![DeviceTaint {
+                    key: "erdma.alibabacloud.com/unhealthy".into(),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+    };
+    let stored = Api::<ResourceSlice>::all(client)
+        .create(&kube::api::PostParams::default(), &slice)
+        .await
+        .unwrap();
+    let dev = &stored.spec.devices.unwrap()[0];
+    assert_eq!(dev.taints, None, "DRADeviceTaints off");
+    assert_eq!(
+        dev.allow_multiple_allocations,
+        Some(true),
+        "DRAConsumableCapacity stays on (1.36 default)"
+    );
+    cancel.cancel();
+    started.stopped().await;
 }

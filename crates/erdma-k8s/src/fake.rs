@@ -30,6 +30,9 @@
 //!   watch from an older resourceVersion gets an `ERROR` event with a 410 `Expired` Status (as the
 //!   watch cache sends it), and [`FakeApiServer::close_watches`] ends open watch streams (as the
 //!   API server's watch timeout does).
+//! - Feature gates ([`FeatureGates`], default: the newest release's): with `DRADeviceTaints`,
+//!   `DRAConsumableCapacity` or `DRAExtendedResource` off, creates and updates of ResourceSlices
+//!   and DeviceClasses lose those features' fields, as the API server drops them.
 //! - Identity and RBAC: [`FakeApiServer::client_as`] gives a client a user name, and over HTTP(S)
 //!   a bearer token registered with [`FakeApiServer::accept_token`] authenticates its requests as
 //!   that token's user (once a token is registered, an unknown bearer token gets 401
@@ -109,6 +112,192 @@ pub struct FakeState {
     watches: tokio_util::sync::CancellationToken,
     /// Bearer tokens accepted over HTTP(S), with the user each authenticates.
     tokens: BTreeMap<String, String>,
+    /// The feature gates that drop fields of `resource.k8s.io` objects on write.
+    pub feature_gates: FeatureGates,
+}
+
+/// The API server's feature gates whose fields it drops from a `resource.k8s.io` object on
+/// create and update while they are off (`dropDisabledFields` of
+/// `pkg/registry/resource/{resourceslice,deviceclass}/strategy.go`), keeping a field the stored
+/// object already uses (an update does not take away what is in use):
+///
+/// - `DRADeviceTaints`: ResourceSlice device `taints`;
+/// - `DRAConsumableCapacity`: ResourceSlice device `allowMultipleAllocations` and capacity
+///   `requestPolicy`;
+/// - `DRAExtendedResource`: DeviceClass `extendedResourceName`.
+///
+/// Defaults per release ([`FeatureGates::release`], `pkg/features`): all three alpha and off in
+/// 1.34 and 1.35, beta and on in 1.36, on in 1.37 (`DRADeviceTaints` GA, `DRAExtendedResource`
+/// GA and locked to on, `DRAConsumableCapacity` beta). The default is the newest release.
+/// Writes with [`FakeApiServer::put`] are stored as given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeatureGates {
+    /// The release whose defaults and locks apply (minor version: 34 to 37).
+    pub release: u32,
+    /// `DRADeviceTaints`.
+    pub dra_device_taints: bool,
+    /// `DRAConsumableCapacity`.
+    pub dra_consumable_capacity: bool,
+    /// `DRAExtendedResource`.
+    pub dra_extended_resource: bool,
+}
+
+impl Default for FeatureGates {
+    fn default() -> Self {
+        Self::newest()
+    }
+}
+
+impl FeatureGates {
+    /// The releases modelled (minor versions).
+    pub const RELEASES: [u32; 4] = [34, 35, 36, 37];
+    /// The gates modelled, by name.
+    pub const NAMES: [&'static str; 3] = [
+        "DRAConsumableCapacity",
+        "DRADeviceTaints",
+        "DRAExtendedResource",
+    ];
+
+    /// The defaults of the newest release modelled (1.37).
+    pub fn newest() -> Self {
+        Self::release(37).unwrap_or(FeatureGates {
+            release: 37,
+            dra_device_taints: true,
+            dra_consumable_capacity: true,
+            dra_extended_resource: true,
+        })
+    }
+
+    /// The defaults of release `1.<minor>`, or `None` when it is not modelled.
+    pub fn release(minor: u32) -> Option<Self> {
+        let on = match minor {
+            34 | 35 => false,
+            36 | 37 => true,
+            _ => return None,
+        };
+        Some(FeatureGates {
+            release: minor,
+            dra_device_taints: on,
+            dra_consumable_capacity: on,
+            dra_extended_resource: on,
+        })
+    }
+
+    /// True when `gate` is locked to its default in this release (GA with `LockToDefault`):
+    /// `DRAExtendedResource` in 1.37.
+    pub fn locked(&self, gate: &str) -> bool {
+        gate == "DRAExtendedResource" && self.release >= 37
+    }
+
+    /// Applies `--feature-gates` (`Name=true|false,...`) to these defaults, refusing what the
+    /// API server refuses: an unknown gate (among those modelled), a value that is not a
+    /// boolean, a locked gate set to another value.
+    pub fn with(mut self, spec: &str) -> Result<Self, String> {
+        for term in spec.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            let Some((name, value)) = term.split_once('=') else {
+                return Err(format!("missing bool value for {term}"));
+            };
+            let (name, value) = (name.trim(), value.trim());
+            let on = match value.to_ascii_lowercase().as_str() {
+                "true" => true,
+                "false" => false,
+                _ => {
+                    return Err(format!(
+                        "invalid value of {name}={value}, err: strconv.ParseBool: parsing {value:?}: invalid syntax"
+                    ));
+                }
+            };
+            let locked = self.locked(name);
+            let slot = match name {
+                "DRADeviceTaints" => &mut self.dra_device_taints,
+                "DRAConsumableCapacity" => &mut self.dra_consumable_capacity,
+                "DRAExtendedResource" => &mut self.dra_extended_resource,
+                other => {
+                    return Err(format!(
+                        "unrecognized feature gate: {other} (the fake API server models {})",
+                        Self::NAMES.join(", ")
+                    ));
+                }
+            };
+            if *slot != on && locked {
+                return Err(format!(
+                    "cannot set feature gate {name} to {on}, feature is locked to {}",
+                    *slot
+                ));
+            }
+            *slot = on;
+        }
+        Ok(self)
+    }
+}
+
+fn devices_mut(v: &mut Value) -> impl Iterator<Item = &mut serde_json::Map<String, Value>> {
+    v.pointer_mut("/spec/devices")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object_mut)
+}
+
+fn devices(v: Option<&Value>) -> impl Iterator<Item = &serde_json::Map<String, Value>> {
+    v.and_then(|v| v.pointer("/spec/devices"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object)
+}
+
+fn set(v: Option<&Value>) -> bool {
+    v.is_some_and(|x| !x.is_null())
+}
+
+fn nonempty(v: Option<&Value>) -> bool {
+    v.and_then(Value::as_array).is_some_and(|a| !a.is_empty())
+}
+
+/// Drops the fields of `gates` that are off from `new` (the object to store), unless `old` (the
+/// stored object an update replaces) uses them; see [`FeatureGates`].
+fn drop_disabled_fields(gates: &FeatureGates, route: &Route, new: &mut Value, old: Option<&Value>) {
+    match (route.group.as_str(), route.resource.as_str()) {
+        ("resource.k8s.io", "resourceslices") => {
+            let taints_in_use = devices(old).any(|d| nonempty(d.get("taints")));
+            if !gates.dra_device_taints && !taints_in_use {
+                for d in devices_mut(new) {
+                    d.remove("taints");
+                }
+            }
+            let capacity_in_use = devices(old).any(|d| {
+                set(d.get("allowMultipleAllocations"))
+                    || d.get("capacity")
+                        .and_then(Value::as_object)
+                        .is_some_and(|c| c.values().any(|c| set(c.get("requestPolicy"))))
+            });
+            if !gates.dra_consumable_capacity && !capacity_in_use {
+                for d in devices_mut(new) {
+                    d.remove("allowMultipleAllocations");
+                    for c in d
+                        .get_mut("capacity")
+                        .and_then(Value::as_object_mut)
+                        .into_iter()
+                        .flat_map(|c| c.values_mut())
+                        .filter_map(Value::as_object_mut)
+                    {
+                        c.remove("requestPolicy");
+                    }
+                }
+            }
+        }
+        ("resource.k8s.io", "deviceclasses") => {
+            let in_use = set(old.and_then(|o| o.pointer("/spec/extendedResourceName")));
+            if !gates.dra_extended_resource
+                && !in_use
+                && let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut)
+            {
+                spec.remove("extendedResourceName");
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The fake API server. Cheap to clone (shared state).
@@ -211,6 +400,11 @@ impl FakeApiServer {
     /// The audited requests so far.
     pub fn audit(&self) -> Vec<Recorded> {
         self.state().audit.clone()
+    }
+
+    /// Sets the feature gates that drop `resource.k8s.io` fields on write ([`FeatureGates`]).
+    pub fn set_feature_gates(&self, gates: FeatureGates) {
+        self.state().feature_gates = gates;
     }
 
     /// Forgets the watch history up to now (etcd compaction): a later watch from an older
@@ -648,6 +842,7 @@ impl FakeApiServer {
         if let Some(ns) = &route.namespace {
             v["metadata"]["namespace"] = json!(ns);
         }
+        drop_disabled_fields(&st.feature_gates, route, &mut v, None);
         if let Err(e) = validate(route, &v) {
             return invalid(route, &name, &e);
         }
@@ -683,7 +878,7 @@ impl FakeApiServer {
                 "the object has been modified; please apply your changes to the latest version and try again",
             );
         }
-        let merged = if route.subresource.as_deref() == Some("status") {
+        let mut merged = if route.subresource.as_deref() == Some("status") {
             let mut o = old.clone();
             o["status"] = v.get("status").cloned().unwrap_or(Value::Null);
             o
@@ -695,6 +890,7 @@ impl FakeApiServer {
             v["metadata"]["creationTimestamp"] = old["metadata"]["creationTimestamp"].clone();
             v
         };
+        drop_disabled_fields(&st.feature_gates, route, &mut merged, Some(&old));
         if let Err(e) = validate(route, &merged) {
             return invalid(route, name, &e);
         }
@@ -731,6 +927,7 @@ impl FakeApiServer {
             .get(&route.collection)
             .and_then(|m| m.get(name))
             .cloned();
+        let before = old.clone();
         let mut v = match (old, apply) {
             (Some(o), _) => o,
             (None, true) => {
@@ -774,6 +971,7 @@ impl FakeApiServer {
             }
             apply_patch(&mut v, &p, "");
         }
+        drop_disabled_fields(&st.feature_gates, route, &mut v, before.as_ref());
         if let Err(e) = validate(route, &v) {
             return invalid(route, name, &e);
         }

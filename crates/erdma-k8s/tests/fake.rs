@@ -672,3 +672,179 @@ async fn resource_slices_select_by_node_and_driver_and_refuse_other_field_labels
         Some("spec.nodeName=node-a,spec.driver=x.example.com")
     );
 }
+
+/// The feature gates per release and `--feature-gates` as the API server parses it.
+#[test]
+fn feature_gates_default_per_release_and_refuse_what_the_api_server_refuses() {
+    use erdma_k8s::fake::FeatureGates;
+    let on = |g: &FeatureGates| {
+        (
+            g.dra_device_taints,
+            g.dra_consumable_capacity,
+            g.dra_extended_resource,
+        )
+    };
+    assert_eq!(on(&FeatureGates::default()), (true, true, true));
+    assert_eq!(FeatureGates::default().release, 37);
+    for (minor, want) in [
+        (34, (false, false, false)),
+        (35, (false, false, false)),
+        (36, (true, true, true)),
+        (37, (true, true, true)),
+    ] {
+        assert_eq!(
+            on(&FeatureGates::release(minor).expect("modelled")),
+            want,
+            "1.{minor}"
+        );
+    }
+    assert!(FeatureGates::release(33).is_none());
+    let g = FeatureGates::default()
+        .with("DRADeviceTaints=false, DRAConsumableCapacity=False")
+        .expect("parsed");
+    assert_eq!(on(&g), (false, false, true));
+    let e = FeatureGates::default()
+        .with("DRAExtendedResource=false")
+        .expect_err("GA and locked in 1.37");
+    assert_eq!(
+        e,
+        "cannot set feature gate DRAExtendedResource to false, feature is locked to true"
+    );
+    let g = FeatureGates::release(36)
+        .expect("1.36")
+        .with("DRAExtendedResource=false")
+        .expect("beta in 1.36: may be turned off");
+    assert!(!g.dra_extended_resource);
+    assert!(
+        FeatureGates::default()
+            .with("NoSuchGate=true")
+            .expect_err("unknown")
+            .starts_with("unrecognized feature gate: NoSuchGate")
+    );
+    assert!(FeatureGates::default().with("DRADeviceTaints").is_err());
+    assert!(
+        FeatureGates::default()
+            .with("DRADeviceTaints=maybe")
+            .is_err()
+    );
+}
+
+fn full_slice(name: &str, tainted: bool) -> k8s_openapi::api::resource::v1::ResourceSlice {
+    use k8s_openapi::api::resource::v1::{
+        CapacityRequestPolicy, Device, DeviceCapacity, DeviceTaint,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let mut s = slice(name, Some("node-a"), "x.example.com");
+    s.spec.devices = Some(vec![Device {
+        name: "d0".into(),
+        allow_multiple_allocations: Some(true),
+        taints: tainted.then(|| {
+            vec![DeviceTaint {
+                key: "x.example.com/unhealthy".into(),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }]
+        }),
+        capacity: Some(std::collections::BTreeMap::from([(
+            "shares".to_string(),
+            DeviceCapacity {
+                value: Quantity("4".into()),
+                request_policy: Some(CapacityRequestPolicy {
+                    default: Some(Quantity("1".into())),
+                    ..Default::default()
+                }),
+            },
+        )])),
+        ..Default::default()
+    }]);
+    s
+}
+
+/// With a gate off the API server stores the object without the gate's fields, and the
+/// create's answer is the stored object; an update keeps a field the stored object already has.
+#[tokio::test]
+async fn disabled_feature_gates_drop_their_fields_on_create_and_update_unless_in_use() {
+    use erdma_k8s::fake::FeatureGates;
+    use k8s_openapi::api::resource::v1::{DeviceClass, DeviceClassSpec, ResourceSlice};
+    let api = FakeApiServer::new();
+    api.set_feature_gates(
+        FeatureGates::default()
+            .with("DRADeviceTaints=false,DRAConsumableCapacity=false")
+            .expect("gates"),
+    );
+    let slices: Api<ResourceSlice> = Api::all(api.client());
+    let stored = slices
+        .create(&PostParams::default(), &full_slice("s", true))
+        .await
+        .expect("created");
+    let d = &stored.spec.devices.as_ref().expect("devices")[0];
+    assert_eq!(d.taints, None);
+    assert_eq!(d.allow_multiple_allocations, None);
+    assert!(
+        d.capacity.as_ref().expect("capacity")["shares"]
+            .request_policy
+            .is_none()
+    );
+    assert_eq!(
+        d.capacity.as_ref().expect("capacity")["shares"].value.0,
+        "4"
+    );
+    assert_eq!(
+        api.get::<ResourceSlice>(None, "s").map(|s| s.spec.devices),
+        Some(stored.spec.devices.clone()),
+        "the answer is what is stored"
+    );
+    // An update of a slice stored with the fields (before the gates went off) keeps them.
+    api.put(&full_slice("kept", true));
+    let updated = slices
+        .replace("kept", &PostParams::default(), &full_slice("kept", true))
+        .await
+        .expect("updated");
+    let d = &updated.spec.devices.as_ref().expect("devices")[0];
+    assert!(d.taints.is_some());
+    assert_eq!(d.allow_multiple_allocations, Some(true));
+    // With the gates on (the newest release's defaults) everything is stored.
+    api.set_feature_gates(FeatureGates::default());
+    let stored = slices
+        .create(&PostParams::default(), &full_slice("on", true))
+        .await
+        .expect("created");
+    assert!(
+        stored.spec.devices.as_ref().expect("devices")[0]
+            .taints
+            .is_some()
+    );
+
+    // DeviceClass extendedResourceName, by create and by server-side apply.
+    api.set_feature_gates(
+        FeatureGates::release(36)
+            .expect("1.36")
+            .with("DRAExtendedResource=false")
+            .expect("gates"),
+    );
+    let classes: Api<DeviceClass> = Api::all(api.client());
+    let class = |name: &str| DeviceClass {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: DeviceClassSpec {
+            extended_resource_name: Some("example.com/x".into()),
+            ..Default::default()
+        },
+    };
+    let c = classes
+        .create(&PostParams::default(), &class("a"))
+        .await
+        .expect("created");
+    assert_eq!(c.spec.extended_resource_name, None);
+    let c = classes
+        .patch(
+            "b",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&class("b")),
+        )
+        .await
+        .expect("applied");
+    assert_eq!(c.spec.extended_resource_name, None);
+}

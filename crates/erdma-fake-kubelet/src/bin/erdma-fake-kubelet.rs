@@ -204,6 +204,16 @@ struct ApiserverArgs {
     /// unrestricted.
     #[arg(long, requires = "service_account_dir")]
     enforce_rbac: bool,
+    /// The release whose feature gate defaults apply, as kube-apiserver --emulated-version:
+    /// 1.34, 1.35 (DRADeviceTaints, DRAConsumableCapacity, DRAExtendedResource off), 1.36 or
+    /// 1.37 (on; DRAExtendedResource locked on in 1.37).
+    #[arg(long, default_value = "1.37", value_name = "1.MINOR")]
+    emulated_version: String,
+    /// Feature gates over the release's defaults, as kube-apiserver --feature-gates, e.g.
+    /// DRADeviceTaints=false,DRAConsumableCapacity=false: ResourceSlices and DeviceClasses
+    /// written then lose the gates' fields, as the API server drops them.
+    #[arg(long, default_value = "", value_name = "NAME=BOOL,...")]
+    feature_gates: String,
 }
 
 #[derive(clap::Args)]
@@ -591,6 +601,26 @@ async fn admit(a: AdmitArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--emulated-version` and `--feature-gates` of `apiserver`.
+fn feature_gates(version: &str, gates: &str) -> anyhow::Result<erdma_k8s::fake::FeatureGates> {
+    use erdma_k8s::fake::FeatureGates;
+    let v = version.trim().trim_start_matches('v');
+    let release = v
+        .strip_prefix("1.")
+        .and_then(|m| m.split('.').next())
+        .and_then(|m| m.parse::<u32>().ok())
+        .and_then(FeatureGates::release)
+        .with_context(|| {
+            format!(
+                "--emulated-version {version:?} is not one of {}",
+                FeatureGates::RELEASES.map(|r| format!("1.{r}")).join(", ")
+            )
+        })?;
+    release
+        .with(gates)
+        .map_err(|e| anyhow::anyhow!("--feature-gates: {e}"))
+}
+
 async fn apiserver(a: ApiserverArgs) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
@@ -604,6 +634,7 @@ async fn apiserver(a: ApiserverArgs) -> anyhow::Result<()> {
         service_account_dir: a.service_account_dir,
         objects: a.objects,
         enforce_rbac: a.enforce_rbac,
+        feature_gates: feature_gates(&a.emulated_version, &a.feature_gates)?,
     };
     let cancel = tokio_util::sync::CancellationToken::new();
     let started = erdma_fake_kubelet::apiserver::start(&opts, cancel.clone()).await?;
