@@ -349,6 +349,8 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
                     let h = holders.clone();
                     Arc::new(move || h.poke())
                 }),
+                dropped_fields: Some(agent_metrics.dra_dropped_fields.clone()),
+                resource_name: s.resource_name.clone(),
             },
             cluster.clone().context("DRA needs the Kubernetes API")?,
             served_rx.clone(),

@@ -184,6 +184,13 @@ impl Cluster {
             .await
     }
 
+    /// Records an `events.k8s.io/v1` Event regarding this node from the DRA driver's
+    /// ResourceSlice publisher (action `PublishResourceSlice`).
+    pub async fn dra_event(&self, kind: &str, reason: &str, message: &str) -> Result<(), String> {
+        self.event_for(kind, reason, "PublishResourceSlice", message)
+            .await
+    }
+
     /// Records an `events.k8s.io/v1` Event regarding this node, for `action`.
     async fn event_for(
         &self,

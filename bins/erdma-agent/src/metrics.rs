@@ -33,6 +33,19 @@ pub struct NriHookLabels {
 /// A histogram of NRI hook durations, by hook and outcome.
 pub type NriHookFamily = Family<NriHookLabels, Histogram, fn() -> Histogram>;
 
+/// Labels of `erdma_dra_dropped_fields`, from a closed set ([`erdma_dra::readback::SLICE_FIELDS`]).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DroppedFieldLabels {
+    /// The ResourceSlice field (`taints`, `allowMultipleAllocations`, `capacity.requestPolicy`).
+    pub field: &'static str,
+    /// The API server's feature gate that drops it (`DRADeviceTaints`, `DRAConsumableCapacity`).
+    pub feature_gate: &'static str,
+}
+
+/// `erdma_dra_dropped_fields`: devices of this node's ResourceSlice whose field the API server
+/// dropped, by field and feature gate (0 when stored).
+pub type DroppedFieldsFamily = Family<DroppedFieldLabels, Gauge>;
+
 fn nri_hook_histogram() -> Histogram {
     // From a plain answer (sub-millisecond) to the lab's raised 8 s budget.
     Histogram::new([
@@ -62,6 +75,9 @@ pub struct AgentMetrics {
     pub device_plugin_conflict: Gauge,
     /// Re-registrations after another device plugin for the resource had gone.
     pub device_plugin_reclaims: Counter,
+    /// DRA: devices of this node's ResourceSlice whose field the API server dropped
+    /// (`erdma_dra_dropped_fields{field,feature_gate}`).
+    pub dra_dropped_fields: DroppedFieldsFamily,
     /// "Which devices does this pod hold" answered from the kept pod-resources answer
     /// (`answer="kept"`) or by asking the kubelet (`answer="kubelet"`), on a runtime's clock.
     pub holder_lookups:
@@ -78,6 +94,12 @@ impl AgentMetrics {
             "hook_duration_seconds",
             "Time from an NRI call's arrival to its answer, by hook (Configure, Synchronize, the event) and outcome (ok, error, over_budget: cut and answered with no change)",
             nri_hooks.clone(),
+        );
+        let dra_dropped_fields = DroppedFieldsFamily::default();
+        root.sub_registry_with_prefix("erdma_dra").register(
+            "dropped_fields",
+            "Devices of this node's ResourceSlice whose field the API server dropped because its feature gate is off, by field and feature gate (0: stored)",
+            dra_dropped_fields.clone(),
         );
         let registry = root.sub_registry_with_prefix("erdma_agent");
         let smcr_lookup_failures = Counter::default();
@@ -130,6 +152,7 @@ impl AgentMetrics {
         );
         AgentMetrics {
             nri_hooks,
+            dra_dropped_fields,
             holder_lookups,
             smc,
             smcr_lookup_failures,

@@ -6,6 +6,7 @@
 
 use crate::cluster::Cluster;
 use erdma_dra::publish::{self, SyncOutcome};
+use erdma_dra::readback::{self, DroppedField};
 use erdma_dra::server::{self, RegistrationState};
 use erdma_dra::{DraConfig, Driver};
 use erdma_model::NodeDevices;
@@ -79,6 +80,9 @@ pub struct DraView {
     /// The claim cache: whether its watch runs and is in sync, claims held, prepares answered
     /// from it (`hits`) and by a GET (`misses`).
     pub claim_cache: erdma_dra::claim_cache::CacheStats,
+    /// Fields of the ResourceSlice the API server dropped (their feature gates are off): field,
+    /// feature gate, devices. Empty when it stores everything.
+    pub dropped_fields: Vec<DroppedField>,
 }
 
 /// Resolves the choice for this node. `node-label` needs the Kubernetes API (it reads this
@@ -142,13 +146,65 @@ pub fn condition(
     }
 }
 
+/// Reason of the `ERdmaResourceAPI` condition on a DRA node while the API server drops fields of
+/// the ResourceSlice (feature gates off).
+pub const REASON_GATES_OFF: &str = "DRAFeatureGatesOff";
+/// Event reason when the API server starts dropping fields of the node's ResourceSlice.
+pub const EVENT_FIELDS_DROPPED: &str = "ResourceSliceFieldsDropped";
+/// Event reason when it stores them all again.
+pub const EVENT_FIELDS_STORED: &str = "ResourceSliceFieldsStored";
+
+/// The `ERdmaResourceAPI` condition of a DRA node whose ResourceSlice lost `dropped` (empty: the
+/// plain [`condition`]): still True (DRA serves the devices), reason [`REASON_GATES_OFF`], and
+/// the message says which gates are off and what erdma does without them.
+pub fn dra_condition(
+    resource: &str,
+    driver: &str,
+    dropped: &[DroppedField],
+) -> (&'static str, &'static str, &'static str, String) {
+    let (ty, st, reason, message) = condition(ResourceApi::Dra, resource, driver);
+    if dropped.is_empty() {
+        return (ty, st, reason, message);
+    }
+    (
+        ty,
+        st,
+        REASON_GATES_OFF,
+        format!(
+            "{message}; {}: {}",
+            readback::summary(dropped),
+            consequences(dropped)
+        ),
+    )
+}
+
+/// What erdma does without the dropped fields' features.
+pub fn consequences(dropped: &[DroppedField]) -> String {
+    readback::gates(dropped)
+        .iter()
+        .map(|g| match *g {
+            readback::GATE_DEVICE_TAINTS => "an unhealthy device is not tainted, so new claims may be allocated on it (its prepare is refused, the health stream reports it)",
+            readback::GATE_CONSUMABLE_CAPACITY => "each device is allocated whole to one claim at a time (no sharing by capacity)",
+            _ => "the feature's fields are not used",
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Sets the condition on this node (strategic merge by type).
 pub async fn publish_condition(
     cluster: &Cluster,
     api: ResourceApi,
     resource: &str,
 ) -> Result<(), String> {
-    let (ty, st, reason, message) = condition(api, resource, erdma_dra::DRIVER_NAME);
+    let c = condition(api, resource, erdma_dra::DRIVER_NAME);
+    patch_condition(cluster, c).await
+}
+
+async fn patch_condition(
+    cluster: &Cluster,
+    (ty, st, reason, message): (&'static str, &'static str, &'static str, String),
+) -> Result<(), String> {
     let now = serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         k8s_openapi::jiff::Timestamp::now(),
     ))
@@ -181,6 +237,10 @@ pub struct DraSettings {
     pub claim_watch: bool,
     /// Called after each NodePrepareResources that prepared a claim.
     pub on_prepare: Option<erdma_dra::claims::PrepareObserver>,
+    /// `erdma_dra_dropped_fields` in the agent's registry.
+    pub dropped_fields: Option<crate::metrics::DroppedFieldsFamily>,
+    /// The extended resource name (`--resource-name`), for the `ERdmaResourceAPI` condition.
+    pub resource_name: String,
 }
 
 /// Runs the DRA driver until `cancel`: the sockets, ResourceSlice publishing, and its state in
@@ -198,6 +258,8 @@ pub async fn run_dra(
     cfg.cdi_dir = settings.cdi_dir;
     cfg.sysfs = settings.sysfs;
     cfg.watch_claims = settings.claim_watch;
+    let dropped_fields = settings.dropped_fields;
+    let resource = settings.resource_name;
     let driver = Arc::new(Driver::new(
         cfg.clone(),
         cluster.client.clone(),
@@ -223,7 +285,23 @@ pub async fn run_dra(
         cancel.clone(),
     ));
     let mut registration = servers.registration.clone();
+    // What was last reported of dropped fields (None: nothing yet).
+    let mut reported: Option<Vec<DroppedField>> = None;
     loop {
+        let outcome = status_rx.borrow().as_ref().ok().cloned();
+        if let Some(o) = outcome
+            && reported.as_ref() != Some(&o.dropped)
+        {
+            report_dropped(
+                &cluster,
+                &resource,
+                reported.as_deref(),
+                &o.dropped,
+                dropped_fields.as_ref(),
+            )
+            .await;
+            reported = Some(o.dropped);
+        }
         let prepared = driver.prepared().await;
         let mut per_device = std::collections::BTreeMap::new();
         for c in prepared.claims.values() {
@@ -246,6 +324,7 @@ pub async fn run_dra(
             slice,
             prepared_claims: per_device,
             claim_cache: driver.claim_cache_stats(),
+            dropped_fields: reported.clone().unwrap_or_default(),
         }));
         tokio::select! {
             _ = cancel.cancelled() => break,
@@ -260,6 +339,60 @@ pub async fn run_dra(
         let _ = w.await;
     }
     Ok(())
+}
+
+/// Reports a change of the fields the API server drops from the node's ResourceSlice
+/// (`previous`: what was reported before, `None` at start): the gauge of every field checked
+/// (devices dropped from, 0 when stored), a Warning Event when fields start being dropped or
+/// the set changes, a Normal one when all are stored again, and the `ERdmaResourceAPI`
+/// condition (reason [`REASON_GATES_OFF`] while fields are dropped). The driver's publisher
+/// logs the change (warn). Best effort: an API error is logged.
+pub async fn report_dropped(
+    cluster: &Cluster,
+    resource: &str,
+    previous: Option<&[DroppedField]>,
+    now: &[DroppedField],
+    gauge: Option<&crate::metrics::DroppedFieldsFamily>,
+) {
+    if let Some(g) = gauge {
+        for (field, feature_gate) in readback::SLICE_FIELDS {
+            let n = now
+                .iter()
+                .find(|d| d.field == *field)
+                .map_or(0, |d| d.devices.len());
+            g.get_or_create(&crate::metrics::DroppedFieldLabels {
+                field,
+                feature_gate,
+            })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+    let was = previous.is_some_and(|p| !p.is_empty());
+    let event = if !now.is_empty() {
+        Some((
+            "Warning",
+            EVENT_FIELDS_DROPPED,
+            format!("{}: {}", readback::summary(now), consequences(now)),
+        ))
+    } else if was {
+        Some((
+            "Normal",
+            EVENT_FIELDS_STORED,
+            "the API server stores every field of this node's ResourceSlice again".to_string(),
+        ))
+    } else {
+        None
+    };
+    let Some((kind, reason, message)) = event else {
+        return;
+    };
+    if let Err(e) = cluster.dra_event(kind, reason, &message).await {
+        tracing::warn!("{e}");
+    }
+    let c = dra_condition(resource, erdma_dra::DRIVER_NAME, now);
+    if let Err(e) = patch_condition(cluster, c).await {
+        tracing::warn!("{e}");
+    }
 }
 
 /// On a node that moved back to the device plugin: removes this node's ResourceSlices of the

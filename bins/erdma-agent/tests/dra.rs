@@ -52,6 +52,16 @@ fn start_dra(
     cluster: Cluster,
     instance_id: Option<String>,
 ) -> RunningDra {
+    start_dra_with(tree, served, cluster, instance_id, None)
+}
+
+fn start_dra_with(
+    tree: &NodeTree,
+    served: NodeDevices,
+    cluster: Cluster,
+    instance_id: Option<String>,
+    dropped_fields: Option<erdma_agent::metrics::DroppedFieldsFamily>,
+) -> RunningDra {
     let dir = tempfile::Builder::new()
         .prefix("wt")
         .tempdir_in("/tmp")
@@ -70,6 +80,8 @@ fn start_dra(
             on_prepare: Some(Arc::new(move || {
                 counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             })),
+            dropped_fields,
+            resource_name: "aliyun/erdma".into(),
         },
         cluster,
         served_rx,
@@ -435,6 +447,164 @@ async fn the_newest_kubelet_opens_the_agents_v1_health_stream() {
             ("n1".to_string(), "erdma-1".to_string(), "Healthy"),
         ]
     );
+    cancel.cancel();
+    run.await.unwrap().unwrap();
+}
+
+/// Against an API server with the DRA feature gates of 1.35 (off), the agent's driver reports
+/// what the API server dropped from its ResourceSlice: in `/healthz` (`dra.dropped_fields`), in
+/// `erdma_dra_dropped_fields{field,feature_gate}`, with a Warning Event on the node and the
+/// `ERdmaResourceAPI` condition's reason; once the gates are on and the devices change, the
+/// gauge goes to 0 and a Normal Event says so.
+#[tokio::test]
+async fn fields_the_api_server_drops_are_reported_with_their_feature_gates() {
+    use erdma_k8s::fake::FeatureGates;
+    use k8s_openapi::api::events::v1::Event;
+    let (tree, served) = served_fixture();
+    let api = FakeApiServer::new();
+    api.set_feature_gates(FeatureGates::release(35).unwrap());
+    api.put(&Node {
+        metadata: ObjectMeta {
+            name: Some("n1".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = erdma_agent::metrics::AgentMetrics::register(&mut registry);
+    let cluster = Cluster::new(api.client(), "n1");
+    let mut changed = served.clone();
+    let RunningDra {
+        dir: _dir,
+        view,
+        served: served_tx,
+        cancel,
+        run,
+        prepares: _,
+    } = start_dra_with(
+        &tree,
+        served,
+        cluster,
+        None,
+        Some(metrics.dra_dropped_fields.clone()),
+    );
+    until("dropped fields in /healthz", || {
+        view.borrow()
+            .as_ref()
+            .is_some_and(|d| !d.dropped_fields.is_empty())
+    })
+    .await;
+    let d = view.borrow().clone().unwrap();
+    let fields: Vec<(&str, &str, Vec<String>)> = d
+        .dropped_fields
+        .iter()
+        .map(|f| (f.field, f.feature_gate, f.devices.clone()))
+        .collect();
+    let both = vec!["erdma-0".to_string(), "erdma-1".to_string()];
+    assert_eq!(
+        fields,
+        [
+            (
+                "allowMultipleAllocations",
+                "DRAConsumableCapacity",
+                both.clone()
+            ),
+            (
+                "capacity.requestPolicy",
+                "DRAConsumableCapacity",
+                both.clone()
+            ),
+        ],
+        "the fixture's devices are healthy: no taint written"
+    );
+    let healthz = serde_json::to_value(&d).unwrap();
+    assert_eq!(
+        healthz["dropped_fields"][0]["feature_gate"],
+        "DRAConsumableCapacity"
+    );
+    let text = erdma_agent::metrics::encode(&registry);
+    for line in [
+        r#"erdma_dra_dropped_fields{field="allowMultipleAllocations",feature_gate="DRAConsumableCapacity"} 2"#,
+        r#"erdma_dra_dropped_fields{field="capacity.requestPolicy",feature_gate="DRAConsumableCapacity"} 2"#,
+        r#"erdma_dra_dropped_fields{field="taints",feature_gate="DRADeviceTaints"} 0"#,
+    ] {
+        assert!(text.contains(line), "{line} not in:\n{text}");
+    }
+    let events = || {
+        api.list::<Event>(Some("default"))
+            .into_iter()
+            .map(|e| {
+                (
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    until("the Warning Event", || {
+        events()
+            .iter()
+            .any(|(_, r, _)| r == "ResourceSliceFieldsDropped")
+    })
+    .await;
+    let warn = events()
+        .into_iter()
+        .find(|(_, r, _)| r == "ResourceSliceFieldsDropped")
+        .unwrap();
+    assert_eq!(warn.0, "Warning");
+    assert!(
+        warn.2.contains("feature gate DRAConsumableCapacity is off")
+            && warn.2.contains("allocated whole to one claim at a time"),
+        "{}",
+        warn.2
+    );
+    let condition = || {
+        api.get::<Node>(None, "n1")
+            .and_then(|n| n.status)
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "ERdmaResourceAPI")
+    };
+    until("the condition", || condition().is_some()).await;
+    let c = condition().unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_deref()),
+        ("True", Some("DRAFeatureGatesOff"))
+    );
+    assert!(
+        c.message
+            .as_deref()
+            .is_some_and(|m| m.contains("DRAConsumableCapacity")),
+        "{c:?}"
+    );
+
+    // The gates go on; the next write (a device changed) stores everything.
+    api.set_feature_gates(FeatureGates::default());
+    changed.devices.truncate(1);
+    served_tx.send_replace(changed);
+    until("no dropped fields", || {
+        view.borrow()
+            .as_ref()
+            .is_some_and(|d| d.dropped_fields.is_empty())
+    })
+    .await;
+    until("the Normal Event", || {
+        events()
+            .iter()
+            .any(|(_, r, _)| r == "ResourceSliceFieldsStored")
+    })
+    .await;
+    let text = erdma_agent::metrics::encode(&registry);
+    assert!(
+        text.contains(r#"erdma_dra_dropped_fields{field="allowMultipleAllocations",feature_gate="DRAConsumableCapacity"} 0"#),
+        "{text}"
+    );
+    until("the condition's reason back to DRA", || {
+        condition().and_then(|c| c.reason).as_deref() == Some("DRA")
+    })
+    .await;
     cancel.cancel();
     run.await.unwrap().unwrap();
 }
