@@ -199,6 +199,12 @@ pub fn dra_check(
                     msg,
                     "the ResourceSlice is not published: check the agent's RBAC for resource.k8s.io resourceslices (chart dra.enabled) and that the API server serves resource.k8s.io/v1",
                 ))
+            } else if let Some(dropped) = dropped_fields(v) {
+                Some(Check::warn(
+                    ID,
+                    format!("{msg}; the API server dropped {dropped}"),
+                    "turn those feature gates on in kube-apiserver's --feature-gates (and kube-scheduler's, kube-controller-manager's; on by default from Kubernetes 1.36): without DRAConsumableCapacity each device is allocated whole to one claim, without DRADeviceTaints an unhealthy device stays allocatable; the agent writes the slice again within 5 minutes",
+                ))
             } else {
                 Some(Check::pass(ID, msg))
             }
@@ -229,6 +235,30 @@ pub fn dra_check(
         }
         (None, None) => None,
     }
+}
+
+/// The `/healthz` `dra.dropped_fields` as `field (gate) on devices; …`, or `None` when empty.
+fn dropped_fields(v: &serde_json::Value) -> Option<String> {
+    let list = v["dropped_fields"].as_array().filter(|l| !l.is_empty())?;
+    Some(
+        list.iter()
+            .map(|d| {
+                let devices: Vec<&str> = d["devices"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|x| x.as_str())
+                    .collect();
+                format!(
+                    "{} ({} off) on {}",
+                    d["field"].as_str().unwrap_or("?"),
+                    d["feature_gate"].as_str().unwrap_or("?"),
+                    devices.join(", ")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    )
 }
 
 /// Runs the command: exit 0 when nothing failed, 1 when a check failed (or warned, with
@@ -290,6 +320,19 @@ mod tests {
         let c = dra_check(Some(&ok), None).expect("check");
         assert_eq!(c.status, Status::Pass);
         assert!(c.message.contains("erdma-0: 2"), "{}", c.message);
+        let gates_off = serde_json::json!({"driver": "erdma.alibabacloud.com", "registration": "registered",
+            "slice": "created generation 1", "prepared_claims": {},
+            "dropped_fields": [{"field": "allowMultipleAllocations", "feature_gate": "DRAConsumableCapacity",
+                "devices": ["erdma-0", "erdma-1"]}]});
+        let c = dra_check(Some(&gates_off), None).expect("check");
+        assert_eq!(c.status, Status::Warn);
+        assert!(
+            c.message.contains(
+                "the API server dropped allowMultipleAllocations (DRAConsumableCapacity off) on erdma-0, erdma-1"
+            ),
+            "{}",
+            c.message
+        );
         let unpublished = serde_json::json!({"registration": "registered",
             "slice": "list ResourceSlices: forbidden", "prepared_claims": {}});
         let c = dra_check(Some(&unpublished), None).expect("check");

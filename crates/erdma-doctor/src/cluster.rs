@@ -89,7 +89,48 @@ pub async fn node_checks(
             hint: ": list nodes with kubectl get nodes".into(),
         })?;
     let agents = agent_pods(client, node_name, agent_selector).await?;
-    Ok(node::checks(&n, &agents))
+    let mut checks = node::checks(&n, &agents);
+    checks.extend(dra_checks(client, &n, node_name).await);
+    Ok(checks)
+}
+
+/// The DRA checks of a node that serves eRDMA devices through DRA (or has slices of the
+/// driver): what the API server stored of its ResourceSlice and of the DeviceClass. An object
+/// that cannot be read is a warning naming the permission.
+async fn dra_checks(client: &kube::Client, n: &Node, node_name: &str) -> Vec<Check> {
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
+    let listed = Api::<ResourceSlice>::all(client.clone())
+        .list(&ListParams::default().fields(&crate::dra::field_selector(node_name)))
+        .await;
+    let dra_node = crate::dra::is_dra_node(n);
+    let slices = match listed {
+        Ok(l) => l.items,
+        Err(e) if dra_node => {
+            return vec![Check::warn(
+                "node.dra.slice",
+                format!("cannot read the ResourceSlices of node {node_name}: {e}"),
+                "allow list on resourceslices (resource.k8s.io) to the doctor's user",
+            )];
+        }
+        // Not a DRA node, and no DRA API to ask (an older cluster): nothing to check.
+        Err(_) => return Vec::new(),
+    };
+    if !dra_node && slices.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![crate::dra::slice_check(node_name, &slices)];
+    match Api::<DeviceClass>::all(client.clone())
+        .get_opt(crate::dra::DRIVER)
+        .await
+    {
+        Ok(c) => out.push(crate::dra::class_check(c.as_ref(), "aliyun/erdma")),
+        Err(e) => out.push(Check::warn(
+            "node.dra.deviceclass",
+            format!("cannot read DeviceClass {}: {e}", crate::dra::DRIVER),
+            "allow get on deviceclasses (resource.k8s.io) to the doctor's user",
+        )),
+    }
+    out
 }
 
 /// What `doctor --pod` needs besides the pod name.

@@ -8,6 +8,7 @@ pub mod agent_health;
 pub mod check;
 pub mod cluster;
 pub mod coexistence;
+pub mod dra;
 pub mod libs;
 pub mod local;
 pub mod node;

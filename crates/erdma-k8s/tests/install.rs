@@ -362,3 +362,40 @@ async fn delete_removes_what_apply_created_and_the_crd_only_when_asked() {
             .is_none()
     );
 }
+
+/// `apply` reads the stored DeviceClass from the apply's answer: an API server with
+/// DRAExtendedResource off (1.36 with the gate turned off) drops `extendedResourceName`, and the
+/// line of the DeviceClass says so and names the gate; with the gate on it is stored.
+#[tokio::test]
+async fn apply_says_when_the_api_server_dropped_the_device_class_extended_resource_name() {
+    use erdma_k8s::fake::FeatureGates;
+    use k8s_openapi::api::resource::v1::DeviceClass;
+    let api = FakeApiServer::new();
+    api.set_feature_gates(
+        FeatureGates::release(36)
+            .unwrap()
+            .with("DRAExtendedResource=false")
+            .unwrap(),
+    );
+    let mut v = values();
+    v.dra.enabled = true;
+    let applied = apply(&api.client(), &v).await.expect("applied");
+    let line = applied
+        .iter()
+        .find(|l| l.starts_with("DeviceClass/erdma.alibabacloud.com"))
+        .expect("the DeviceClass");
+    assert!(
+        line.contains("dropped spec.extendedResourceName: feature gate DRAExtendedResource is off"),
+        "{line}"
+    );
+    let class: DeviceClass = api.get(None, "erdma.alibabacloud.com").expect("class");
+    assert_eq!(class.spec.extended_resource_name, None);
+    api.set_feature_gates(FeatureGates::default());
+    let applied = apply(&api.client(), &v).await.expect("applied");
+    assert!(applied.contains(&"DeviceClass/erdma.alibabacloud.com".to_string()));
+    let class: DeviceClass = api.get(None, "erdma.alibabacloud.com").expect("class");
+    assert_eq!(
+        class.spec.extended_resource_name.as_deref(),
+        Some("aliyun/erdma")
+    );
+}

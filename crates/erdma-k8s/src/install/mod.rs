@@ -2,7 +2,8 @@
 //! in `deploy/helm` (the chart is the reference; `tests/chart.rs` compares both for every values
 //! file of the chart's CI matrix). [`Values`] is the chart's values (the original
 //! alibabacloud-erdma-controller chart's keys, plus erdma's additions); [`render`] returns every
-//! object in apply order; [`apply`] server-side-applies them; [`delete`] removes them.
+//! object in apply order; [`apply`] server-side-applies them (and says when the API server
+//! dropped the DeviceClass's `extendedResourceName`); [`delete`] removes them.
 //!
 //! Object names: the workloads, the webhook Service and configuration keep the original chart's
 //! fixed names (`alibabacloud-erdma-agent`, `alibabacloud-erdma-controller`) and selectors, so an
@@ -519,17 +520,28 @@ pub async fn apply(client: &kube::Client, v: &Values) -> Result<Vec<String>, Err
     let mut done = Vec::new();
     for obj in render(v)? {
         let (api, kind, name) = api_for(client, v, &obj).await?;
-        api.patch(
-            &name,
-            &PatchParams::apply("erdmactl").force(),
-            &Patch::Apply(&obj),
-        )
-        .await
-        .map_err(|source| Error::Kube {
-            what: format!("apply {kind}/{name}"),
-            source,
-        })?;
-        done.push(format!("{kind}/{name}"));
+        let stored = api
+            .patch(
+                &name,
+                &PatchParams::apply("erdmactl").force(),
+                &Patch::Apply(&obj),
+            )
+            .await
+            .map_err(|source| Error::Kube {
+                what: format!("apply {kind}/{name}"),
+                source,
+            })?;
+        let mut line = format!("{kind}/{name}");
+        // The answer is the stored object: an API server with DRAExtendedResource off drops the
+        // DeviceClass's extendedResourceName and stores the rest.
+        let dropped = |p: &str| {
+            obj.pointer(p).is_some_and(|x| !x.is_null())
+                && stored.data.pointer(p).is_none_or(Value::is_null)
+        };
+        if kind == "DeviceClass" && dropped("/spec/extendedResourceName") {
+            line.push_str(" (the API server dropped spec.extendedResourceName: feature gate DRAExtendedResource is off, so pods asking the extended resource are not served through DRA; turn it on and install again)");
+        }
+        done.push(line);
     }
     Ok(done)
 }
