@@ -30,7 +30,8 @@ done
 node_up
 runtime_up || die "the container runtime did not start (see out/containerd.log)"
 rep "Node: Linux $(uname -r) in qemu (TCG), $(nproc) CPUs, $(ls -d /sys/devices/system/node/node* | wc -l) NUMA nodes;"
-rep "      Soft-RoCE rxe0 on eth0 (NUMA 0) and rxe1 on eth1 (NUMA 1)."
+rep "      Soft-RoCE rxe0 on eth0 (NUMA 0) and rxe1 on eth1 (NUMA 1);"
+rep "      container runtime $RT_NAME: containerd $(containerd --version | awk '{print $3}'), runc $(runc --version | awk 'NR == 1 {print $3}')."
 rep ""
 rep "$ erdmactl devices"
 erdmactl devices >> "$R" 2>&1 || die "erdmactl devices failed"

@@ -1,7 +1,7 @@
 //! Kubelet admission for one container: choose devices, ask the plugin, record the allocation.
 
 use crate::state::{self, AllocationRecord, ResourceState};
-use crate::{FakeKubelet, FakeKubeletError, Result};
+use crate::{FakeKubeletError, Result};
 use erdma_kubelet::deviceplugin::v1beta1 as api;
 use erdma_kubelet::deviceplugin::v1beta1::device_plugin_client::DevicePluginClient;
 use erdma_kubelet::uds::{self, ClientAuthority};
@@ -88,7 +88,7 @@ fn rpc(call: &'static str, endpoint: &Path) -> impl FnOnce(tonic::Status) -> Fak
     }
 }
 
-async fn take_lock(dir: &Path) -> Result<state::DirLock> {
+pub(crate) async fn take_lock(dir: &Path) -> Result<state::DirLock> {
     let d = dir.to_path_buf();
     tokio::task::spawn_blocking(move || state::lock(&d))
         .await
@@ -182,15 +182,6 @@ pub async fn pre_start(
     Ok(())
 }
 
-impl FakeKubelet {
-    /// Allocation against this (in-process) fake kubelet's current view of the plugins.
-    pub async fn allocate(&self, opts: &AllocateOptions) -> Result<AllocationOutput> {
-        let _lock = take_lock(self.dir()).await?;
-        let resources = self.shared().resources();
-        allocate_locked(self.dir(), &resources, opts, &[], false, true).await
-    }
-}
-
 /// The kubelet's choice of devices for one container (`devicesToAllocate` in the kubelet's
 /// device manager, without a topology-manager hint): reusable devices first (those of the pod's
 /// containers in `reuse_from` that no other container of the pod holds, as the device manager's
@@ -200,7 +191,7 @@ impl FakeKubelet {
 /// ones as `must_include`), whose answer is used as far as it names free devices; the rest comes
 /// from the free devices. Where the kubelet walks a Go set (unspecified order), this takes the
 /// advertised order.
-async fn allocate_locked(
+pub(crate) async fn allocate_locked(
     dir: &Path,
     resources: &BTreeMap<String, ResourceState>,
     opts: &AllocateOptions,

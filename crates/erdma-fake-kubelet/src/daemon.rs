@@ -558,7 +558,13 @@ async fn consume(
 }
 
 impl FakeKubelet {
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+    /// Allocation against this (in-process) fake kubelet's current view of the plugins.
+    pub async fn allocate(
+        &self,
+        opts: &crate::client::AllocateOptions,
+    ) -> Result<crate::client::AllocationOutput> {
+        let _lock = crate::client::take_lock(self.dir()).await?;
+        let resources = self.shared.resources();
+        crate::client::allocate_locked(self.dir(), &resources, opts, &[], false, true).await
     }
 }
