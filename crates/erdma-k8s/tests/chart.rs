@@ -110,6 +110,19 @@ fn every_rendered_object_deserialises_into_its_k8s_openapi_type() {
                 "MutatingWebhookConfiguration" => {
                     round_trip::<MutatingWebhookConfiguration>(c, obj)
                 }
+                // The Prometheus Operator's CRD (no k8s-openapi type): its required shape.
+                "ServiceMonitor" => {
+                    assert_eq!(obj["apiVersion"], "monitoring.coreos.com/v1", "{c}");
+                    let ep = &obj["spec"]["endpoints"][0];
+                    assert!(
+                        ep["port"].is_string() && ep["path"] == "/metrics",
+                        "{c}: {obj}"
+                    );
+                    assert!(
+                        obj["spec"]["selector"]["matchLabels"]["tier"].is_string(),
+                        "{c}: a ServiceMonitor selects one tier's metrics Service: {obj}"
+                    );
+                }
                 other => panic!("{c}: unexpected kind {other} in the chart"),
             }
             n += 1;
@@ -345,8 +358,8 @@ fn normalise(obj: &Value) -> Value {
 #[test]
 fn erdmactl_install_renders_the_same_objects_as_the_chart() {
     for case in cases() {
-        let mut v: Values =
-            serde_saphyr::from_str(&case.values).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        let mut v =
+            Values::from_values_file(&case.values).unwrap_or_else(|e| panic!("{}: {e}", case.name));
         v.name = "alibaba-erdma-controller".into();
         v.namespace = "kube-system".into();
         let mine = render(&v).unwrap_or_else(|e| panic!("{}: {e}", case.name));
@@ -386,7 +399,7 @@ fn erdmactl_install_renders_the_same_objects_as_the_chart() {
 fn the_chart_notes_and_erdmactl_warn_about_the_same_things() {
     let mut warned = 0;
     for case in cases() {
-        let v: Values = serde_saphyr::from_str(&case.values).expect("values");
+        let v = Values::from_values_file(&case.values).expect("values");
         let w = v.warnings();
         for x in &w {
             assert!(
@@ -406,4 +419,33 @@ fn the_chart_notes_and_erdmactl_warn_about_the_same_things() {
         warned += w.len();
     }
     assert!(warned >= 3, "the matrix exercises the warnings");
+}
+
+/// `helm install -f` (the real Helm engine, recorded by deploy/helm/ci/check.py in
+/// ci/contract.json) and `erdmactl install -f` accept and refuse the same values files.
+#[test]
+fn erdmactl_and_helm_accept_and_refuse_the_same_values_files() {
+    let path = chart_dir().join("ci/contract.json");
+    let raw = std::fs::read_to_string(&path)
+        .expect("ci/contract.json (deploy/helm/ci/check.sh --update)");
+    let entries: Vec<Value> = serde_json::from_str(&raw).expect("contract is JSON");
+    assert!(entries.len() >= 40, "only {} values files", entries.len());
+    let (mut accepted, mut refused) = (0, 0);
+    for e in &entries {
+        let name = e["name"].as_str().unwrap_or_default();
+        let text = serde_json::to_string(&e["values"]).expect("values");
+        let mine = Values::from_values_file(&text).and_then(|v| v.validate().map(|()| v));
+        match (e["helm"].as_str(), &mine) {
+            (Some("accepted"), Ok(_)) => accepted += 1,
+            (Some("refused"), Err(_)) => refused += 1,
+            (helm, mine) => panic!(
+                "{name}: Helm {helm:?} ({}) but erdmactl {mine:?}",
+                e["error"].as_str().unwrap_or_default()
+            ),
+        }
+    }
+    assert!(
+        accepted >= 20 && refused >= 20,
+        "{accepted} accepted, {refused} refused"
+    );
 }

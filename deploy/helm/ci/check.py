@@ -64,24 +64,34 @@ def render(chart: helm.Chart, values: dict) -> tuple[list[dict], str]:
     return objects, notes
 
 
-def booleans(values: dict, prefix: str = "") -> list[str]:
+def booleans(values: dict, schema: dict, prefix: str = "") -> list[str]:
+    # The chart's own switches: booleans inside Kubernetes objects passed through as given
+    # (securityContext, ...: free-form in the schema) are the user's, not the chart's.
     found = []
+    props = schema.get("properties") or {}
     for k, v in values.items():
         key = f"{prefix}{k}"
+        sub = props.get(k) or {}
         if isinstance(v, bool):
             found.append(key)
-        elif isinstance(v, dict):
-            found += booleans(v, key + ".")
+        elif isinstance(v, dict) and "properties" in sub:
+            found += booleans(v, sub, key + ".")
     return found
 
 
 def dig(obj: dict, dotted: str):
-    # Keys may contain dots only at the last level used here (spec.names.kind etc. are nested).
+    # `a.b[0].c`: keys and list indexes (no key used here contains a dot).
     cur = obj
     for part in dotted.split("."):
-        if not isinstance(cur, dict) or part not in cur:
+        m = re.fullmatch(r"([^\[]+)((?:\[\d+\])*)", part)
+        key, idx = (m.group(1), m.group(2)) if m else (part, "")
+        if not isinstance(cur, dict) or key not in cur:
             return None
-        cur = cur[part]
+        cur = cur[key]
+        for i in re.findall(r"\[(\d+)\]", idx):
+            if not isinstance(cur, list) or int(i) >= len(cur):
+                return None
+            cur = cur[int(i)]
     return cur
 
 
@@ -98,8 +108,11 @@ def ident(o: dict) -> tuple[str, str, str]:
 
 
 def upgrade_identity(chart: helm.Chart) -> None:
+    """The upgrade identity table: for each case, every object of the original's render and each
+    of its immutable and identity fields against erdma's render of the same values."""
     spec = load_yaml(HERE / "original-objects.yaml")
     assert spec["release"] == RELEASE and spec["namespace"] == NAMESPACE
+    rows: list[tuple[str, str, str, str, str]] = []
     for case in spec["cases"]:
         values = load_yaml(HERE / "values" / case["values"])
         objects, _ = render(chart, values)
@@ -108,21 +121,40 @@ def upgrade_identity(chart: helm.Chart) -> None:
         kept = 0
         for want in flatten(case["objects"]):
             key = (want["kind"], want["name"], want.get("namespace", ""))
+            label = f"{key[0]} {key[2] + '/' if key[2] else ''}{key[1]}"
             if key in dropped:
                 if key in mine:
                     fail(f"upgrade {case['values']}: {key} is listed as dropped but rendered")
+                rows.append((case["values"], label, "(object)", "present", "dropped on purpose"))
                 continue
             got = mine.get(key)
             if got is None:
                 fail(f"upgrade {case['values']}: the original's {key} is missing (an upgrade would delete it)")
+                rows.append((case["values"], label, "(object)", "present", "MISSING"))
                 continue
             kept += 1
-            for field, value in (want.get("immutable") or {}).items():
-                if dig(got, field) != value:
-                    fail(f"upgrade {case['values']}: {key} {field} = {json.dumps(dig(got, field))}, the original's is {json.dumps(value)} (immutable: the upgrade would be refused)")
+            rows.append((case["values"], label, "(object)", "present", "kept"))
+            for what, fields in (("immutable", want.get("immutable") or {}), ("identity", want.get("identity") or {})):
+                for field, value in fields.items():
+                    have = dig(got, field)
+                    shown = json.dumps(value, sort_keys=True) if isinstance(value, dict) else str(value)
+                    if have != value:
+                        why = "immutable: the upgrade would be refused" if what == "immutable" else "renamed: what depends on the name breaks during or after the upgrade"
+                        fail(f"upgrade {case['values']}: {key} {field} = {json.dumps(have)}, the original's is {json.dumps(value)} ({why})")
+                        rows.append((case["values"], label, field, shown, f"DIFFERS: {json.dumps(have)}"))
+                    else:
+                        rows.append((case["values"], label, field, shown[:60], "equal"))
         originals = {(w["kind"], w["name"], w.get("namespace", "")) for w in flatten(case["objects"])}
         added = sorted(f"{k}/{n}" for (k, n, _ns) in mine if (k, n, _ns) not in originals)
-        print(f"ok   upgrade identity {case['values']}: {kept} of the original's objects kept with equal immutable fields, {len(dropped)} dropped on purpose, {len(added)} added: {', '.join(added)}")
+        print(f"ok   upgrade identity {case['values']}: {kept} of the original's objects kept with equal immutable and identity fields, {len(dropped)} dropped on purpose, {len(added)} added: {', '.join(added)}")
+    print("\nupgrade identity table (the original's render vs erdma's, release alibaba-erdma-controller in kube-system):")
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in [("values", "object", "field", "original")] + rows:
+        cells = [r[i].ljust(widths[i]) for i in range(4)] + [r[4] if len(r) > 4 else "erdma"]
+        print("  " + "  ".join(cells))
+    for d in spec.get("differs") or []:
+        print(f"  differs on purpose: {d['field']}: {d['why']}")
+    print()
 
 
 # Values that must be refused at install time, and a word the error must contain.
@@ -136,7 +168,7 @@ REFUSED = [
     ({"controller": {"replicaCount": 0}}, "replicaCount"),
     ({"config": {"enableWebhok": True}}, "enableWebhok"),
     ({"agent": {"image": {"repository": "registry.aliyuncs.com/erdma/agent", "tag": "v0.2.0"}}}, "Go image"),
-    ({"controller": {"image": {"repository": "registry-vpc.cn-hangzhou.aliyuncs.com/erdma/controller"}}}, "Go image"),
+    ({"controller": {"image": {"repository": "registry-vpc.cn-hangzhou.aliyuncs.com/erdma/controller", "tag": "v0.3.0"}}}, "Go image"),
     ({"agent": {"criSocket": "/run/cri-dockerd.sock"}}, "criSocket"),
     ({"agent": {"driverInstaller": {"sha256": "abc"}}}, "sha256"),
     ({"agent": {"nri": "maybe"}}, "nri"),
@@ -146,6 +178,19 @@ REFUSED = [
     ({"agent": {"extraArgs": ["--rdma-driver=rxe", ""]}}, "extraArgs"),
     ({"agent": {"extraArgs": [" "]}}, "extraArgs"),
     ({"agent": {"extraArgs": "--rdma-driver=rxe"}}, "extraArgs"),
+    ({"agent": {"preferDrvier": "ofed"}}, "preferDrvier"),
+    ({"namespace": "erdma-system"}, "namespace"),
+    ({"nameOverride": "Bad_Name"}, "nameOverride"),
+    ({"fullnameOverride": "-bad-"}, "fullnameOverride"),
+    ({"kubeletRootDir": "var/lib/kubelet"}, "kubeletRootDir"),
+    ({"kubeletRootDir": "/var/lib/../kubelet"}, "kubeletRootDir"),
+    ({"logFormat": "xml"}, "logFormat"),
+    ({"logLevel": ""}, "logLevel"),
+    ({"controller": {"extraArgs": [" "]}}, "extraArgs"),
+    ({"agent": {"metricsPort": 0}}, "metricsPort"),
+    ({"agent": {"updateStrategy": {"type": "Sometimes"}}}, "type"),
+    ({"serviceMonitor": {"interval": "soon"}}, "interval"),
+    ({"podLabels": {"team": 1}}, "team"),
 ]
 
 # Refused by the templates themselves too (`helm install --skip-schema-validation`), with the
@@ -221,13 +266,43 @@ def refused(chart: helm.Chart) -> None:
         fail(f"refused {values}: rendered without error")
 
 
+def helm_verdict(chart: helm.Chart, values: dict) -> dict:
+    """What `helm install -f` does with a values file: accepted, or refused with Helm's error."""
+    try:
+        chart.validate_schema(values)
+        render(chart, values)
+    except HelmError as e:
+        return {"helm": "refused", "error": str(e).splitlines()[0][:300]}
+    return {"helm": "accepted"}
+
+
+def contract(chart: helm.Chart, update: bool) -> None:
+    """Helm's verdict on every values file erdmactl must judge alike (ci/values/*.yaml, the
+    ci/contract/*.yaml files, the REFUSED values), in ci/contract.json; crates/erdma-k8s/tests/chart.rs
+    runs `erdmactl install`'s reading of each and requires the same verdict."""
+    entries = []
+    for path in sorted((HERE / "values").glob("*.yaml")) + sorted((HERE / "contract").glob("*.yaml")):
+        values = load_yaml(path)
+        entries.append({"name": str(path.relative_to(HERE)), "values": values, **helm_verdict(chart, values)})
+    for i, (values, _word) in enumerate(REFUSED):
+        entries.append({"name": f"refused[{i}]", "values": values, **helm_verdict(chart, values)})
+    text = json.dumps(entries, indent=1, sort_keys=True) + "\n"
+    target = HERE / "contract.json"
+    if update:
+        target.write_text(text)
+    elif not target.exists() or target.read_text() != text:
+        fail("contract: differs from the committed ci/contract.json (run deploy/helm/ci/check.sh --update and review the diff)")
+    accepted = sum(e["helm"] == "accepted" for e in entries)
+    print(f"ok   values contract: {len(entries)} values files, {accepted} accepted and {len(entries) - accepted} refused by Helm (ci/contract.json)")
+
+
 def main() -> int:
     update = "--update" in sys.argv[1:]
     chart = helm.Chart.load(str(CHART))
     defaults = load_yaml(CHART / "values.yaml")
     cases = sorted((HERE / "values").glob("*.yaml"))
     names = {c.stem for c in cases}
-    for b in booleans(defaults):
+    for b in booleans(defaults, json.loads((CHART / "values.schema.json").read_text())):
         if f"flip-{b}" not in names:
             fail(f"matrix: no ci/values/flip-{b}.yaml for the boolean {b}")
     out_dir = HERE / "rendered"
@@ -263,6 +338,7 @@ def main() -> int:
                 fail(f"{stale.relative_to(CHART)} has no values file")
     upgrade_identity(chart)
     refused(chart)
+    contract(chart, update)
     refused_without_schema()
     smc_init_images(chart)
     if failures:

@@ -1,19 +1,38 @@
 {{/*
-Names. Workload, Service and webhook names are fixed, as in alibabacloud-erdma-controller, so
-that `helm upgrade` of that release keeps the same objects; per-release objects use the release
-name. nameOverride/fullnameOverride are accepted but change nothing (a rename would orphan the
-original's objects).
+Names. Workload, Service, webhook and container names are fixed, as in
+alibabacloud-erdma-controller (its templates write them literally or from its chart name), so that
+`helm upgrade` of that release keeps the same objects. The top-level nameOverride and
+fullnameOverride mean what they meant there: nameOverride is the `app.kubernetes.io/name` label
+(part of the workloads' immutable selectors) and, with fullnameOverride, names the controller's
+ServiceAccount. controller.nameOverride and agent.nameOverride were never read; they still are not.
 */}}
-{{- define "erdma.appName" -}}alibabacloud-erdma-controller{{- end }}
+{{- define "erdma.appName" -}}{{ default "alibabacloud-erdma-controller" .Values.nameOverride | trunc 63 | trimSuffix "-" }}{{- end }}
 {{- define "erdma.controllerName" -}}alibabacloud-erdma-controller{{- end }}
 {{- define "erdma.agentName" -}}alibabacloud-erdma-agent{{- end }}
+{{/* The container name of both workloads: the original chart's name, which it used for both. */}}
+{{- define "erdma.containerName" -}}alibabacloud-erdma-controller{{- end }}
+{{/* The webhook entry and the path the original registered (erdma serves /mutating too). */}}
+{{- define "erdma.webhookEntry" -}}alibabacloud-erdma-controller.mutating.k8s.io{{- end }}
+{{- define "erdma.webhookPath" -}}/mutating{{- end }}
+
+{{/* The original's "fullname": fullnameOverride, else <release>-<name> (the release alone when it contains the name). */}}
+{{- define "erdma.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "erdma.appName" . -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
 
 {{/* The controller's ServiceAccount: the original's naming. */}}
 {{- define "erdma.controllerServiceAccount" -}}
 {{- if .Values.serviceAccount.create -}}
-{{- $full := printf "%s-%s" .Release.Name (include "erdma.appName" .) -}}
-{{- if contains (include "erdma.appName" .) .Release.Name }}{{ $full = .Release.Name }}{{ end -}}
-{{- default ($full | trunc 63 | trimSuffix "-") .Values.serviceAccount.name -}}
+{{- default (include "erdma.fullname" .) .Values.serviceAccount.name -}}
 {{- else -}}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
@@ -42,6 +61,21 @@ tier: {{ . }}
 {{- end }}
 {{- end }}
 
+{{/* Labels of a workload's pods: podLabels, then the selector labels (which win). Argument: dict root, tier. */}}
+{{- define "erdma.podLabels" -}}
+{{- $sel := include "erdma.selectorLabels" . | fromYaml -}}
+{{- merge $sel (.root.Values.podLabels | default dict) | toYaml -}}
+{{- end }}
+
+{{/* The kubelet's root directory, without a trailing slash. */}}
+{{- define "erdma.kubeletRootDir" -}}
+{{- $d := .Values.kubeletRootDir | default "/var/lib/kubelet" | trimSuffix "/" -}}
+{{- if or (not (isAbs $d)) (contains "/../" (printf "%s/" $d)) (eq $d "") -}}
+{{- fail (printf "kubeletRootDir %q must be an absolute directory (the kubelet's --root-dir, e.g. /var/lib/kubelet or /var/lib/k0s/kubelet)" .Values.kubeletRootDir) -}}
+{{- end -}}
+{{- $d -}}
+{{- end }}
+
 {{/* Labels of every object. Argument: dict root, tier ("" for none). */}}
 {{- define "erdma.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
@@ -54,16 +88,17 @@ app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 An image reference. Argument: dict root, image (the values' image), component.
 The original's images run the Go binaries, whose flags differ from erdma's: pairing them would
 start pods that exit on unknown flags, so they are refused. Only the original's unchanged default
-(repository registry.aliyuncs.com/erdma/<component>, tag latest or empty), which a values file copied
-from the original chart carries, is read as "the default" and replaced by erdma's image (NOTES.txt
-says so).
+(repository registry.aliyuncs.com/erdma/<component>, or its regional or VPC mirror
+registry[-vpc].<region>.aliyuncs.com/erdma/<component>, tag latest or empty), which a values file
+copied from the original chart carries, is read as "the default" and replaced by erdma's image
+(NOTES.txt says so).
 */}}
 {{- define "erdma.image" -}}
 {{- $img := .image -}}
 {{- $tag := $img.tag | default .root.Chart.AppVersion -}}
 {{- $repo := $img.repository -}}
 {{- if regexMatch "(^|[./])aliyuncs\\.com/erdma/(agent|controller)$" $repo -}}
-{{- if and (eq $repo (printf "registry.aliyuncs.com/erdma/%s" .component)) (has ($img.tag | toString) (list "latest" "")) -}}
+{{- if and (regexMatch (printf "^(registry|registry\\.[a-z0-9-]+|registry-vpc\\.[a-z0-9-]+)\\.aliyuncs\\.com/erdma/%s$" .component) $repo) (has ($img.tag | toString) (list "latest" "")) -}}
 {{- $repo = printf "ghcr.io/erdma/erdma-%s" .component -}}
 {{- $tag = .root.Chart.AppVersion -}}
 {{- else -}}

@@ -65,13 +65,27 @@ pub fn agent_args(v: &Values) -> Vec<String> {
         args.push(format!("--nri-rdma-max={}", a.nri_rdma_max.trim()));
     }
     args.push("--dev-root=/host/dev".into());
-    args.push(format!("--metrics-addr=0.0.0.0:{AGENT_METRICS_PORT}"));
+    args.push(format!("--metrics-addr=0.0.0.0:{}", a.metrics_port));
+    let root = v.kubelet_root();
+    if root != DEFAULT_KUBELET_ROOT {
+        args.push(format!("--kubelet-dir={root}/device-plugins"));
+        args.push(format!(
+            "--pod-resources-socket={root}/pod-resources/kubelet.sock"
+        ));
+        if v.dra.enabled {
+            args.push(format!("--kubelet-root-dir={root}"));
+        }
+    }
+    args.extend(log_args(v));
     args.extend(a.extra_args.iter().cloned());
     args
 }
 
 /// The agent's `/metrics` and `/healthz` port (`--metrics-addr`, the agent's default port).
 pub const AGENT_METRICS_PORT: i32 = 9101;
+
+/// The kubelet's default root directory (`kubeletRootDir`).
+pub const DEFAULT_KUBELET_ROOT: &str = "/var/lib/kubelet";
 
 /// Where the agent's CRI client looks without `agent.criSocket` (containerd, the ACK default).
 pub const DEFAULT_CRI_SOCKET_DIR: &str = "/run/containerd";
@@ -129,16 +143,17 @@ pub(super) fn cri_socket_dir(v: &Values) -> String {
 /// enough for the inventory), `/var/run` as a whole (it would carry the ServiceAccount token's
 /// mount point into the host's `/run`).
 pub fn agent_host_paths(v: &Values) -> Vec<AgentHostPath> {
+    let root = v.kubelet_root();
     let mut p = vec![
         AgentHostPath::same(
             "device-plugins",
-            "/var/lib/kubelet/device-plugins",
+            &format!("{root}/device-plugins"),
             "DirectoryOrCreate",
             false,
         ),
         AgentHostPath::same(
             "pod-resources",
-            "/var/lib/kubelet/pod-resources",
+            &format!("{root}/pod-resources"),
             "DirectoryOrCreate",
             true,
         ),
@@ -182,13 +197,13 @@ pub fn agent_host_paths(v: &Values) -> Vec<AgentHostPath> {
     if v.dra.enabled {
         p.push(AgentHostPath::same(
             "plugins-registry",
-            "/var/lib/kubelet/plugins_registry",
+            &format!("{root}/plugins_registry"),
             "DirectoryOrCreate",
             false,
         ));
         p.push(AgentHostPath::same(
             "kubelet-plugins",
-            "/var/lib/kubelet/plugins",
+            &format!("{root}/plugins"),
             "DirectoryOrCreate",
             false,
         ));
@@ -233,15 +248,20 @@ pub(super) fn agent_probe(period: i32, failures: i32) -> Probe {
 
 pub(super) fn agent_daemonset(v: &Values) -> Result<DaemonSet, Error> {
     let paths = agent_host_paths(v);
+    let a = &v.agent;
     let container = Container {
-        name: "agent".into(),
+        name: CONTAINER_NAME.into(),
         image: Some(v.agent.image.reference("agent")?),
         image_pull_policy: Some(v.agent.image.pull_policy.clone()),
         args: Some(agent_args(v)),
-        env: Some(vec![field_env("NODE_NAME", "spec.nodeName")]),
+        env: Some(
+            std::iter::once(field_env("NODE_NAME", "spec.nodeName"))
+                .chain(a.extra_env.iter().cloned())
+                .collect(),
+        ),
         ports: Some(vec![ContainerPort {
             name: Some("metrics".into()),
-            container_port: AGENT_METRICS_PORT,
+            container_port: a.metrics_port,
             protocol: Some("TCP".into()),
             ..Default::default()
         }]),
@@ -249,19 +269,7 @@ pub(super) fn agent_daemonset(v: &Values) -> Result<DaemonSet, Error> {
         // source or kubelet state (those are in its JSON body, the node condition and Events).
         liveness_probe: Some(agent_probe(20, 3)),
         readiness_probe: Some(agent_probe(10, 3)),
-        security_context: Some(SecurityContext {
-            privileged: Some(false),
-            capabilities: Some(Capabilities {
-                add: Some(AGENT_CAPABILITIES.iter().map(|c| c.to_string()).collect()),
-                drop: Some(
-                    AGENT_DROPPED_CAPABILITIES
-                        .iter()
-                        .map(|c| c.to_string())
-                        .collect(),
-                ),
-            }),
-            ..Default::default()
-        }),
+        security_context: some_nonempty(&a.security_context),
         resources: Some(
             v.resources
                 .clone()
@@ -281,6 +289,7 @@ pub(super) fn agent_daemonset(v: &Values) -> Result<DaemonSet, Error> {
                     mount_propagation: h.propagation.map(str::to_string),
                     ..mount(h.volume, &h.mount_path, h.read_only)
                 })
+                .chain(a.extra_volume_mounts.iter().cloned())
                 .collect(),
         ),
         ..Default::default()
@@ -292,13 +301,7 @@ pub(super) fn agent_daemonset(v: &Values) -> Result<DaemonSet, Error> {
                 match_labels: Some(selector(v, "agent")),
                 ..Default::default()
             },
-            update_strategy: Some(DaemonSetUpdateStrategy {
-                type_: Some("RollingUpdate".into()),
-                rolling_update: Some(RollingUpdateDaemonSet {
-                    max_unavailable: Some(IntOrString::String("10%".into())),
-                    ..Default::default()
-                }),
-            }),
+            update_strategy: some_nonempty(&a.update_strategy),
             template: PodTemplateSpec {
                 metadata: Some(pod_meta(v, "agent")),
                 spec: Some(PodSpec {
@@ -308,7 +311,8 @@ pub(super) fn agent_daemonset(v: &Values) -> Result<DaemonSet, Error> {
                     host_network: Some(true),
                     host_pid: Some(true),
                     dns_policy: Some("ClusterFirstWithHostNet".into()),
-                    priority_class_name: Some("system-node-critical".into()),
+                    priority_class_name: (!a.priority_class_name.is_empty())
+                        .then(|| a.priority_class_name.clone()),
                     node_selector: non_empty_map(&v.node_selector),
                     tolerations: non_empty(&v.tolerations),
                     containers: vec![container],
@@ -316,6 +320,7 @@ pub(super) fn agent_daemonset(v: &Values) -> Result<DaemonSet, Error> {
                         paths
                             .iter()
                             .map(|h| host_path(h.volume, &h.host_path, h.kind))
+                            .chain(a.extra_volumes.iter().cloned())
                             .collect(),
                     ),
                     ..Default::default()

@@ -13,6 +13,7 @@ pub(super) fn controller_deployment(v: &Values) -> Result<Deployment, Error> {
         ..Default::default()
     }];
     let mut mounts = vec![mount("config", "/etc/erdma-controller", true)];
+    let c = &v.controller;
     if !v.config.local_eri_discovery {
         volumes.push(Volume {
             name: "credential".into(),
@@ -38,14 +39,24 @@ pub(super) fn controller_deployment(v: &Values) -> Result<Deployment, Error> {
         ..Default::default()
     };
     let container = Container {
-        name: "controller".into(),
+        name: CONTAINER_NAME.into(),
         image: Some(v.controller.image.reference("controller")?),
         image_pull_policy: Some(v.controller.image.pull_policy.clone()),
-        args: Some(vec![
-            "--config-path=/etc/erdma-controller/config.json".into(),
-            "--credential-path=/etc/erdma-controller-credential/credential.json".into(),
-        ]),
-        env: Some(vec![field_env("POD_NAME", "metadata.name")]),
+        args: Some(
+            [
+                "--config-path=/etc/erdma-controller/config.json".to_string(),
+                "--credential-path=/etc/erdma-controller-credential/credential.json".to_string(),
+            ]
+            .into_iter()
+            .chain(log_args(v))
+            .chain(c.extra_args.iter().cloned())
+            .collect(),
+        ),
+        env: Some(
+            std::iter::once(field_env("POD_NAME", "metadata.name"))
+                .chain(c.extra_env.iter().cloned())
+                .collect(),
+        ),
         ports: Some(vec![
             ContainerPort {
                 name: Some("webhook".into()),
@@ -62,33 +73,14 @@ pub(super) fn controller_deployment(v: &Values) -> Result<Deployment, Error> {
         ]),
         liveness_probe: Some(probe("/healthz")),
         readiness_probe: Some(probe("/healthz")),
-        resources: Some(ResourceRequirements {
-            requests: Some(BTreeMap::from([
-                ("cpu".to_string(), Quantity("50m".into())),
-                ("memory".to_string(), Quantity("64Mi".into())),
-            ])),
-            limits: Some(BTreeMap::from([(
-                "memory".to_string(),
-                Quantity("256Mi".into()),
-            )])),
-            ..Default::default()
-        }),
-        security_context: Some(SecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(65532),
-            read_only_root_filesystem: Some(true),
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                ..Default::default()
-            }),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        volume_mounts: Some(mounts),
+        resources: some_nonempty(&c.resources),
+        security_context: some_nonempty(&c.security_context),
+        volume_mounts: Some(
+            mounts
+                .into_iter()
+                .chain(c.extra_volume_mounts.clone())
+                .collect(),
+        ),
         ..Default::default()
     };
     Ok(Deployment {
@@ -99,17 +91,19 @@ pub(super) fn controller_deployment(v: &Values) -> Result<Deployment, Error> {
                 match_labels: Some(selector(v, "controller")),
                 ..Default::default()
             },
+            strategy: some_nonempty(&c.strategy),
             template: PodTemplateSpec {
                 metadata: Some(pod_meta(v, "controller")),
                 spec: Some(PodSpec {
                     service_account_name: Some(v.controller_sa()),
-                    priority_class_name: Some("system-cluster-critical".into()),
+                    priority_class_name: (!c.priority_class_name.is_empty())
+                        .then(|| c.priority_class_name.clone()),
                     image_pull_secrets: non_empty(&v.controller.image_pull_secrets),
                     node_selector: non_empty_map(&v.controller.node_selector),
                     affinity: some_affinity(&v.controller.affinity),
                     tolerations: non_empty(&v.tolerations),
                     containers: vec![container],
-                    volumes: Some(volumes),
+                    volumes: Some(volumes.into_iter().chain(c.extra_volumes.clone()).collect()),
                     ..Default::default()
                 }),
             },

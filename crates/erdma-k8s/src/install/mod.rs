@@ -20,7 +20,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::api::apps::v1::{
     DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, Deployment, DeploymentSpec,
-    RollingUpdateDaemonSet,
+    DeploymentStrategy, RollingUpdateDaemonSet,
 };
 use k8s_openapi::api::core::v1::{
     Affinity, Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar,
@@ -44,12 +44,16 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 mod agent;
+mod contract;
 mod controller;
+mod existing;
 mod rules;
 mod values;
 
 pub use agent::*;
+pub use contract::*;
 use controller::*;
+pub use existing::*;
 pub use rules::*;
 pub use values::*;
 
@@ -65,6 +69,16 @@ pub const CONTROLLER_NAME: &str = "alibabacloud-erdma-controller";
 
 /// Name of the agent DaemonSet (fixed, as in the original chart).
 pub const AGENT_NAME: &str = "alibabacloud-erdma-agent";
+
+/// The container name of both workloads: the original chart's name, which it gave both (so
+/// `kubectl logs -c alibabacloud-erdma-controller` keeps working).
+pub const CONTAINER_NAME: &str = "alibabacloud-erdma-controller";
+
+/// The webhook entry's name and service path, the original's: an upgrade keeps the entry with
+/// its `caBundle`, and old and new controller pods both serve the path during the rollout.
+pub const WEBHOOK_ENTRY: &str = "alibabacloud-erdma-controller.mutating.k8s.io";
+/// See [`WEBHOOK_ENTRY`].
+pub const WEBHOOK_PATH: &str = "/mutating";
 
 /// Default release name (the original chart's README's).
 pub const DEFAULT_RELEASE: &str = "alibaba-erdma-controller";
@@ -92,7 +106,7 @@ fn trunc63(s: &str) -> String {
 
 fn selector(v: &Values, tier: &str) -> BTreeMap<String, String> {
     let mut m = BTreeMap::from([
-        ("app.kubernetes.io/name".to_string(), APP_NAME.to_string()),
+        ("app.kubernetes.io/name".to_string(), v.app_name()),
         ("app.kubernetes.io/instance".to_string(), v.name.clone()),
     ]);
     if !tier.is_empty() {
@@ -358,8 +372,8 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
             selector: Some(selector(v, "agent")),
             ports: Some(vec![ServicePort {
                 name: Some("metrics".into()),
-                port: AGENT_METRICS_PORT,
-                target_port: Some(IntOrString::Int(AGENT_METRICS_PORT)),
+                port: v.agent.metrics_port,
+                target_port: Some(IntOrString::Int(v.agent.metrics_port)),
                 protocol: Some("TCP".into()),
                 ..Default::default()
             }]),
@@ -371,13 +385,13 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
         out.push(to_value(&MutatingWebhookConfiguration {
             metadata: meta(CONTROLLER_NAME, None, labels(v, "controller")),
             webhooks: Some(vec![MutatingWebhook {
-                name: "erdma-smcr.network.alibabacloud.com".into(),
+                name: WEBHOOK_ENTRY.into(),
                 admission_review_versions: vec!["v1".into(), "v1beta1".into()],
                 client_config: WebhookClientConfig {
                     service: Some(ServiceReference {
                         name: CONTROLLER_NAME.into(),
                         namespace: ns.into(),
-                        path: Some("/mutate-pod".into()),
+                        path: Some(WEBHOOK_PATH.into()),
                         port: Some(443),
                     }),
                     ..Default::default()
@@ -397,7 +411,45 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
             }]),
         })?);
     }
+    if v.service_monitor.enabled && v.service_monitor.trust_crds_exist {
+        out.push(service_monitor(v, "agent"));
+        if v.runs_controller() {
+            out.push(service_monitor(v, "controller"));
+        }
+    }
     Ok(out)
+}
+
+/// A Prometheus Operator ServiceMonitor for a tier's metrics Service (not a k8s-openapi type:
+/// written as JSON in the CRD's `monitoring.coreos.com/v1` shape).
+fn service_monitor(v: &Values, tier: &str) -> Value {
+    let (name, port) = if tier == "agent" {
+        (AGENT_NAME, "metrics")
+    } else {
+        (CONTROLLER_NAME, "http")
+    };
+    let mut labels = labels(v, tier);
+    labels.extend(v.service_monitor.labels.clone());
+    let mut endpoint = serde_json::json!({
+        "port": port,
+        "path": "/metrics",
+        "interval": v.service_monitor.interval,
+    });
+    if tier == "agent" {
+        endpoint["relabelings"] = serde_json::json!([
+            {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
+        ]);
+    }
+    serde_json::json!({
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": name, "namespace": v.namespace, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": selector(v, tier)},
+            "namespaceSelector": {"matchNames": [v.namespace]},
+            "endpoints": [endpoint],
+        },
+    })
 }
 
 fn non_empty<T: Clone>(v: &[T]) -> Option<Vec<T>> {
@@ -413,9 +465,29 @@ fn some_affinity(a: &Option<Affinity>) -> Option<Affinity> {
     a.clone().filter(|a| *a != Affinity::default())
 }
 
+/// `with` in a template: an absent or empty object renders nothing.
+fn some_nonempty<T: Default + PartialEq + Clone>(o: &Option<T>) -> Option<T> {
+    o.clone().filter(|x| *x != T::default())
+}
+
+/// `--log-format` and `--log-level` where they differ from the binaries' defaults.
+fn log_args(v: &Values) -> Vec<String> {
+    let mut out = Vec::new();
+    if v.log_format != "text" {
+        out.push(format!("--log-format={}", v.log_format));
+    }
+    if v.log_level != "info" {
+        out.push(format!("--log-level={}", v.log_level));
+    }
+    out
+}
+
+/// Pod labels: `podLabels`, then the selector labels (which win).
 fn pod_meta(v: &Values, tier: &str) -> ObjectMeta {
+    let mut labels = v.pod_labels.clone();
+    labels.extend(selector(v, tier));
     ObjectMeta {
-        labels: Some(selector(v, tier)),
+        labels: Some(labels),
         annotations: non_empty_map(&v.pod_annotations),
         ..Default::default()
     }

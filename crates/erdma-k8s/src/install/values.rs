@@ -33,10 +33,25 @@ impl ImageValues {
     }
 
     /// Whether this is the original chart's unchanged default for `component` (carried by a
-    /// values file copied from the original), which erdma's image replaces.
+    /// values file copied from the original): `registry.aliyuncs.com/erdma/<component>` or its
+    /// regional or VPC mirror `registry[-vpc].<region>.aliyuncs.com/erdma/<component>`, tag
+    /// `latest` or none. erdma's image replaces it.
     pub fn is_original_default(&self, component: &str) -> bool {
-        self.repository == format!("registry.aliyuncs.com/erdma/{component}")
-            && matches!(self.tag.as_str(), "" | "latest")
+        let Some(host) = self
+            .repository
+            .strip_suffix(&format!(".aliyuncs.com/erdma/{component}"))
+        else {
+            return false;
+        };
+        let region = |r: &str| {
+            !r.is_empty()
+                && r.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        };
+        let registry = host == "registry"
+            || host.strip_prefix("registry.").is_some_and(region)
+            || host.strip_prefix("registry-vpc.").is_some_and(region);
+        registry && matches!(self.tag.as_str(), "" | "latest")
     }
 
     /// `repository:tag` for `component` (`agent`, `controller`): the tag defaults to
@@ -124,6 +139,22 @@ pub struct ControllerValues {
     pub node_selector: BTreeMap<String, String>,
     /// Affinity of the controller pods.
     pub affinity: Option<Affinity>,
+    /// (new) priorityClassName of the controller pods (empty: none).
+    pub priority_class_name: String,
+    /// (new) The Deployment's strategy (empty: Kubernetes' default).
+    pub strategy: Option<DeploymentStrategy>,
+    /// (new) Resources of the controller container.
+    pub resources: Option<ResourceRequirements>,
+    /// (new) The controller container's securityContext.
+    pub security_context: Option<SecurityContext>,
+    /// (new) Extra arguments, after the chart's own.
+    pub extra_args: Vec<String>,
+    /// (new) Extra environment variables.
+    pub extra_env: Vec<EnvVar>,
+    /// (new) Extra volumes of the pods.
+    pub extra_volumes: Vec<Volume>,
+    /// (new) Extra mounts of the container.
+    pub extra_volume_mounts: Vec<VolumeMount>,
 }
 
 impl Default for ControllerValues {
@@ -136,6 +167,38 @@ impl Default for ControllerValues {
             fullname_override: String::new(),
             node_selector: BTreeMap::new(),
             affinity: None,
+            priority_class_name: "system-cluster-critical".into(),
+            strategy: None,
+            resources: Some(ResourceRequirements {
+                requests: Some(BTreeMap::from([
+                    ("cpu".to_string(), Quantity("50m".into())),
+                    ("memory".to_string(), Quantity("64Mi".into())),
+                ])),
+                limits: Some(BTreeMap::from([(
+                    "memory".to_string(),
+                    Quantity("256Mi".into()),
+                )])),
+                ..Default::default()
+            }),
+            security_context: Some(SecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(65532),
+                read_only_root_filesystem: Some(true),
+                allow_privilege_escalation: Some(false),
+                capabilities: Some(Capabilities {
+                    drop: Some(vec!["ALL".into()]),
+                    add: None,
+                }),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    localhost_profile: None,
+                }),
+                ..Default::default()
+            }),
+            extra_args: Vec::new(),
+            extra_env: Vec::new(),
+            extra_volumes: Vec::new(),
+            extra_volume_mounts: Vec::new(),
         }
     }
 }
@@ -183,6 +246,20 @@ pub struct AgentValues {
     pub name_override: String,
     /// Accepted for compatibility; names are fixed.
     pub fullname_override: String,
+    /// (new) priorityClassName of the agent pods (empty: none).
+    pub priority_class_name: String,
+    /// (new) The DaemonSet's updateStrategy (empty: Kubernetes' default).
+    pub update_strategy: Option<DaemonSetUpdateStrategy>,
+    /// (new) The agent container's securityContext.
+    pub security_context: Option<SecurityContext>,
+    /// (new) Extra environment variables.
+    pub extra_env: Vec<EnvVar>,
+    /// (new) Extra volumes of the pods.
+    pub extra_volumes: Vec<Volume>,
+    /// (new) Extra mounts of the container.
+    pub extra_volume_mounts: Vec<VolumeMount>,
+    /// (new) The agent's metrics and health port on the node (`--metrics-addr`).
+    pub metrics_port: i32,
 }
 
 impl Default for AgentValues {
@@ -203,6 +280,31 @@ impl Default for AgentValues {
             image_pull_secrets: Vec::new(),
             name_override: String::new(),
             fullname_override: String::new(),
+            priority_class_name: "system-node-critical".into(),
+            update_strategy: Some(DaemonSetUpdateStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDaemonSet {
+                    max_unavailable: Some(IntOrString::String("10%".into())),
+                    ..Default::default()
+                }),
+            }),
+            security_context: Some(SecurityContext {
+                privileged: Some(false),
+                capabilities: Some(Capabilities {
+                    add: Some(AGENT_CAPABILITIES.iter().map(|c| c.to_string()).collect()),
+                    drop: Some(
+                        AGENT_DROPPED_CAPABILITIES
+                            .iter()
+                            .map(|c| c.to_string())
+                            .collect(),
+                    ),
+                }),
+                ..Default::default()
+            }),
+            extra_env: Vec::new(),
+            extra_volumes: Vec::new(),
+            extra_volume_mounts: Vec::new(),
+            metrics_port: AGENT_METRICS_PORT,
         }
     }
 }
@@ -357,8 +459,23 @@ pub struct Values {
     pub agent: AgentValues,
     /// ServiceAccounts.
     pub service_account: ServiceAccountValues,
+    /// The original chart's `nameOverride`: the `app.kubernetes.io/name` label (in the
+    /// selectors) and part of the controller ServiceAccount's name.
+    pub name_override: String,
+    /// The original chart's `fullnameOverride`: the controller ServiceAccount's name.
+    pub fullname_override: String,
     /// Annotations of the controller and agent pods.
     pub pod_annotations: BTreeMap<String, String>,
+    /// (new) Labels of the controller and agent pods (the selector labels win).
+    pub pod_labels: BTreeMap<String, String>,
+    /// (new) `text` or `json` (`--log-format`, agent and controller).
+    pub log_format: String,
+    /// (new) Log filter (`--log-level`, agent and controller).
+    pub log_level: String,
+    /// (new) The kubelet's root directory on the nodes.
+    pub kubelet_root_dir: String,
+    /// (new) The Prometheus Operator ServiceMonitors.
+    pub service_monitor: ServiceMonitorValues,
     /// Nodes that run the agent and get ERIs.
     pub node_selector: BTreeMap<String, String>,
     /// Tolerations of the agent and controller.
@@ -404,6 +521,33 @@ impl Default for DraValues {
     }
 }
 
+/// `serviceMonitor.*` (new): ServiceMonitors for the agent's and controller's metrics, rendered
+/// when enabled and the cluster serves `monitoring.coreos.com/v1` ServiceMonitor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ServiceMonitorValues {
+    /// Render them (where the CRD exists).
+    pub enabled: bool,
+    /// Render them without checking for the CRD (`erdmactl install` renders them only then).
+    #[serde(rename = "trustCRDsExist")]
+    pub trust_crds_exist: bool,
+    /// Scrape interval.
+    pub interval: String,
+    /// Extra labels of the ServiceMonitors.
+    pub labels: BTreeMap<String, String>,
+}
+
+impl Default for ServiceMonitorValues {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            trust_crds_exist: false,
+            interval: "30s".into(),
+            labels: BTreeMap::new(),
+        }
+    }
+}
+
 /// The DRA driver name.
 pub const DRA_DRIVER: &str = "erdma.alibabacloud.com";
 /// The extended resource the DeviceClass maps to DRA (KEP-5004).
@@ -417,7 +561,14 @@ impl Default for Values {
             controller: ControllerValues::default(),
             agent: AgentValues::default(),
             service_account: ServiceAccountValues::default(),
+            name_override: String::new(),
+            fullname_override: String::new(),
             pod_annotations: BTreeMap::new(),
+            pod_labels: BTreeMap::new(),
+            log_format: "text".into(),
+            log_level: "info".into(),
+            kubelet_root_dir: "/var/lib/kubelet".into(),
+            service_monitor: ServiceMonitorValues::default(),
             node_selector: BTreeMap::new(),
             tolerations: vec![Toleration {
                 operator: Some("Exists".into()),
@@ -542,6 +693,43 @@ impl Values {
                 ));
             }
         }
+        for (i, arg) in self.controller.extra_args.iter().enumerate() {
+            if arg.trim().is_empty() {
+                return bad(format!(
+                    "controller.extraArgs[{i}] {arg:?} is empty: each entry is one argument of the controller; remove it"
+                ));
+            }
+        }
+        let root = self.kubelet_root_dir.trim_end_matches('/');
+        if !root.starts_with('/') || format!("{root}/").contains("/../") {
+            return bad(format!(
+                "kubeletRootDir {:?} must be an absolute directory (the kubelet's --root-dir, e.g. /var/lib/kubelet or /var/lib/k0s/kubelet)",
+                self.kubelet_root_dir
+            ));
+        }
+        if !["text", "json"].contains(&self.log_format.as_str()) {
+            return bad(format!(
+                "logFormat {:?} must be text or json",
+                self.log_format
+            ));
+        }
+        if !(1..=65535).contains(&self.agent.metrics_port) {
+            return bad(format!(
+                "agent.metricsPort {} must be a port, 1..65535",
+                self.agent.metrics_port
+            ));
+        }
+        if let Err(e) = check_dns_label("namespace", &self.namespace, 63) {
+            return bad(e);
+        }
+        if let Err(e) = check_release_name(&self.name) {
+            return bad(e);
+        }
+        if !self.name_override.is_empty()
+            && let Err(e) = check_dns_label("nameOverride", &self.name_override, 63)
+        {
+            return bad(e);
+        }
         if self.controller.replica_count < 1 {
             return bad("controller.replicaCount must be at least 1".into());
         }
@@ -581,20 +769,38 @@ impl Values {
         w
     }
 
+    /// `app.kubernetes.io/name` of every object: `nameOverride`, else the original chart's name
+    /// (the original's `name` template).
+    pub fn app_name(&self) -> String {
+        trunc63(&non_empty_or(&self.name_override, APP_NAME))
+    }
+
+    /// The original chart's `fullname`: `fullnameOverride`, else `<release>-<name>` (the release
+    /// alone when it contains the name).
+    pub fn fullname(&self) -> String {
+        if !self.fullname_override.is_empty() {
+            return trunc63(&self.fullname_override);
+        }
+        let name = self.app_name();
+        if self.name.contains(&name) {
+            trunc63(&self.name)
+        } else {
+            trunc63(&format!("{}-{name}", self.name))
+        }
+    }
+
     /// The controller's ServiceAccount (the original chart's naming).
     pub fn controller_sa(&self) -> String {
         if !self.service_account.create {
             return non_empty_or(&self.service_account.name, "default");
         }
-        if !self.service_account.name.is_empty() {
-            return self.service_account.name.clone();
-        }
-        let full = if self.name.contains(APP_NAME) {
-            self.name.clone()
-        } else {
-            format!("{}-{APP_NAME}", self.name)
-        };
-        trunc63(&full)
+        non_empty_or(&self.service_account.name, &self.fullname())
+    }
+
+    /// The kubelet's root directory without a trailing slash.
+    pub fn kubelet_root(&self) -> String {
+        let d = self.kubelet_root_dir.trim_end_matches('/');
+        non_empty_or(d, "/var/lib/kubelet")
     }
 
     /// The agent's ServiceAccount: its own when created, else the shared one.
@@ -614,4 +820,41 @@ impl Values {
     pub fn runs_controller(&self) -> bool {
         !self.config.local_eri_discovery || self.config.enable_webhook
     }
+}
+
+/// A DNS-1123 label (namespaces, label-like names): lowercase alphanumerics and `-`, starting
+/// and ending alphanumeric, at most `max` characters; the error names the value and the rule,
+/// as the API server's validation says it.
+pub fn check_dns_label(what: &str, value: &str, max: usize) -> Result<(), String> {
+    let ok_chars = value
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    let ends = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    if value.is_empty()
+        || value.len() > max
+        || !ok_chars
+        || !ends(value.bytes().next())
+        || !ends(value.bytes().last())
+    {
+        return Err(format!(
+            "{what} {value:?} is not valid: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', start and end with an alphanumeric character, and be at most {max} characters (e.g. 'kube-system', regex '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+        ));
+    }
+    Ok(())
+}
+
+/// A Helm release name: at most 53 characters, DNS-1123 labels joined by dots (Helm's
+/// `ValidateReleaseName`).
+pub fn check_release_name(value: &str) -> Result<(), String> {
+    let valid = !value.is_empty()
+        && value.len() <= 53
+        && value
+            .split('.')
+            .all(|l| check_dns_label("release", l, 63).is_ok());
+    if valid {
+        return Ok(());
+    }
+    Err(format!(
+        "release name {value:?} is not valid: at most 53 characters of lowercase alphanumerics, '-' and '.', each dot-separated part starting and ending with an alphanumeric (as Helm requires; e.g. 'alibaba-erdma-controller')"
+    ))
 }
