@@ -18,7 +18,7 @@ pub const DEFAULT_POLL_MS: u64 = 10_000;
 ///
 /// Every value may also come from `--config-path FILE` (YAML or JSON; keys are the flag names, e.g.
 /// `kubelet-dir`, or the Helm names `preferDriver`, `allocateAllDevices`, `exposedLocalERIs`,
-/// `jumboFrameMTU`, `localERIDiscovery`); flags win over the file.
+/// `jumboFrameMTU`, `localERIDiscovery`, `logFormat`, `logLevel`); flags win over the file.
 #[derive(Debug, Parser, Default)]
 #[command(
     name = "erdma-agent",
@@ -135,9 +135,14 @@ pub struct Flags {
     /// state change that comes with neither.
     #[arg(long, value_name = "MS")]
     pub poll_interval_ms: Option<u64>,
-    /// Log format: text or json [default: text].
-    #[arg(long, value_name = "FORMAT")]
+    /// Log format on stderr: `text` (ANSI colours only when stderr is a terminal and NO_COLOR is
+    /// unset or empty) or `json` (one JSON object per line) [default: text].
+    #[arg(long, value_name = "text|json")]
     pub log_format: Option<String>,
+    /// Log filter in tracing's EnvFilter syntax (`info`, `debug`, `info,erdma_nri=debug`)
+    /// [default: $RUST_LOG, else info].
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
     /// Container runtime (CRI) socket used by the SMC-R pre-start hook to find a pod's network
     /// namespace and annotations [default: $RUNTIME_SOCK, else the first that exists of
     /// /run/containerd/containerd.sock, /run/k3s/containerd/containerd.sock,
@@ -231,7 +236,10 @@ pub struct FileConfig {
     jumbo_frame_mtu: Option<u32>,
     cdi_spec_dir: Option<PathBuf>,
     poll_interval_ms: Option<u64>,
+    #[serde(alias = "logFormat")]
     log_format: Option<String>,
+    #[serde(alias = "logLevel")]
+    log_level: Option<String>,
     #[serde(alias = "erdmaInstallerVersion")]
     erdma_installer_version: Option<String>,
     driver_installer_sha256: Option<String>,
@@ -323,8 +331,10 @@ pub struct Settings {
     pub cdi_spec_dir: Option<PathBuf>,
     /// Inventory poll interval.
     pub poll_interval: Duration,
-    /// JSON logs.
-    pub json_logs: bool,
+    /// Log format (`--log-format`).
+    pub log_format: erdma_host::logs::LogFormat,
+    /// Log filter from `--log-level` or the file; `None`: `RUST_LOG`, else info.
+    pub log_level: Option<String>,
     /// Driver manager settings (`--prefer-driver`, `--erdma-installer-version`,
     /// `--force-driver-reload`).
     pub driver: erdma_driver::DriverConfig,
@@ -557,15 +567,15 @@ impl Settings {
                 "--rdma-driver is empty; name at least one RDMA driver to serve (erdma, rxe, siw, ...)"
             );
         }
-        let log_format = flags
-            .log_format
-            .or(file.log_format)
-            .unwrap_or_else(|| "text".into());
-        let json_logs = match log_format.as_str() {
-            "text" => false,
-            "json" => true,
-            other => bail!("--log-format {other:?} is not text or json"),
-        };
+        let log_format = erdma_host::logs::LogFormat::parse(
+            &flags.log_format.or(file.log_format).unwrap_or_default(),
+        )
+        .map_err(|e| anyhow::anyhow!("--log-format: {e}"))?;
+        // Checked with RUST_LOG when logs are set up (main), where an invalid one exits 2.
+        let log_level = flags
+            .log_level
+            .or(file.log_level)
+            .filter(|l| !l.trim().is_empty());
         let poll_ms = flags
             .poll_interval_ms
             .or(file.poll_interval_ms)
@@ -621,7 +631,8 @@ impl Settings {
             jumbo_frame_mtu,
             cdi_spec_dir: flags.cdi_spec_dir.or(file.cdi_spec_dir),
             poll_interval: Duration::from_millis(poll_ms),
-            json_logs,
+            log_format,
+            log_level,
             driver,
             setup_eri_netdev,
             setup_smc_pnet,
@@ -859,6 +870,39 @@ mod tests {
             parse(&["--metrics-addr", ":9999"]).unwrap().metrics_addr,
             MetricsAddr::On("0.0.0.0:9999".parse().unwrap())
         );
+    }
+
+    #[test]
+    fn log_format_and_level_come_from_flags_or_the_file() {
+        use erdma_host::logs::LogFormat;
+        let s = parse(&[]).unwrap();
+        assert_eq!((s.log_format, s.log_level), (LogFormat::Text, None));
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("agent.yaml");
+        std::fs::write(&cfg, "logFormat: json\nlogLevel: debug\n").unwrap();
+        let c = cfg.to_str().unwrap();
+        let s = parse(&["--config", c]).unwrap();
+        assert_eq!(s.log_format, LogFormat::Json);
+        assert_eq!(s.log_level.as_deref(), Some("debug"));
+        std::fs::write(&cfg, "log-format: json\nlog-level: warn\n").unwrap();
+        let s = parse(&["--config", c]).unwrap();
+        assert_eq!(s.log_format, LogFormat::Json);
+        assert_eq!(s.log_level.as_deref(), Some("warn"));
+        let s = parse(&[
+            "--config",
+            c,
+            "--log-format=text",
+            "--log-level",
+            "info,erdma_nri=debug",
+        ])
+        .unwrap();
+        assert_eq!(s.log_format, LogFormat::Text);
+        assert_eq!(s.log_level.as_deref(), Some("info,erdma_nri=debug"));
+        // The chart's empty values mean the defaults.
+        let s = parse(&["--log-format=", "--log-level="]).unwrap();
+        assert_eq!((s.log_format, s.log_level), (LogFormat::Text, None));
+        let e = format!("{:#}", parse(&["--log-format", "xml"]).unwrap_err());
+        assert!(e.contains("--log-format") && e.contains("\"xml\""), "{e}");
     }
 
     #[test]

@@ -7,19 +7,6 @@ use erdma_agent::cli::{Flags, Settings};
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 
-fn init_logs(json: bool) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        b.json().init();
-    } else {
-        b.init();
-    }
-}
-
 /// Async worker threads. A node agent waits on sockets and timers; tokio's default (one worker
 /// per CPU) would start 128 threads, each with its own stack and malloc arena, on a 128-CPU node.
 const WORKER_THREADS: usize = 2;
@@ -56,7 +43,14 @@ async fn run() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logs(settings.json_logs);
+    if let Err(e) = erdma_host::logs::init(
+        settings.log_format,
+        settings.log_level.as_deref(),
+        erdma_host::logs::DEFAULT_FILTER,
+    ) {
+        eprintln!("erdma-agent: {e}");
+        return ExitCode::from(2);
+    }
     let cancel = CancellationToken::new();
     let result = match spawn_signal_handler(cancel.clone()) {
         Ok(()) => erdma_agent::agent::run(settings, cancel).await,

@@ -12,7 +12,9 @@ use erdma_controller::leader::LeaderElector;
 use erdma_controller::metrics::Metrics;
 use erdma_controller::reconcile::{Ctx, run_controllers};
 use erdma_controller::webhook::{CertSlot, InjectOptions, serve};
+use erdma_host::logs::{self, LogFormat};
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -23,7 +25,7 @@ use tokio_util::sync::CancellationToken;
     name = "erdma-controller",
     version,
     about,
-    after_help = "Exit status: 0 stopped cleanly (SIGTERM); 1 a fatal runtime error; 2 usage error."
+    after_help = "Exit status: 0 stopped cleanly (SIGTERM); 1 a fatal runtime error (logged); 2 usage error (flags, --log-format, --log-level or RUST_LOG)."
 )]
 struct Args {
     /// Controller configuration (config.json). The original's flag name; `--config` is accepted too.
@@ -59,16 +61,40 @@ struct Args {
     /// This replica's identity for leader election.
     #[arg(long, env = "POD_NAME", default_value = "erdma-controller")]
     identity: String,
+    /// Log format on stderr: `text` (ANSI colours only when stderr is a terminal and NO_COLOR is
+    /// unset or empty) or `json` (one JSON object per line) [default: text].
+    #[arg(long, value_name = "text|json")]
+    log_format: Option<String>,
+    /// Log filter in tracing's EnvFilter syntax (`info`, `debug`, `info,erdma_k8s=debug`)
+    /// [default: $RUST_LOG, else info].
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+async fn main() -> ExitCode {
     let args = Args::parse();
+    let set_up = LogFormat::parse(args.log_format.as_deref().unwrap_or_default())
+        .map_err(|e| format!("--log-format: {e}"))
+        .and_then(|format| {
+            logs::init(format, args.log_level.as_deref(), logs::DEFAULT_FILTER)
+                .map_err(|e| e.to_string())
+        });
+    if let Err(e) = set_up {
+        eprintln!("erdma-controller: {e}");
+        return ExitCode::from(2);
+    }
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The controller until SIGTERM/SIGINT, or its fatal error.
+async fn run(args: Args) -> anyhow::Result<()> {
     let cfg = Config::load(&args.config)?;
     let client = kube::Client::try_default()
         .await

@@ -10,9 +10,14 @@
 //! plain TCP) unless `--smcr-strict`. Exit status: 0 configured, not requested, or unsupported
 //! without `--smcr-strict`; 1 configuration failed (or unsupported with `--smcr-strict`): the pod
 //! does not start; 2 usage error.
+//!
+//! Logs go to stderr through `erdma_host::logs`: `--log-format text|json` (or
+//! `ERDMA_LOG_FORMAT`), `--log-level FILTER`, else `RUST_LOG`, else `error`; colours only on a
+//! terminal without `NO_COLOR`.
 
 use anyhow::bail;
 use clap::{Parser, Subcommand};
+use erdma_host::logs::{self, LogFormat};
 use erdma_model::PnetId;
 use erdma_smc::configure::{PodOptions, PodReport, SmcConfigurator, SocketPolicy};
 use erdma_smc::probe::MechanismChoice;
@@ -35,7 +40,24 @@ struct Cli {
     command: Option<Command>,
     #[command(flatten)]
     pod: PodArgs,
+    /// Log format on stderr: `text` (ANSI colours only when stderr is a terminal and NO_COLOR is
+    /// unset or empty) or `json` (one JSON object per line) [default: text].
+    #[arg(
+        long,
+        env = "ERDMA_LOG_FORMAT",
+        global = true,
+        value_name = "text|json"
+    )]
+    log_format: Option<String>,
+    /// Log filter in tracing's EnvFilter syntax (`info`, `debug`, `error,erdma_smc=debug`)
+    /// [default: $RUST_LOG, else error: the init container's output is its report].
+    #[arg(long, global = true, value_name = "FILTER")]
+    log_level: Option<String>,
 }
+
+/// The filter when neither `--log-level` nor `RUST_LOG` is given: the report on stdout (and
+/// "SMC unsupported: ...") says what happened; logs are for debugging.
+const DEFAULT_LOG_FILTER: &str = "error";
 
 #[derive(Debug, clap::Args)]
 struct PodArgs {
@@ -142,14 +164,17 @@ enum PolicyAction {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
-        )
-        .init();
     let cli = Cli::parse();
+    let set_up = LogFormat::parse(cli.log_format.as_deref().unwrap_or_default())
+        .map_err(|e| format!("--log-format: {e}"))
+        .and_then(|format| {
+            logs::init(format, cli.log_level.as_deref(), DEFAULT_LOG_FILTER)
+                .map_err(|e| e.to_string())
+        });
+    if let Err(e) = set_up {
+        eprintln!("smcr-init: {e}");
+        return ExitCode::from(2);
+    }
     let result = match &cli.command {
         None => configure(&cli.pod),
         Some(Command::Policy { action, pin_dir }) => policy(action, pin_dir),

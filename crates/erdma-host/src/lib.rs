@@ -7,10 +7,13 @@
 //! door in the crate that owns the concern: kernel modules and the driver installer
 //! (`erdma-driver`'s `Host`), SMC netlink, namespaces, sysctls and the BPF policy (`erdma-smc`),
 //! routes and addresses (`erdma-netdev`); the agent's flag parsing and the lab read a few `/proc`
-//! files directly. [`resident`] gives the process's start-up pages back to the kernel.
+//! files directly. [`resident`] gives the process's start-up pages back to the kernel; `logs`
+//! (feature `logs`) sets up every binary's logs on stderr.
 
 pub mod addrs;
 pub mod devfs;
+#[cfg(feature = "logs")]
+pub mod logs;
 pub mod plugin_dir;
 pub mod resident;
 pub mod rooted;
