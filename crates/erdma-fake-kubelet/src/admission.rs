@@ -67,7 +67,7 @@ pub struct WebhookReport {
     pub webhook: String,
     /// Whether it was called.
     pub called: bool,
-    /// Where (`https://alibabacloud-erdma-controller.kube-system.svc:443/mutate-pod via
+    /// Where (`https://alibabacloud-erdma-controller.kube-system.svc:443/mutating via
     /// 10.89.0.3:9443`).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub url: String,

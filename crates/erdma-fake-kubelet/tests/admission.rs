@@ -233,7 +233,7 @@ async fn the_charts_webhook_is_called_and_its_patch_applied() {
                 "not called: no rule matches CREATE of v1 pods".to_string()
             ),
             (
-                "erdma-smcr.network.alibabacloud.com".into(),
+                "alibabacloud-erdma-controller.mutating.k8s.io".into(),
                 true,
                 "allowed, patched".into()
             ),
@@ -257,7 +257,7 @@ async fn the_charts_webhook_is_called_and_its_patch_applied() {
     );
     assert_eq!(
         called.url,
-        format!("https://{SVC_NAME}:443/mutate-pod via {}", hook.addr)
+        format!("https://{SVC_NAME}:443/mutating via {}", hook.addr)
     );
     let spec = out.pod.spec.as_ref().unwrap();
     let init = &spec.init_containers.as_ref().unwrap()[0];
@@ -279,7 +279,7 @@ async fn the_charts_webhook_is_called_and_its_patch_applied() {
     let seen = hook.seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1);
     let s = &seen[0];
-    assert_eq!(s.path, "/mutate-pod");
+    assert_eq!(s.path, "/mutating");
     assert_eq!(s.host, format!("{SVC_NAME}:443"));
     let r = &s.body["request"];
     assert_eq!(
@@ -340,7 +340,7 @@ async fn a_webhook_that_fails_follows_its_failure_policy() {
     let w = &out.webhooks[0];
     assert!(w.called);
     assert!(
-        w.outcome.starts_with("failed (failurePolicy Ignore: the pod goes on): failed to call webhook: Post \"https://alibabacloud-erdma-controller.kube-system.svc:443/mutate-pod\" (at 127.0.0.1:")
+        w.outcome.starts_with("failed (failurePolicy Ignore: the pod goes on): failed to call webhook: Post \"https://alibabacloud-erdma-controller.kube-system.svc:443/mutating\" (at 127.0.0.1:")
             && w.outcome.contains("dial tcp"),
         "{}",
         w.outcome
@@ -356,7 +356,7 @@ async fn a_webhook_that_fails_follows_its_failure_policy() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("Internal error occurred: failed calling webhook \"erdma-smcr.network.alibabacloud.com\" (MutatingWebhookConfiguration alibabacloud-erdma-controller, failurePolicy Fail)")
+        e.contains("Internal error occurred: failed calling webhook \"alibabacloud-erdma-controller.mutating.k8s.io\" (MutatingWebhookConfiguration alibabacloud-erdma-controller, failurePolicy Fail)")
             && e.contains("dial tcp")
             && e.contains("Fix:"),
         "{e}"
@@ -426,7 +426,7 @@ async fn denials_broken_answers_and_bad_patches() {
     });
     let e = run("Ignore", deny).await.unwrap_err().to_string();
     assert!(
-        e.contains("admission webhook \"erdma-smcr.network.alibabacloud.com\" denied the request: pods need an owner label"),
+        e.contains("admission webhook \"alibabacloud-erdma-controller.mutating.k8s.io\" denied the request: pods need an owner label"),
         "{e}"
     );
     // An answer for another request: a failed call.
@@ -499,7 +499,7 @@ async fn the_cli_writes_the_admitted_pod_and_says_what_changed() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(
-        err.contains("admit: lab/pod-s: webhook erdma-smcr.network.alibabacloud.com (alibabacloud-erdma-controller) at https://alibabacloud-erdma-controller.kube-system.svc:443/mutate-pod via ")
+        err.contains("admit: lab/pod-s: webhook alibabacloud-erdma-controller.mutating.k8s.io (alibabacloud-erdma-controller) at https://alibabacloud-erdma-controller.kube-system.svc:443/mutating via ")
             && err.contains(": allowed, patched; changed: add /spec/initContainers"),
         "{err}"
     );

@@ -174,7 +174,7 @@ async fn an_in_cluster_client_reads_the_installed_chart_with_its_token() {
         .await
         .unwrap();
     let w = &hook.webhooks.unwrap()[0];
-    assert_eq!(w.name, "erdma-smcr.network.alibabacloud.com");
+    assert_eq!(w.name, "alibabacloud-erdma-controller.mutating.k8s.io");
     let svc = w.client_config.service.as_ref().unwrap();
     assert_eq!(
         (
@@ -186,7 +186,7 @@ async fn an_in_cluster_client_reads_the_installed_chart_with_its_token() {
         (
             "kube-system",
             "alibabacloud-erdma-controller",
-            Some("/mutate-pod"),
+            Some("/mutating"),
             Some(443)
         )
     );
