@@ -18,11 +18,15 @@ Usage: check.py [--update]   (run through ci/check.sh, which installs the packag
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import re
 import shutil
+import socket
+import subprocess
 import sys
 import tempfile
+import time
 
 from helm_python import chart as helm
 from helm_python.errors import HelmError
@@ -296,6 +300,95 @@ def contract(chart: helm.Chart, update: bool) -> None:
     print(f"ok   values contract: {len(entries)} values files, {accepted} accepted and {len(entries) - accepted} refused by Helm (ci/contract.json)")
 
 
+def daemonset(ns: str, name: str, image: str, labels: dict, release: str | None = None) -> str:
+    meta_labels = {"app.kubernetes.io/instance": release} if release else {}
+    return json.dumps({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": ns, "labels": meta_labels},
+        "spec": {"selector": {"matchLabels": labels}, "template": {
+            "metadata": {"labels": labels},
+            "spec": {"containers": [{"name": "alibabacloud-erdma-controller", "image": image}]}}}})
+
+
+ORIGINAL_AGENT_LABELS = {"app.kubernetes.io/name": "alibabacloud-erdma-controller",
+                         "app.kubernetes.io/instance": RELEASE, "tier": "agent"}
+ADDON = daemonset("ack-erdma-controller", "ack-erdma-agent", "registry-vpc.cn-beijing.aliyuncs.com/erdma/agent:v1.2.0",
+                  {"app": "ack-erdma-agent"}, "ack-erdma-controller")
+ADDON_NS = json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ack-erdma-controller"}})
+
+
+def eni_config(on: bool) -> str:
+    conf = json.dumps({"version": "1", "enable_erdma": on})
+    return json.dumps({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "eni-config", "namespace": "kube-system"}, "data": {"eni_conf": conf}})
+
+
+# (cluster objects, values, None when the install goes on, else the words the refusal names)
+PREFLIGHT = [
+    ([], {}, None),
+    ([ADDON_NS, ADDON], {}, "DaemonSet ack-erdma-controller/ack-erdma-agent (the ACK console add-on"),
+    ([ADDON_NS, ADDON], {"allowExistingInstallation": True}, None),
+    ([daemonset("kube-system", "alibabacloud-erdma-agent", "registry.aliyuncs.com/erdma/agent:latest", ORIGINAL_AGENT_LABELS, RELEASE)], {}, None),
+    ([daemonset("erdma", "alibabacloud-erdma-agent", "registry.aliyuncs.com/erdma/agent:latest",
+                dict(ORIGINAL_AGENT_LABELS, **{"app.kubernetes.io/instance": "old"}), "old"),
+      json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "erdma"}})],
+     {}, 'DaemonSet erdma/alibabacloud-erdma-agent (another eRDMA agent, release "old"'),
+    ([daemonset("kube-system", "alibabacloud-erdma-agent", "ghcr.io/erdma/erdma-agent:0.1.0", ORIGINAL_AGENT_LABELS, "other")],
+     {}, 'release "other"'),
+    ([eni_config(True)], {}, "ConfigMap kube-system/eni-config eni_conf.enable_erdma=true"),
+    ([eni_config(False)], {}, None),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def preflight() -> None:
+    """The chart's pre-install check (templates/preflight.yaml) through the real Helm engine's
+    `lookup` against the lab's API server (erdma-fake-kubelet apiserver) holding each case's
+    objects: another installation serving aliyun/erdma is refused with its location named."""
+    from helm_python.config import Config
+    binary = os.environ.get("ERDMA_FAKE_KUBELET_BIN", "")
+    if not binary or not os.access(binary, os.X_OK):
+        fail(f"preflight: ERDMA_FAKE_KUBELET_BIN {binary!r} is not an executable (check.sh builds it)")
+        return
+    chart_path = str(CHART)
+    for i, (objects, values, words) in enumerate(PREFLIGHT):
+        with tempfile.TemporaryDirectory() as tmp:
+            objs = pathlib.Path(tmp) / "objects.json"
+            objs.write_text(json.dumps([json.loads(o) for o in objects]))
+            kubeconfig = pathlib.Path(tmp) / "kubeconfig"
+            port = free_port()
+            args = [binary, "apiserver", "--listen", f"127.0.0.1:{port}", "--kubeconfig", str(kubeconfig), "--node", "node-a"]
+            if objects:
+                args += ["--objects", str(objs)]
+            server = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                for _ in range(100):
+                    if kubeconfig.exists():
+                        break
+                    time.sleep(0.1)
+                config = Config(kubeconfig_path=str(kubeconfig), namespace=NAMESPACE)
+                try:
+                    config.render(helm.Chart.load(chart_path), values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+                    got = None
+                except HelmError as e:
+                    got = str(e)
+            finally:
+                server.terminate()
+                server.wait()
+        kinds = ", ".join(json.loads(o)["kind"] + " " + json.loads(o)["metadata"].get("namespace", "") + "/" + json.loads(o)["metadata"]["name"] for o in objects) or "nothing"
+        if words is None and got is not None:
+            fail(f"preflight[{i}] ({kinds}, {values}): refused: {got}")
+        elif words is not None and (got is None or words not in got):
+            fail(f"preflight[{i}] ({kinds}, {values}): want a refusal naming {words!r}, got {got!r}")
+        else:
+            print(f"ok   preflight[{i}] {kinds} {json.dumps(values)}: {'installs' if got is None else 'refused: ' + words}")
+
+
 def main() -> int:
     update = "--update" in sys.argv[1:]
     chart = helm.Chart.load(str(CHART))
@@ -339,6 +432,7 @@ def main() -> int:
     upgrade_identity(chart)
     refused(chart)
     contract(chart, update)
+    preflight()
     refused_without_schema()
     smc_init_images(chart)
     if failures:

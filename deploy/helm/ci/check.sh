@@ -12,4 +12,10 @@ if ! "$venv/bin/python" -c 'import helm_python.chart' >/dev/null 2>&1; then
     python3 -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$spec"
 fi
+# The chart's pre-install check runs Helm's lookup against the lab's API server.
+root="$(cd "$here/../../.." && pwd)"
+if [ -z "${ERDMA_FAKE_KUBELET_BIN:-}" ]; then
+    (cd "$root" && cargo build --quiet --locked -p erdma-fake-kubelet --bin erdma-fake-kubelet)
+    export ERDMA_FAKE_KUBELET_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/erdma-fake-kubelet"
+fi
 exec "$venv/bin/python" "$here/check.py" "$@"

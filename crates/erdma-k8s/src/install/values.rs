@@ -484,6 +484,9 @@ pub struct Values {
     pub affinity: Option<Affinity>,
     /// Resources of the agent container (empty: erdma's requests).
     pub resources: Option<ResourceRequirements>,
+    /// (new) Install next to another installation serving `aliyun/erdma` (`erdmactl install
+    /// --allow-existing`; the chart's pre-install check is skipped).
+    pub allow_existing_installation: bool,
     /// `Ignore` (default) or `Fail`.
     pub webhook_failure_policy: String,
     /// Webhook timeout.
@@ -576,6 +579,7 @@ impl Default for Values {
             }],
             affinity: None,
             resources: None,
+            allow_existing_installation: false,
             webhook_failure_policy: "Ignore".into(),
             webhook_timeout_seconds: 10,
             config: ConfigValues::default(),
