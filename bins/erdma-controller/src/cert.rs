@@ -45,6 +45,10 @@ pub const ANNOTATION_PHASE: &str = "erdma.alibabacloud.com/cert-rotation";
 pub const ANNOTATION_NEXT_NOT_AFTER: &str = "erdma.alibabacloud.com/next-cert-not-after";
 /// Annotation on the Secret (any value): rotate now (an operator's request, e.g. after a key leak).
 pub const ANNOTATION_ROTATE: &str = "erdma.alibabacloud.com/rotate";
+/// Annotation on the Secret: the fingerprints ([`fingerprint`]) of every CA erdma issued,
+/// space-separated. Only these are ever pruned from the `caBundle`: a CA erdma did not issue
+/// (the original Go controller's, still serving from its old pods while an upgrade rolls) stays.
+pub const ANNOTATION_ISSUED_CAS: &str = "erdma.alibabacloud.com/issued-cas";
 /// Prefix of each replica's acknowledgement annotation (`<prefix><identity>`).
 pub const ANNOTATION_SERVING_PREFIX: &str = "serving.erdma.alibabacloud.com/";
 /// Phase: the new CA is staged and being added to the `caBundle`.
@@ -180,10 +184,10 @@ fn to_secret(
         metadata: ObjectMeta {
             name: Some(name.into()),
             namespace: Some(namespace.into()),
-            annotations: Some(BTreeMap::from([(
-                ANNOTATION_NOT_AFTER.to_string(),
-                secs.to_string(),
-            )])),
+            annotations: Some(BTreeMap::from([
+                (ANNOTATION_NOT_AFTER.to_string(), secs.to_string()),
+                (ANNOTATION_ISSUED_CAS.to_string(), fingerprint(&b.ca_pem)),
+            ])),
             resource_version,
             ..Default::default()
         },
@@ -245,6 +249,34 @@ fn annotation<'a>(s: &'a Secret, key: &str) -> Option<&'a str> {
         .as_ref()?
         .get(key)
         .map(String::as_str)
+}
+
+/// The fingerprints of the CAs erdma issued ([`ANNOTATION_ISSUED_CAS`]), plus those the Secret
+/// names now (a Secret written before the annotation existed names only erdma's own).
+pub fn issued_cas(s: &Secret) -> Vec<String> {
+    let mut out: Vec<String> = annotation(s, ANNOTATION_ISSUED_CAS)
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    for ca in secret_cas(s) {
+        let f = fingerprint(&ca);
+        if !out.contains(&f) {
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// The `caBundle` to keep: every CA the Secret names, and every CA erdma did not issue.
+pub fn bundle_to_keep(bundle: &[String], s: &Secret) -> Vec<String> {
+    let named = secret_cas(s);
+    let issued = issued_cas(s);
+    bundle
+        .iter()
+        .filter(|c| named.contains(c) || !issued.contains(&fingerprint(c)))
+        .cloned()
+        .collect()
 }
 
 /// Every CA the Secret names (current, previous, staged): all must be in the `caBundle`.
@@ -506,14 +538,13 @@ impl CertManager {
         let Some(secret) = self.secrets().get_opt(&self.secret_name).await? else {
             return Ok(false);
         };
-        let keep = secret_cas(&secret);
-        if keep.is_empty() {
+        if secret_cas(&secret).is_empty() {
             return Ok(false);
         }
         let mut changed = false;
         for w in mwc.webhooks.iter_mut().flatten() {
             let have = bundle_of(w);
-            let kept: Vec<String> = have.iter().filter(|c| keep.contains(c)).cloned().collect();
+            let kept = bundle_to_keep(&have, &secret);
             if kept.len() != have.len() && !kept.is_empty() {
                 w.client_config.ca_bundle = Some(ByteString(kept.concat().into_bytes()));
                 changed = true;
@@ -553,6 +584,9 @@ impl CertManager {
                     return Ok(None);
                 }
                 let fresh = generate(&self.names, self.validity)?;
+                let mut issued = issued_cas(&s);
+                issued.push(fingerprint(&fresh.ca_pem));
+                ann.insert(ANNOTATION_ISSUED_CAS.into(), issued.join(" "));
                 data.insert("next-ca.crt".into(), ByteString(fresh.ca_pem.into_bytes()));
                 data.insert(
                     "next-tls.crt".into(),

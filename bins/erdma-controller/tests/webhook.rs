@@ -765,3 +765,66 @@ async fn reviews_and_injections_are_counted_and_served_on_metrics() {
     );
     cancel.cancel();
 }
+
+/// An upgrade from the original: its Go controller patched its own CA into the entry's
+/// `caBundle`, and its pods keep serving with that CA while the Deployment rolls. erdma adds its
+/// CA beside it and never prunes a CA it did not issue, so an old pod's TLS keeps verifying
+/// (with `failurePolicy: Fail`, a dropped CA would refuse every pod routed to an old pod); erdma's
+/// own retired CA is still pruned after a rotation.
+#[tokio::test]
+async fn the_original_controllers_ca_stays_trusted_through_ticks_and_rotations() {
+    let api = FakeApiServer::new();
+    webhook_config(&api);
+    let go = generate(
+        &dns_names(
+            "alibabacloud-erdma-controller",
+            "kube-system",
+            "cluster.local",
+        ),
+        Duration::from_secs(3600),
+    )
+    .unwrap();
+    let mut mwc: MutatingWebhookConfiguration = api.get(None, MWC).unwrap();
+    mwc.webhooks.as_mut().unwrap()[0].client_config.ca_bundle =
+        Some(k8s_openapi::ByteString(go.ca_pem.clone().into_bytes()));
+    api.put(&mwc);
+    let go_ca = pem_blocks(&go.ca_pem);
+
+    let a = replica(&api, "controller-0").await;
+    let bundle = pem_blocks(&ca_bundle(&api));
+    assert_eq!(bundle.len(), 2, "erdma's CA added beside the original's");
+    assert!(bundle.contains(&go_ca[0]));
+    let first_erdma_ca: Vec<String> = bundle.iter().filter(|c| **c != go_ca[0]).cloned().collect();
+    for _ in 0..3 {
+        a.mgr.tick(&a.slot).await.unwrap();
+    }
+    assert!(
+        pem_blocks(&ca_bundle(&api)).contains(&go_ca[0]),
+        "kept while ticking"
+    );
+
+    // A full rotation: erdma's first CA goes, the original's stays.
+    let mut s: Secret = api.get(Some("kube-system"), SECRET).unwrap();
+    s.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(ANNOTATION_NOT_AFTER.into(), "1000".into());
+    api.put(&s);
+    for _ in 0..6 {
+        a.mgr.tick(&a.slot).await.unwrap();
+    }
+    assert_eq!(secret_phase(&api), None, "the rotation finished");
+    let bundle = pem_blocks(&ca_bundle(&api));
+    assert!(
+        bundle.contains(&go_ca[0]),
+        "the original's CA is never pruned: {}",
+        bundle.len()
+    );
+    assert!(
+        !bundle.contains(&first_erdma_ca[0]),
+        "erdma's retired CA is pruned"
+    );
+    assert_eq!(bundle.len(), 2);
+    assert!(admit(&api, a.addr).await.is_ok());
+}
