@@ -14,10 +14,15 @@
 //!   removal when the last finalizer goes), resourceVersion/uid/creationTimestamp.
 //! - Optimistic concurrency: PUT or PATCH carrying a stale `metadata.resourceVersion` gets 409
 //!   `Conflict` (without one, PUT is unconditional, as for every resource erdma writes).
+//! - Discovery (`/api`, `/apis`, each group version), `/version`, and `/openapi/v2` as a
+//!   definition-less protobuf document (clients that validate manifests, Helm among them, then
+//!   leave validation to the server).
 //! - Patches: JSON merge patch (RFC 7386); strategic merge patch for built-in kinds with the merge
-//!   keys erdma's patches touch ([`SMP_LISTS`]: Node `status.conditions` and `status.addresses`
-//!   by `type`, `metadata.ownerReferences` by `uid`, `metadata.finalizers` as a set; other lists
-//!   are replaced, `$patch: delete` removes a keyed element); strategic merge patch on a custom
+//!   keys erdma's patches and Helm's three-way merges of erdma's chart touch ([`SMP_LISTS`]: Node
+//!   `status.conditions` and `status.addresses` by `type`, `metadata.ownerReferences` by `uid`,
+//!   `metadata.finalizers` as a set, webhook entries by `name`, Service ports by `port`, a pod
+//!   template's containers, volumes, env, ports and mounts by their keys; other lists are
+//!   replaced, `$patch: delete` removes a keyed element); strategic merge patch on a custom
 //!   resource is refused with 415, as the API server does; server-side apply treated as
 //!   create-or-merge; JSON patch refused (415).
 //! - The `/status` subresource: only status changes; main-resource writes keep status.
@@ -643,6 +648,7 @@ impl FakeApiServer {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_string();
+        tracing::debug!(%method, %path, %content_type, "fake API server: request");
         let body = match req.into_body().collect().await {
             Ok(b) => b.to_bytes(),
             Err(_) => return status(400, "BadRequest", "unreadable body"),
@@ -683,6 +689,9 @@ impl FakeApiServer {
                     return status(403, "Forbidden", &attrs.forbidden_message());
                 }
             }
+        }
+        if method == "GET" && path == "/openapi/v2" {
+            return openapi_v2();
         }
         if method == "GET"
             && let Some(list) = discovery(&path)
@@ -1107,6 +1116,29 @@ const DISCOVERY: &[(&str, &str, &str, bool)] = &[
 fn discovery(path: &str) -> Option<Value> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let gv = match segs.as_slice() {
+        ["version"] => {
+            return Some(json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0",
+                "platform": "linux/amd64"}));
+        }
+        ["api"] => {
+            return Some(json!({"kind": "APIVersions", "versions": ["v1"],
+                "serverAddressByClientCIDRs": []}));
+        }
+        ["apis"] => {
+            let mut groups: Vec<(&str, &str)> = DISCOVERY
+                .iter()
+                .filter_map(|(gv, ..)| gv.split_once('/'))
+                .collect();
+            groups.dedup();
+            let groups: Vec<Value> = groups
+                .iter()
+                .map(|(g, v)| {
+                    let version = json!({"groupVersion": format!("{g}/{v}"), "version": v});
+                    json!({"name": g, "versions": [version.clone()], "preferredVersion": version})
+                })
+                .collect();
+            return Some(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}));
+        }
         ["api", v] => (*v).to_string(),
         ["apis", g, v] => format!("{g}/{v}"),
         _ => return None,
@@ -1301,6 +1333,23 @@ pub const SMP_LISTS: &[(&str, &str)] = &[
     ("status.addresses", "type"),
     ("metadata.ownerReferences", "uid"),
     ("metadata.finalizers", ""),
+    // MutatingWebhookConfiguration.webhooks (patchMergeKey name).
+    ("webhooks", "name"),
+    // Service.spec.ports (patchMergeKey port).
+    ("spec.ports", "port"),
+    // A workload's pod template: PodSpec's and Container's keyed lists.
+    ("spec.template.spec.containers", "name"),
+    ("spec.template.spec.initContainers", "name"),
+    ("spec.template.spec.volumes", "name"),
+    ("spec.template.spec.imagePullSecrets", "name"),
+    ("spec.template.spec.containers.env", "name"),
+    ("spec.template.spec.containers.ports", "containerPort"),
+    ("spec.template.spec.containers.volumeMounts", "mountPath"),
+    ("spec.template.spec.initContainers.env", "name"),
+    (
+        "spec.template.spec.initContainers.volumeMounts",
+        "mountPath",
+    ),
 ];
 
 /// Strategic merge patch of `patch` into `target` at `path` (see [`SMP_LISTS`]).
@@ -1334,7 +1383,12 @@ fn strategic_merge(target: &mut Value, patch: &Value, path: &str) {
             .map(|(_, key)| *key);
         match (key, v, t.get_mut(k)) {
             (Some(key), Value::Array(items), Some(Value::Array(have))) => {
-                merge_list(have, items, key)
+                merge_list(have, items, key, &child)
+            }
+            (Some(key), Value::Array(items), None) => {
+                let mut have = Vec::new();
+                merge_list(&mut have, items, key, &child);
+                t.insert(k.clone(), Value::Array(have));
             }
             (_, Value::Object(_), Some(existing)) => strategic_merge(existing, v, &child),
             _ => {
@@ -1346,7 +1400,9 @@ fn strategic_merge(target: &mut Value, patch: &Value, path: &str) {
     }
 }
 
-fn merge_list(have: &mut Vec<Value>, items: &[Value], key: &str) {
+/// Merges a keyed list; items' own fields are at `path` (the list's path: a nested keyed list of
+/// an item is `<path>.<field>`).
+fn merge_list(have: &mut Vec<Value>, items: &[Value], key: &str, path: &str) {
     for item in items {
         if key.is_empty() {
             if !have.contains(item) {
@@ -1362,10 +1418,10 @@ fn merge_list(have: &mut Vec<Value>, items: &[Value], key: &str) {
         match (pos, delete) {
             (Some(i), true) => drop(have.remove(i)),
             (None, true) => {}
-            (Some(i), false) => strategic_merge(&mut have[i], item, ""),
+            (Some(i), false) => strategic_merge(&mut have[i], item, path),
             (None, false) => {
                 let mut fresh = Value::Null;
-                strategic_merge(&mut fresh, item, "");
+                strategic_merge(&mut fresh, item, path);
                 have.push(fresh);
             }
         }
@@ -1618,6 +1674,25 @@ pub fn kubeconfig_tls(
          current-context: fake\nusers:\n- name: fake\n  user: {{}}\n"
     );
     std::fs::write(path, text)
+}
+
+/// `/openapi/v2` as the API server sends it to clients that validate manifests (kubectl, Helm):
+/// a protobuf `openapi_v2.Document` — here one with `swagger: "2.0"` and no definitions, so a
+/// client finds no schema for any kind and leaves validation to the server (as this fake does
+/// by deserialising every object into its k8s-openapi type).
+fn openapi_v2() -> Response<Body> {
+    // Field 1 (swagger), wire type 2 (length-delimited): "2.0".
+    let document: &[u8] = b"\x0a\x032.0";
+    Response::builder()
+        .status(200)
+        .header(
+            "content-type",
+            "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+        )
+        .body(BodyExt::boxed_unsync(Full::new(Bytes::from_static(
+            document,
+        ))))
+        .unwrap_or_else(|_| Response::new(BodyExt::boxed_unsync(Full::new(Bytes::new()))))
 }
 
 fn ok(code: u16, v: &Value) -> Response<Body> {

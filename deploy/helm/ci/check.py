@@ -389,6 +389,133 @@ def preflight() -> None:
             print(f"ok   preflight[{i}] {kinds} {json.dumps(values)}: {'installs' if got is None else 'refused: ' + words}")
 
 
+# The paths each controller's pods serve the webhook on: the original's registers only /mutating
+# (its cmd/controller/main.go), erdma's serves /mutate-pod and /mutating (bins/erdma-controller/src/webhook.rs).
+OLD_PODS_SERVE = {"/mutating"}
+NEW_PODS_SERVE = {"/mutating", "/mutate-pod"}
+
+
+class ApiServer:
+    """The lab's API server (erdma-fake-kubelet apiserver) on a free port, for real Helm."""
+
+    def __init__(self, tmp: pathlib.Path, objects: list[dict] | None = None):
+        self.kubeconfig = tmp / "kubeconfig"
+        self.port = free_port()
+        args = [os.environ.get("ERDMA_FAKE_KUBELET_BIN", ""), "apiserver", "--listen", f"127.0.0.1:{self.port}",
+                "--kubeconfig", str(self.kubeconfig), "--node", "node-a"]
+        if objects:
+            path = tmp / "objects.json"
+            path.write_text(json.dumps(objects))
+            args += ["--objects", str(path)]
+        # ERDMA_CHART_APISERVER_LOG=FILE (with RUST_LOG=debug): every request the server saw.
+        log = os.environ.get("ERDMA_CHART_APISERVER_LOG")
+        out = open(log, "a") if log else subprocess.DEVNULL
+        self.proc = subprocess.Popen(args, stdout=out, stderr=out)
+        for _ in range(100):
+            if self.kubeconfig.exists():
+                break
+            time.sleep(0.1)
+
+    def request(self, method: str, path: str, body: dict | None = None, content_type: str = "application/json") -> dict:
+        import urllib.request
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
+                                     headers={"content-type": content_type})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read() or b"{}")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def helm_action(config, action: str, chart: helm.Chart, values: dict, server_side: bool | str) -> None:
+    """helm install/upgrade through the SDK's native call, with Helm's --server-side choice (the
+    Python wrapper does not pass it; install takes a bool, upgrade true/false/auto): `False`
+    installs as Helm 3 did (the original's users), and an
+    upgrade of such a release is Helm's client-side three-way merge (`auto`)."""
+    from helm_python import _native
+    opts = {"namespace": NAMESPACE, "server_side_apply": server_side}
+    _native.call_string(f"helm_{action}", config._raw(), _native.HANDLE(0), chart._raw(), None, RELEASE,
+                        json.dumps(values), json.dumps(opts))
+
+
+def refused_pods(mwc: dict, old_ca: str) -> tuple[int, list[str]]:
+    """Pod creations the API server refuses per rollout phase (old controller pods only, both,
+    new only; 10 pods each): with failurePolicy Fail, a CREATE of a pod matching an entry is
+    refused when the call cannot succeed on the pod the Service routes it to: an old pod needs
+    its CA in the entry's caBundle and its one path; a new pod its path (its CA is added by the
+    erdma controller, tests/webhook.rs)."""
+    refused, why = 0, []
+    for w in mwc.get("webhooks") or []:
+        if w.get("failurePolicy") != "Fail":
+            continue
+        path = w["clientConfig"]["service"].get("path", "/")
+        bundle = w["clientConfig"].get("caBundle", "")
+        old_ok = old_ca in bundle and path in OLD_PODS_SERVE
+        new_ok = path in NEW_PODS_SERVE
+        for phase, ok in (("old pods", old_ok), ("old and new pods", old_ok and new_ok), ("new pods", new_ok)):
+            if not ok:
+                refused += 10
+                why.append(f"{w['name']} at {path} ({phase}): {'caBundle lacks the old CA' if old_ca not in bundle and 'old' in phase else 'path not served'}")
+    return refused, why
+
+
+def fail_policy_upgrade_run(chart_dir: pathlib.Path) -> tuple[dict, int, list[str]]:
+    """The original's release (ci/upgrade/original-webhook-fail.yaml) installed by Helm as Helm 3
+    did, its controller's CA patched into the webhook as the Go controller patches it (a
+    strategic merge patch), then `helm upgrade` to the chart at chart_dir with the webhook on and
+    failurePolicy Fail: the real Helm three-way merge against the lab's API server."""
+    from helm_python.config import Config
+    import base64
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        original = tmp / "original"
+        (original / "templates").mkdir(parents=True)
+        (original / "Chart.yaml").write_text("apiVersion: v2\nname: alibabacloud-erdma-controller\nversion: 0.1.0\nappVersion: \"1.16.0\"\n")
+        shutil.copy(HERE / "upgrade" / "original-webhook-fail.yaml", original / "templates" / "original.yaml")
+        server = ApiServer(tmp)
+        try:
+            config = Config(kubeconfig_path=str(server.kubeconfig), namespace=NAMESPACE, storage_driver="memory")
+            helm_action(config, "install", helm.Chart.load(str(original)), {}, False)
+            old_ca = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nthe original controller's CA\n-----END CERTIFICATE-----\n").decode()
+            mwc_path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/alibabacloud-erdma-controller"
+            before = server.request("GET", mwc_path)
+            server.request("PATCH", mwc_path, {"webhooks": [{"name": w["name"], "clientConfig": {"caBundle": old_ca}} for w in before["webhooks"]]},
+                           "application/strategic-merge-patch+json")
+            values = {"config": {"enableWebhook": True}, "webhookFailurePolicy": "Fail", "credentials": {"type": "ecs_ram_role"}}
+            helm_action(config, "upgrade", helm.Chart.load(str(chart_dir)), values, "auto")
+            after = server.request("GET", mwc_path)
+        finally:
+            server.close()
+    refused, why = refused_pods(after, old_ca)
+    return after, refused, why
+
+
+def fail_policy_upgrade() -> None:
+    """The Fail-policy upgrade run, and the same run with the webhook entry renamed and moved (as
+    erdma's chart had it) to show what the run catches."""
+    after, refused, why = fail_policy_upgrade_run(CHART)
+    entries = [(w["name"], w["clientConfig"]["service"].get("path"), bool(w["clientConfig"].get("caBundle")), w.get("failurePolicy")) for w in after["webhooks"]]
+    if refused:
+        fail(f"fail-policy upgrade: {refused} pod creations refused during the rollout: {why}; entries after the upgrade: {entries}")
+    else:
+        print(f"ok   fail-policy upgrade (helm install of the original as Helm 3, caBundle patched by its controller, helm upgrade: Helm's three-way merge): entries {entries}; 0 of 30 pod creations refused across the rollout")
+    with tempfile.TemporaryDirectory() as tmp:
+        renamed = pathlib.Path(tmp) / "erdma"
+        shutil.copytree(CHART, renamed, ignore=shutil.ignore_patterns("ci"))
+        helpers = renamed / "templates" / "_helpers.tpl"
+        text = helpers.read_text()
+        text = text.replace("alibabacloud-erdma-controller.mutating.k8s.io{{- end }}", "erdma-smcr.network.alibabacloud.com{{- end }}")
+        text = text.replace('{{- define "erdma.webhookPath" -}}/mutating{{- end }}', '{{- define "erdma.webhookPath" -}}/mutate-pod{{- end }}')
+        helpers.write_text(text)
+        after, refused, why = fail_policy_upgrade_run(renamed)
+    if refused == 0:
+        fail(f"fail-policy upgrade control: a renamed and moved entry refused no pod, so the run cannot catch it: {after}")
+    else:
+        print(f"ok   fail-policy upgrade control (entry renamed to erdma-smcr.network.alibabacloud.com at /mutate-pod): {refused} of 30 pod creations refused ({'; '.join(why)})")
+
+
 def main() -> int:
     update = "--update" in sys.argv[1:]
     chart = helm.Chart.load(str(CHART))
@@ -433,6 +560,7 @@ def main() -> int:
     refused(chart)
     contract(chart, update)
     preflight()
+    fail_policy_upgrade()
     refused_without_schema()
     smc_init_images(chart)
     if failures:
