@@ -458,8 +458,9 @@ mod tests {
         );
         let e = Values::from_values_file("zzz: 1\n").unwrap_err();
         assert!(
-            e.to_string()
-                .contains("zzz: unknown key; known keys here: affinity, agent, allowExistingInstallation"),
+            e.to_string().contains(
+                "zzz: unknown key; known keys here: affinity, agent, allowExistingInstallation"
+            ),
             "{e}"
         );
     }
