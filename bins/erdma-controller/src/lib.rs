@@ -8,4 +8,5 @@ pub mod eri;
 pub mod leader;
 pub mod metrics;
 pub mod reconcile;
+pub mod selfcheck;
 pub mod webhook;

@@ -69,6 +69,11 @@ struct Args {
     /// [default: $RUST_LOG, else info].
     #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
+    /// Check the installation in NAMESPACE instead of running (what `helm test` runs): the agent
+    /// DaemonSet ready, the controller available, every webhook entry with its caBundle. Prints
+    /// one JSON object; exit status 0 when all pass, 1 otherwise.
+    #[arg(long, value_name = "NAMESPACE")]
+    check_install: Option<String>,
 }
 
 #[tokio::main]
@@ -84,10 +89,41 @@ async fn main() -> ExitCode {
         eprintln!("erdma-controller: {e}");
         return ExitCode::from(2);
     }
+    if let Some(ns) = args.check_install.clone() {
+        return check_install(&ns).await;
+    }
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--check-install`: the verdict on stdout, its exit status.
+async fn check_install(namespace: &str) -> ExitCode {
+    let client = match kube::Client::try_default().await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("Kubernetes client: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match erdma_controller::selfcheck::check_install(client, namespace).await {
+        Ok(report) => {
+            println!(
+                "{}",
+                serde_json::to_string(&report).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+            );
+            if report.ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            tracing::error!("checking the installation in {namespace}: {e:#}");
             ExitCode::FAILURE
         }
     }

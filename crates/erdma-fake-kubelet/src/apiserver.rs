@@ -3,7 +3,8 @@
 //!
 //! - the Node and the DeviceClass the install renders with `dra.enabled`;
 //! - every object of the `--objects` files (a rendered chart file `{"objects": [...]}`, a
-//!   `List`, a JSON array or YAML documents), with what the API server does on a write: a
+//!   `List`, a JSON array or YAML documents; `helm test` hooks left out, as `helm install` leaves
+//!   them), with what the API server does on a write: a
 //!   namespaced object without a namespace goes to `default`, a cluster-scoped one loses its
 //!   namespace, a Secret's `stringData` is merged into `data`;
 //! - what a cluster's control plane makes by itself: the namespaces `default`, `kube-system`,
@@ -407,6 +408,16 @@ pub async fn start(opts: &ApiServerOptions, cancel: CancellationToken) -> Result
         let text = std::fs::read_to_string(file).map_err(io("read the objects file", file))?;
         let origin = file.display().to_string();
         let objects = parse_objects(&text, &origin)?;
+        // `helm install` creates no `helm test` hooks (only `helm test` does).
+        let (hooks, objects): (Vec<Value>, Vec<Value>) = objects
+            .into_iter()
+            .partition(|o| o["metadata"]["annotations"]["helm.sh/hook"] == "test");
+        if !hooks.is_empty() {
+            report.push(format!(
+                "left out {} helm test hooks of {origin} (helm install does not create them)",
+                hooks.len()
+            ));
+        }
         if objects.is_empty() {
             return Err(refused(format!(
                 "{origin} holds no objects. Fix: pass a rendered chart file ({{\"objects\": [...]}}) or Kubernetes manifests"

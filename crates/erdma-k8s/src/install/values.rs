@@ -497,6 +497,22 @@ pub struct Values {
     pub credentials: CredentialValues,
     /// (new) The DRA driver.
     pub dra: DraValues,
+    /// (new) `helm test` (the chart's hook; `erdmactl install` applies no hooks).
+    pub tests: TestValues,
+}
+
+/// `tests.*` (new): the chart's `helm test` pod.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TestValues {
+    /// Render the test pod and its RBAC.
+    pub enabled: bool,
+}
+
+impl Default for TestValues {
+    fn default() -> Self {
+        Self { enabled: true }
+    }
 }
 
 /// `dra.*` (new): the DRA driver `erdma.alibabacloud.com`. Off by default. When on, the install
@@ -585,6 +601,7 @@ impl Default for Values {
             config: ConfigValues::default(),
             credentials: CredentialValues::default(),
             dra: DraValues::default(),
+            tests: TestValues::default(),
         }
     }
 }
