@@ -3,11 +3,15 @@
 //! compares both for the chart's CI matrix); `erdmactl uninstall` deletes exactly those objects.
 //! This module only maps flags and a values file (the chart's `values.yaml` format) onto `Values`.
 
+use crate::submit::{KubeArgs, kube_client, runtime};
 use anyhow::Context;
-use erdma_k8s::install::{Deleted, Values, apply, delete, render_json, render_yaml};
+use erdma_k8s::install::{
+    Deleted, Existing, Values, apply, delete, find_existing, render_json, render_yaml,
+};
 use k8s_openapi::api::core::v1::Toleration;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// Flags of `erdmactl install` (each overrides the values file).
 #[derive(Debug, clap::Args)]
@@ -18,9 +22,14 @@ pub struct Args {
     /// Print the manifests instead of applying them.
     #[arg(long)]
     pub dry_run: bool,
-    /// Output format of `--dry-run`.
+    /// Output format of `--dry-run`, and of a refusal (json: an object with a `conflicts` array).
     #[arg(short = 'o', long, default_value = "yaml", value_parser = ["yaml", "json"])]
     pub output: String,
+    /// Experts only: install even where another eRDMA installation is found (the ACK console
+    /// add-on, another release's agent or controller, terway with enable_erdma), with a warning
+    /// for each. Two device plugins for aliyun/erdma on a node make the kubelet flap the resource.
+    #[arg(long)]
+    pub allow_existing: bool,
     /// Namespace of the controller and the agent [default: kube-system].
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
@@ -106,6 +115,9 @@ pub struct Args {
     /// controller.replicaCount.
     #[arg(long)]
     pub replicas: Option<i32>,
+    /// Kubernetes API access.
+    #[command(flatten)]
+    pub kube: KubeArgs,
 }
 
 fn split_image(s: &str) -> anyhow::Result<(String, String)> {
@@ -287,7 +299,14 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
             "not applying an install that cannot work (see the warnings); set the missing values, or render it anyway with --dry-run"
         );
     }
+    let rt = runtime()?;
     if a.dry_run {
+        // Checked when a cluster is reachable; offline (no kubeconfig) it just renders.
+        if let Some(found) = rt.block_on(dry_run_check(a, &v))?
+            && let Some(refused) = judge(a, &v, &found)
+        {
+            return Ok(refused);
+        }
         let out = if a.output == "json" {
             render_json(&v)?
         } else {
@@ -299,17 +318,113 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let rt = crate::submit::runtime()?;
     rt.block_on(async {
-        let client = kube::Client::try_default()
-            .await
-            .context("no Kubernetes cluster configured (KUBECONFIG)")?;
+        let client = kube_client(&a.kube).await?;
+        match find_existing(&client, &v.namespace, &v.name).await {
+            Ok(found) => {
+                if let Some(refused) = judge(a, &v, &found) {
+                    return Ok(refused);
+                }
+            }
+            Err(e) if a.allow_existing => eprintln!(
+                "erdmactl: warning: --allow-existing: did not check for another eRDMA installation: {e}"
+            ),
+            Err(e) => anyhow::bail!(
+                "cannot check for another eRDMA installation: {e}; nothing was applied (--allow-existing applies without the check)"
+            ),
+        }
         for applied in apply(&client, &v).await? {
             println!("applied {applied}");
         }
-        anyhow::Ok(())
-    })?;
-    Ok(ExitCode::SUCCESS)
+        anyhow::Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// How long `--dry-run` waits for the cluster before rendering without the check.
+const DRY_RUN_CHECK_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// `--dry-run`'s check: `None` without a cluster (nothing configured, or unreachable: a note
+/// says so); an explicit `--kubeconfig`/`--context` that cannot be loaded is an error.
+async fn dry_run_check(a: &Args, v: &Values) -> anyhow::Result<Option<Existing>> {
+    let explicit = a.kube.kubeconfig.is_some() || a.kube.context.is_some();
+    let client = match kube_client(&a.kube).await {
+        Ok(c) => c,
+        Err(e) if explicit => return Err(e),
+        Err(_) => return Ok(None),
+    };
+    let note = |why: String| {
+        eprintln!(
+            "erdmactl: note: rendered without checking the cluster for another eRDMA installation ({why})"
+        )
+    };
+    match tokio::time::timeout(
+        DRY_RUN_CHECK_TIMEOUT,
+        find_existing(&client, &v.namespace, &v.name),
+    )
+    .await
+    {
+        Ok(Ok(found)) => Ok(Some(found)),
+        Ok(Err(e)) => {
+            note(e.to_string());
+            Ok(None)
+        }
+        Err(_) => {
+            note(format!(
+                "no answer within {}s",
+                DRY_RUN_CHECK_TIMEOUT.as_secs()
+            ));
+            Ok(None)
+        }
+    }
+}
+
+/// Prints what was found; `Some(exit status)` when the install is refused.
+fn judge(a: &Args, v: &Values, found: &Existing) -> Option<ExitCode> {
+    for w in &found.warnings {
+        eprintln!("erdmactl: warning: {w}");
+    }
+    if found.conflicts.is_empty() {
+        return None;
+    }
+    if a.allow_existing {
+        for c in &found.conflicts {
+            eprintln!(
+                "erdmactl: warning: --allow-existing: installing next to {}: {} (fix: {})",
+                c.location(),
+                c.what,
+                c.fix
+            );
+        }
+        return None;
+    }
+    let mut msg = format!(
+        "erdmactl: another eRDMA installation is in the cluster; not installing release {} into namespace {} next to it (two device plugins for aliyun/erdma on one node make the kubelet flap the resource). Found:\n",
+        v.name, v.namespace
+    );
+    for c in &found.conflicts {
+        msg.push_str(&format!(
+            "  - {}: {}\n    fix: {}\n",
+            c.location(),
+            c.what,
+            c.fix
+        ));
+    }
+    msg.push_str("Resolve each, then run install again (`erdmactl doctor --node NODE` verifies a node afterwards). Nothing was applied. --allow-existing installs anyway (experts only).");
+    eprintln!("{msg}");
+    if a.output == "json" {
+        let refusal = serde_json::json!({
+            "refused": true,
+            "release": v.name,
+            "namespace": v.namespace,
+            "conflicts": found.conflicts,
+            "warnings": found.warnings,
+        });
+        match serde_json::to_string_pretty(&refusal) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("erdmactl: cannot serialise the refusal: {e}"),
+        }
+    }
+    Some(ExitCode::from(crate::exit::USAGE))
 }
 
 /// Flags of `erdmactl uninstall`.
@@ -330,6 +445,9 @@ pub struct UninstallArgs {
     /// Print what would be deleted instead of deleting.
     #[arg(long)]
     pub dry_run: bool,
+    /// Kubernetes API access.
+    #[command(flatten)]
+    pub kube: KubeArgs,
 }
 
 /// Runs `erdmactl uninstall`: deletes exactly what `install` (with the same values) created.
@@ -358,11 +476,9 @@ pub fn uninstall(a: &UninstallArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let rt = crate::submit::runtime()?;
+    let rt = runtime()?;
     rt.block_on(async {
-        let client = kube::Client::try_default()
-            .await
-            .context("no Kubernetes cluster configured (KUBECONFIG)")?;
+        let client = kube_client(&a.kube).await?;
         for d in delete(&client, &v, a.include_crd).await? {
             match d {
                 Deleted::Deleted(x) => println!("deleted {x}"),
@@ -407,6 +523,11 @@ impl Args {
             controller_image: None,
             agent_image: None,
             replicas: None,
+            allow_existing: false,
+            kube: KubeArgs {
+                kubeconfig: None,
+                context: None,
+            },
         }
     }
 }

@@ -13,6 +13,10 @@ use serde_json::Value;
 fn render(args: &[&str]) -> String {
     let out = Command::cargo_bin("erdmactl")
         .unwrap()
+        // No cluster: --dry-run renders without looking for another installation.
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", "/nonexistent")
         .env_remove("ERDMA_ACCESS_KEY_ID")
         .env_remove("ERDMA_ACCESS_KEY_SECRET")
         .args(["install", "--dry-run"])
@@ -417,6 +421,10 @@ fn values_file_in_chart_format_and_bad_values_are_rejected() {
     ] {
         let out = Command::cargo_bin("erdmactl")
             .unwrap()
+            // No cluster: --dry-run renders without looking for another installation.
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("HOME", "/nonexistent")
             .env_remove("ERDMA_ACCESS_KEY_ID")
             .env_remove("ERDMA_ACCESS_KEY_SECRET")
             .args(["install", "--dry-run"])
@@ -453,6 +461,10 @@ fn values_file_in_chart_format_and_bad_values_are_rejected() {
     ] {
         let out = Command::cargo_bin("erdmactl")
             .unwrap()
+            // No cluster: --dry-run renders without looking for another installation.
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("HOME", "/nonexistent")
             .env_remove("ERDMA_ACCESS_KEY_ID")
             .env_remove("ERDMA_ACCESS_KEY_SECRET")
             .args(["install", "--dry-run"])
@@ -498,6 +510,10 @@ fn cri_socket_value_mounts_its_directory() {
         .unwrap();
         let out = Command::cargo_bin("erdmactl")
             .unwrap()
+            // No cluster: --dry-run renders without looking for another installation.
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("HOME", "/nonexistent")
             .env_remove("ERDMA_ACCESS_KEY_ID")
             .env_remove("ERDMA_ACCESS_KEY_SECRET")
             .args(["install", "--dry-run", "-f", f.to_str().unwrap()])
@@ -519,6 +535,10 @@ fn uninstall_lists_what_install_created() {
     let run = |extra: &[&str]| {
         let out = Command::cargo_bin("erdmactl")
             .unwrap()
+            // No cluster: --dry-run renders without looking for another installation.
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("HOME", "/nonexistent")
             .args(["uninstall", "--dry-run"])
             .args(extra)
             .output()
@@ -560,6 +580,10 @@ fn the_original_smcr_init_image_is_replaced_with_a_note() {
     );
     let out = Command::cargo_bin("erdmactl")
         .unwrap()
+        // No cluster: --dry-run renders without looking for another installation.
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", "/nonexistent")
         .args(["install", "--dry-run", "-o", "json", "-f", f])
         .output()
         .unwrap();
@@ -587,6 +611,10 @@ fn the_original_smcr_init_image_is_replaced_with_a_note() {
     // An image of the user's own is kept, without a note.
     let out = Command::cargo_bin("erdmactl")
         .unwrap()
+        // No cluster: --dry-run renders without looking for another installation.
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", "/nonexistent")
         .args([
             "install",
             "--dry-run",
@@ -612,6 +640,10 @@ fn the_original_values_file_renders_with_notes() {
     );
     let out = Command::cargo_bin("erdmactl")
         .unwrap()
+        // No cluster: --dry-run renders without looking for another installation.
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env("HOME", "/nonexistent")
         .env_remove("ERDMA_ACCESS_KEY_ID")
         .env_remove("ERDMA_ACCESS_KEY_SECRET")
         .args(["install", "--dry-run", "-f", f])
