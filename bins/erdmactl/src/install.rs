@@ -27,7 +27,7 @@ pub struct Args {
     pub output: String,
     /// Experts only: install even where another eRDMA installation is found (the ACK console
     /// add-on, another release's agent or controller, terway with enable_erdma), with a warning
-    /// for each. Two device plugins for aliyun/erdma on a node make the kubelet flap the resource.
+    /// for each (the values file's allowExistingInstallation: true does the same). Two device plugins for aliyun/erdma on a node make the kubelet flap the resource.
     #[arg(long)]
     pub allow_existing: bool,
     /// Namespace of the controller and the agent [default: kube-system].
@@ -169,8 +169,7 @@ pub fn values(a: &Args) -> anyhow::Result<Values> {
         Some(p) => {
             let raw =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            serde_saphyr::from_str(&raw)
-                .map_err(|e| anyhow::anyhow!("{}: not a valid values file: {e}", p.display()))?
+            Values::from_values_file(&raw).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
         }
         None => Values::default(),
     };
@@ -326,7 +325,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
                     return Ok(refused);
                 }
             }
-            Err(e) if a.allow_existing => eprintln!(
+            Err(e) if a.allow_existing || v.allow_existing_installation => eprintln!(
                 "erdmactl: warning: --allow-existing: did not check for another eRDMA installation: {e}"
             ),
             Err(e) => anyhow::bail!(
@@ -386,7 +385,7 @@ fn judge(a: &Args, v: &Values, found: &Existing) -> Option<ExitCode> {
     if found.conflicts.is_empty() {
         return None;
     }
-    if a.allow_existing {
+    if a.allow_existing || v.allow_existing_installation {
         for c in &found.conflicts {
             eprintln!(
                 "erdmactl: warning: --allow-existing: installing next to {}: {} (fix: {})",

@@ -272,7 +272,7 @@ fn webhook_rrsa_and_node_selection() {
     assert_eq!(w["failurePolicy"], "Ignore");
     assert_eq!(w["timeoutSeconds"], 10);
     assert_eq!(w["sideEffects"], "None");
-    assert_eq!(w["clientConfig"]["service"]["path"], "/mutate-pod");
+    assert_eq!(w["clientConfig"]["service"]["path"], "/mutating");
     assert_eq!(w["clientConfig"]["service"]["namespace"], "erdma-system");
     assert_eq!(w["rules"][0]["operations"], serde_json::json!(["CREATE"]));
     let sa = &docs

@@ -248,6 +248,17 @@ fn allow_existing_installs_next_to_terway_with_a_warning() {
     );
     assert_eq!(c.writes(), Vec::<String>::new());
 
+    // The chart's value in a values file does what the flag does (one values contract).
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("values.yaml");
+    std::fs::write(&file, "allowExistingInstallation: true\n").unwrap();
+    let out = c.run(
+        "install",
+        &[CREDS, &["--dry-run", "-f", file.to_str().unwrap()]].concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("installing next to ConfigMap kube-system/eni-config"));
+
     let out = c.run("install", &[CREDS, &["--allow-existing"]].concat());
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");

@@ -139,14 +139,36 @@ fn the_original_go_images_are_refused_except_their_copied_default() {
         e.contains("Go image") && e.contains("deploy/docker/agent.Dockerfile"),
         "{e}"
     );
-    let mut v = values();
-    v.controller.image.repository = "registry-vpc.cn-beijing.aliyuncs.com/erdma/controller".into();
-    assert!(
-        render(&v)
-            .unwrap_err()
-            .to_string()
-            .contains("controller.image")
-    );
+    // The VPC and regional mirrors of the original's registry at the default tag are its
+    // default too (a values file pulling the original from a VPC mirror), replaced; pinned, refused.
+    for mirror in [
+        "registry-vpc.cn-beijing.aliyuncs.com/erdma/controller",
+        "registry.cn-hangzhou.aliyuncs.com/erdma/controller",
+    ] {
+        let mut v = values();
+        v.controller.image.repository = mirror.into();
+        let objs = render(&v).unwrap_or_else(|e| panic!("{mirror}: {e}"));
+        let d = objs
+            .iter()
+            .find(|o| o["kind"] == "Deployment")
+            .expect("controller");
+        assert_eq!(
+            d["spec"]["template"]["spec"]["containers"][0]["image"],
+            format!(
+                "ghcr.io/erdma/erdma-controller:{}",
+                env!("CARGO_PKG_VERSION")
+            ),
+            "{mirror}"
+        );
+        v.controller.image.tag = "v0.3.0".into();
+        assert!(
+            render(&v)
+                .unwrap_err()
+                .to_string()
+                .contains("controller.image"),
+            "{mirror}:v0.3.0"
+        );
+    }
     let mut v = values();
     v.agent.image.repository = "my.registry/aliyuncs.com-mirror/erdma-agent".into();
     assert!(render(&v).is_ok(), "a lookalike name is not the Go image");

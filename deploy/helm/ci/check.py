@@ -300,14 +300,24 @@ def contract(chart: helm.Chart, update: bool) -> None:
     print(f"ok   values contract: {len(entries)} values files, {accepted} accepted and {len(entries) - accepted} refused by Helm (ci/contract.json)")
 
 
-def daemonset(ns: str, name: str, image: str, labels: dict, release: str | None = None) -> str:
+def daemonset(ns: str, name: str, image: str, labels: dict, release: str | None = None, command: list | None = None) -> str:
     meta_labels = {"app.kubernetes.io/instance": release} if release else {}
+    container = {"name": "alibabacloud-erdma-controller", "image": image}
+    if command:
+        container["command"] = command
     return json.dumps({
         "apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"name": name, "namespace": ns, "labels": meta_labels},
-        "spec": {"selector": {"matchLabels": labels}, "template": {
-            "metadata": {"labels": labels},
-            "spec": {"containers": [{"name": "alibabacloud-erdma-controller", "image": image}]}}}})
+        "spec": {"selector": {"matchLabels": labels or {"app": name}}, "template": {
+            "metadata": {"labels": labels or {"app": name}},
+            "spec": {"containers": [container]}}}})
+
+
+def helm_release_secret(ns: str, name: str, status: str) -> str:
+    return json.dumps({"apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v1",
+                       "metadata": {"name": f"sh.helm.release.v1.{name}.v1", "namespace": ns,
+                                    "labels": {"owner": "helm", "name": name, "status": status, "version": "1"}},
+                       "data": {"release": ""}})
 
 
 ORIGINAL_AGENT_LABELS = {"app.kubernetes.io/name": "alibabacloud-erdma-controller",
@@ -323,8 +333,20 @@ def eni_config(on: bool) -> str:
                        "metadata": {"name": "eni-config", "namespace": "kube-system"}, "data": {"eni_conf": conf}})
 
 
-# (cluster objects, values, None when the install goes on, else the words the refusal names)
+# (cluster objects, values, None when the install goes on, else the words the refusal names[, the
+# release's namespace])
 PREFLIGHT = [
+    ([ADDON_NS, helm_release_secret("ack-erdma-controller", "ack-erdma-controller", "deployed")], {},
+     "Helm release ack-erdma-controller/ack-erdma-controller (the ACK console add-on"),
+    ([ADDON_NS, helm_release_secret("ack-erdma-controller", "ack-erdma-controller", "uninstalled")], {}, None),
+    ([ADDON_NS, daemonset("ack-erdma-controller", "alibabacloud-erdma-agent", "ghcr.io/erdma/erdma-agent:0.1.0",
+                          dict(ORIGINAL_AGENT_LABELS, **{"app.kubernetes.io/instance": RELEASE}), RELEASE)],
+     {}, None, "ack-erdma-controller"),
+    ([daemonset("tools", "rdma-agent", "registry.example/mirror/erdma/agent@sha256:" + "ab" * 32, {}, "x")], {},
+     "DaemonSet tools/rdma-agent (another eRDMA agent"),
+    ([daemonset("tools", "rdma-agent", "registry.example/tools/node-agent:2", {}, "x",
+                ["/usr/local/bin/agent", "--prefer-driver", "compat"])], {}, "DaemonSet tools/rdma-agent"),
+    ([daemonset("tools", "other-agent", "registry.example/tools/node-agent:2", {}, "x", ["/usr/local/bin/agent"])], {}, None),
     ([], {}, None),
     ([ADDON_NS, ADDON], {}, "DaemonSet ack-erdma-controller/ack-erdma-agent (the ACK console add-on"),
     ([ADDON_NS, ADDON], {"allowExistingInstallation": True}, None),
@@ -356,7 +378,8 @@ def preflight() -> None:
         fail(f"preflight: ERDMA_FAKE_KUBELET_BIN {binary!r} is not an executable (check.sh builds it)")
         return
     chart_path = str(CHART)
-    for i, (objects, values, words) in enumerate(PREFLIGHT):
+    for i, (objects, values, words, *where) in enumerate(PREFLIGHT):
+        namespace = where[0] if where else NAMESPACE
         with tempfile.TemporaryDirectory() as tmp:
             objs = pathlib.Path(tmp) / "objects.json"
             objs.write_text(json.dumps([json.loads(o) for o in objects]))
@@ -371,9 +394,9 @@ def preflight() -> None:
                     if kubeconfig.exists():
                         break
                     time.sleep(0.1)
-                config = Config(kubeconfig_path=str(kubeconfig), namespace=NAMESPACE)
+                config = Config(kubeconfig_path=str(kubeconfig), namespace=namespace)
                 try:
-                    config.render(helm.Chart.load(chart_path), values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+                    config.render(helm.Chart.load(chart_path), values, name=RELEASE, namespace=namespace, is_install=True)
                     got = None
                 except HelmError as e:
                     got = str(e)
