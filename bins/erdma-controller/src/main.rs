@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
     name = "erdma-controller",
     version,
     about,
-    after_help = "Exit status: 0 stopped cleanly (SIGTERM); 1 a fatal runtime error (logged); 2 usage error (flags, --log-format, --log-level or RUST_LOG)."
+    after_help = "Exit status: 0 stopped cleanly (SIGTERM), or --check-install passed; 1 a fatal runtime error (logged), or --check-install found a gap; 2 usage error (flags, --log-format, --log-level or RUST_LOG)."
 )]
 struct Args {
     /// Controller configuration (config.json). The original's flag name; `--config` is accepted too.

@@ -13,7 +13,7 @@ pub const DEVICES: &str = "Exit status: 0 at least one usable (healthy) RDMA dev
 /// `erdmactl doctor`.
 pub const DOCTOR: &str = "Exit status: 0 no check failed (WARN, INFO and SKIP allowed); 1 a check failed, or with --strict a check warned; 2 usage error, or the cluster could not be read (kubeconfig, API, missing node or pod).";
 /// `erdmactl install`.
-pub const INSTALL: &str = "Exit status: 0 rendered (--dry-run) or applied; 2 invalid values, values a working install needs are missing (apply only), or the API refused.";
+pub const INSTALL: &str = "Exit status: 0 rendered (--dry-run) or applied; 2 invalid values, values a working install needs are missing (apply only), another eRDMA installation serves aliyun/erdma (refused, nothing applied; --allow-existing overrides), or the API refused.";
 /// `erdmactl uninstall`.
 pub const UNINSTALL: &str =
     "Exit status: 0 deleted, or listed with --dry-run; 2 usage error or the API refused.";
