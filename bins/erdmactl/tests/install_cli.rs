@@ -666,3 +666,56 @@ fn the_original_values_file_renders_with_notes() {
         .unwrap();
     assert!(image.starts_with("ghcr.io/erdma/erdma-agent:"), "{image}");
 }
+
+/// `erdmactl install --dry-run -f FILE` gives Helm's verdict on the same file (recorded by the
+/// chart CI with the real Helm engine in deploy/helm/ci/contract.json): the original chart's
+/// values, a typo (named, with the key meant), every convention key, and the rest of the corpus.
+#[test]
+fn dry_run_accepts_and_refuses_the_files_helm_does() {
+    let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/helm");
+    let raw = std::fs::read_to_string(chart.join("ci/contract.json")).expect("contract.json");
+    let entries: Vec<Value> = serde_json::from_str(&raw).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut seen = Vec::new();
+    for e in &entries {
+        let name = e["name"].as_str().unwrap();
+        let file = dir.path().join("values.json");
+        std::fs::write(&file, serde_json::to_string(&e["values"]).unwrap()).unwrap();
+        let out = Command::cargo_bin("erdmactl")
+            .unwrap()
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("HOME", "/nonexistent")
+            .args(["install", "--dry-run", "-f", file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let helm_accepts = e["helm"] == "accepted";
+        assert_eq!(
+            out.status.success(),
+            helm_accepts,
+            "{name}: Helm {} ({}), erdmactl exit {:?}: {}",
+            e["helm"],
+            e["error"],
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !helm_accepts {
+            assert_eq!(out.status.code(), Some(2), "{name}");
+        }
+        if name == "contract/typo.yaml" {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains("agent.preferDrvier: unknown key; did you mean agent.preferDriver?"),
+                "{err}"
+            );
+        }
+        seen.push(name.to_string());
+    }
+    for must in [
+        "values/original.yaml",
+        "contract/typo.yaml",
+        "values/conventions.yaml",
+    ] {
+        assert!(seen.iter().any(|s| s == must), "{must} not in the contract");
+    }
+}

@@ -293,3 +293,54 @@ fn kubeconfig_and_context_errors_and_offline_dry_run() {
     assert!(text(&out.stdout).contains("kind: DaemonSet"));
     assert!(!text(&out.stderr).contains("another eRDMA installation"));
 }
+
+/// The migration docs/operations.md describes ("Taking over the ACK console add-on"): install is
+/// refused while the add-on runs; once it is uninstalled (its workloads go, the CRD and every
+/// ERdmaDevice stay, as the console's uninstall leaves them), install goes through and leaves the
+/// ERdmaDevices as they were, for the erdma controller to adopt.
+#[test]
+fn the_console_addon_migration_keeps_the_erdmadevices() {
+    use erdma_k8s::crd::ERdmaDevice;
+    let c = cluster();
+    c.api.put(&addon_agent());
+    let device: ERdmaDevice = serde_json::from_value(json!({
+        "apiVersion": "network.alibabacloud.com/v1",
+        "kind": "ERdmaDevice",
+        "metadata": {"name": "cn-beijing.192.168.0.7"},
+        "spec": {"devices": [{"id": "eni-abc", "mac": "00:16:3e:00:00:01", "instanceID": "i-abc",
+                               "isPrimaryENI": false, "networkCardIndex": 0, "queuePair": 8}]},
+    }))
+    .unwrap();
+    c.api.put(&device);
+    let before = serde_json::to_value(
+        c.api
+            .get::<ERdmaDevice>(None, "cn-beijing.192.168.0.7")
+            .unwrap(),
+    )
+    .unwrap();
+
+    let out = c.run("install", CREDS);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("DaemonSet ack-erdma-controller/ack-erdma-agent"));
+
+    // The console's uninstall: the add-on's workloads go, its CRD and ERdmaDevices stay.
+    c.api
+        .remove::<DaemonSet>(Some("ack-erdma-controller"), "ack-erdma-agent");
+    let out = c.run("install", CREDS);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        c.api
+            .get::<DaemonSet>(Some("kube-system"), "alibabacloud-erdma-agent")
+            .is_some()
+    );
+    let after = serde_json::to_value(
+        c.api
+            .get::<ERdmaDevice>(None, "cn-beijing.192.168.0.7")
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        after["spec"], before["spec"],
+        "the ERdmaDevice is left for the controller to adopt"
+    );
+}
