@@ -142,8 +142,8 @@ pub fn scan(args: &Args) -> Report {
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let report = scan(args);
     match args.output {
-        Format::Table => print!("{}", render_table(&report)),
-        f => print!("{}", output::render(&report, f)?),
+        Format::Table => crate::output::emit(&render_table(&report))?,
+        f => crate::output::emit(&output::render(&report, f)?)?,
     }
     if report.usable == 0 {
         eprintln!("{}", no_usable_message(&report, &args.driver));

@@ -302,8 +302,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
     let report = Report::new(targets.join(" "), checks);
     match args.output {
-        Format::Table => print!("{}", report.to_text()),
-        f => print!("{}", output::render(&report, f)?),
+        Format::Table => crate::output::emit(&report.to_text())?,
+        f => crate::output::emit(&output::render(&report, f)?)?,
     }
     Ok(ExitCode::from(report.exit_status(args.strict)))
 }

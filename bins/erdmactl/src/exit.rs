@@ -7,7 +7,7 @@ pub const CHECK_FAILED: u8 = 1;
 pub const USAGE: u8 = 2;
 
 /// The top-level `--help` text.
-pub const ALL: &str = "Exit status (every subcommand): 0 success; 1 a check failed or nothing usable was found; 2 usage, input or access error (nothing was decided). Each subcommand's --help says what 1 means for it.";
+pub const ALL: &str = "Exit status (every subcommand): 0 success; 1 a check failed or nothing usable was found; 2 usage, input or access error (nothing was decided), or stdout could not be written; 141 stdout's reader went away (| head), as SIGPIPE ends a process. Each subcommand's --help says what 1 means for it.";
 /// `erdmactl devices`.
 pub const DEVICES: &str = "Exit status: 0 at least one usable (healthy) RDMA device is listed; 1 none is usable (the table or JSON says why); 2 usage or input error.";
 /// `erdmactl doctor`.

@@ -311,9 +311,9 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         } else {
             render_yaml(&v)?
         };
-        print!("{out}");
+        crate::output::emit(&out)?;
         if !out.ends_with('\n') {
-            println!();
+            crate::output::emit("\n")?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -333,7 +333,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
             ),
         }
         for applied in apply(&client, &v).await? {
-            println!("applied {applied}");
+            crate::output::emitln(&format!("applied {applied}"))?;
         }
         anyhow::Ok(ExitCode::SUCCESS)
     })
@@ -419,7 +419,8 @@ fn judge(a: &Args, v: &Values, found: &Existing) -> Option<ExitCode> {
             "warnings": found.warnings,
         });
         match serde_json::to_string_pretty(&refusal) {
-            Ok(s) => println!("{s}"),
+            // The refusal exits 2 whether or not its JSON could be written.
+            Ok(s) => drop(crate::output::emitln(&s)),
             Err(e) => eprintln!("erdmactl: cannot serialise the refusal: {e}"),
         }
     }
@@ -471,7 +472,7 @@ pub fn uninstall(a: &UninstallArgs) -> anyhow::Result<ExitCode> {
             );
             let kept = obj["kind"] == "Namespace"
                 || (obj["kind"] == "CustomResourceDefinition" && !a.include_crd);
-            println!("{} {id}", if kept { "keep" } else { "delete" });
+            crate::output::emitln(&format!("{} {id}", if kept { "keep" } else { "delete" }))?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -480,9 +481,11 @@ pub fn uninstall(a: &UninstallArgs) -> anyhow::Result<ExitCode> {
         let client = kube_client(&a.kube).await?;
         for d in delete(&client, &v, a.include_crd).await? {
             match d {
-                Deleted::Deleted(x) => println!("deleted {x}"),
-                Deleted::Absent(x) => println!("absent {x}"),
-                Deleted::Kept(x) => println!("kept {x} (--include-crd deletes the CRD)"),
+                Deleted::Deleted(x) => crate::output::emitln(&format!("deleted {x}"))?,
+                Deleted::Absent(x) => crate::output::emitln(&format!("absent {x}"))?,
+                Deleted::Kept(x) => {
+                    crate::output::emitln(&format!("kept {x} (--include-crd deletes the CRD)"))?
+                }
             }
         }
         anyhow::Ok(())

@@ -47,7 +47,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return parse_error(e),
+    };
     let result = match cli.command {
         Command::Devices(args) => devices::run(&args),
         Command::Nccl(args) => nccl::run(&args),
@@ -59,6 +62,36 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(e) if closed_stdout(&e) => ExitCode::from(output::BROKEN_PIPE),
+        Err(e) => {
+            eprintln!("erdmactl: {e:#}");
+            ExitCode::from(exit::USAGE)
+        }
+    }
+}
+
+/// Whether the error is stdout's reader going away (`| head`): stop quietly.
+fn closed_stdout(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.is::<output::OutputClosed>()
+            || c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// `--help`, `--version` and usage errors, as clap prints them, but a help text that cannot be
+/// written is an error (exit 2), not a silent success.
+fn parse_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let text = e.render().to_string();
+    if !matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        // clap's own printing: stderr, colour only on a terminal.
+        let _ = e.print();
+        return ExitCode::from(exit::USAGE);
+    }
+    match output::emit(&text) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if closed_stdout(&e) => ExitCode::from(output::BROKEN_PIPE),
         Err(e) => {
             eprintln!("erdmactl: {e:#}");
             ExitCode::from(exit::USAGE)

@@ -176,9 +176,9 @@ fn print_report<T: Serialize>(
     match format {
         Format::Table => match unsupported {
             Some(u) => eprintln!("{u}"),
-            None => print!("{}", table(report)),
+            None => crate::output::emit(&table(report))?,
         },
-        f => print!("{}", output::render(report, f)?),
+        f => crate::output::emit(&output::render(report, f)?)?,
     }
     Ok(if unsupported.is_some() {
         ExitCode::from(EXIT_UNSUPPORTED)

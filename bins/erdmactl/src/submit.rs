@@ -215,7 +215,7 @@ fn print_job(job: &PyTorchJob, format: &str) -> anyhow::Result<()> {
     } else {
         Format::Yaml
     };
-    print!("{}", output::render(job, f)?);
+    crate::output::emit(&output::render(job, f)?)?;
     Ok(())
 }
 
@@ -249,7 +249,7 @@ fn pytorch(a: &PytorchArgs) -> anyhow::Result<ExitCode> {
         let name = job.metadata.name.clone().unwrap_or_default();
         match a.output.as_deref() {
             Some(f) => print_job(&created.job, f)?,
-            None => println!("pytorchjob.kubeflow.org/{name} created"),
+            None => crate::output::emitln(&format!("pytorchjob.kubeflow.org/{name} created"))?,
         }
         info(
             start,

@@ -131,7 +131,7 @@ fn analyze(a: &AnalyzeArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         Format::Table => render::analyze(&report),
         f => output::render(&report, f)?,
     };
-    out.write_all(text.as_bytes())?;
+    crate::output::write_to(out, &text)?;
     if a.require_erdma
         && report
             .jobs
@@ -176,6 +176,6 @@ fn compare_cmd(c: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode>
         Format::Table => render::compare(&report),
         f => output::render(&report, f)?,
     };
-    out.write_all(text.as_bytes())?;
+    crate::output::write_to(out, &text)?;
     Ok(ExitCode::SUCCESS)
 }
