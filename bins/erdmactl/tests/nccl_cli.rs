@@ -151,3 +151,21 @@ fn compare_real_probe_results() {
     // Neither side used eRDMA: the tool must not credit it.
     assert_eq!(v["erdma_helped"], "unknown");
 }
+
+/// `--require-erdma` over a TCP run and an eRDMA run of one job: the TCP run did not use eRDMA,
+/// so the exit status is 1 (before: the two runs were merged into one job "eRDMA used: yes", 0).
+/// The same file given twice is read once (before: every count doubled).
+#[test]
+fn require_erdma_judges_each_run_and_a_repeated_file_is_read_once() {
+    let tcp = testdata("synthetic/tcp-2node.log");
+    let erdma = testdata("synthetic/erdma-2node-gdr.log");
+    let (code, out) = run(&["analyze", "--require-erdma", &tcp, &erdma, "-o", "json"]);
+    assert_eq!(code, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["jobs"].as_array().unwrap().len(), 2);
+    let (_, once) = run(&["analyze", &erdma, "-o", "json"]);
+    let (code, twice) = run(&["analyze", &erdma, &erdma, "-o", "json"]);
+    assert_eq!(code, 0);
+    let jobs = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap()["jobs"].clone();
+    assert_eq!(jobs(&once), jobs(&twice));
+}

@@ -198,6 +198,15 @@ impl Analyzer {
                 pi
             }
         };
+        let pi = match ev {
+            Event::Version(_) if !self.processes[pi].versions.is_empty() => {
+                match self.next_incarnation(file, pi) {
+                    Some(pi) => pi,
+                    None => return,
+                }
+            }
+            _ => pi,
+        };
         let p = &mut self.processes[pi];
         let problem = |p: &mut Process, kind: ErrorKind| {
             if let Some(seen) = p.problems.get_mut(&kind) {
@@ -335,6 +344,29 @@ impl Analyzer {
         }
     }
 
+    /// A second version banner of process `pi`'s `host:pid`: a new run of it, tracked apart from
+    /// now on (lines of this key go to the new process).
+    fn next_incarnation(&mut self, file: usize, pi: usize) -> Option<usize> {
+        if self.processes.len() >= MAX_PROCESSES {
+            self.dropped_processes += 1;
+            return None;
+        }
+        let old = &self.processes[pi];
+        let next = Process {
+            key: old.key.clone(),
+            host: old.host.clone(),
+            incarnation: old.incarnation + 1,
+            files: BTreeSet::from([file]),
+            ..Process::default()
+        };
+        self.processes.push(next);
+        let npi = self.processes.len() - 1;
+        self.index.insert(self.processes[npi].key.clone(), npi);
+        self.last = Some((file, npi));
+        self.prefixes.clear();
+        Some(npi)
+    }
+
     fn process_index(&mut self, file: usize, key: &str, host: &str) -> Option<usize> {
         // Lines without a prefix belong to one anonymous process per file.
         let anon;
@@ -428,20 +460,31 @@ pub fn group_jobs(processes: &[Process], nfiles: usize) -> Vec<(Vec<usize>, BTre
         }
         x
     }
-    fn union(parent: &mut [usize], a: usize, b: usize) {
+    // The `host:pid` keys of each root's job: one job never holds two runs of one process.
+    let mut keys: Vec<BTreeSet<&str>> = processes
+        .iter()
+        .map(|p| BTreeSet::from([p.key.as_str()]))
+        .collect();
+    fn union(parent: &mut [usize], keys: &mut [BTreeSet<&str>], a: usize, b: usize) -> bool {
         let (ra, rb) = (find(parent, a), find(parent, b));
-        if ra != rb {
-            parent[ra.max(rb)] = ra.min(rb);
+        if ra == rb {
+            return true;
         }
+        if !keys[ra].is_disjoint(&keys[rb]) {
+            return false;
+        }
+        let (lo, hi) = (ra.min(rb), ra.max(rb));
+        parent[hi] = lo;
+        let moved = std::mem::take(&mut keys[hi]);
+        keys[lo].extend(moved);
+        true
     }
-    let mut by_comm: HashMap<u64, usize> = HashMap::new();
+    let mut by_comm: HashMap<u64, Vec<usize>> = HashMap::new();
     for (i, p) in processes.iter().enumerate() {
         for c in &p.comm_ids {
-            match by_comm.get(c) {
-                Some(&j) => union(&mut parent, i, j),
-                None => {
-                    by_comm.insert(*c, i);
-                }
+            let members = by_comm.entry(*c).or_default();
+            if !members.iter().any(|&j| union(&mut parent, &mut keys, i, j)) {
+                members.push(i);
             }
         }
     }
@@ -468,7 +511,7 @@ pub fn group_jobs(processes: &[Process], nfiles: usize) -> Vec<(Vec<usize>, BTre
         };
         if let Some(a) = anchor {
             for &o in &orphans {
-                union(&mut parent, a, o);
+                union(&mut parent, &mut keys, a, o);
             }
         }
     }

@@ -26,6 +26,11 @@ struct Slot {
 }
 
 impl PrefixCache {
+    /// Forgets every prefix (a process index they name was superseded: a process restarted).
+    pub fn clear(&mut self) {
+        self.slots.iter_mut().for_each(|s| *s = None);
+    }
+
     /// The process remembered for `pre` in `file`.
     pub fn get(&self, file: usize, pre: &[u8]) -> Option<usize> {
         let slot = self.slots.get(slot_of(pre))?.as_ref()?;

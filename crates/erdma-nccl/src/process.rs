@@ -34,6 +34,10 @@ pub struct TransportCount {
 pub struct Process {
     /// `host:pid`.
     pub key: String,
+    /// Which run of `host:pid` this is (0 the first): NCCL prints its version banner once per
+    /// process, so a second banner of the same `host:pid` (another run's log, a restart that
+    /// reused the pid) starts a new process, never one job with the first.
+    pub incarnation: u32,
     /// Host name.
     pub host: String,
     /// Files the process was seen in.

@@ -355,3 +355,57 @@ fn real_watchdog_timeout() {
         j.verdict.because
     );
 }
+
+/// A TCP run and an eRDMA run of the same job on the same hosts (the comparison users make; the
+/// synthetic pair even reuses the pids and the communicator id) are two jobs, never one that
+/// "used eRDMA": each `host:pid` prints its NCCL version banner once per run, and one job never
+/// holds two runs of one `host:pid`.
+#[test]
+fn two_runs_of_one_job_are_two_jobs_even_with_the_same_pids() {
+    let r = analyze(&["synthetic/tcp-2node.log", "synthetic/erdma-2node-gdr.log"]);
+    assert_eq!(r.jobs.len(), 2, "{:#?}", r.jobs);
+    let used: Vec<Answer> = r.jobs.iter().map(|j| j.verdict.erdma_used).collect();
+    assert!(
+        used.contains(&Answer::No) && used.contains(&Answer::Yes),
+        "{used:?}"
+    );
+    // Each run alone gives the same verdict as together.
+    let tcp = analyze(&["synthetic/tcp-2node.log"]);
+    let erdma = analyze(&["synthetic/erdma-2node-gdr.log"]);
+    assert_eq!(only_job(&tcp).verdict.erdma_used, Answer::No);
+    assert_eq!(only_job(&erdma).verdict.erdma_used, Answer::Yes);
+}
+
+/// A process restarted with the same pid inside one log (two version banners) is two processes.
+#[test]
+fn a_restart_with_the_same_pid_in_one_log_starts_a_new_process() {
+    let text = std::fs::read_to_string(testdata("synthetic/tcp-2node.log")).unwrap();
+    let twice = format!("{text}\n{text}");
+    let mut an = Analyzer::new(Options::default());
+    an.add_input("restarted.log", twice.as_bytes()).unwrap();
+    let r = an.finish();
+    let once = analyze(&["synthetic/tcp-2node.log"]);
+    assert_eq!(r.jobs.len(), 2, "{:#?}", r.jobs);
+    // Everything but where it was read from is the single run's: counted once, not doubled.
+    fn what(j: &JobReport) -> serde_json::Value {
+        fn strip(v: &mut serde_json::Value) {
+            match v {
+                serde_json::Value::Object(m) => {
+                    for k in ["id", "files", "first_seen", "first_file", "first_line"] {
+                        m.remove(k);
+                    }
+                    m.values_mut().for_each(strip);
+                }
+                serde_json::Value::Array(a) => a.iter_mut().for_each(strip),
+                _ => {}
+            }
+        }
+        let mut v = serde_json::to_value(j).unwrap();
+        strip(&mut v);
+        v
+    }
+    for j in &r.jobs {
+        assert_eq!(j.verdict.erdma_used, Answer::No);
+        assert_eq!(what(j), what(only_job(&once)));
+    }
+}

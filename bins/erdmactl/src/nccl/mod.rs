@@ -43,7 +43,9 @@ pub enum NcclCommand {
 /// Arguments of `nccl analyze`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AnalyzeArgs {
-    /// Log files (`-` for stdin).
+    /// Log files (`-` for stdin). Processes are grouped into jobs by communicator id; a
+    /// `host:pid` that prints a second NCCL version banner is another run (another job, so a TCP
+    /// run and an eRDMA run of one job are judged apart); a file given twice is read once.
     #[arg(required = true, value_name = "LOG")]
     pub logs: Vec<PathBuf>,
     /// Output format.
@@ -123,7 +125,19 @@ fn analyze(a: &AnalyzeArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         max_line: a.max_line_bytes,
         collect_perf: false,
     });
+    // A file given twice would count every line twice: read once, say so.
+    let mut seen = std::collections::BTreeSet::new();
     for p in &a.logs {
+        if p != Path::new("-")
+            && let Ok(real) = std::fs::canonicalize(p)
+            && !seen.insert(real)
+        {
+            eprintln!(
+                "erdmactl: note: {} is given more than once; it is read once",
+                p.display()
+            );
+            continue;
+        }
         feed(&mut an, p)?;
     }
     let report = an.finish();
