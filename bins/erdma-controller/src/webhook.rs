@@ -42,15 +42,6 @@ pub struct InjectOptions {
     pub metrics: Arc<crate::metrics::Metrics>,
 }
 
-/// Go's `strconv.ParseBool`.
-pub fn parse_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
-
 fn requests_erdma(pod: &Pod) -> bool {
     let Some(spec) = &pod.spec else { return false };
     spec.containers
@@ -104,14 +95,10 @@ pub fn decide(pod: &Pod, opts: &InjectOptions) -> Result<Option<Value>, String> 
     else {
         return Ok(None);
     };
-    match parse_bool(value.trim()) {
-        Some(true) => {}
-        Some(false) => return Ok(None),
-        None => {
-            return Err(format!(
-                "annotation {ANNOTATION_SMCR}={value:?} is not a boolean; SMC-R not configured (use \"true\")"
-            ));
-        }
+    match erdma_model::names::parse_smcr(value) {
+        Ok(true) => {}
+        Ok(false) => return Ok(None),
+        Err(e) => return Err(format!("annotation {e}; SMC-R not configured")),
     }
     let spec = pod.spec.as_ref();
     let inits = spec.and_then(|s| s.init_containers.as_ref());

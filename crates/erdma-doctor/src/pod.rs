@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Container, Event, Node, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 
 pub use erdma_model::names::SMCR_ANNOTATION;
+use erdma_model::names::{SMCR_VALUES, parse_smcr};
 /// The GPU resource.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 
@@ -457,11 +458,12 @@ pub fn rdma_libs(pod: &Pod, probe: &LibsProbe) -> Check {
 pub fn smcr(pod: &Pod, held: &Holding, node: Option<&Node>, peer: Option<&Pod>) -> Vec<Check> {
     let pr = pod_ref(pod);
     let mine = annotation(pod, SMCR_ANNOTATION);
-    let peer_value = peer.map(|p| (pod_ref(p), annotation(p, SMCR_ANNOTATION)));
+    let asks = |v: Option<&str>| v.is_some_and(|v| parse_smcr(v) == Ok(true));
+    let peer_asks = peer.map(|p| (pod_ref(p), asks(annotation(p, SMCR_ANNOTATION))));
     let mut out = Vec::new();
-    match mine {
+    match mine.map(|v| (v, parse_smcr(v))) {
         None => {
-            if let Some((peer_ref, Some("true"))) = &peer_value {
+            if let Some((peer_ref, true)) = &peer_asks {
                 out.push(Check::fail(
                     "pod.smcr",
                     format!("peer {peer_ref} asks for SMC-R but pod {pr} does not"),
@@ -475,19 +477,19 @@ pub fn smcr(pod: &Pod, held: &Holding, node: Option<&Node>, peer: Option<&Pod>) 
             }
             return out;
         }
-        Some("true") => {}
-        Some("false") => {
+        Some((_, Ok(true))) => {}
+        Some((v, Ok(false))) => {
             out.push(Check::skip(
                 "pod.smcr",
-                format!("pod {pr} has {SMCR_ANNOTATION}: \"false\""),
+                format!("pod {pr} has {SMCR_ANNOTATION}: {v:?} (off)"),
             ));
             return out;
         }
-        Some(v) => {
+        Some((v, Err(_))) => {
             out.push(Check::fail(
                 "pod.smcr",
                 format!("pod {pr} has {SMCR_ANNOTATION}: {v:?}, which is not a boolean"),
-                "use \"true\" or \"false\"; the agent fails the container on other values",
+                format!("use \"true\" or \"false\" (accepted: {SMCR_VALUES}); the agent and the webhook leave SMC-R off for this pod and report the value in an Event"),
             ));
             return out;
         }
@@ -529,9 +531,9 @@ pub fn smcr(pod: &Pod, held: &Holding, node: Option<&Node>, peer: Option<&Pod>) 
     for (m, h) in problems {
         out.push(Check::fail("pod.smcr", m, h));
     }
-    out.push(match peer_value {
+    out.push(match peer_asks {
         None => Check::skip("pod.smcr.peer", "peer not checked (pass --peer <pod> to check the other end)".to_string()),
-        Some((peer_ref, Some("true"))) => Check::pass("pod.smcr.peer", format!("peer {peer_ref} asks for SMC-R too")),
+        Some((peer_ref, true)) => Check::pass("pod.smcr.peer", format!("peer {peer_ref} asks for SMC-R too")),
         Some((peer_ref, _)) => Check::fail(
             "pod.smcr.peer",
             format!("peer {peer_ref} does not ask for SMC-R"),

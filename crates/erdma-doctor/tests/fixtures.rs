@@ -312,6 +312,52 @@ fn smcr_both_ends_on_a_default_mode_node_pass() {
     assert_eq!(one(&checks, "pod.smcr.peer").status, Status::Pass);
 }
 
+/// The annotation is read with the one rule the agent and the webhook use (Go's ParseBool):
+/// `"1"` asks for SMC-R and passes (before: FAIL, "the agent fails the container"), `"yes"` is
+/// refused naming what the agent really does.
+#[test]
+fn smcr_annotation_spellings_are_read_as_the_agent_reads_them() {
+    let server: Pod = read("pod-running-smcr.json");
+    let mut client: Pod = read("pod-running-no-smcr-peer.json");
+    let n: Node = read("node-erdma-mode-pending.json");
+    let with = |p: &Pod, v: &str| {
+        let mut p = p.clone();
+        p.metadata.annotations = Some(
+            [(
+                "network.alibabacloud.com/erdma-smcr".to_string(),
+                v.to_string(),
+            )]
+            .into(),
+        );
+        p
+    };
+    client = with(&client, "1");
+    let checks = pod::checks(
+        &with(&server, "TRUE"),
+        &[],
+        Some(&n),
+        Some(&client),
+        &LibsProbe::NotRequested,
+    );
+    assert_eq!(one(&checks, "pod.smcr").status, Status::Pass);
+    assert_eq!(one(&checks, "pod.smcr.peer").status, Status::Pass);
+
+    let checks = pod::checks(
+        &with(&server, "yes"),
+        &[],
+        Some(&n),
+        None,
+        &LibsProbe::NotRequested,
+    );
+    let c = one(&checks, "pod.smcr");
+    assert_eq!(c.status, Status::Fail);
+    let hint = c.hint.as_deref().unwrap();
+    assert!(
+        hint.contains("leave SMC-R off") && !hint.contains("fails the container"),
+        "{hint}"
+    );
+}
+
 #[test]
 fn training_pod_without_erdma_warns() {
     let p: Pod = read("pod-running-no-erdma.json");

@@ -12,6 +12,22 @@ pub const RESOURCE: &str = "aliyun/erdma";
 pub const DRA_DRIVER: &str = "erdma.alibabacloud.com";
 /// The pod annotation that asks for SMC-R (kept from the original controller).
 pub const SMCR_ANNOTATION: &str = "network.alibabacloud.com/erdma-smcr";
+
+/// The spellings [`parse_smcr`] accepts, as its errors name them.
+pub const SMCR_VALUES: &str = "true, false, or another spelling Go's strconv.ParseBool takes (1, t, T, TRUE, True, 0, f, F, FALSE, False)";
+
+/// The one reading of the [`SMCR_ANNOTATION`] value, for the agent, the webhook, `doctor` and
+/// `submit`: the original read it with Go's `strconv.ParseBool`, so erdma takes exactly those
+/// spellings (surrounding blanks ignored); anything else is an error naming the value.
+pub fn parse_smcr(value: &str) -> Result<bool, String> {
+    match value.trim() {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!(
+            "{SMCR_ANNOTATION}={value:?} is not a boolean: use {SMCR_VALUES}"
+        )),
+    }
+}
 /// Label on an `ERdmaDevice`: the ECS instance ID.
 pub const LABEL_INSTANCE_ID: &str = "alibabacloud.com/instance-id";
 /// Label on an `ERdmaDevice`: the node name (the agent selects its object by it).
@@ -52,6 +68,23 @@ pub fn check_jumbo_mtu(mtu: i64) -> Result<u32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_smcr_annotation_reads_as_go_parse_bool() {
+        for v in ["1", "t", "T", "TRUE", "true", "True", " true "] {
+            assert_eq!(parse_smcr(v), Ok(true), "{v:?}");
+        }
+        for v in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert_eq!(parse_smcr(v), Ok(false), "{v:?}");
+        }
+        for v in ["", "yes", "tRUE", "on", "2", "truee"] {
+            let e = parse_smcr(v).unwrap_err();
+            assert!(
+                e.contains(&format!("{v:?}")) && e.contains("strconv.ParseBool"),
+                "{e}"
+            );
+        }
+    }
 
     #[test]
     fn instance_ids() {

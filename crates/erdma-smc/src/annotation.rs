@@ -22,16 +22,14 @@ pub enum SmcRequest {
 }
 
 impl SmcRequest {
-    /// Parses an annotation value: `true` / `false` (ASCII case-insensitive, surrounding blanks
-    /// ignored); anything else is [`SmcRequest::Invalid`].
+    /// Parses an annotation value with the one rule every erdma component uses
+    /// ([`erdma_model::names::parse_smcr`]: Go's `strconv.ParseBool`, as the original agent);
+    /// anything else is [`SmcRequest::Invalid`].
     pub fn parse(value: &str) -> SmcRequest {
-        let v = value.trim();
-        if v.eq_ignore_ascii_case("true") {
-            SmcRequest::Enabled
-        } else if v.eq_ignore_ascii_case("false") {
-            SmcRequest::Disabled
-        } else {
-            SmcRequest::Invalid(value.to_string())
+        match erdma_model::names::parse_smcr(value) {
+            Ok(true) => SmcRequest::Enabled,
+            Ok(false) => SmcRequest::Disabled,
+            Err(_) => SmcRequest::Invalid(value.to_string()),
         }
     }
 
@@ -52,7 +50,8 @@ impl SmcRequest {
     pub fn problem(&self, pod: &str) -> Option<String> {
         match self {
             SmcRequest::Invalid(v) => Some(format!(
-                "pod {pod}: annotation {SMCR_ANNOTATION}={v:?} is neither \"true\" nor \"false\"; SMC-R stays off for this pod. Fix: set it to \"true\" or remove it"
+                "pod {pod}: annotation {SMCR_ANNOTATION}={v:?} is not a boolean; SMC-R stays off for this pod. Fix: set it to \"true\" or remove it (accepted: {})",
+                erdma_model::names::SMCR_VALUES
             )),
             _ => None,
         }
@@ -69,7 +68,11 @@ mod tests {
         assert_eq!(SmcRequest::parse(" TRUE "), SmcRequest::Enabled);
         assert_eq!(SmcRequest::parse("false"), SmcRequest::Disabled);
         assert_eq!(SmcRequest::parse("False"), SmcRequest::Disabled);
-        for bad in ["", "yes", "1", "t", "on", "true!", "tru e"] {
+        // Go's strconv.ParseBool spellings, as the original agent and the webhook read them.
+        assert_eq!(SmcRequest::parse("1"), SmcRequest::Enabled);
+        assert_eq!(SmcRequest::parse("t"), SmcRequest::Enabled);
+        assert_eq!(SmcRequest::parse("0"), SmcRequest::Disabled);
+        for bad in ["", "yes", "tRUE", "on", "true!", "tru e"] {
             let r = SmcRequest::parse(bad);
             assert_eq!(r, SmcRequest::Invalid(bad.to_string()));
             assert!(!r.enabled());

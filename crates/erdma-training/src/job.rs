@@ -390,17 +390,24 @@ impl JobRequest {
                 .map_err(|r| invalid("--annotation", a, format!("key '{k}': {r}")))?;
             annotations.insert(k.to_string(), v.to_string());
         }
+        if let Some(v) = annotations.get(erdma::SMCR_ANNOTATION) {
+            let on = erdma_model::names::parse_smcr(v).map_err(|e| {
+                invalid(
+                    "--annotation",
+                    &format!("{}={v}", erdma::SMCR_ANNOTATION),
+                    format!("{e} (the agent and the webhook leave SMC-R off for other values)"),
+                )
+            })?;
+            if self.smcr && !on {
+                return Err(invalid(
+                    "--smcr",
+                    &format!("{}={v}", erdma::SMCR_ANNOTATION),
+                    "--smcr asks for SMC-R but --annotation turns it off; drop one of them",
+                ));
+            }
+        }
         if self.smcr {
             annotations.insert(erdma::SMCR_ANNOTATION.to_string(), "true".into());
-        }
-        if let Some(v) = annotations.get(erdma::SMCR_ANNOTATION)
-            && !matches!(v.as_str(), "true" | "false")
-        {
-            return Err(invalid(
-                "--annotation",
-                &format!("{}={v}", erdma::SMCR_ANNOTATION),
-                "the SMC-R annotation takes \"true\" or \"false\" (the agent rejects other values)",
-            ));
         }
         let mut labels = BTreeMap::new();
         for l in &self.labels {

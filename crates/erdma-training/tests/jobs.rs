@@ -213,7 +213,24 @@ fn arena_like_errors() {
     let mut r = req("x", "img");
     r.annotations = vec!["network.alibabacloud.com/erdma-smcr=yes".into()];
     r.devices = vec!["aliyun/erdma=1".into()];
-    assert!(err(r).contains("takes \"true\" or \"false\""));
+    assert!(
+        err(r).contains("\"yes\" is not a boolean"),
+        "{}",
+        "the one SMC-R parser's words"
+    );
+
+    // The spellings the agent and the webhook take are taken here too.
+    let mut r = req("x", "img");
+    r.annotations = vec!["network.alibabacloud.com/erdma-smcr=1".into()];
+    r.devices = vec!["aliyun/erdma=1".into()];
+    assert!(r.build().is_ok());
+
+    // --smcr does not silently override an explicit "false".
+    let mut r = req("x", "img");
+    r.annotations = vec!["network.alibabacloud.com/erdma-smcr=false".into()];
+    r.devices = vec!["aliyun/erdma=1".into()];
+    r.smcr = true;
+    assert!(err(r).contains("--smcr asks for SMC-R but --annotation turns it off"));
 }
 
 #[test]
