@@ -141,11 +141,13 @@ impl ErrorKind {
             },
             ErrorKind::IbModifyQpFailed => Explanation {
                 title: "queue pair setup failed",
-                meaning: "ibv_modify_qp rejected the attributes: wrong GID index or address family, or an \
+                meaning: "ibv_modify_qp rejected the attributes: on eRDMA a wrong GID index or address \
+                          family (eRDMA's driver does not pass NCCL_IB_TIMEOUT/NCCL_IB_RETRY_CNT to the device, so \
+                          Alibaba Cloud's advised 23/10 is harmless there); on InfiniBand NICs also an \
                           out-of-range value such as NCCL_IB_RETRY_CNT > 7",
                 fix: "use NCCL_IB_GID_INDEX=-1 (auto, NCCL >= 2.21.5) with NCCL_IB_ADDR_FAMILY=AF_INET and \
-                      NCCL_IB_ADDR_RANGE=<ERI subnet>; on older NCCL set the IPv4 RoCEv2 GID index explicitly; drop \
-                      out-of-range NCCL_IB_* values; eRDMA must be in RoCE (compat/ofed) mode",
+                      NCCL_IB_ADDR_RANGE=<ERI subnet>; on older NCCL set the IPv4 RoCEv2 GID index explicitly; \
+                      eRDMA must be in RoCE (compat/ofed) mode; on non-eRDMA NICs keep NCCL_IB_RETRY_CNT within 0-7",
             },
             ErrorKind::IbVerbsCallFailed => Explanation {
                 title: "verbs call failed",
@@ -285,6 +287,22 @@ impl ForeignMatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The modify-QP advice agrees with doctor's `pod.nccl_retry` and docs/training.md: on eRDMA
+    /// the advised NCCL_IB_RETRY_CNT=10 changes nothing, so it is not the fix there (before: "drop
+    /// out-of-range NCCL_IB_* values" such as RETRY_CNT > 7, contradicting the vendor's 10).
+    #[test]
+    fn modify_qp_advice_does_not_tell_erdma_users_to_drop_the_advised_retry_count() {
+        let e = ErrorKind::IbModifyQpFailed.explain();
+        assert!(e.meaning.contains("harmless there"), "{}", e.meaning);
+        assert!(!e.fix.contains("drop out-of-range"), "{}", e.fix);
+        assert!(
+            e.fix
+                .contains("on non-eRDMA NICs keep NCCL_IB_RETRY_CNT within 0-7"),
+            "{}",
+            e.fix
+        );
+    }
 
     /// What `may_match` must answer: one substring search per pattern.
     fn reference(m: &ForeignMatcher, line: &[u8]) -> bool {
