@@ -163,12 +163,32 @@ fn toleration(s: &str) -> anyhow::Result<Toleration> {
     })
 }
 
+/// The largest values file read (the chart's whole values.yaml is under 20 KiB).
+const MAX_VALUES_FILE: u64 = 4 << 20;
+
+/// A values file, at most [`MAX_VALUES_FILE`] bytes (`-f /dev/zero` is refused, not read forever).
+fn read_values_file(p: &std::path::Path) -> anyhow::Result<String> {
+    use std::io::Read;
+    let f = std::fs::File::open(p).with_context(|| format!("reading {}", p.display()))?;
+    let mut buf = Vec::new();
+    f.take(MAX_VALUES_FILE + 1)
+        .read_to_end(&mut buf)
+        .with_context(|| format!("reading {}", p.display()))?;
+    if buf.len() as u64 > MAX_VALUES_FILE {
+        anyhow::bail!(
+            "{}: larger than {} MiB; a values file is the chart's values.yaml format (a few KiB)",
+            p.display(),
+            MAX_VALUES_FILE >> 20
+        );
+    }
+    String::from_utf8(buf).with_context(|| format!("{}: not UTF-8 text", p.display()))
+}
+
 /// The values from the file and the flags.
 pub fn values(a: &Args) -> anyhow::Result<Values> {
     let mut v: Values = match &a.values {
         Some(p) => {
-            let raw =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let raw = read_values_file(p)?;
             Values::from_values_file(&raw).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
         }
         None => Values::default(),

@@ -204,3 +204,90 @@ fn smc_0_listed_1_unsupported_2_bad_netns() {
         Some(2)
     );
 }
+
+/// Bad input that used to be accepted silently (issue 30, item 7): each is refused with exit 2
+/// and a message naming the value. (input, words the message must hold)
+#[test]
+fn silently_accepted_inputs_are_refused_naming_them() {
+    let sub = &[
+        "submit",
+        "pytorch",
+        "--dry-run",
+        "--name",
+        "j",
+        "--image",
+        "i",
+    ];
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            [
+                &sub[..],
+                &["--device", "aliyun/erdma=-1", "--", "python", "t.py"],
+            ]
+            .concat(),
+            "'-1' is negative",
+        ),
+        (
+            [&sub[..], &["--memory", "-5Gi", "--", "python", "t.py"]].concat(),
+            "'-5Gi' is negative",
+        ),
+        (
+            [
+                &sub[..],
+                &[
+                    "--smcr",
+                    "-a",
+                    "network.alibabacloud.com/erdma-smcr=false",
+                    "--device",
+                    "aliyun/erdma=1",
+                    "--",
+                    "python",
+                    "t.py",
+                ],
+            ]
+            .concat(),
+            "--smcr asks for SMC-R but --annotation turns it off",
+        ),
+        (
+            vec![
+                "install",
+                "--dry-run",
+                "--credentials-type",
+                "ecs_ram_role",
+                "--namespace",
+                "",
+            ],
+            "namespace \"\" is not valid",
+        ),
+        (
+            vec![
+                "install",
+                "--dry-run",
+                "--credentials-type",
+                "ecs_ram_role",
+                "--release",
+                "Bad_Release",
+            ],
+            "release name \"Bad_Release\" is not valid",
+        ),
+        (
+            vec!["install", "--dry-run", "-f", "/dev/zero"],
+            "/dev/zero: larger than 4 MiB",
+        ),
+        (
+            vec![
+                "nccl",
+                "analyze",
+                "--max-line-bytes",
+                "100000000000",
+                "/dev/null",
+            ],
+            "--max-line-bytes 100000000000 is too large",
+        ),
+    ];
+    for (args, words) in cases {
+        let (code, _, err) = run(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(words), "{args:?}: want {words:?} in {err}");
+    }
+}

@@ -189,7 +189,7 @@ pub fn parse_device(value: &str) -> Result<(String, String), FlagError> {
     if name == GPU_RESOURCE {
         return Err(err("please use '--gpus N' instead".into()));
     }
-    validate::quantity(qty).map_err(|e| err(format!("{e}; refer to {name}=1")))?;
+    validate::resource_quantity(qty).map_err(|e| err(format!("{e}; refer to {name}=1")))?;
     Ok((name.to_string(), qty.to_string()))
 }
 
@@ -322,10 +322,11 @@ impl JobRequest {
         }
         for (flag, value) in [("--cpu", &self.cpu), ("--memory", &self.memory)] {
             if let Some(v) = value {
-                validate::quantity(v).map_err(|e| invalid(flag, v, e))?;
+                validate::resource_quantity(v).map_err(|e| invalid(flag, v, e))?;
             }
         }
-        validate::quantity(&self.shm_size).map_err(|e| invalid("--shm-size", &self.shm_size, e))?;
+        validate::resource_quantity(&self.shm_size)
+            .map_err(|e| invalid("--shm-size", &self.shm_size, e))?;
 
         let mut devices = BTreeMap::new();
         for d in &self.devices {

@@ -1,6 +1,18 @@
 //! Syntax checks for the values users type: Kubernetes quantities, qualified names, label values,
 //! DNS-1123 labels, environment variable names and Go-style durations. Pure functions, no I/O.
 
+/// A quantity a container may request: a [`quantity`] that is not negative (the API server
+/// refuses negative requests and limits: "must be greater than or equal to 0").
+pub fn resource_quantity(s: &str) -> Result<(), String> {
+    quantity(s)?;
+    if s.starts_with('-') && s.bytes().any(|b| (b'1'..=b'9').contains(&b)) {
+        return Err(format!(
+            "'{s}' is negative; a request or limit must be greater than or equal to 0"
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a Kubernetes `resource.Quantity` string (`<number><suffix>`): an optionally signed
 /// decimal number followed by nothing, a binary suffix (`Ki Mi Gi Ti Pi Ei`), a decimal suffix
 /// (`m k M G T P E`) or a decimal exponent (`e3`, `E-2`).
@@ -243,6 +255,13 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn negative_requests_are_refused(n in 1u64..1_000_000) {
+            let neg = format!("-{}", n);
+            prop_assert!(resource_quantity(&neg).is_err());
+            prop_assert!(resource_quantity(&n.to_string()).is_ok());
+        }
+
         #[test]
         fn quantity_never_panics(s in "\\PC{0,12}") {
             let _ = quantity(&s);

@@ -225,6 +225,14 @@ fn arena_like_errors() {
     r.devices = vec!["aliyun/erdma=1".into()];
     assert!(r.build().is_ok());
 
+    // Negative requests are refused as the API server refuses them (before: rendered).
+    let mut r = req("x", "img");
+    r.devices = vec!["aliyun/erdma=-1".into()];
+    assert!(err(r).contains("'-1' is negative"));
+    let mut r = req("x", "img");
+    r.memory = Some("-5Gi".into());
+    assert!(err(r).contains("'-5Gi' is negative"));
+
     // --smcr does not silently override an explicit "false".
     let mut r = req("x", "img");
     r.annotations = vec!["network.alibabacloud.com/erdma-smcr=false".into()];

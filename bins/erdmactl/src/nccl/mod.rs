@@ -54,7 +54,7 @@ pub struct AnalyzeArgs {
     /// Exit with status 1 unless every job used eRDMA (for CI gates and readiness checks).
     #[arg(long)]
     pub require_erdma: bool,
-    /// Longest line considered, in bytes; longer lines are cut.
+    /// Longest line considered, in bytes (80 to 16 MiB); longer lines are cut.
     #[arg(long, default_value_t = erdma_nccl::reader::DEFAULT_MAX_LINE, value_name = "BYTES")]
     pub max_line_bytes: usize,
 }
@@ -75,6 +75,9 @@ pub struct CompareArgs {
     #[arg(long)]
     pub in_place: bool,
 }
+
+/// The largest `--max-line-bytes`: a line without a newline (`/dev/zero`) is buffered up to it.
+const MAX_LINE_BYTES: usize = 16 << 20;
 
 /// Runs `erdmactl nccl ...`, printing to stdout.
 pub fn run(args: &NcclArgs) -> anyhow::Result<ExitCode> {
@@ -118,6 +121,12 @@ fn analyze(a: &AnalyzeArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     if a.max_line_bytes < 80 {
         anyhow::bail!(
             "--max-line-bytes {} is too small: NCCL lines need at least 80 bytes (default 65536)",
+            a.max_line_bytes
+        );
+    }
+    if a.max_line_bytes > MAX_LINE_BYTES {
+        anyhow::bail!(
+            "--max-line-bytes {} is too large: at most {MAX_LINE_BYTES} (16 MiB; a line is held in memory whole up to this length, default 65536)",
             a.max_line_bytes
         );
     }
