@@ -148,7 +148,7 @@ async fn the_charts_controller_deployment_runs_as_in_a_cluster() {
     let record = run_manifest_pod(d.path(), &mut cri, &run_of(plan, d.path()))
         .await
         .unwrap();
-    let c = created(&rt, "controller");
+    let c = created(&rt, "alibabacloud-erdma-controller");
 
     // The config volume: the ConfigMap's one key as a file, read-only, laid out as the atomic
     // writer does, with the default mode 0644.
