@@ -197,8 +197,12 @@ chart_agent_up() {
 }
 # chart_agent_pid: the host PID of the agent container's process (hostPID: the node's PID space).
 chart_agent_pid() { ctr_pid "$AGENT_CID"; }
-# chart_agent_logs: the agent container's log into out/
-chart_agent_logs() { pod_log "$AGENT_POD" agent "$OUT/${SCEN}-agent-container.log"; }
+# chart_agent_logs: the agent container's log into out/ (the container's name as the chart
+# renders it: the original's alibabacloud-erdma-controller)
+chart_agent_logs() {
+  _c=$(jq -r '.spec.template.spec.containers[0].name' /tmp/agent-ds.json 2> /dev/null)
+  pod_log "$AGENT_POD" "${_c:-alibabacloud-erdma-controller}" "$OUT/${SCEN}-agent-container.log"
+}
 # import_image NAME: imports the image build-images.sh built (IMAGES/NAME.oci.tar) into containerd
 import_image() {
   ctr -n k8s.io images import "$IMAGES/$1.oci.tar" > "/tmp/import-$1.out" 2>&1 \

@@ -42,7 +42,8 @@ API="--api-server $APISERVER --service-account-dir $SA --kubeconfig $KC"
 erdma-fake-kubelet pod run --dir "$KDIR" --manifest "$CHARTW" --object Deployment/alibabacloud-erdma-controller \
   --pod "$CTRL_POD" --node-name "$NODE_NAME_LAB" --node-ip "$NODE_IP_LAB" $API > /tmp/ctrl.pod.json 2> /tmp/ctrl.pod.err
 crc=$?
-pod_log "$CTRL_POD" controller "$OUT/$SCEN-controller-container.log"
+CTRL_CONTAINER=$(jq -r '.objects[] | select(.kind == "Deployment") | .spec.template.spec.containers[0].name' "$CHARTW")
+pod_log "$CTRL_POD" "$CTRL_CONTAINER" "$OUT/$SCEN-controller-container.log"
 if [ $crc != 0 ]; then fail "$SCEN" "the chart's controller pod did not become ready: $(tail -1 /tmp/ctrl.pod.err)"; exit 0; fi
 CIP=$(jq -r '.ip // empty' /tmp/ctrl.pod.json)
 CCID=$(jq -r .container_id /tmp/ctrl.pod.json)
