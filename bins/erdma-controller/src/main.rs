@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
     name = "erdma-controller",
     version,
     about,
-    after_help = "Exit status: 0 stopped cleanly (SIGTERM), or --check-install passed; 1 a fatal runtime error (logged), or --check-install found a gap; 2 usage error (flags, --log-format, --log-level or RUST_LOG)."
+    after_help = "Exit status: 0 stopped cleanly (SIGTERM), or --check-install passed; 1 a fatal runtime error (logged), or --check-install found a gap; 2 usage or configuration error (flags, addresses, --log-format, --log-level, RUST_LOG, a missing or broken config file)."
 )]
 struct Args {
     /// Controller configuration (config.json). The original's flag name; `--config` is accepted too.
@@ -92,7 +92,15 @@ async fn main() -> ExitCode {
     if let Some(ns) = args.check_install.clone() {
         return check_install(&ns).await;
     }
-    match run(args).await {
+    // Usage and configuration errors (exit 2) before anything runs.
+    let cfg = match check_usage(&args) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(args, cfg).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -129,9 +137,23 @@ async fn check_install(namespace: &str) -> ExitCode {
     }
 }
 
+/// The configuration file and the listen addresses, checked before anything starts: a missing
+/// or broken config file and an address that is not `HOST:PORT` are usage errors (exit 2), as
+/// the README's exit-status contract says.
+fn check_usage(args: &Args) -> anyhow::Result<Config> {
+    for (flag, addr) in [
+        ("--metrics-addr", &args.health_listen),
+        ("--webhook-listen", &args.webhook_listen),
+    ] {
+        addr.parse::<std::net::SocketAddr>().map_err(|e| {
+            anyhow::anyhow!("{flag} {addr:?} is not an IP:PORT address ({e}); e.g. 0.0.0.0:8080")
+        })?;
+    }
+    Config::load(&args.config)
+}
+
 /// The controller until SIGTERM/SIGINT, or its fatal error.
-async fn run(args: Args) -> anyhow::Result<()> {
-    let cfg = Config::load(&args.config)?;
+async fn run(args: Args, cfg: Config) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("Kubernetes client")?;

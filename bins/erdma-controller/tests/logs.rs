@@ -1,7 +1,7 @@
 //! The real `erdma-controller` binary's logs on a pipe (as `kubectl logs` reads them): text
 //! without ANSI escapes, json one object per line, `--log-level` over `RUST_LOG`, invalid filters
 //! exit 2. The run that logs and exits at once: a config file that does not exist (a fatal error
-//! line naming the fix, exit 1).
+//! line naming the fix, exit 2: a configuration error).
 
 use std::process::{Command, Output};
 
@@ -40,7 +40,7 @@ fn text_logs_on_a_pipe_carry_no_ansi_escapes() {
         controller(&["--log-format", "text"], &[("NO_COLOR", "1")]),
     ] {
         let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(!out.stderr.contains(&0x1b), "ESC in text logs: {err:?}");
         let lines: Vec<&str> = err.lines().collect();
         assert_eq!(lines.len(), 1, "{err}");
@@ -56,7 +56,7 @@ fn text_logs_on_a_pipe_carry_no_ansi_escapes() {
 fn json_logs_are_one_object_per_line() {
     let out = controller(&["--log-format=json"], &[]);
     let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(!out.stderr.contains(&0x1b), "{err:?}");
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 1, "{err}");
@@ -72,7 +72,7 @@ fn json_logs_are_one_object_per_line() {
 #[test]
 fn log_level_wins_over_rust_log_which_wins_over_info() {
     let out = controller(&[], &[("RUST_LOG", "off")]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert_eq!(stderr(&out), "", "RUST_LOG=off");
     let out = controller(&["--log-level", "error"], &[("RUST_LOG", "off")]);
     assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
