@@ -590,7 +590,7 @@ impl Settings {
         if let Err(e) = erdma_model::names::check_jumbo_mtu(jumbo_frame_mtu.into()) {
             bail!("--jumbo-frame-mtu: {e}");
         }
-        Ok(Settings {
+        let s = Settings {
             sysfs_root: flags
                 .sysfs_root
                 .or(file.sysfs_root)
@@ -680,7 +680,16 @@ impl Settings {
                 default_rdma_max,
             },
             nri_budget,
-        })
+        };
+        // The device plugin's own checks, here so that a bad value is a usage error (exit 2)
+        // before anything starts, not a task that fails after start-up.
+        let mut plugin = erdma_deviceplugin::PluginConfig::new(&s.kubelet_dir);
+        plugin.resource_name.clone_from(&s.resource_name);
+        plugin.slots_per_device = s.slots_per_device;
+        if let Err(e) = plugin.validate() {
+            bail!("{e}");
+        }
+        Ok(s)
     }
 }
 
@@ -700,6 +709,39 @@ mod tests {
         let mut v = vec!["erdma-agent"];
         v.extend_from_slice(args);
         Settings::resolve(Flags::try_parse_from(v)?)
+    }
+
+    /// The device plugin's values are usage errors at start (exit 2 in main), not a task that
+    /// fails after the agent started (issue 30, item 6).
+    #[test]
+    fn device_plugin_values_are_refused_at_startup() {
+        for (args, words) in [
+            (
+                &["--slots-per-device", "0"][..],
+                "slots per device 0 is out of range",
+            ),
+            (&["--slots-per-device", "100001"][..], "out of range"),
+            (
+                &["--resource-name", "bad name"][..],
+                "resource name \"bad name\" is not an extended resource name",
+            ),
+            (
+                &["--resource-name", "kubernetes.io/erdma"][..],
+                "not an extended resource name",
+            ),
+        ] {
+            let e = parse(args).unwrap_err().to_string();
+            assert!(e.contains(words), "{args:?}: {e}");
+        }
+        assert!(
+            parse(&[
+                "--slots-per-device",
+                "1",
+                "--resource-name",
+                "example.com/rdma"
+            ])
+            .is_ok()
+        );
     }
 
     #[test]
