@@ -108,7 +108,7 @@ impl Exec for KubectlExec<'_> {
     }
 }
 
-fn local_checks(args: &Args) -> Vec<Check> {
+fn local_checks(args: &Args, agent: Option<std::net::SocketAddr>) -> Vec<Check> {
     let report = devices::scan(&devices::Args {
         sysfs_root: args.sysfs_root.clone(),
         dev_root: args.dev_root.clone(),
@@ -126,14 +126,8 @@ fn local_checks(args: &Args) -> Vec<Check> {
     ));
     let mut nri_view = None;
     let mut dra_view = None;
-    if args.agent_addr != "off" {
-        let answer = args
-            .agent_addr
-            .parse::<std::net::SocketAddr>()
-            .map_err(|e| format!("--agent-addr {:?} is not HOST:PORT ({e})", args.agent_addr))
-            .and_then(|addr| {
-                erdma_doctor::agent_health::fetch(addr, std::time::Duration::from_secs(2))
-            });
+    if let Some(addr) = agent {
+        let answer = erdma_doctor::agent_health::fetch(addr, std::time::Duration::from_secs(2));
         if let Ok((200, body)) = &answer {
             nri_view = serde_json::from_str::<serde_json::Value>(body.trim())
                 .ok()
@@ -263,8 +257,29 @@ fn dropped_fields(v: &serde_json::Value) -> Option<String> {
 
 /// Runs the command: exit 0 when nothing failed, 1 when a check failed (or warned, with
 /// `--strict`); see [`crate::exit::DOCTOR`].
+/// `--agent-addr` as the help says: `HOST:PORT` (a name such as `localhost` is resolved), or
+/// `off`. Anything else is a usage error, not a warning.
+fn agent_addr(value: &str) -> anyhow::Result<Option<std::net::SocketAddr>> {
+    use std::net::ToSocketAddrs;
+    if value == "off" {
+        return Ok(None);
+    }
+    let resolved = value
+        .to_socket_addrs()
+        .map_err(|e| anyhow::anyhow!("--agent-addr {value:?} is not HOST:PORT ({e}); e.g. 127.0.0.1:9101, localhost:9101 or off"))?
+        .next();
+    resolved
+        .map(Some)
+        .ok_or_else(|| anyhow::anyhow!("--agent-addr {value:?} resolves to no address"))
+}
+
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let local = args.local || (args.node.is_none() && args.pod.is_none());
+    let agent = if local {
+        agent_addr(&args.agent_addr)?
+    } else {
+        None
+    };
     let mut targets = Vec::new();
     let mut checks = Vec::new();
     if args.node.is_some() || args.pod.is_some() {
@@ -298,7 +313,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
     if local {
         targets.push("local".into());
-        checks.extend(local_checks(args));
+        checks.extend(local_checks(args, agent));
     }
     let report = Report::new(targets.join(" "), checks);
     match args.output {
