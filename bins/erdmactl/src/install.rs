@@ -546,10 +546,7 @@ impl Args {
             agent_image: None,
             replicas: None,
             allow_existing: false,
-            kube: KubeArgs {
-                kubeconfig: None,
-                context: None,
-            },
+            kube: KubeArgs::default(),
         }
     }
 }

@@ -64,7 +64,16 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) if closed_stdout(&e) => ExitCode::from(output::BROKEN_PIPE),
         Err(e) => {
-            eprintln!("erdmactl: {e:#}");
+            let msg = format!("{e:#}");
+            // kube's errors name the transport failure only in their source chain, which some
+            // callers flatten: SendRequest is the client's word for "no answer came back".
+            if msg.contains("timed out") || msg.contains("SendRequest") {
+                eprintln!(
+                    "erdmactl: {msg}\nerdmactl: the API server could not be reached or did not answer within --request-timeout (default 30s): check the server address in the kubeconfig (--kubeconfig, --context), or raise --request-timeout"
+                );
+            } else {
+                eprintln!("erdmactl: {msg}");
+            }
             ExitCode::from(exit::USAGE)
         }
     }

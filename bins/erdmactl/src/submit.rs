@@ -32,6 +32,25 @@ pub struct KubeArgs {
     /// The kubeconfig context to use.
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
+    /// How long to wait for each answer of the API server (kubectl's flag: 30s, 1m, 0 for no
+    /// limit); an API server that accepts the connection and never answers ends the command
+    /// with exit 2 naming it, instead of a silent hang.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = request_timeout)]
+    pub request_timeout: std::time::Duration,
+}
+
+fn request_timeout(s: &str) -> Result<std::time::Duration, String> {
+    erdma_training::validate::duration_seconds(s).map(std::time::Duration::from_secs)
+}
+
+impl Default for KubeArgs {
+    fn default() -> Self {
+        Self {
+            kubeconfig: None,
+            context: None,
+            request_timeout: std::time::Duration::from_secs(30),
+        }
+    }
 }
 
 /// Flags of `erdmactl submit pytorch` (Arena's names and defaults), then the command after `--`.
@@ -194,6 +213,13 @@ pub async fn kube_client(kube: &KubeArgs) -> anyhow::Result<kube::Client> {
             "no Kubernetes configuration found: set KUBECONFIG, pass --kubeconfig, or use --dry-run",
         )?,
     };
+    let mut config = config;
+    if !kube.request_timeout.is_zero() {
+        let t = kube.request_timeout;
+        config.read_timeout = Some(t);
+        config.write_timeout = Some(t);
+        config.connect_timeout = Some(t.min(std::time::Duration::from_secs(10)));
+    }
     kube::Client::try_from(config).context("building the Kubernetes client")
 }
 
