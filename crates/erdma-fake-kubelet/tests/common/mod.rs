@@ -99,6 +99,22 @@ pub async fn kubelet_with_plugin(
         })
         .await
         .unwrap();
+    // `pod run` admits from the state file, which the daemon writes after its in-memory view:
+    // wait until the file lists the devices too (a loaded machine can lag here).
+    let listed = || {
+        erdma_fake_kubelet::state::read_state(dir).is_ok_and(|st| {
+            st.resources
+                .get(resource)
+                .is_some_and(|r| r.healthy_ids().count() == ids.len())
+        })
+    };
+    for _ in 0..200 {
+        if listed() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(listed(), "the state file never listed {resource}'s devices");
     (kubelet, plugin)
 }
 
