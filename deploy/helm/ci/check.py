@@ -368,56 +368,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def preflight() -> None:
-    """The chart's pre-install check (templates/preflight.yaml) through the real Helm engine's
-    `lookup` against the lab's API server (erdma-fake-kubelet apiserver) holding each case's
-    objects: another installation serving aliyun/erdma is refused with its location named."""
-    from helm_python.config import Config
-    binary = os.environ.get("ERDMA_FAKE_KUBELET_BIN", "")
-    if not binary or not os.access(binary, os.X_OK):
-        fail(f"preflight: ERDMA_FAKE_KUBELET_BIN {binary!r} is not an executable (check.sh builds it)")
-        return
-    chart_path = str(CHART)
-    for i, (objects, values, words, *where) in enumerate(PREFLIGHT):
-        namespace = where[0] if where else NAMESPACE
-        with tempfile.TemporaryDirectory() as tmp:
-            objs = pathlib.Path(tmp) / "objects.json"
-            objs.write_text(json.dumps([json.loads(o) for o in objects]))
-            kubeconfig = pathlib.Path(tmp) / "kubeconfig"
-            port = free_port()
-            args = [binary, "apiserver", "--listen", f"127.0.0.1:{port}", "--kubeconfig", str(kubeconfig), "--node", "node-a"]
-            if objects:
-                args += ["--objects", str(objs)]
-            server = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            try:
-                for _ in range(100):
-                    if kubeconfig.exists():
-                        break
-                    time.sleep(0.1)
-                config = Config(kubeconfig_path=str(kubeconfig), namespace=namespace)
-                try:
-                    config.render(helm.Chart.load(chart_path), values, name=RELEASE, namespace=namespace, is_install=True)
-                    got = None
-                except HelmError as e:
-                    got = str(e)
-            finally:
-                server.terminate()
-                server.wait()
-        kinds = ", ".join(json.loads(o)["kind"] + " " + json.loads(o)["metadata"].get("namespace", "") + "/" + json.loads(o)["metadata"]["name"] for o in objects) or "nothing"
-        if words is None and got is not None:
-            fail(f"preflight[{i}] ({kinds}, {values}): refused: {got}")
-        elif words is not None and (got is None or words not in got):
-            fail(f"preflight[{i}] ({kinds}, {values}): want a refusal naming {words!r}, got {got!r}")
-        else:
-            print(f"ok   preflight[{i}] {kinds} {json.dumps(values)}: {'installs' if got is None else 'refused: ' + words}")
-
-
-# The paths each controller's pods serve the webhook on: the original's registers only /mutating
-# (its cmd/controller/main.go), erdma's serves /mutate-pod and /mutating (bins/erdma-controller/src/webhook.rs).
-OLD_PODS_SERVE = {"/mutating"}
-NEW_PODS_SERVE = {"/mutating", "/mutate-pod"}
-
-
 class ApiServer:
     """The lab's API server (erdma-fake-kubelet apiserver) on a free port, for real Helm."""
 
@@ -450,6 +400,43 @@ class ApiServer:
     def close(self) -> None:
         self.proc.terminate()
         self.proc.wait()
+
+
+def preflight() -> None:
+    """The chart's pre-install check (templates/preflight.yaml) through the real Helm engine's
+    `lookup` against the lab's API server (erdma-fake-kubelet apiserver) holding each case's
+    objects: another installation serving aliyun/erdma is refused with its location named."""
+    from helm_python.config import Config
+    binary = os.environ.get("ERDMA_FAKE_KUBELET_BIN", "")
+    if not binary or not os.access(binary, os.X_OK):
+        fail(f"preflight: ERDMA_FAKE_KUBELET_BIN {binary!r} is not an executable (check.sh builds it)")
+        return
+    for i, (objects, values, words, *where) in enumerate(PREFLIGHT):
+        namespace = where[0] if where else NAMESPACE
+        with tempfile.TemporaryDirectory() as tmp:
+            server = ApiServer(pathlib.Path(tmp), [json.loads(o) for o in objects])
+            try:
+                config = Config(kubeconfig_path=str(server.kubeconfig), namespace=namespace)
+                try:
+                    config.render(helm.Chart.load(str(CHART)), values, name=RELEASE, namespace=namespace, is_install=True)
+                    got = None
+                except HelmError as e:
+                    got = str(e)
+            finally:
+                server.close()
+        kinds = ", ".join(json.loads(o)["kind"] + " " + json.loads(o)["metadata"].get("namespace", "") + "/" + json.loads(o)["metadata"]["name"] for o in objects) or "nothing"
+        if words is None and got is not None:
+            fail(f"preflight[{i}] ({kinds}, {values}): refused: {got}")
+        elif words is not None and (got is None or words not in got):
+            fail(f"preflight[{i}] ({kinds}, {values}): want a refusal naming {words!r}, got {got!r}")
+        else:
+            print(f"ok   preflight[{i}] {kinds} {json.dumps(values)}: {'installs' if got is None else 'refused: ' + words}")
+
+
+# The paths each controller's pods serve the webhook on: the original's registers only /mutating
+# (its cmd/controller/main.go), erdma's serves /mutate-pod and /mutating (bins/erdma-controller/src/webhook.rs).
+OLD_PODS_SERVE = {"/mutating"}
+NEW_PODS_SERVE = {"/mutating", "/mutate-pod"}
 
 
 def helm_action(config, action: str, chart: helm.Chart, values: dict, server_side: bool | str) -> None:
