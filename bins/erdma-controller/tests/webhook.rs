@@ -385,6 +385,17 @@ fn secret_phase(api: &FakeApiServer) -> Option<String> {
         .cloned()
 }
 
+/// Makes the Secret's certificate due for rotation (expired long ago).
+fn expire_certificate(api: &FakeApiServer) {
+    let mut s: Secret = api.get(Some("kube-system"), SECRET).unwrap();
+    s.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(ANNOTATION_NOT_AFTER.into(), "1000".into());
+    api.put(&s);
+}
+
 /// One replica: its own manager, certificate slot and TLS listener.
 struct Replica {
     mgr: CertManager,
@@ -447,13 +458,7 @@ async fn old_ca_stays_trusted_until_every_replica_serves_the_new_certificate() {
     let old_cert = b.slot.cert_pem();
 
     // Near expiry: replica a drives the rotation; replica b does not tick yet.
-    let mut s: Secret = api.get(Some("kube-system"), SECRET).unwrap();
-    s.metadata
-        .annotations
-        .as_mut()
-        .unwrap()
-        .insert(ANNOTATION_NOT_AFTER.into(), "1000".into());
-    api.put(&s);
+    expire_certificate(&api);
     let t = a.mgr.tick(&a.slot).await.unwrap();
     assert_eq!(t.advanced, Some(PHASE_STAGED));
     assert_eq!(
@@ -804,13 +809,7 @@ async fn the_original_controllers_ca_stays_trusted_through_ticks_and_rotations()
     );
 
     // A full rotation: erdma's first CA goes, the original's stays.
-    let mut s: Secret = api.get(Some("kube-system"), SECRET).unwrap();
-    s.metadata
-        .annotations
-        .as_mut()
-        .unwrap()
-        .insert(ANNOTATION_NOT_AFTER.into(), "1000".into());
-    api.put(&s);
+    expire_certificate(&api);
     for _ in 0..6 {
         a.mgr.tick(&a.slot).await.unwrap();
     }

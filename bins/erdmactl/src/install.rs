@@ -284,6 +284,9 @@ pub fn values(a: &Args) -> anyhow::Result<Values> {
     if let Some(x) = a.replicas {
         v.controller.replica_count = x;
     }
+    if a.allow_existing {
+        v.allow_existing_installation = true;
+    }
     Ok(v)
 }
 
@@ -345,7 +348,7 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
                     return Ok(refused);
                 }
             }
-            Err(e) if a.allow_existing || v.allow_existing_installation => eprintln!(
+            Err(e) if v.allow_existing_installation => eprintln!(
                 "erdmactl: warning: --allow-existing: did not check for another eRDMA installation: {e}"
             ),
             Err(e) => anyhow::bail!(
@@ -405,7 +408,7 @@ fn judge(a: &Args, v: &Values, found: &Existing) -> Option<ExitCode> {
     if found.conflicts.is_empty() {
         return None;
     }
-    if a.allow_existing || v.allow_existing_installation {
+    if v.allow_existing_installation {
         for c in &found.conflicts {
             eprintln!(
                 "erdmactl: warning: --allow-existing: installing next to {}: {} (fix: {})",

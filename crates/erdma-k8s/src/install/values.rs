@@ -43,14 +43,9 @@ impl ImageValues {
         else {
             return false;
         };
-        let region = |r: &str| {
-            !r.is_empty()
-                && r.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        };
         let registry = host == "registry"
-            || host.strip_prefix("registry.").is_some_and(region)
-            || host.strip_prefix("registry-vpc.").is_some_and(region);
+            || host.strip_prefix("registry.").is_some_and(is_region)
+            || host.strip_prefix("registry-vpc.").is_some_and(is_region);
         registry && matches!(self.tag.as_str(), "" | "latest")
     }
 
@@ -80,6 +75,13 @@ impl Default for ImageValues {
     fn default() -> Self {
         Self::of("")
     }
+}
+
+/// An Alibaba Cloud region id as registry host names carry it (`cn-beijing`, `ap-southeast-1`).
+fn is_region(r: &str) -> bool {
+    !r.is_empty()
+        && r.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 /// An image block as a values file gives it: any key may be missing. Helm merges such a block
@@ -401,13 +403,7 @@ impl ConfigValues {
         let Some(host) = repo.strip_suffix(".aliyuncs.com/erdma/smcr_init") else {
             return false;
         };
-        host == "registry.cn-hangzhou"
-            || host.strip_prefix("registry-vpc.").is_some_and(|region| {
-                !region.is_empty()
-                    && region
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            })
+        host == "registry.cn-hangzhou" || host.strip_prefix("registry-vpc.").is_some_and(is_region)
     }
 
     /// The `smcr-init` image written into `config.json` (what the webhook injects):
