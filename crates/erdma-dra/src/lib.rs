@@ -81,6 +81,26 @@ pub enum DraError {
 /// Result alias.
 pub type Result<T, E = DraError> = std::result::Result<T, E>;
 
+impl DraError {
+    /// How long the API server asked the client to wait before the next request
+    /// (`details.retryAfterSeconds` of a 429 or 5xx Status, as its flow control sends with the
+    /// `Retry-After` header); client-go waits at least that long, and so does erdma.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        match self {
+            DraError::Kube { source, .. } => match source.as_ref() {
+                kube::Error::Api(s) => s
+                    .details
+                    .as_ref()
+                    .map(|d| d.retry_after_seconds)
+                    .filter(|&secs| secs > 0)
+                    .map(|secs| std::time::Duration::from_secs(u64::from(secs))),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
 pub(crate) fn io_err(
     what: &'static str,
     path: &std::path::Path,

@@ -285,8 +285,9 @@ fn external(event: &Event<ResourceSlice>, cfg: &DraConfig, last: Option<&SyncOut
 }
 
 /// Publishes on every inventory change, and when the watch of this node's slices shows another
-/// client's change, until `cancel`; a failed sync is retried with backoff (1 s doubling to 60 s).
-/// `status` receives the last outcome or error.
+/// client's change, until `cancel`; a failed sync is retried with backoff (1 s doubling to 60 s,
+/// and never sooner than the API server's `Retry-After`, which also holds back a sync for an
+/// inventory change). `status` receives the last outcome or error.
 pub async fn run(
     client: kube::Client,
     cfg: DraConfig,
@@ -308,7 +309,15 @@ pub async fn run(
     let mut last: Option<SyncOutcome> = None;
     let mut reported: Vec<DroppedField> = Vec::new();
     let mut rewrite = false;
+    // the API server's Retry-After: no request before this instant
+    let mut not_before: Option<tokio::time::Instant> = None;
     loop {
+        if let Some(t) = not_before.take() {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep_until(t) => {}
+            }
+        }
         let snapshot = served.borrow_and_update().clone();
         let devices = publishable(&mut memory, &snapshot, &cfg, instance_id.clone());
         let retry = match sync_with(&client, &cfg, devices, rewrite).await {
@@ -336,11 +345,18 @@ pub async fn run(
                 None
             }
             Err(e) => {
+                let told = e.retry_after();
+                let wait = told.map_or(backoff, |t| t.max(backoff));
+                if let Some(t) = told {
+                    backoff = backoff.max(t);
+                    not_before = Some(tokio::time::Instant::now() + t);
+                }
                 tracing::warn!(
-                    "publishing the ResourceSlice failed (retrying in {backoff:?}): {e}"
+                    retry_after = ?told,
+                    "publishing the ResourceSlice failed (retrying in {wait:?}): {e}"
                 );
                 let _previous = status.send_replace(Err(e.to_string()));
-                Some(backoff)
+                Some(wait)
             }
         };
         let sleep = async {

@@ -747,6 +747,87 @@ async fn slices_changed_by_another_client_are_published_again() {
     run.await.expect("publisher stops");
 }
 
+/// An API server that answers 429 with `Retry-After: 30` (its flow control) is not asked again
+/// by the publisher before 30 s have passed, even when the inventory changes meanwhile (its own
+/// back-off would have retried after 1, 2, 4 ... s); once the API server answers again, the slice
+/// is published with the newest inventory.
+#[tokio::test(start_paused = true)]
+async fn the_publisher_waits_as_long_as_a_429_retry_after_asks() {
+    use erdma_k8s::fake::Fault;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let cfg = config(tmp.path());
+    let api = FakeApiServer::new();
+    api.set_fault(Fault::Status {
+        code: 429,
+        retry_after_seconds: Some(30),
+    });
+    let (inv_tx, inv) = watch::channel(inventory(true));
+    let (status_tx, status) = watch::channel(Err("not yet".to_string()));
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn(publish::run(
+        api.client(),
+        cfg.clone(),
+        inv,
+        None,
+        status_tx,
+        cancel.clone(),
+    ));
+    // the publisher's own requests (the slice watch's list and watch, kube-runtime's with
+    // `limit` and `watch`, keep their own back-off)
+    let published = || {
+        api.fault_report()
+            .faulted
+            .iter()
+            .filter(|f| !f.request.contains("watch") && !f.request.contains("limit"))
+            .count()
+    };
+    let start = tokio::time::Instant::now();
+    let mut seen = Vec::new();
+    while tokio::time::Instant::now() - start < std::time::Duration::from_secs(75) {
+        let n = published();
+        if n > seen.len() {
+            seen.push(tokio::time::Instant::now() - start);
+            if seen.len() == 1 {
+                // an inventory change 5 s into the wait: it must not cut the wait short
+                tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+                inv_tx.send_replace(inventory(false));
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(seen.len() >= 2, "the publisher retried: {seen:?}");
+    for pair in seen.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= std::time::Duration::from_secs(30),
+            "a retry came sooner than the 30 s the API server asked for: requests at {seen:?}"
+        );
+    }
+    assert!(
+        status.borrow().as_ref().is_err_and(|e| e.contains("429")),
+        "the status names the refusal: {:?}",
+        *status.borrow()
+    );
+    api.set_fault(Fault::Off);
+    let name = "node-a-erdma.alibabacloud.com";
+    for _ in 0..1000 {
+        if api.get::<ResourceSlice>(None, name).is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let slice: ResourceSlice = api
+        .get(None, name)
+        .expect("published once the API server answers");
+    assert!(
+        slice.spec.devices.as_ref().is_some_and(|d| d
+            .iter()
+            .any(|d| d.taints.as_ref().is_some_and(|t| !t.is_empty()))),
+        "the newest inventory (erdma1 unhealthy, tainted) is what got published: {slice:?}"
+    );
+    cancel.cancel();
+    run.await.expect("publisher stops");
+}
+
 /// The stored slice read back from the create/update answer against an API server with the
 /// DRA feature gates off (1.35's defaults): every field it dropped is reported with its gate;
 /// once the gates are on, writing again (as the publisher does every RECHECK_DROPPED while

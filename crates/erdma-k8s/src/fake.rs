@@ -48,6 +48,12 @@
 //!   the rendered RBAC objects do not allow gets 403 `Forbidden` with the API server's message.
 //!   [`FakeApiServer::client`] is an unrestricted administrator (test set-up, `erdmactl`).
 //! - Injected failures and a request log.
+//! - Sustained faults, set over HTTP at [`FAULT_PATH`] ([`Fault`]): every request is answered
+//!   with a status (500 `InternalError`; 429 `TooManyRequests` with the `Retry-After` header and
+//!   `details.retryAfterSeconds`, as the API server's max-in-flight and priority-and-fairness
+//!   filters answer) or held without an answer until the fault is lifted, and each faulted
+//!   request is logged with its time, so a client's retry spacing can be read back. Open watch
+//!   streams are not interrupted.
 //!
 //! Not modelled: admission webhooks and semantic validation beyond deserialisation (immutable
 //! fields, name formats, CRD structural schemas and pruning), garbage collection by
@@ -91,6 +97,54 @@ pub struct Failure {
     pub status: u16,
 }
 
+/// The path of the fault control: `GET` answers the current [`Fault`] and the faulted requests
+/// ([`FaultReport`]), `PUT` sets a fault (`{"mode": "status", "code": 429, "retryAfterSeconds":
+/// 3}`, `{"mode": "hang"}`) or lifts it (`{"mode": "off"}`).
+pub const FAULT_PATH: &str = "/lab/fault";
+
+/// A fault the server answers every request with (the fault control excepted) until lifted.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, Serialize)]
+#[serde(tag = "mode", rename_all = "lowercase")]
+pub enum Fault {
+    /// No fault.
+    Off,
+    /// Answer with this HTTP status; with 429 or 503 and `retryAfterSeconds`, also the
+    /// `Retry-After` header and the Status `details.retryAfterSeconds`.
+    Status {
+        /// The HTTP status.
+        code: u16,
+        /// Seconds the client is told to wait.
+        #[serde(
+            rename = "retryAfterSeconds",
+            default,
+            skip_serializing_if = "Option::is_none"
+        )]
+        retry_after_seconds: Option<u32>,
+    },
+    /// Hold every request without an answer until the fault changes; then answer it normally.
+    Hang,
+}
+
+/// A request answered with (or held by) a fault.
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultedRequest {
+    /// Milliseconds since the server started.
+    pub at_ms: u64,
+    /// `METHOD path?query-keys`, as in the request log.
+    pub request: String,
+    /// The fault's mode and code (`status 429`, `hang`).
+    pub fault: String,
+}
+
+/// What [`FAULT_PATH`] answers to `GET`.
+#[derive(Debug, Clone, Serialize)]
+pub struct FaultReport {
+    /// The fault in force.
+    pub fault: Fault,
+    /// Every faulted request since the server started, oldest first.
+    pub faulted: Vec<FaultedRequest>,
+}
+
 /// The server's state.
 #[derive(Debug, Default)]
 pub struct FakeState {
@@ -119,6 +173,8 @@ pub struct FakeState {
     tokens: BTreeMap<String, String>,
     /// The feature gates that drop fields of `resource.k8s.io` objects on write.
     pub feature_gates: FeatureGates,
+    /// The requests answered with (or held by) a [`Fault`].
+    pub faulted: Vec<FaultedRequest>,
 }
 
 /// The API server's feature gates whose fields it drops from a `resource.k8s.io` object on
@@ -310,6 +366,8 @@ fn drop_disabled_fields(gates: &FeatureGates, route: &Route, new: &mut Value, ol
 pub struct FakeApiServer {
     state: Arc<Mutex<FakeState>>,
     events: broadcast::Sender<WatchEvent>,
+    fault: Arc<tokio::sync::watch::Sender<Fault>>,
+    started: std::time::Instant,
 }
 
 impl Default for FakeApiServer {
@@ -329,6 +387,8 @@ impl FakeApiServer {
         Self {
             state: Arc::new(Mutex::new(FakeState::default())),
             events,
+            fault: Arc::new(tokio::sync::watch::Sender::new(Fault::Off)),
+            started: std::time::Instant::now(),
         }
     }
 
@@ -489,6 +549,97 @@ impl FakeApiServer {
             };
             st.history.push(ev.clone());
             let _ = self.events.send(ev);
+        }
+    }
+
+    /// Sets (or with [`Fault::Off`] lifts) the fault every request is answered with; held
+    /// requests go on when it changes.
+    pub fn set_fault(&self, fault: Fault) {
+        tracing::info!(?fault, "fake API server: fault set");
+        self.fault.send_replace(fault);
+    }
+
+    /// The fault in force and the requests faulted so far.
+    pub fn fault_report(&self) -> FaultReport {
+        FaultReport {
+            fault: self.fault.borrow().clone(),
+            faulted: self.state().faulted.clone(),
+        }
+    }
+
+    /// Answers the request with the fault in force, or holds it while the fault is
+    /// [`Fault::Hang`]; `None`: no fault, the request goes on.
+    async fn faulted(&self, line: &str) -> Option<Response<Body>> {
+        let fault = self.fault.borrow().clone();
+        if fault == Fault::Off {
+            return None;
+        }
+        let record = |fault: String| {
+            let at_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            self.state().faulted.push(FaultedRequest {
+                at_ms,
+                request: line.to_string(),
+                fault,
+            });
+        };
+        match fault {
+            Fault::Off => None,
+            Fault::Hang => {
+                record("hang".into());
+                let mut rx = self.fault.subscribe();
+                // a dropped sender cannot happen while `self` holds it; treat it as lifted
+                let _ = rx.wait_for(|f| *f != Fault::Hang).await;
+                None
+            }
+            Fault::Status {
+                code,
+                retry_after_seconds,
+            } => {
+                record(format!("status {code}"));
+                let reason = match code {
+                    429 => "TooManyRequests",
+                    503 => "ServiceUnavailable",
+                    504 => "Timeout",
+                    _ => "InternalError",
+                };
+                let mut body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                    "status": "Failure", "reason": reason, "code": code,
+                    "message": format!("injected by the lab API server's fault control ({code})")});
+                if let Some(s) = retry_after_seconds {
+                    body["details"] = json!({"retryAfterSeconds": s});
+                }
+                let mut answer = ok(code, &body);
+                if let Some(s) = retry_after_seconds
+                    && let Ok(v) = hyper::header::HeaderValue::from_str(&s.to_string())
+                {
+                    answer.headers_mut().insert("retry-after", v);
+                }
+                Some(answer)
+            }
+        }
+    }
+
+    /// `GET` or `PUT` of [`FAULT_PATH`].
+    fn fault_control(&self, method: &str, body: &[u8]) -> Response<Body> {
+        match method {
+            "GET" => match serde_json::to_value(self.fault_report()) {
+                Ok(v) => ok(200, &v),
+                Err(e) => status(500, "InternalError", &e.to_string()),
+            },
+            "PUT" | "POST" => match serde_json::from_slice::<Fault>(body) {
+                Ok(f) => {
+                    self.set_fault(f);
+                    self.fault_control("GET", &[])
+                }
+                Err(e) => status(
+                    400,
+                    "BadRequest",
+                    &format!(
+                        "fault control: {e}; expected {{\"mode\": \"off\"}}, {{\"mode\": \"hang\"}} or {{\"mode\": \"status\", \"code\": 429, \"retryAfterSeconds\": 3}}"
+                    ),
+                ),
+            },
+            _ => status(405, "MethodNotAllowed", "fault control: GET or PUT"),
         }
     }
 
@@ -653,16 +804,23 @@ impl FakeApiServer {
             Ok(b) => b.to_bytes(),
             Err(_) => return status(400, "BadRequest", "unreadable body"),
         };
+        if path == FAULT_PATH {
+            return self.fault_control(&method, &body);
+        }
+        let line = format!(
+            "{method} {path}{}",
+            if query.is_empty() {
+                String::new()
+            } else {
+                format!("?{}", query.keys().cloned().collect::<Vec<_>>().join("&"))
+            }
+        );
+        if let Some(answer) = self.faulted(&line).await {
+            return answer;
+        }
         {
             let mut st = self.state();
-            st.requests.push(format!(
-                "{method} {path}{}",
-                if query.is_empty() {
-                    String::new()
-                } else {
-                    format!("?{}", query.keys().cloned().collect::<Vec<_>>().join("&"))
-                }
-            ));
+            st.requests.push(line);
             st.queries
                 .push((method.clone(), path.clone(), query.clone()));
             if let Some(i) = st
@@ -1823,6 +1981,72 @@ mod tests {
         );
         assert!(cms.get("cfg").await.is_err(), "localhost is not a SAN");
         cancel.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_sustained_fault_answers_every_request_until_lifted_and_logs_each() {
+        let api = FakeApiServer::new();
+        api.put(&ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some("cfg".into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        let cms: Api<ConfigMap> = Api::namespaced(api.client(), "default");
+        // 429 as the API server's flow control answers it: the Status carries the delay
+        let put = |body: &str| api.fault_control("PUT", body.as_bytes()).status().as_u16();
+        assert_eq!(
+            put(r#"{"mode": "status", "code": 429, "retryAfterSeconds": 3}"#),
+            200
+        );
+        for _ in 0..2 {
+            match cms.get("cfg").await {
+                Err(kube::Error::Api(s)) => {
+                    assert_eq!((s.code, s.reason.as_str()), (429, "TooManyRequests"));
+                    assert_eq!(
+                        s.details.map(|d| d.retry_after_seconds),
+                        Some(3),
+                        "details.retryAfterSeconds"
+                    );
+                }
+                other => panic!("a 429 fault must answer 429: {other:?}"),
+            }
+        }
+        assert_eq!(put(r#"{"mode": "status", "code": 500}"#), 200);
+        match cms.get("cfg").await {
+            Err(kube::Error::Api(s)) => {
+                assert_eq!((s.code, s.reason.as_str()), (500, "InternalError"))
+            }
+            other => panic!("a 500 fault must answer 500: {other:?}"),
+        }
+        // hang: the request is held until the fault changes, then answered normally
+        assert_eq!(put(r#"{"mode": "hang"}"#), 200);
+        let held = tokio::spawn({
+            let cms = cms.clone();
+            async move { cms.get("cfg").await }
+        });
+        while api.fault_report().faulted.len() < 4 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!held.is_finished(), "a hung request is not answered");
+        assert_eq!(put(r#"{"mode": "off"}"#), 200);
+        let got = held.await.expect("join").expect("answered once lifted");
+        assert_eq!(got.metadata.name.as_deref(), Some("cfg"));
+        assert!(cms.get("cfg").await.is_ok(), "no fault: served");
+        let report = api.fault_report();
+        assert_eq!(report.fault, Fault::Off);
+        let faults: Vec<&str> = report.faulted.iter().map(|f| f.fault.as_str()).collect();
+        assert_eq!(faults, ["status 429", "status 429", "status 500", "hang"]);
+        assert!(
+            report.faulted[0]
+                .request
+                .starts_with("GET /api/v1/namespaces/default/configmaps/cfg")
+        );
+        // a malformed fault is refused naming the accepted forms
+        let bad = api.fault_control("PUT", br#"{"mode": "sometimes"}"#);
+        assert_eq!(bad.status().as_u16(), 400);
     }
 
     #[test]
