@@ -204,6 +204,65 @@ pub fn adjust_container(
     (adjust, notices)
 }
 
+/// What [`repairs`] finds in the runtime's running containers at Synchronize.
+#[derive(Debug, Default, PartialEq)]
+pub struct Repairs {
+    /// `rdma.max` updates for containers that run without the limit they should have.
+    pub updates: Vec<api::ContainerUpdate>,
+    /// Containers that run without the memlock limit they should have (`pod/container`): an
+    /// rlimit is set when the process starts, so only a restart of the container gives it.
+    pub without_memlock: Vec<String>,
+}
+
+/// The containers that run without what [`adjust_container`] gives them (pure). They exist when a
+/// container was created while no plugin answered for the agent: the agent killed or restarting
+/// during the runtime's CreateContainer call (the runtime then creates the container without
+/// the plugin's adjustment), or a container older than the agent. The `rdma.max` they miss is
+/// written by an update now (the runtime applies it to the running cgroup); a missing memlock
+/// limit cannot be given to a running process and is reported.
+pub fn repairs(
+    pods: &[api::PodSandbox],
+    containers: &[api::Container],
+    served: &NodeDevices,
+    policy: &Policy,
+) -> Repairs {
+    let mut out = Repairs::default();
+    for c in containers {
+        let Some(pod) = pods.iter().find(|p| p.id == c.pod_sandbox_id) else {
+            continue;
+        };
+        let (want, _notices) = adjust_container(pod, c, served, policy);
+        let unified =
+            |a: Option<&api::LinuxResources>| a.and_then(|r| r.unified.get("rdma.max")).cloned();
+        let want_max = unified(want.linux.as_ref().and_then(|l| l.resources.as_ref()));
+        let have_max = unified(c.linux.as_ref().and_then(|l| l.resources.as_ref()));
+        if let Some(line) = want_max
+            && have_max.as_deref().map(str::trim) != Some(line.trim())
+        {
+            out.updates.push(api::ContainerUpdate {
+                container_id: c.id.clone(),
+                linux: Some(api::LinuxContainerUpdate {
+                    resources: Some(api::LinuxResources {
+                        unified: [("rdma.max".to_string(), line)].into_iter().collect(),
+                    }),
+                }),
+                // one container the runtime cannot update must not fail the others' repair
+                ignore_failure: true,
+            });
+        }
+        let memlock_missing = want.rlimits.iter().any(|w| {
+            !c.rlimits
+                .iter()
+                .any(|h| h.r#type == w.r#type && h.hard == w.hard && h.soft == w.soft)
+        });
+        if memlock_missing {
+            out.without_memlock
+                .push(format!("{}/{}/{}", pod.namespace, pod.name, c.name));
+        }
+    }
+    out
+}
+
 /// The agent's NRI handler.
 pub struct AgentNri {
     /// Policy.
@@ -359,12 +418,27 @@ impl Handler for AgentNri {
                     n.last_error = None;
                 }
             });
+            let found = repairs(&pods, &containers, &self.served.borrow(), &self.policy);
+            for u in &found.updates {
+                tracing::warn!(
+                    container = %u.container_id,
+                    rdma_max = ?u.linux.as_ref().and_then(|l| l.resources.as_ref()).and_then(|r| r.unified.get("rdma.max")),
+                    "NRI: a running container lacks its rdma.max (created while the agent was not answering); writing it now"
+                );
+            }
+            if !found.without_memlock.is_empty() {
+                tracing::warn!(
+                    containers = ?found.without_memlock,
+                    "NRI: running containers lack their memlock limit (created while the agent was not answering); an rlimit cannot change in a running process: restart these pods"
+                );
+            }
             tracing::info!(
                 pods = pods.len(),
                 containers = containers.len(),
+                repaired = found.updates.len(),
                 "NRI: synchronized with the runtime (running containers keep their limits)"
             );
-            Vec::new()
+            found.updates
         })
     }
 
@@ -570,6 +644,73 @@ mod tests {
         assert_eq!(
             a.linux.unwrap().resources.unwrap().unified["rdma.max"],
             format!("{dev} hca_handle=1")
+        );
+    }
+
+    /// At Synchronize, a running container that holds a device and lacks its rdma.max (created
+    /// while the agent was not answering) gets an update with it; one that has it, or holds no
+    /// device, gets none; a missing memlock limit is reported, not updated.
+    #[test]
+    fn synchronize_repairs_a_missing_rdma_max_and_reports_a_missing_memlock() {
+        let (_t, served) = served();
+        let dev = served.devices[0].name.clone();
+        let mut annotated = pod(Some("hca_handle=2"));
+        annotated.id = "sb-1".into();
+        let line = format!("{dev} hca_handle=2");
+        let with = |id: &str, limit: Option<&str>, memlock: bool| {
+            let mut c = container(&[&format!("ERDMA_DEVICES={dev}")], &[]);
+            c.id = id.into();
+            c.pod_sandbox_id = "sb-1".into();
+            if let (Some(l), Some(linux)) = (limit, c.linux.as_mut()) {
+                linux.resources = Some(api::LinuxResources {
+                    unified: [("rdma.max".to_string(), l.to_string())]
+                        .into_iter()
+                        .collect(),
+                });
+            }
+            if memlock {
+                c.rlimits.push(api::PosixRlimit {
+                    r#type: "RLIMIT_MEMLOCK".into(),
+                    hard: u64::MAX,
+                    soft: u64::MAX,
+                });
+            }
+            c
+        };
+        let mut plain = container(&[], &[]);
+        plain.id = "c-plain".into();
+        plain.pod_sandbox_id = "sb-1".into();
+        let containers = [
+            with("c-bare", None, false),
+            with("c-done", Some(&line), true),
+            with("c-other", Some("rxe9 hca_handle=1"), true),
+            plain,
+        ];
+        let r = repairs(&[annotated], &containers, &served, &POLICY);
+        let updated: Vec<(&str, &str, bool)> = r
+            .updates
+            .iter()
+            .map(|u| {
+                let l = u.linux.as_ref().and_then(|l| l.resources.as_ref());
+                (
+                    u.container_id.as_str(),
+                    l.map_or("", |r| r.unified["rdma.max"].as_str()),
+                    u.ignore_failure,
+                )
+            })
+            .collect();
+        assert_eq!(
+            updated,
+            [
+                ("c-bare", line.as_str(), true),
+                ("c-other", line.as_str(), true)
+            ]
+        );
+        assert_eq!(r.without_memlock, ["ns/p/main"]);
+        // a container whose pod the runtime did not list is left alone
+        assert_eq!(
+            repairs(&[], &containers, &served, &POLICY),
+            Repairs::default()
         );
     }
 
