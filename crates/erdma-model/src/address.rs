@@ -49,7 +49,8 @@ impl FromStr for MacAddr {
         let mut parts = s.trim().split(':');
         for byte in &mut out {
             let part = parts.next().ok_or_else(err)?;
-            if part.len() != 2 {
+            // from_str_radix alone would also take a sign (`+a`).
+            if part.len() != 2 || !part.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(err());
             }
             *byte = u8::from_str_radix(part, 16).map_err(|_| err())?;
@@ -121,7 +122,8 @@ impl FromStr for NodeGuid {
         let mut groups = s.trim().split(':');
         for pair in out.chunks_mut(2) {
             let group = groups.next().ok_or_else(err)?;
-            if group.len() != 4 {
+            // from_str_radix alone would also take a sign (`+eff`).
+            if group.len() != 4 || !group.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(err());
             }
             let v = u16::from_str_radix(group, 16).map_err(|_| err())?;
