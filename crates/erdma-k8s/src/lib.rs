@@ -1,11 +1,13 @@
 //! The Kubernetes side of erdma (kube-rs): the `ERdmaDevice` CRD with the original's fields, the
-//! agent's view of it ([`agent`]), shared names ([`labels`]), typed install manifests
-//! ([`install`]) and, with the `fake` feature, an in-memory API server for tests ([`fake`]) and RBAC evaluated
-//! as the API server does ([`rbac`]).
+//! binaries' clients and their request deadlines ([`client`]), the agent's view of the CRD
+//! ([`agent`]), shared names ([`labels`]), typed install manifests ([`install`]) and, with the
+//! `fake` feature, an in-memory API server for tests ([`fake`]) and RBAC evaluated as the API
+//! server does ([`rbac`]).
 //!
 //! This library does not pick a k8s-openapi version feature; binaries do.
 
 pub mod agent;
+pub mod client;
 pub mod crd;
 pub mod events;
 #[cfg(feature = "fake")]
