@@ -4,7 +4,7 @@
 
 use crate::credentials::{CredentialError, CredentialProvider};
 use crate::encode::{iso8601, nonce};
-use crate::http::{HttpClient, HttpError, send};
+use crate::http::{HttpClient, HttpError, Timeouts, send};
 use crate::signer::{self, SignatureVersion, V3Input};
 use bytes::Bytes;
 use http_body_util::Full;
@@ -92,9 +92,10 @@ pub enum EcsError {
         /// `RequestId` for support tickets.
         request_id: String,
     },
-    /// Connection failure or timeout (after retries).
+    /// Connection failure or timeout (of the last attempt, after retries).
     #[error(
-        "ECS {action}: {source} (endpoint {endpoint}); fix: check network access to the ECS endpoint (set PUBLIC_NETWORK=true outside a VPC)"
+        "ECS {action}: {source} (endpoint {endpoint}, {attempts} attempt(s)); fix: check network access to the ECS endpoint (set PUBLIC_NETWORK=true outside a VPC){}",
+        timeout_hint(source)
     )]
     Transport {
         /// The action.
@@ -103,6 +104,8 @@ pub enum EcsError {
         endpoint: String,
         /// The HTTP error.
         source: HttpError,
+        /// Attempts made in all.
+        attempts: u32,
     },
     /// Credentials could not be obtained.
     #[error("ECS {action}: {source}")]
@@ -120,6 +123,15 @@ pub enum EcsError {
         /// What did not parse.
         message: String,
     },
+}
+
+fn timeout_hint(e: &HttpError) -> &'static str {
+    match e {
+        HttpError::Timeout(_) | HttpError::ConnectTimeout(_) => {
+            "; the deadlines are the controller config's ecsConnectTimeoutSeconds and ecsReadTimeoutSeconds"
+        }
+        _ => "",
+    }
 }
 
 fn hint(code: &str) -> &'static str {
@@ -207,6 +219,19 @@ impl EcsClient {
         })
     }
 
+    /// The same client with other deadlines per attempt (default: [`Timeouts::default`], the
+    /// Alibaba Cloud SDKs' connect 5 s and read 10 s). Each attempt of [`EcsClient::call`] has
+    /// them; the [`RetryPolicy`] decides how many attempts a timed-out call gets.
+    pub fn with_timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.http = HttpClient::new(timeouts);
+        self
+    }
+
+    /// The deadlines per attempt.
+    pub fn timeouts(&self) -> Timeouts {
+        self.http.timeouts()
+    }
+
     /// The region.
     pub fn region(&self) -> &str {
         &self.cfg.region
@@ -226,7 +251,12 @@ impl EcsClient {
                     tokio::time::sleep(wait).await;
                     attempt += 1;
                 }
-                Err(e) => return Err(e),
+                Err(mut e) => {
+                    if let EcsError::Transport { attempts, .. } = &mut e {
+                        *attempts = attempt;
+                    }
+                    return Err(e);
+                }
             }
         }
     }
@@ -327,6 +357,7 @@ impl EcsClient {
                 action: action.to_string(),
                 endpoint: self.cfg.endpoint.clone(),
                 source,
+                attempts: 1,
             })?;
         let value: Value = serde_json::from_slice(&body).map_err(|e| {
             // A gateway in front of ECS can answer 5xx with HTML: retryable like any 5xx.
