@@ -7,6 +7,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Default path of `config.json`.
 pub const CONFIG_PATH: &str = "/etc/erdma-controller/config.json";
@@ -35,6 +36,15 @@ fn cert_dir() -> String {
 }
 fn wait() -> u64 {
     300
+}
+fn kube_request_timeout() -> u64 {
+    erdma_k8s::client::DEFAULT_REQUEST_TIMEOUT.as_secs()
+}
+fn ecs_connect_timeout() -> u64 {
+    erdma_cloud::http::DEFAULT_CONNECT_TIMEOUT.as_secs()
+}
+fn ecs_read_timeout() -> u64 {
+    erdma_cloud::http::DEFAULT_READ_TIMEOUT.as_secs()
 }
 
 /// `config.json`.
@@ -80,6 +90,20 @@ pub struct Config {
     /// How long to wait for a new node to become Ready before provisioning anyway.
     #[serde(default = "wait")]
     pub wait_node_ready_timeout_seconds: u64,
+    /// Deadline of each Kubernetes API request that is not a watch, in seconds (default 70,
+    /// kube-controller-manager's; 0: none). Watches end by the API server's `timeoutSeconds`.
+    #[serde(default = "kube_request_timeout")]
+    pub kube_request_timeout_seconds: u64,
+    /// ECS: each attempt's connection must be up within this many seconds (default 5, the
+    /// Alibaba Cloud SDKs' `connectTimeout`; 0: none). STS and the metadata service keep their
+    /// defaults.
+    #[serde(default = "ecs_connect_timeout")]
+    pub ecs_connect_timeout_seconds: u64,
+    /// ECS: each attempt's whole answer must be in within this many seconds (default 10, the
+    /// Alibaba Cloud SDKs' `readTimeout`; 0: none). A timed-out attempt is retried with
+    /// backoff as a transport error, then the reconcile fails and is requeued.
+    #[serde(default = "ecs_read_timeout")]
+    pub ecs_read_timeout_seconds: u64,
 }
 
 impl Default for Config {
@@ -111,6 +135,24 @@ impl Config {
         }
     }
 
+    /// The deadline of Kubernetes API requests (`kubeRequestTimeoutSeconds`), `None` for none.
+    pub fn kube_request_timeout(&self) -> Option<Duration> {
+        seconds(self.kube_request_timeout_seconds)
+    }
+
+    /// The kube client options of the controller (`kubeRequestTimeoutSeconds`).
+    pub fn kube_client_options(&self) -> erdma_k8s::client::ClientOptions {
+        erdma_k8s::client::ClientOptions::with_deadline(self.kube_request_timeout())
+    }
+
+    /// The ECS deadlines per attempt (`ecsConnectTimeoutSeconds`, `ecsReadTimeoutSeconds`).
+    pub fn ecs_timeouts(&self) -> erdma_cloud::http::Timeouts {
+        erdma_cloud::http::Timeouts {
+            connect: seconds(self.ecs_connect_timeout_seconds),
+            read: seconds(self.ecs_read_timeout_seconds),
+        }
+    }
+
     /// The node label selector string (`k=v,k=v`), empty for all nodes.
     pub fn node_label_selector(&self) -> String {
         self.node_selector
@@ -119,6 +161,11 @@ impl Config {
             .collect::<Vec<_>>()
             .join(",")
     }
+}
+
+/// `n` seconds; 0 is no limit.
+fn seconds(n: u64) -> Option<Duration> {
+    (n > 0).then(|| Duration::from_secs(n))
 }
 
 /// `credential.json`.

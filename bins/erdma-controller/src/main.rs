@@ -111,7 +111,7 @@ async fn main() -> ExitCode {
 
 /// `--check-install`: the verdict on stdout, its exit status.
 async fn check_install(namespace: &str) -> ExitCode {
-    let client = match kube::Client::try_default().await {
+    let client = match erdma_k8s::client::infer(&Default::default()).await {
         Ok(c) => c,
         Err(e) => {
             tracing::error!("Kubernetes client: {e}");
@@ -154,7 +154,7 @@ fn check_usage(args: &Args) -> anyhow::Result<Config> {
 
 /// The controller until SIGTERM/SIGINT, or its fatal error.
 async fn run(args: Args, cfg: Config) -> anyhow::Result<()> {
-    let client = kube::Client::try_default()
+    let client = erdma_k8s::client::infer(&cfg.kube_client_options())
         .await
         .context("Kubernetes client")?;
     let cancel = CancellationToken::new();
@@ -257,7 +257,8 @@ async fn run(args: Args, cfg: Config) -> anyhow::Result<()> {
                 retry: RetryPolicy::default(),
             },
             Arc::new(CredentialProvider::new(source)),
-        )?;
+        )?
+        .with_timeouts(cfg.ecs_timeouts());
         let mut ctx = Ctx::new(client.clone(), ecs, cfg.clone());
         ctx.metrics = metrics.clone();
         let ctx = Arc::new(ctx);
