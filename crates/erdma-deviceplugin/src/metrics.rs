@@ -34,6 +34,15 @@ pub struct ResultLabel {
     pub result: String,
 }
 
+/// Labels with what prompted a registration attempt.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TriggerLabel {
+    /// `served` (the first attempt after serving the socket), `kubelet_socket` (`kubelet.sock`
+    /// appeared), `kubelet_socket_retry` (a new `kubelet.sock` that did not accept yet, retried
+    /// at short steps) or `backoff` (the back-off timer).
+    pub trigger: String,
+}
+
 /// All plugin metrics.
 pub struct Metrics {
     registry: Mutex<Registry>,
@@ -45,6 +54,8 @@ pub struct Metrics {
     pub allocate_seconds: Histogram,
     /// Register calls by result.
     pub registrations: Family<ResultLabel, Counter>,
+    /// Register attempts by what prompted them.
+    pub registration_attempts: Family<TriggerLabel, Counter>,
     /// Kubelet restarts noticed.
     pub kubelet_restarts: Counter,
     /// ListAndWatch messages sent.
@@ -88,6 +99,7 @@ impl Metrics {
             0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25,
         ]);
         let registrations = Family::<ResultLabel, Counter>::default();
+        let registration_attempts = Family::<TriggerLabel, Counter>::default();
         let kubelet_restarts = Counter::default();
         let list_and_watch_updates = Counter::default();
         let inventory_snapshots = Counter::default();
@@ -112,6 +124,11 @@ impl Metrics {
             registrations.clone(),
         );
         registry.register(
+            "registration_attempts",
+            "Register attempts, by what prompted them: served, kubelet_socket, kubelet_socket_retry, backoff",
+            registration_attempts.clone(),
+        );
+        registry.register(
             "kubelet_restarts",
             "Kubelet restarts noticed",
             kubelet_restarts.clone(),
@@ -132,6 +149,7 @@ impl Metrics {
             slots_allocated,
             allocate_seconds,
             registrations,
+            registration_attempts,
             kubelet_restarts,
             list_and_watch_updates,
             inventory_snapshots,
@@ -191,6 +209,15 @@ impl Metrics {
             })
             .inc();
         self.registered.store(ok, Ordering::Relaxed);
+    }
+
+    /// Records a Register attempt and what prompted it (a [`TriggerLabel`] value).
+    pub fn observe_registration_attempt(&self, trigger: &str) {
+        self.registration_attempts
+            .get_or_create(&TriggerLabel {
+                trigger: trigger.into(),
+            })
+            .inc();
     }
 
     /// Marks the plugin as not registered (its server is being re-created).

@@ -5,7 +5,10 @@
 //! `kubelet.sock` created; [`crate::dirwatch`]) plus a stat of both sockets every
 //! [`PluginConfig::safety_poll`] (every second while no watch is live). While the kubelet is
 //! down, registration is retried with a backoff (50 ms doubling to 5 s, cut short when
-//! `kubelet.sock` appears). Nothing here exits the process.
+//! `kubelet.sock` appears). A new `kubelet.sock` that refuses the connection (the kubelet binds
+//! it, so it appears, a moment before it listens) is retried every 20 ms for 2 s, so the grown
+//! back-off never decides when a kubelet that has just appeared is reached. Nothing here exits
+//! the process.
 
 use crate::config::PluginConfig;
 use crate::devices::ServedSet;
@@ -30,6 +33,11 @@ use tokio_util::sync::CancellationToken;
 const BACKOFF_START: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(15);
+/// How often a new `kubelet.sock` that refused the connection is tried again ...
+const SETTLE_STEP: Duration = Duration::from_millis(20);
+/// ... and for how long after its first refusal, before the back-off (from its start) takes over:
+/// a socket nobody listens on for that long is a stale one.
+const SETTLE_WINDOW: Duration = Duration::from_secs(2);
 
 /// Errors that stop the plugin before it starts.
 #[derive(Debug, thiserror::Error)]
@@ -272,11 +280,100 @@ impl Server {
     }
 }
 
-async fn register(state: &PluginState) -> Result<(), String> {
+/// Why a Register attempt failed.
+#[derive(Debug)]
+enum RegisterError {
+    /// `kubelet.sock` is missing or not a socket.
+    NoSocket(String),
+    /// `kubelet.sock` is there but the connection failed: nobody listens on it (yet, or any more).
+    Connect(String),
+    /// The kubelet was reached and refused the registration, or did not answer in time.
+    Register(String),
+}
+
+impl std::fmt::Display for RegisterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RegisterError::NoSocket(e) | RegisterError::Connect(e) | RegisterError::Register(e) => {
+                f.write_str(e)
+            }
+        }
+    }
+}
+
+/// What prompted a registration attempt (the `trigger` label of the attempts metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    /// The first attempt after serving our socket.
+    Served,
+    /// `kubelet.sock` appeared (its event, or a rescan that found it).
+    KubeletSocket,
+    /// A short step after a new `kubelet.sock` refused the connection.
+    KubeletSocketRetry,
+    /// The back-off timer.
+    Backoff,
+}
+
+impl Trigger {
+    fn label(self) -> &'static str {
+        match self {
+            Trigger::Served => "served",
+            Trigger::KubeletSocket => "kubelet_socket",
+            Trigger::KubeletSocketRetry => "kubelet_socket_retry",
+            Trigger::Backoff => "backoff",
+        }
+    }
+}
+
+/// The wait before the next attempt after a failed one.
+///
+/// The kubelet makes `kubelet.sock` with `bind()` and then `listen()`: the file appears, and the
+/// directory watch reports it, a moment before the kubelet accepts on it, and nothing marks that
+/// moment. An attempt the appearance prompted can be refused; waiting for the back-off then (grown
+/// to seconds while the kubelet was away) would let the timer, not the kubelet, decide when the
+/// plugin registers. So a `kubelet.sock` not seen refusing before is tried again every
+/// [`SETTLE_STEP`] for [`SETTLE_WINDOW`], and the back-off starts over after that.
+struct Retry {
+    backoff: Backoff,
+    /// The `kubelet.sock` (device, inode) last found refusing connections, and until when it is
+    /// tried at short steps.
+    refusing: Option<((u64, u64), tokio::time::Instant)>,
+}
+
+impl Retry {
+    fn new() -> Self {
+        Retry {
+            backoff: Backoff::new(BACKOFF_START, BACKOFF_MAX),
+            refusing: None,
+        }
+    }
+
+    /// The delay after `err` and what the attempt after it will be, given the identity of
+    /// `kubelet.sock` now.
+    fn after(
+        &mut self,
+        err: &RegisterError,
+        kubelet: Option<(u64, u64)>,
+        now: tokio::time::Instant,
+    ) -> (Duration, Trigger) {
+        if let (RegisterError::Connect(_), Some(id)) = (err, kubelet) {
+            if self.refusing.is_none_or(|(seen, _)| seen != id) {
+                self.refusing = Some((id, now + SETTLE_WINDOW));
+                self.backoff.reset();
+            }
+            if self.refusing.is_some_and(|(_, until)| now < until) {
+                return (SETTLE_STEP, Trigger::KubeletSocketRetry);
+            }
+        }
+        (self.backoff.next_delay(), Trigger::Backoff)
+    }
+}
+
+async fn register(state: &PluginState) -> Result<(), RegisterError> {
     let cfg = &state.cfg;
     let kubelet = cfg.kubelet_socket();
     if !uds::is_socket(&kubelet) {
-        return Err(if kubelet.exists() {
+        return Err(RegisterError::NoSocket(if kubelet.exists() {
             format!(
                 "{} is not a socket; is this the kubelet's device-plugin directory?",
                 kubelet.display()
@@ -286,11 +383,11 @@ async fn register(state: &PluginState) -> Result<(), String> {
                 "{} does not exist (kubelet down or restarting)",
                 kubelet.display()
             )
-        });
+        }));
     }
     let ch = uds::connect(&kubelet, ClientAuthority::Localhost, Duration::from_secs(2))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| RegisterError::Connect(e.to_string()))?;
     let req = api::RegisterRequest {
         version: api::VERSION.to_string(),
         endpoint: cfg.socket_name(),
@@ -303,17 +400,17 @@ async fn register(state: &PluginState) -> Result<(), String> {
     tokio::time::timeout(REGISTER_TIMEOUT, RegistrationClient::new(ch).register(req))
         .await
         .map_err(|_| {
-            format!(
+            RegisterError::Register(format!(
                 "Register on {} timed out after {REGISTER_TIMEOUT:?}",
                 kubelet.display()
-            )
+            ))
         })?
         .map_err(|s| {
-            format!(
+            RegisterError::Register(format!(
                 "kubelet rejected Register of {}: {}",
                 cfg.resource_name,
                 s.message()
-            )
+            ))
         })?;
     Ok(())
 }
@@ -387,10 +484,12 @@ async fn lifecycle(
         while events.try_recv().is_ok() {}
         watch.rescan_taken();
         // Register, retrying while the kubelet is away.
-        let mut reg_backoff = Backoff::new(BACKOFF_START, BACKOFF_MAX);
+        let mut retry = Retry::new();
+        let mut trigger = Trigger::Served;
         let kubelet_id = loop {
             let kubelet_id = file_id(&cfg.kubelet_socket());
-            match register(state).await {
+            state.metrics.observe_registration_attempt(trigger.label());
+            let delay = match register(state).await {
                 Ok(()) => {
                     state.metrics.observe_registration(true);
                     tracing::info!(resource = %cfg.resource_name, endpoint = %cfg.socket_name(), "registered with the kubelet");
@@ -401,13 +500,23 @@ async fn lifecycle(
                 }
                 Err(e) => {
                     state.metrics.observe_registration(false);
-                    tracing::warn!(
-                        "registration failed: {e}; retrying in {:?}",
-                        reg_backoff.peek()
+                    let (delay, next) = retry.after(
+                        &e,
+                        file_id(&cfg.kubelet_socket()),
+                        tokio::time::Instant::now(),
                     );
+                    if next == Trigger::KubeletSocketRetry {
+                        tracing::debug!(
+                            "registration failed: {e}; kubelet.sock is new and may not be listened on yet; retrying in {delay:?}"
+                        );
+                    } else {
+                        tracing::warn!("registration failed: {e}; retrying in {delay:?}");
+                    }
+                    trigger = next;
+                    delay
                 }
-            }
-            let deadline = tokio::time::sleep(reg_backoff.next_delay());
+            };
+            let deadline = tokio::time::sleep(delay);
             tokio::pin!(deadline);
             loop {
                 tokio::select! {
@@ -417,10 +526,14 @@ async fn lifecycle(
                         break;
                     }
                     ev = events.recv() => match ev {
-                        Some(DirEvent::KubeletSocketCreated) => break,
+                        Some(DirEvent::KubeletSocketCreated) => {
+                            trigger = Trigger::KubeletSocket;
+                            break;
+                        }
                         Some(DirEvent::Rescan) => {
                             watch.rescan_taken();
                             if uds::is_socket(&cfg.kubelet_socket()) {
+                                trigger = Trigger::KubeletSocket;
                                 break;
                             }
                         }
@@ -487,5 +600,91 @@ async fn lifecycle(
                 continue 'outer;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::time::Instant;
+
+    fn refused() -> RegisterError {
+        RegisterError::Connect("connection refused".into())
+    }
+
+    /// The delays `retry` gives for failures `every` apart, all with `err` on socket `id`, until
+    /// `span` has passed.
+    fn delays(
+        retry: &mut Retry,
+        err: &RegisterError,
+        id: Option<(u64, u64)>,
+        start: Instant,
+        span: Duration,
+    ) -> Vec<(Duration, Trigger)> {
+        let mut now = start;
+        let mut out = Vec::new();
+        while now < start + span {
+            let (d, t) = retry.after(err, id, now);
+            out.push((d, t));
+            now += d;
+        }
+        out
+    }
+
+    #[test]
+    fn a_new_kubelet_socket_that_refuses_is_tried_at_short_steps_then_the_backoff_starts_over() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut retry = Retry::new();
+        // kubelet.sock absent for a while: the back-off grows.
+        let absent = RegisterError::NoSocket("absent".into());
+        let grown = delays(&mut retry, &absent, None, t0, ms(3000));
+        assert!(grown.iter().all(|&(_, t)| t == Trigger::Backoff));
+        assert_eq!(retry.backoff.peek(), ms(3200));
+        // It appears and refuses (bound, not listened on yet): short steps for the window, not
+        // the 3.2 s the back-off had reached.
+        let at = t0 + ms(3000);
+        let new = Some((1, 10));
+        let steps = delays(&mut retry, &refused(), new, at, SETTLE_WINDOW);
+        assert_eq!(steps.len() as u32, SETTLE_WINDOW.as_millis() as u32 / 20);
+        assert!(
+            steps
+                .iter()
+                .all(|&s| s == (SETTLE_STEP, Trigger::KubeletSocketRetry))
+        );
+        // Still refusing after the window: a stale socket; the back-off from its start.
+        let later = at + SETTLE_WINDOW;
+        assert_eq!(
+            retry.after(&refused(), new, later),
+            (ms(50), Trigger::Backoff)
+        );
+        assert_eq!(
+            retry.after(&refused(), new, later + ms(50)),
+            (ms(100), Trigger::Backoff)
+        );
+        // Another kubelet.sock: a window of its own.
+        let other = Some((1, 11));
+        assert_eq!(
+            retry.after(&refused(), other, later + ms(150)),
+            (SETTLE_STEP, Trigger::KubeletSocketRetry)
+        );
+    }
+
+    #[test]
+    fn only_a_refused_connection_to_an_existing_socket_is_retried_at_short_steps() {
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let mut retry = Retry::new();
+        let id = Some((1, 10));
+        let rejected = RegisterError::Register("kubelet rejected Register".into());
+        assert_eq!(retry.after(&rejected, id, t0), (ms(50), Trigger::Backoff));
+        assert_eq!(retry.after(&rejected, id, t0), (ms(100), Trigger::Backoff));
+        let missing = RegisterError::NoSocket("absent".into());
+        assert_eq!(retry.after(&missing, None, t0), (ms(200), Trigger::Backoff));
+        // Refused, but the socket has gone again by the time it is looked at: no window.
+        assert_eq!(
+            retry.after(&refused(), None, t0),
+            (ms(400), Trigger::Backoff)
+        );
     }
 }

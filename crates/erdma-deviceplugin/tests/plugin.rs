@@ -1025,3 +1025,127 @@ async fn malformed_bytes_and_protobuf_are_rejected_and_the_plugin_keeps_serving(
     assert!(h.kubelet.state().resources[RESOURCE].connected);
     h.stop().await;
 }
+
+/// `kubelet.sock` made as the kubelet's `net.Listen` makes it: `bind()` (the file appears, and
+/// the directory watch reports it) before `listen()`. Returns the socket, not listening yet.
+fn bind_without_listening(path: &std::path::Path) -> std::os::fd::OwnedFd {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, bind, socket};
+    use std::os::fd::AsRawFd;
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .expect("socket");
+    bind(fd.as_raw_fd(), &UnixAddr::new(path).expect("socket path")).expect("bind");
+    fd
+}
+
+/// Listens on a socket from [`bind_without_listening`].
+fn listen_now(fd: std::os::fd::OwnedFd) -> tokio::net::UnixListener {
+    use nix::sys::socket::{Backlog, listen};
+    listen(&fd, Backlog::new(128).unwrap()).expect("listen");
+    let l = std::os::unix::net::UnixListener::from(fd);
+    l.set_nonblocking(true).unwrap();
+    tokio::net::UnixListener::from_std(l).unwrap()
+}
+
+/// A counter of the plugin's metrics: the value on the line that starts with `name` (0 when the
+/// line is not there yet).
+fn counter(metrics: &erdma_deviceplugin::Metrics, name: &str) -> u64 {
+    metrics
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn attempts(metrics: &erdma_deviceplugin::Metrics, trigger: &str) -> u64 {
+    counter(
+        metrics,
+        &format!("erdma_deviceplugin_registration_attempts_total{{trigger=\"{trigger}\"}} "),
+    )
+}
+
+fn all_attempts(metrics: &erdma_deviceplugin::Metrics) -> u64 {
+    [
+        "served",
+        "kubelet_socket",
+        "kubelet_socket_retry",
+        "backoff",
+    ]
+    .iter()
+    .map(|t| attempts(metrics, t))
+    .sum()
+}
+
+fn registrations(metrics: &erdma_deviceplugin::Metrics, result: &str) -> u64 {
+    counter(
+        metrics,
+        &format!("erdma_deviceplugin_registrations_total{{result=\"{result}\"}} "),
+    )
+}
+
+/// The restart order of issue 30: the kubelet goes away and removes `kubelet.sock`; the plugin's
+/// own socket is removed (the kubelet's cleanup) while `kubelet.sock` stays absent for `absent`,
+/// long enough for the registration back-off to grow; then `kubelet.sock` appears, bound before it
+/// listens like the kubelet's own, and the attempt its appearance prompts is refused; then the
+/// kubelet listens. The Register that follows must come from the plugin trying the new socket
+/// again at once, not from the back-off timer (grown to 0.8 s after 0.7 s, 3.2 s after 3 s).
+async fn registers_promptly_when_kubelet_sock_listens_after(absent: Duration) {
+    let h = start(two_numa_node(), |_, _| {}).await;
+    wait_until(|| h.metrics.is_registered()).await;
+    let registered = h.kubelet.state().registrations;
+    h.kubelet.go_down().await;
+    std::fs::remove_file(h.cfg.socket_path()).expect("the plugin's socket is there to remove");
+    tokio::time::sleep(absent).await;
+    let ok = registrations(&h.metrics, "ok");
+    let before = all_attempts(&h.metrics);
+    let fd = bind_without_listening(&h.kubelet.socket());
+    // An attempt started after kubelet.sock appeared and none is under way: it was refused.
+    // (Attempts are counted when they start, results when they end: read in that order.)
+    wait_until(|| {
+        let a = all_attempts(&h.metrics);
+        a > before && a == registrations(&h.metrics, "error") + ok
+    })
+    .await;
+    h.kubelet.come_back_on(listen_now(fd));
+    let listening = Instant::now();
+    let backoff = attempts(&h.metrics, "backoff");
+    h.kubelet
+        .wait_for(DEADLINE, |s| s.registrations > registered)
+        .await
+        .unwrap_or_else(|e| panic!("no Register after {absent:?} without kubelet.sock: {e}"));
+    let took = listening.elapsed();
+    let m = &h.metrics;
+    eprintln!(
+        "kubelet.sock absent {absent:?}: listening -> Register {took:?}; attempts by trigger: kubelet_socket {}, kubelet_socket_retry {}, backoff {} ({backoff} when it listened)",
+        attempts(m, "kubelet_socket"),
+        attempts(m, "kubelet_socket_retry"),
+        attempts(m, "backoff"),
+    );
+    assert_eq!(
+        attempts(m, "backoff"),
+        backoff,
+        "kubelet.sock absent {absent:?}: the back-off timer, not the kubelet's socket, decided when the plugin registered ({took:?} after it listened)"
+    );
+    h.wait_registered(registered + 1).await;
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_promptly_when_kubelet_sock_listens_after_700ms_away() {
+    registers_promptly_when_kubelet_sock_listens_after(Duration::from_millis(700)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_promptly_when_kubelet_sock_listens_after_1500ms_away() {
+    registers_promptly_when_kubelet_sock_listens_after(Duration::from_millis(1500)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_promptly_when_kubelet_sock_listens_after_3s_away() {
+    registers_promptly_when_kubelet_sock_listens_after(Duration::from_secs(3)).await;
+}

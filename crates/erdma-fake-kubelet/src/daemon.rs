@@ -177,6 +177,11 @@ impl FakeKubelet {
     fn serve_registration(&self) -> Result<()> {
         let path = self.shared.cfg.dir.join(api::KUBELET_SOCKET_NAME);
         let listener = uds::bind(&path)?;
+        self.serve_registration_on(listener);
+        Ok(())
+    }
+
+    fn serve_registration_on(&self, listener: tokio::net::UnixListener) {
         let cancel = self.background.child_token();
         let svc = RegistrationServer::new(RegistrationService {
             shared: self.shared.clone(),
@@ -192,7 +197,6 @@ impl FakeKubelet {
             }
         });
         *self.server.lock().unwrap_or_else(|p| p.into_inner()) = Some((cancel, task));
-        Ok(())
     }
 
     /// Makes every following Register fail with `reason` (None: accept again), to test how a
@@ -251,6 +255,24 @@ impl FakeKubelet {
     /// the directory (as the kubelet's `CleanupPluginDirectory` does), then re-creates
     /// `kubelet.sock`. The allocation ledger (the checkpoint) survives.
     pub async fn restart(&self) -> Result<()> {
+        self.stop_and_forget().await;
+        remove_sockets(self.dir(), self.shared.cfg.pod_resources_socket.as_deref())?;
+        self.serve_registration()?;
+        self.shared.changed();
+        Ok(())
+    }
+
+    /// The first half of a restart, for tests of other restart orders: stops serving, forgets
+    /// every plugin, counts the restart and removes `kubelet.sock` only (plugin sockets are left
+    /// to the caller). [`FakeKubelet::come_back`] is the second half.
+    pub async fn go_down(&self) {
+        self.stop_and_forget().await;
+        let _ = std::fs::remove_file(self.socket());
+        self.shared.changed();
+    }
+
+    /// Stops serving `kubelet.sock`, forgets every plugin and counts a restart.
+    async fn stop_and_forget(&self) {
         let old = self.server.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some((cancel, task)) = old {
             cancel.cancel();
@@ -266,10 +288,20 @@ impl FakeKubelet {
             mem.state.resources.clear();
             mem.state.kubelet_restarts += 1;
         }
-        remove_sockets(self.dir(), self.shared.cfg.pod_resources_socket.as_deref())?;
+    }
+
+    /// Serves `kubelet.sock` again after [`FakeKubelet::go_down`]; it listens when this returns.
+    pub fn come_back(&self) -> Result<()> {
         self.serve_registration()?;
         self.shared.changed();
         Ok(())
+    }
+
+    /// Like [`FakeKubelet::come_back`], on a listener the caller made at `kubelet.sock`: as the
+    /// kubelet's `net.Listen` does, the caller can bind first (the file appears) and listen later.
+    pub fn come_back_on(&self, listener: tokio::net::UnixListener) {
+        self.serve_registration_on(listener);
+        self.shared.changed();
     }
 
     /// Stops serving and removes `kubelet.sock` (plugin sockets are left alone).
