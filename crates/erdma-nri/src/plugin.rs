@@ -24,6 +24,10 @@ use tokio_util::sync::CancellationToken;
 pub const RUNTIME_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long registration may take.
 pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most pods and containers a split Synchronize may carry in all its parts (a node runs a few
+/// hundred at most); a runtime that sends more is refused, so that endless `more` parts cannot
+/// grow the plugin's memory without bound.
+pub const MAX_SYNC_OBJECTS: usize = 100_000;
 
 /// Errors of a plugin session.
 #[derive(Debug, thiserror::Error)]
@@ -465,6 +469,17 @@ impl<H: Handler> PluginService<H> {
             p.pods.extend(req.pods);
             p.containers.extend(req.containers);
             p.parts += 1;
+            if p.pods.len() + p.containers.len() > MAX_SYNC_OBJECTS {
+                let parts = p.parts;
+                pending.take();
+                self.observe(Hook::Synchronize, Outcome::Error, started);
+                return Err((
+                    code::INTERNAL,
+                    format!(
+                        "Synchronize carries more than {MAX_SYNC_OBJECTS} pods and containers in {parts} parts; refused"
+                    ),
+                ));
+            }
             if req.more {
                 return Ok(api::SynchronizeResponse {
                     update: Vec::new(),
