@@ -312,13 +312,14 @@ proptest! {
         }
     }
 
-    /// Envelopes and NRI requests from arbitrary bytes: prost decodes or refuses; a decoded
-    /// request encodes again to bytes no longer than the input (unknown fields are dropped).
+    /// Envelopes and NRI requests from arbitrary bytes: prost decodes or refuses; what it keeps
+    /// is linear in the input: encoded again it is at most twice as long (unknown fields are
+    /// dropped; only a negative int32 sent as a 5-byte varint grows, to 10 bytes).
     #[test]
     fn envelopes_and_requests_from_arbitrary_bytes(body in prop::collection::vec(any::<u8>(), 0..512)) {
         fn check<M: prost::Message + Default>(body: &[u8]) -> Result<(), TestCaseError> {
             if let Ok(m) = M::decode(body) {
-                prop_assert!(m.encoded_len() <= body.len());
+                prop_assert!(m.encoded_len() <= 2 * body.len());
             }
             Ok(())
         }
