@@ -226,7 +226,8 @@ impl Checkpoint {
         crate::write_atomic(path, &text)
     }
 
-    /// What each ResourceSlice device has given out, over every claim except `except_uid`.
+    /// What each ResourceSlice device has given out, over every claim except `except_uid`
+    /// (sums saturate at `u64::MAX`).
     pub fn used(&self, except_uid: Option<&str>) -> BTreeMap<String, Used> {
         let mut out: BTreeMap<String, Used> = BTreeMap::new();
         for (uid, c) in &self.claims {
@@ -236,9 +237,11 @@ impl Checkpoint {
             let mut counted = std::collections::BTreeSet::new();
             for d in &c.devices {
                 let u = out.entry(d.device.clone()).or_default();
-                u.shares += d.shares;
-                u.hca_handle += d.limits.hca_handle;
-                u.hca_object += d.limits.hca_object;
+                // Saturating: the file is read from disk, and a corrupt or hostile one must not
+                // wrap a device's holdings round to little (or panic).
+                u.shares = u.shares.saturating_add(d.shares);
+                u.hca_handle = u.hca_handle.saturating_add(d.limits.hca_handle);
+                u.hca_object = u.hca_object.saturating_add(d.limits.hca_object);
                 if counted.insert(d.device.clone()) {
                     u.claims += 1;
                 }
