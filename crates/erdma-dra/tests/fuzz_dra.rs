@@ -11,6 +11,8 @@
 //! - `Checkpoint::load_since` over the same bytes in a file: a result, never a panic; a corrupt
 //!   file is left in place unless it predates the boot.
 //! - `quantity::parse` against an oracle of the grammar (digits and one of the suffixes).
+//! - Claim UIDs (from NodePrepareResources) accepted by `cdi::valid_uid` name a spec file inside
+//!   the CDI directory, never outside it.
 
 use erdma_dra::cdi::RdmaLimits;
 use erdma_dra::checkpoint::{Checkpoint, PreparedClaim, PreparedDevice, Record, claims_by_device};
@@ -228,6 +230,19 @@ proptest! {
     fn checkpoint_with_hostile_numbers((text, cp) in hostile_file()) {
         let parsed = check_file(&text)?;
         prop_assert_eq!(parsed.as_ref(), Some(&cp));
+    }
+
+    /// Claim UIDs from the kubelet's NodePrepareResources become file and CDI device names: an
+    /// accepted UID keeps the spec file directly inside the CDI directory.
+    #[test]
+    fn claim_uids_stay_file_names(uid in prop_oneof![any::<String>(), "[a-zA-Z0-9._/-]{0,12}", Just("..".to_string()), Just("a/../../etc".to_string())]) {
+        let dir = std::path::Path::new("/var/run/cdi");
+        if erdma_dra::cdi::valid_uid(&uid) {
+            prop_assert!(!uid.contains('/') && uid.len() <= 128);
+            let p = erdma_dra::cdi::spec_path(dir, "erdma.alibabacloud.com", &uid);
+            prop_assert_eq!(p.parent(), Some(dir));
+            prop_assert!(p.components().all(|c| !matches!(c, std::path::Component::ParentDir)));
+        }
     }
 
     #[test]
