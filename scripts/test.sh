@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README, second set-up command; `.ci/run` calls it).
 # Installs what the tests need on a fresh Debian 12 machine, then runs, in order:
-#   rustfmt check, clippy -D warnings, every workspace test, the #[ignore]d tests that need root
+#   rustfmt check, clippy -D warnings, every workspace test, the fuzz tests again with more cases
+#   (tests/fuzz_*.rs: parsers fed arbitrary and mutated input), the #[ignore]d tests that need root
 #   (run here with --ignored; CI runs as root), the ECS SDK, Helm and deploy lint checks, the
 #   three images (scripts/build-images.sh), the example training script, and the lab scenarios
 #   on real kernels (which also run the #[ignore]d tests of the `::lab::` modules in the VMs).
@@ -72,6 +73,14 @@ stage imports python3 scripts/imports.py
 stage cargo-test cargo test --workspace --all-features --locked --no-fail-fast
 read -r t_pass t_fail t_ign < <(libtest_sum "$LOGS/cargo-test.log")
 
+# The fuzz targets (tests/fuzz_*.rs of each crate: NCCL logs, sysfs values, values files,
+# annotations, ERdmaDevice objects, kubelet/NRI protobuf and framing) again with more cases than
+# the cargo-test stage's defaults; ERDMA_FUZZ_CASES changes it (docs/testing.md).
+fuzz_cases=${ERDMA_FUZZ_CASES:-2000}
+stage fuzz env PROPTEST_CASES="$fuzz_cases" cargo test --workspace --all-features --locked --no-fail-fast --test 'fuzz_*'
+read -r z_pass z_fail _ < <(libtest_sum "$LOGS/fuzz.log")
+if [ "$z_pass" = 0 ] && [[ ! " ${failures[*]} " =~ " fuzz " ]]; then echo "FAIL: no fuzz test ran"; failures+=(fuzz); fi
+
 # #[ignore]d tests that need root (namespaces, veth, mknod) or a kernel without SMC: this host.
 # Those in `::lab::` modules need a lab VM (BPF, SMC, kernel modules): lab/ci.sh runs them.
 stage ignored-on-host cargo test "${targets[@]}" --no-fail-fast -- --ignored --skip ::lab::
@@ -129,7 +138,7 @@ verdict() { if [[ " ${failures[*]} " =~ " $1 " ]]; then echo FAILED; else echo o
 example=$(verdict example)
 lab="$l_pass passed, $l_fail failed"; [ -n "$lab_note" ] && lab=skipped
 status=ok; [ ${#failures[@]} -gt 0 ] && status="FAILED (${failures[*]})"
-printf '\nSUMMARY: %s | cargo test: %s passed, %s failed, %s ignored | #[ignore]d on this host: %s passed, %s failed | #[ignore]d lab tests: %s of %s passed in a VM (%s runs%s) | ECS SDK oracle: %s | Helm chart: %s | deploy lint: %s | images: %s | example training script: %s | lab scenarios: %s | skips: %s%s\n' \
-  "$status" "$t_pass" "$t_fail" "$t_ign" "$h_pass" "$h_fail" "$((lab_only - lab_missing))" "$lab_only" \
+printf '\nSUMMARY: %s | cargo test: %s passed, %s failed, %s ignored | fuzz (%s cases): %s passed, %s failed | #[ignore]d on this host: %s passed, %s failed | #[ignore]d lab tests: %s of %s passed in a VM (%s runs%s) | ECS SDK oracle: %s | Helm chart: %s | deploy lint: %s | images: %s | example training script: %s | lab scenarios: %s | skips: %s%s\n' \
+  "$status" "$t_pass" "$t_fail" "$t_ign" "$fuzz_cases" "$z_pass" "$z_fail" "$h_pass" "$h_fail" "$((lab_only - lab_missing))" "$lab_only" \
   "$l_ign" "${l_where:+: ${l_where:1:-1}}" "$(verdict ecs-sdk)" "$(verdict helm)" "$(verdict lint-deploy)" "$(verdict images)" "$example" "$lab" "$skips" "${lab_note:+ ($lab_note)}"
 [ ${#failures[@]} -eq 0 ]
