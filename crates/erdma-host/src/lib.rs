@@ -7,7 +7,8 @@
 //! door in the crate that owns the concern: kernel modules and the driver installer
 //! (`erdma-driver`'s `Host`), SMC netlink, namespaces, sysctls and the BPF policy (`erdma-smc`),
 //! routes and addresses (`erdma-netdev`); the agent's flag parsing and the lab read a few `/proc`
-//! files directly. [`resident`] gives the process's start-up pages back to the kernel; `logs`
+//! files directly. [`watched`] gives sysfs attribute reads a time limit (a stuck driver never
+//! answers one). [`resident`] gives the process's start-up pages back to the kernel; `logs`
 //! (feature `logs`) sets up every binary's logs on stderr.
 
 pub mod addrs;
@@ -18,6 +19,7 @@ pub mod plugin_dir;
 pub mod resident;
 pub mod rooted;
 pub mod sysfs;
+pub mod watched;
 
 #[cfg(feature = "fake")]
 pub mod fake;
@@ -27,3 +29,4 @@ pub mod fixtures;
 pub use addrs::{InterfaceAddrs, LiveInterfaceAddrs, NoInterfaceAddrs};
 pub use devfs::{DevFs, DevNode, RootedDevFs};
 pub use sysfs::{RootedSysfs, Sysfs, SysfsError};
+pub use watched::WatchedSysfs;

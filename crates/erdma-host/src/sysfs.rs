@@ -11,6 +11,7 @@ use std::io::{self, Read};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Largest attribute file read; sysfs attributes are at most one page.
 pub const MAX_ATTR_BYTES: u64 = 64 * 1024;
@@ -27,6 +28,28 @@ pub enum SysfsError {
     /// The file is larger than any sysfs attribute can be.
     #[error("{0} is larger than {MAX_ATTR_BYTES} bytes, not a sysfs attribute")]
     TooLarge(PathBuf),
+    /// The read did not answer within its time limit (see [`crate::watched`]); its thread was
+    /// left behind, still waiting.
+    #[error(
+        "{path}: no answer within {limit:?}: the read is still blocked (a driver stuck in this attribute?)"
+    )]
+    NoAnswer {
+        /// The path.
+        path: PathBuf,
+        /// The time limit.
+        limit: Duration,
+    },
+    /// Not read: another attribute of the same directory did not answer within its time limit
+    /// (one driver lock usually guards them all; see [`crate::watched`]).
+    #[error("{path}: not read: {blocked} in the same directory has not answered within {limit:?}")]
+    Skipped {
+        /// The path.
+        path: PathBuf,
+        /// The blocked attribute.
+        blocked: PathBuf,
+        /// The time limit.
+        limit: Duration,
+    },
     /// Any other I/O error.
     #[error("{path}: {source}")]
     Io {
@@ -91,7 +114,7 @@ pub struct RootedSysfs {
     /// Resolved directories by relative path, for one scan (see [`Sysfs::refresh`]).
     dirs: Mutex<DirCache>,
     /// Attributes kept open for [`Sysfs::reread_attr`].
-    rereads: Mutex<HashMap<OsString, OpenAttr, BuildHasherDefault<Fnv>>>,
+    rereads: Mutex<HashMap<OsString, Arc<OpenAttr>, BuildHasherDefault<Fnv>>>,
 }
 
 /// Most attributes a [`RootedSysfs`] keeps open for re-reading (a health re-read of 64 devices
@@ -199,6 +222,12 @@ impl RootedSysfs {
             dirs: Mutex::new(DirCache::default()),
             rereads: Mutex::new(HashMap::default()),
         }
+    }
+
+    fn rereads(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<OsString, Arc<OpenAttr>, BuildHasherDefault<Fnv>>> {
+        self.rereads.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The root directory.
@@ -396,12 +425,20 @@ impl Sysfs for RootedSysfs {
     }
 
     fn reread_attr(&self, rel: &Path) -> Result<String, SysfsError> {
-        let mut open = self.rereads.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(attr) = open.get(rel.as_os_str()) {
+        // No lock is held while a file is opened or read: a read that never answers (a stuck
+        // driver) must not hold up the re-reads of every other attribute.
+        let kept = self.rereads().get(rel.as_os_str()).cloned();
+        if let Some(attr) = kept {
             match attr.reread() {
                 Reread::Current(bytes) => return self.decode(rel, bytes),
                 Reread::Reopen => {
-                    open.remove(rel.as_os_str());
+                    let mut open = self.rereads();
+                    if open
+                        .get(rel.as_os_str())
+                        .is_some_and(|a| Arc::ptr_eq(a, &attr))
+                    {
+                        open.remove(rel.as_os_str());
+                    }
                 }
             }
         }
@@ -411,26 +448,22 @@ impl Sysfs for RootedSysfs {
             .map_err(|e| SysfsError::from_io(&shown(), e))?;
         let on_sysfs = nix::sys::statfs::fstatfs(&file)
             .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::SYSFS_MAGIC);
-        let attr = OpenAttr { file, on_sysfs };
+        let attr = Arc::new(OpenAttr { file, on_sysfs });
         match attr.reread() {
             Reread::Current(bytes) => {
+                let mut open = self.rereads();
                 if open.len() < MAX_REREADS {
                     open.insert(rel.as_os_str().to_os_string(), attr);
                 }
+                drop(open);
                 self.decode(rel, bytes)
             }
-            Reread::Reopen => {
-                drop(open);
-                self.read_attr(rel)
-            }
+            Reread::Reopen => self.read_attr(rel),
         }
     }
 
     fn close_rereads(&self) {
-        self.rereads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.rereads().clear();
     }
 
     fn read_link(&self, rel: &Path) -> Result<PathBuf, SysfsError> {

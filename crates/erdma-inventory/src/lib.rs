@@ -7,6 +7,11 @@
 //!
 //! The walk, per device, is: identity (driver, PCI function, kind) → attributes → ports and GIDs →
 //! protocol mode → paired netdev → character devices → health.
+//!
+//! Every attribute read has a time limit ([`erdma_host::watched`]): a scan or a refresh runs on a
+//! thread of its own, and an attribute that does not answer (a driver stuck in it) becomes a
+//! finding naming the file, "no answer within 2s", instead of a scan that never ends. The thread
+//! stuck in it is left behind and reported by [`Inventory::pending_reads`].
 
 mod chardev;
 pub mod events;
@@ -17,9 +22,13 @@ mod node;
 mod ports;
 mod read;
 
+use erdma_host::watched::{PendingRead, Unanswered, WatchedSysfs};
 use erdma_host::{DevFs, InterfaceAddrs, Sysfs};
-use erdma_model::NodeDevices;
+use erdma_model::{Finding, NodeDevices};
 use std::sync::Arc;
+use std::time::Duration;
+
+pub use erdma_host::watched::DEFAULT_READ_LIMIT;
 
 pub use node::DEVICE_CLASS;
 
@@ -37,26 +46,59 @@ pub struct Sources {
 /// Scans a node's RDMA devices.
 #[derive(Clone)]
 pub struct Inventory {
+    /// `sysfs` is `watched`.
     sources: Sources,
+    watched: Arc<WatchedSysfs>,
 }
 
 impl Inventory {
-    /// An inventory reading through `sources`.
+    /// An inventory reading through `sources`, each attribute read given [`DEFAULT_READ_LIMIT`].
     pub fn new(sources: Sources) -> Self {
-        Inventory { sources }
+        Self::with_read_limit(sources, DEFAULT_READ_LIMIT)
     }
 
-    /// Takes a snapshot of every RDMA device.
+    /// An inventory reading through `sources`, each attribute read given `limit`.
+    pub fn with_read_limit(mut sources: Sources, limit: Duration) -> Self {
+        let watched = Arc::new(WatchedSysfs::new(sources.sysfs, limit));
+        sources.sysfs = watched.clone();
+        Inventory { sources, watched }
+    }
+
+    /// Takes a snapshot of every RDMA device. Blocks the calling thread (for as long as sysfs
+    /// takes, at most about the read limit per attribute that does not answer): call it off an
+    /// async runtime's workers.
     pub fn scan(&self) -> NodeDevices {
-        node::scan(&self.sources)
+        let sources = self.sources.clone();
+        self.watched
+            .run(move || node::scan(&sources))
+            .unwrap_or_else(given_up)
     }
 
     /// Re-reads only what changes at run time (port states, netdev operstate, char-device presence)
     /// for the devices of `previous`, and recomputes their health. Falls back to a full
     /// [`Inventory::scan`] when the set of devices, the erdma module mode or a device's uverbs
     /// mapping may have changed. About 5 reads per device instead of ~100: cheap enough to poll.
+    /// Blocks as [`Inventory::scan`] does.
     pub fn refresh(&self, previous: &NodeDevices) -> NodeDevices {
-        node::refresh(&self.sources, previous).unwrap_or_else(|| self.scan())
+        let sources = self.sources.clone();
+        // Taken by the first run of the job; a run started again after a blocked read (the first
+        // one left behind with it) scans everything instead.
+        let previous = std::sync::Mutex::new(Some(previous.clone()));
+        self.watched
+            .run(move || {
+                let taken = previous.lock().unwrap_or_else(|e| e.into_inner()).take();
+                taken
+                    .and_then(|p| node::refresh(&sources, p))
+                    .unwrap_or_else(|| node::scan(&sources))
+            })
+            .unwrap_or_else(given_up)
+    }
+
+    /// The attribute reads waiting now, the longest first: those of a scan in progress, and
+    /// those given up that are still blocked (their threads left behind). What a shutdown
+    /// abandons.
+    pub fn pending_reads(&self) -> Vec<PendingRead> {
+        self.watched.pending()
     }
 
     /// Forgets the attributes the health re-read keeps open, so that the next re-read opens them
@@ -74,4 +116,13 @@ impl Inventory {
     pub fn link_down(previous: &NodeDevices, netdev: &str) -> Option<NodeDevices> {
         node::link_down(previous, netdev)
     }
+}
+
+/// The snapshot when sysfs does not answer at all: no device, and the reads that are blocked.
+fn given_up(e: Unanswered) -> NodeDevices {
+    let mut node = NodeDevices::empty();
+    node.findings.push(Finding::error(format!(
+        "{e}; no device is listed until they answer (a driver stuck? see dmesg for hung tasks)"
+    )));
+    node
 }

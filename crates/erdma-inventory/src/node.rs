@@ -239,8 +239,9 @@ fn scan_device(sources: &Sources, ctx: &NodeContext, name: &str) -> RdmaDevice {
     dev
 }
 
-/// The cheap re-read behind [`crate::Inventory::refresh`]; `None` asks for a full scan.
-pub(crate) fn refresh(sources: &Sources, previous: &NodeDevices) -> Option<NodeDevices> {
+/// The cheap re-read behind [`crate::Inventory::refresh`], updating `previous` in place; `None`
+/// asks for a full scan.
+pub(crate) fn refresh(sources: &Sources, previous: NodeDevices) -> Option<NodeDevices> {
     let sysfs = sources.sysfs.as_ref();
     sysfs.refresh();
     let mut names = sysfs.list_dir(Path::new(DEVICE_CLASS)).ok()?;
@@ -257,7 +258,7 @@ pub(crate) fn refresh(sources: &Sources, previous: &NodeDevices) -> Option<NodeD
     if compat != previous.erdma_compat_mode {
         return None;
     }
-    let mut next = previous.clone();
+    let mut next = previous;
     for dev in &mut next.devices {
         let uverbs = dev.char_devices.uverbs.clone()?;
         let base = PathBuf::from(DEVICE_CLASS).join(&dev.name);
