@@ -214,7 +214,28 @@ pub struct Repairs {
     pub without_memlock: Vec<String>,
 }
 
-/// The containers that run without what [`adjust_container`] gives them (pure). They exist when a
+/// The memlock limit in a `/proc/<pid>/limits` text, as the rlimit NRI describes
+/// (`unlimited` is `u64::MAX`); `None` when the line is missing or unreadable.
+pub fn memlock_of_limits(text: &str) -> Option<api::PosixRlimit> {
+    let rest = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Max locked memory"))?;
+    let mut fields = rest.split_whitespace();
+    let value = |v: &str| match v {
+        "unlimited" => Some(u64::MAX),
+        n => n.parse().ok(),
+    };
+    let soft = value(fields.next()?)?;
+    let hard = value(fields.next()?)?;
+    Some(api::PosixRlimit {
+        r#type: "RLIMIT_MEMLOCK".into(),
+        hard,
+        soft,
+    })
+}
+
+/// The containers that run without what [`adjust_container`] gives them (pure but for
+/// `limits_of`, which reads a process's rlimits). They exist when a
 /// container was created while no plugin answered for the agent: the agent killed or restarting
 /// during the runtime's CreateContainer call (the runtime then creates the container without
 /// the plugin's adjustment), or a container older than the agent. The `rdma.max` they miss is
@@ -225,8 +246,10 @@ pub fn repairs(
     containers: &[api::Container],
     served: &NodeDevices,
     policy: &Policy,
+    limits_of: impl Fn(u32) -> Option<Vec<api::PosixRlimit>>,
 ) -> Repairs {
     let mut out = Repairs::default();
+    let reports_rlimits = containers.iter().any(|c| !c.rlimits.is_empty());
     for c in containers {
         let Some(pod) = pods.iter().find(|p| p.id == c.pod_sandbox_id) else {
             continue;
@@ -250,10 +273,21 @@ pub fn repairs(
                 ignore_failure: true,
             });
         }
-        let memlock_missing = want.rlimits.iter().any(|w| {
-            !c.rlimits
-                .iter()
-                .any(|h| h.r#type == w.r#type && h.hard == w.hard && h.soft == w.soft)
+        // What the container runs with: the rlimits the runtime reports (when it reports any
+        // container's: NRI 0.7+), else the
+        // process's own limits (by its PID, where the runtime reports one); unknown otherwise,
+        // and then nothing is claimed.
+        let have = if reports_rlimits {
+            Some(c.rlimits.clone())
+        } else {
+            (c.pid > 0).then(|| limits_of(c.pid)).flatten()
+        };
+        let memlock_missing = have.is_some_and(|have| {
+            want.rlimits.iter().any(|w| {
+                !have
+                    .iter()
+                    .any(|h| h.r#type == w.r#type && h.hard == w.hard && h.soft == w.soft)
+            })
         });
         if memlock_missing {
             out.without_memlock
@@ -418,7 +452,19 @@ impl Handler for AgentNri {
                     n.last_error = None;
                 }
             });
-            let found = repairs(&pods, &containers, &self.served.borrow(), &self.policy);
+            let proc_root = self.proc_root.clone();
+            let limits_of = |pid: u32| {
+                let text =
+                    std::fs::read_to_string(proc_root.join(pid.to_string()).join("limits")).ok()?;
+                memlock_of_limits(&text).map(|m| vec![m])
+            };
+            let found = repairs(
+                &pods,
+                &containers,
+                &self.served.borrow(),
+                &self.policy,
+                limits_of,
+            );
             for u in &found.updates {
                 tracing::warn!(
                     container = %u.container_id,
@@ -497,6 +543,7 @@ pub async fn run(
         std::time::Duration::from_millis(500),
         std::time::Duration::from_secs(30),
     );
+    let mut appeared: Option<SocketWatch> = None;
     loop {
         let started = std::time::Instant::now();
         let r = erdma_nri::plugin::run_session(&cfg, handler.clone(), &cancel).await;
@@ -514,12 +561,70 @@ pub async fn run(
             Ok(()) => {
                 tracing::info!("NRI session ended (runtime restart or shutdown); reconnecting")
             }
-            Err(e) => tracing::warn!("{e}; retrying in {delay:?}"),
+            Err(e) => tracing::warn!("{e}; retrying in {delay:?} or when the socket is created"),
         }
+        if appeared.is_none() {
+            appeared = SocketWatch::new(&cfg.socket);
+        }
+        let created = async {
+            match &appeared {
+                Some(w) => w.created.notified().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
+            _ = created => {
+                // the runtime (re)started: connect now, and retry quickly while it comes up
+                tracing::info!(socket = %cfg.socket.display(), "NRI socket created; connecting");
+                backoff.reset();
+            }
         }
+    }
+}
+
+/// Wakes the plugin when the runtime's NRI socket is created (the runtime started again), so it
+/// connects then instead of at the end of its back-off (which grows to 30 s while the runtime is
+/// down). Without a watchable directory (it does not exist yet) the back-off alone decides, and
+/// the watch is tried again at the next wait.
+struct SocketWatch {
+    _watcher: notify::RecommendedWatcher,
+    created: Arc<tokio::sync::Notify>,
+}
+
+impl SocketWatch {
+    fn new(socket: &std::path::Path) -> Option<Self> {
+        use notify::{EventKind, RecursiveMode, Watcher, event::ModifyKind};
+        let dir = socket.parent().filter(|d| d.is_dir())?;
+        let name = socket.file_name()?.to_os_string();
+        let created = Arc::new(tokio::sync::Notify::new());
+        let wake = created.clone();
+        let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+            let Ok(ev) = res else { return };
+            let made = matches!(
+                ev.kind,
+                EventKind::Create(_) | EventKind::Modify(ModifyKind::Name(_))
+            );
+            if made
+                && ev
+                    .paths
+                    .iter()
+                    .any(|p| p.file_name() == Some(name.as_os_str()))
+            {
+                wake.notify_one();
+            }
+        })
+        .map_err(|e| tracing::debug!("NRI socket watch unavailable: {e}"))
+        .ok()?;
+        watcher
+            .watch(dir, RecursiveMode::NonRecursive)
+            .map_err(|e| tracing::debug!(dir = %dir.display(), "NRI socket watch failed: {e}"))
+            .ok()?;
+        Some(Self {
+            _watcher: watcher,
+            created,
+        })
     }
 }
 
@@ -686,7 +791,14 @@ mod tests {
             with("c-other", Some("rxe9 hca_handle=1"), true),
             plain,
         ];
-        let r = repairs(&[annotated], &containers, &served, &POLICY);
+        let no_proc = |_pid: u32| None;
+        let r = repairs(
+            std::slice::from_ref(&annotated),
+            &containers,
+            &served,
+            &POLICY,
+            no_proc,
+        );
         let updated: Vec<(&str, &str, bool)> = r
             .updates
             .iter()
@@ -709,9 +821,45 @@ mod tests {
         assert_eq!(r.without_memlock, ["ns/p/main"]);
         // a container whose pod the runtime did not list is left alone
         assert_eq!(
-            repairs(&[], &containers, &served, &POLICY),
+            repairs(&[], &containers, &served, &POLICY, no_proc),
             Repairs::default()
         );
+        // a runtime that reports no rlimits (containerd 1.7): the process's limits decide, and
+        // without a PID nothing is claimed
+        let mut bare = with("c-bare", Some(&line), false);
+        let one = std::slice::from_ref(&annotated);
+        assert!(
+            repairs(one, std::slice::from_ref(&bare), &served, &POLICY, no_proc)
+                .without_memlock
+                .is_empty()
+        );
+        bare.pid = 4242;
+        let limits = |v: &str| {
+            let text = format!(
+                "Limit                     Soft Limit           Hard Limit           Units\n\
+                 Max locked memory         {v}            {v}            bytes\n"
+            );
+            move |pid: u32| {
+                assert_eq!(pid, 4242);
+                memlock_of_limits(&text).map(|m| vec![m])
+            }
+        };
+        let r = repairs(
+            one,
+            std::slice::from_ref(&bare),
+            &served,
+            &POLICY,
+            limits("8388608"),
+        );
+        assert_eq!(r.without_memlock, ["ns/p/main"]);
+        let r = repairs(
+            one,
+            std::slice::from_ref(&bare),
+            &served,
+            &POLICY,
+            limits("unlimited"),
+        );
+        assert!(r.without_memlock.is_empty());
     }
 
     /// A DRA claim's hand-off (the driver's CDI spec env) sets the limit, before the annotation;

@@ -1,0 +1,89 @@
+//! The agent's NRI plugin after the runtime was away: it connects when the runtime's socket is
+//! created again, not at the end of its back-off (which doubles to 30 s while the runtime is
+//! down; in the lab a containerd restart took 14 s to be noticed).
+
+use erdma_agent::metrics::AgentMetrics;
+use erdma_agent::nri::{self, AgentNri, NriView, Policy};
+use erdma_model::NodeDevices;
+use erdma_model::rdma_limit::Memlock;
+use prometheus_client::registry::Registry;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+#[tokio::test]
+async fn the_plugin_connects_when_the_runtime_socket_appears_not_when_its_back_off_ends() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (_served_tx, served) = watch::channel(NodeDevices::empty());
+    let (view_tx, mut view) = watch::channel(Some(NriView::default()));
+    let handler = Arc::new(AgentNri {
+        policy: Policy {
+            memlock: Memlock::Unlimited,
+            default_rdma_max: None,
+        },
+        holders: erdma_kubelet::podresources::HolderCache::new(
+            erdma_kubelet::podresources::PodResourcesClient::new(&dir.path().join("podres.sock")),
+            erdma_kubelet::podresources::Held::both("aliyun/erdma", erdma_dra::DRIVER_NAME),
+        ),
+        proc_root: PathBuf::from("/proc"),
+        served,
+        smcr: None,
+        cluster: None,
+        metrics: Arc::new(AgentMetrics::register(&mut Registry::default())),
+        view: view_tx,
+    });
+    let sock = dir.path().join("nri.sock");
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(nri::run(
+        erdma_nri::plugin::PluginConfig {
+            socket: sock.clone(),
+            name: "erdma".into(),
+            idx: "10".into(),
+            events: nri::EVENTS.to_vec(),
+            budget: nri::BUDGET,
+            observer: None,
+        },
+        handler,
+        cancel.clone(),
+    ));
+    // No runtime for 16 s: attempts at about 0, 0.5, 1.5, 3.5, 7.5 and 15.5 s; the back-off's
+    // next wait is then 16 s (the one after 30 s).
+    let down = Instant::now();
+    let mut failures = 0;
+    while down.elapsed() < Duration::from_secs(16) {
+        if tokio::time::timeout(Duration::from_millis(200), view.changed())
+            .await
+            .is_ok_and(|r| r.is_ok())
+            && view
+                .borrow()
+                .as_ref()
+                .is_some_and(|v| v.last_error.is_some())
+        {
+            failures += 1;
+        }
+    }
+    assert!(
+        failures >= 4,
+        "the plugin kept trying while the runtime was away ({failures} failures seen)"
+    );
+    let runtime = erdma_nri::fake::FakeRuntime::bind(&sock).expect("runtime socket");
+    let appeared = Instant::now();
+    // The back-off alone would connect about 15 s from now; the socket's creation within a few.
+    let session = tokio::time::timeout(Duration::from_secs(8), runtime.accept())
+        .await
+        .expect(
+            "the plugin did not connect within 8 s of the socket's creation (its back-off decided)",
+        )
+        .expect("accept");
+    let mut session = session;
+    let reg = session.registration().await.expect("registration");
+    assert_eq!(reg.plugin_name, "erdma");
+    eprintln!(
+        "connected {:?} after the socket appeared",
+        appeared.elapsed()
+    );
+    cancel.cancel();
+    task.await.expect("the plugin task ends on cancel");
+}
