@@ -55,7 +55,8 @@ erdma-agent --resource-api dra --node-name "$NODE" --kubeconfig "$KC" --kubelet-
 AGENT_PID=$!
 get() { wget -qO- "$API$1"; }
 slice() { get "/apis/resource.k8s.io/v1/resourceslices/$SLICE"; }
-has_slice() { slice | jq -e '.spec.devices | length == 2'; }
+# -s: jq -e on no input at all (the slice not there yet) would succeed
+has_slice() { slice | jq -se '.[0].spec.devices | length == 2'; }
 registered_dra() { test -S "$ROOT/plugins_registry/$DRV-reg.sock"; }
 t=$(now)
 wait_for 60 has_slice || { fail "$SCEN" "no ResourceSlice $SLICE with two devices in 60 s: $(tail -3 "$OUT/$SCEN-agent.log")"; exit 0; }
