@@ -53,11 +53,14 @@ pub struct Notice {
 /// plugin sets at Allocate, else from its device nodes.
 pub fn held_devices(c: &api::Container, served: &NodeDevices) -> Vec<String> {
     if let Some(list) = env_value(c, ENV_ERDMA_DEVICES) {
-        let names: Vec<String> = list
-            .split(',')
-            .filter(|n| served.device(n).is_some())
-            .map(str::to_string)
-            .collect();
+        let mut names: Vec<String> = Vec::new();
+        for n in list.split(',') {
+            // each device once: a repeated name is one device, not two (which would withhold
+            // the one-device rdma.max)
+            if served.device(n).is_some() && !names.iter().any(|m| m == n) {
+                names.push(n.to_string());
+            }
+        }
         if !names.is_empty() {
             return names;
         }
@@ -710,6 +713,11 @@ mod tests {
         );
         assert_eq!(held_devices(&c, &served), [names[0]]);
         assert!(held_devices(&container(&["ERDMA_DEVICES=nope"], &[]), &served).is_empty());
+        let twice = format!("ERDMA_DEVICES={0},{0}", names[1]);
+        assert_eq!(
+            held_devices(&container(&[&twice], &[]), &served),
+            [names[1]]
+        );
     }
 
     #[test]
