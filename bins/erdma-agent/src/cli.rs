@@ -124,6 +124,10 @@ pub struct Flags {
     /// This node's name; the Kubernetes API is used only when it is set.
     #[arg(long, env = "NODE_NAME", value_name = "NAME")]
     pub node_name: Option<String>,
+    /// Deadline of each Kubernetes API request that is not a watch (kubectl's syntax: 30s, 2m,
+    /// 1m30s; 0 for none); watches end by the API server's timeoutSeconds [default: 70s].
+    #[arg(long, value_name = "DURATION")]
+    pub request_timeout: Option<String>,
     /// ECS metadata service endpoint (tests and emulators).
     #[arg(long, value_name = "URL", hide = true)]
     pub metadata_endpoint: Option<String>,
@@ -256,6 +260,8 @@ pub struct FileConfig {
     setup_eri_netdev: Option<bool>,
     setup_smc_pnet: Option<bool>,
     kubeconfig: Option<PathBuf>,
+    #[serde(alias = "requestTimeout")]
+    request_timeout: Option<String>,
     cri_socket: Option<PathBuf>,
     smcr_strict: Option<bool>,
     smcr_keep_ipv6: Option<bool>,
@@ -346,6 +352,9 @@ pub struct Settings {
     pub kubeconfig: Option<PathBuf>,
     /// Node name (`NODE_NAME`).
     pub node_name: Option<String>,
+    /// Deadline of each Kubernetes API request that is not a watch (`--request-timeout`);
+    /// `None`: none.
+    pub request_timeout: Option<Duration>,
     /// Metadata service endpoint.
     pub metadata_endpoint: String,
     /// CRI socket (`None`: auto-detect).
@@ -590,6 +599,11 @@ impl Settings {
         if let Err(e) = erdma_model::names::check_jumbo_mtu(jumbo_frame_mtu.into()) {
             bail!("--jumbo-frame-mtu: {e}");
         }
+        let request_timeout = match flags.request_timeout.or(file.request_timeout) {
+            Some(v) => erdma_k8s::client::parse_timeout(&v)
+                .map_err(|e| anyhow::anyhow!("--request-timeout: {e}"))?,
+            None => Some(erdma_k8s::client::DEFAULT_REQUEST_TIMEOUT),
+        };
         let s = Settings {
             sysfs_root: flags
                 .sysfs_root
@@ -638,6 +652,7 @@ impl Settings {
             setup_smc_pnet,
             kubeconfig: flags.kubeconfig.or(file.kubeconfig),
             node_name: flags.node_name.filter(|n| !n.trim().is_empty()),
+            request_timeout,
             metadata_endpoint: flags
                 .metadata_endpoint
                 .unwrap_or_else(|| erdma_cloud::imds::DEFAULT_ENDPOINT.into()),
@@ -775,6 +790,43 @@ mod tests {
                 .driver
                 .installer_trust
                 .allow_insecure_http
+        );
+    }
+
+    #[test]
+    fn the_request_timeout_comes_from_the_flag_or_the_file_and_defaults_to_70s() {
+        assert_eq!(
+            parse(&[]).unwrap().request_timeout,
+            Some(Duration::from_secs(70))
+        );
+        let s = parse(&["--request-timeout", "1m30s"]).unwrap();
+        assert_eq!(s.request_timeout, Some(Duration::from_secs(90)));
+        assert_eq!(
+            parse(&["--request-timeout", "0"]).unwrap().request_timeout,
+            None,
+            "0: no deadline"
+        );
+        let e = parse(&["--request-timeout", "soon"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--request-timeout") && e.contains("e.g. 30s"),
+            "{e}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("agent.yaml");
+        std::fs::write(&file, "request-timeout: 20s\n").unwrap();
+        let path = file.to_str().unwrap();
+        assert_eq!(
+            parse(&["--config", path]).unwrap().request_timeout,
+            Some(Duration::from_secs(20))
+        );
+        assert_eq!(
+            parse(&["--config", path, "--request-timeout", "5s"])
+                .unwrap()
+                .request_timeout,
+            Some(Duration::from_secs(5)),
+            "the flag wins"
         );
     }
 

@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use std::path::Path;
+use std::time::Duration;
 
 /// The agent's Kubernetes API access.
 #[derive(Clone)]
@@ -47,11 +48,28 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
-/// Connects when a node name is known and a kube config is available (`--kubeconfig`, else
-/// in-cluster / `KUBECONFIG`). `Ok(None)` without a node name; `Err` names the fix.
+/// [`detect_with`] the default deadline ([`erdma_k8s::client::DEFAULT_REQUEST_TIMEOUT`]).
 pub async fn detect(
     node_name: Option<&str>,
     kubeconfig: Option<&Path>,
+) -> Result<Option<Cluster>, String> {
+    detect_with(
+        node_name,
+        kubeconfig,
+        Some(erdma_k8s::client::DEFAULT_REQUEST_TIMEOUT),
+    )
+    .await
+}
+
+/// Connects when a node name is known and a kube config is available (`--kubeconfig`, else
+/// in-cluster / `KUBECONFIG`). `Ok(None)` without a node name; `Err` names the fix. Each API
+/// request that is not a watch fails after `request_timeout` (`--request-timeout`; see
+/// [`erdma_k8s::client`]), so a silent API server delays labels, conditions and Events instead of
+/// holding the loops that publish them.
+pub async fn detect_with(
+    node_name: Option<&str>,
+    kubeconfig: Option<&Path>,
+    request_timeout: Option<Duration>,
 ) -> Result<Option<Cluster>, String> {
     let Some(node) = node_name else {
         return Ok(None);
@@ -68,7 +86,9 @@ pub async fn detect(
             format!("NODE_NAME={node} is set but no Kubernetes config was found ({e}); run in-cluster with a service account or pass --kubeconfig")
         })?,
     };
-    let client = Client::try_from(config).map_err(|e| format!("Kubernetes client: {e}"))?;
+    let options = erdma_k8s::client::ClientOptions::with_deadline(request_timeout);
+    let client = erdma_k8s::client::build(config, &options)
+        .map_err(|e| format!("Kubernetes client: {e}"))?;
     Ok(Some(Cluster::new(client, node)))
 }
 
