@@ -64,7 +64,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) if closed_stdout(&e) => ExitCode::from(output::BROKEN_PIPE),
         Err(e) => {
-            let msg = format!("{e:#}");
+            let msg = chain_text(&e);
             // kube's errors name the transport failure only in their source chain, which some
             // callers flatten: SendRequest is the client's word for "no answer came back".
             if msg.contains("timed out") || msg.contains("SendRequest") {
@@ -77,6 +77,24 @@ fn main() -> ExitCode {
             ExitCode::from(exit::USAGE)
         }
     }
+}
+
+/// The error and its causes as `a: b: c`, leaving out a cause whose text the message already
+/// holds (kube's errors print their source inside their own message; a silent API server would
+/// otherwise be named three times on one line).
+fn chain_text(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if msg.contains(&text) {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(": ");
+        }
+        msg.push_str(&text);
+    }
+    msg
 }
 
 /// Whether the error is stdout's reader going away (`| head`): stop quietly.

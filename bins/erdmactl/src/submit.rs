@@ -34,7 +34,8 @@ pub struct KubeArgs {
     pub context: Option<String>,
     /// How long to wait for each answer of the API server (kubectl's flag: 30s, 1m, 0 for no
     /// limit); an API server that accepts the connection and never answers ends the command
-    /// with exit 2 naming it, instead of a silent hang.
+    /// with exit 2 naming it, instead of a silent hang. A request unanswered after a second is
+    /// reported on stderr ("waiting for the API server at …"), again at 2, 4, 8 … s.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = request_timeout)]
     pub request_timeout: std::time::Duration,
 }
@@ -214,13 +215,29 @@ pub async fn kube_client(kube: &KubeArgs) -> anyhow::Result<kube::Client> {
         )?,
     };
     let mut config = config;
-    if !kube.request_timeout.is_zero() {
-        let t = kube.request_timeout;
-        config.read_timeout = Some(t);
-        config.write_timeout = Some(t);
+    let request_timeout = (!kube.request_timeout.is_zero()).then_some(kube.request_timeout);
+    if let Some(t) = request_timeout {
         config.connect_timeout = Some(t.min(std::time::Duration::from_secs(10)));
     }
-    kube::Client::try_from(config).context("building the Kubernetes client")
+    let options = erdma_k8s::client::ClientOptions {
+        request_timeout,
+        progress: Some(erdma_k8s::client::Progress::new(
+            erdma_k8s::client::PROGRESS_AFTER,
+            |w: &erdma_k8s::client::Waiting<'_>| eprintln!("{}", progress_line(w)),
+        )),
+    };
+    erdma_k8s::client::build(config, &options).context("building the Kubernetes client")
+}
+
+/// The stderr line for an API request still unanswered (after 1, 2, 4 … s; stdout is left to
+/// the command's output).
+pub fn progress_line(w: &erdma_k8s::client::Waiting<'_>) -> String {
+    format!(
+        "erdmactl: waiting for the API server at {}: {} ({} s)…",
+        w.server,
+        w.action,
+        w.elapsed.as_secs()
+    )
 }
 
 /// A current-thread tokio runtime for one command.

@@ -310,7 +310,13 @@ where
                 server: layer.server.to_string(),
                 after,
             };
-            let waited = wait_reporting(answer, layer.progress.as_ref(), &layer.server, &action);
+            let waited = wait_reporting(
+                answer,
+                layer.progress.as_ref(),
+                layer.timeout,
+                &layer.server,
+                &action,
+            );
             let resp = match layer.timeout {
                 Some(t) => tokio::time::timeout_at(start + t, waited)
                     .await
@@ -328,10 +334,12 @@ where
     }
 }
 
-/// Awaits `answer`, reporting it to `progress` while it takes long.
+/// Awaits `answer`, reporting it to `progress` while it takes long (not at or after `deadline`,
+/// where the request fails instead).
 async fn wait_reporting<F: Future>(
     answer: F,
     progress: Option<&Progress>,
+    deadline: Option<Duration>,
     server: &str,
     action: &str,
 ) -> F::Output {
@@ -342,6 +350,9 @@ async fn wait_reporting<F: Future>(
     let mut next = progress.first;
     tokio::pin!(answer);
     loop {
+        if deadline.is_some_and(|d| next >= d) {
+            return answer.await;
+        }
         tokio::select! {
             biased;
             out = &mut answer => return out,
@@ -491,7 +502,14 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(9500)).await;
             7
         };
-        let out = wait_reporting(answer, Some(&progress), "https://api", "listing nodes").await;
+        let out = wait_reporting(
+            answer,
+            Some(&progress),
+            None,
+            "https://api",
+            "listing nodes",
+        )
+        .await;
         assert_eq!(out, 7);
         let seen = log.lock().expect("lock").clone();
         let at: Vec<u64> = seen.iter().map(|(_, s)| *s).collect();
@@ -503,8 +521,26 @@ mod tests {
         assert!(seen.iter().all(|(a, _)| a == "listing nodes"));
         // A fast answer is never reported.
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let quiet = wait_reporting(async { 1 }, Some(&progress), "https://api", "x").await;
+        let quiet = wait_reporting(async { 1 }, Some(&progress), None, "https://api", "x").await;
         assert_eq!(quiet, 1);
         assert_eq!(log.lock().expect("lock").len(), 4);
+        // Nothing is reported at or after the deadline: the request fails there instead.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(9)).await;
+            2
+        };
+        let out = wait_reporting(
+            slow,
+            Some(&progress),
+            Some(Duration::from_secs(4)),
+            "s",
+            "y",
+        )
+        .await;
+        assert_eq!(out, 2);
+        let seen = log.lock().expect("lock").clone();
+        let at: Vec<u64> = seen[4..].iter().map(|(_, s)| *s).collect();
+        assert_eq!(at, [1, 2], "4 s is the deadline: no report there or later");
     }
 }
