@@ -176,10 +176,9 @@ fn routes() -> Vec<Route> {
 #[test]
 fn a_slow_answer_is_reported_and_stdout_is_what_a_fast_one_gives() {
     let server = FakeApiServer::start(routes());
-    let direct = format!("http://127.0.0.1:{}", server.port);
     let dir = tempfile::tempdir().unwrap();
-    let run = |url: &str, format: &str| {
-        let kc = kubeconfig(dir.path(), url);
+    let direct = server.kubeconfig(dir.path());
+    let run = |kc: &Path, format: &str| {
         erdmactl(&[
             "doctor",
             "--node",
@@ -194,7 +193,7 @@ fn a_slow_answer_is_reported_and_stdout_is_what_a_fast_one_gives() {
         // A proxy per run: only its first connection is held back.
         let slow = delaying_proxy(server.port, Duration::from_millis(2500));
         let fast = run(&direct, format);
-        let late = run(&slow, format);
+        let late = run(&kubeconfig(dir.path(), &slow), format);
         let late_err = String::from_utf8_lossy(&late.stderr);
         assert_eq!(fast.status.code(), Some(0), "{format}");
         assert_eq!(late.status.code(), Some(0), "{format}: {late_err}");
@@ -222,4 +221,14 @@ fn a_slow_answer_is_reported_and_stdout_is_what_a_fast_one_gives() {
             assert!(v.is_object(), "{v}");
         }
     }
+    let node_gets = server
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.method == "GET"
+                && r.target == "/api/v1/nodes/cn-hangzhou.10.0.1.23"
+                && r.body.is_empty()
+        })
+        .count();
+    assert_eq!(node_gets, 4, "both runs of both formats read the node once");
 }
