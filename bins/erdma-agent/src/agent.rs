@@ -3,6 +3,10 @@
 //! instance ID, the publisher of the served snapshot, ERI netdev and SMC-R pnet host setup, the
 //! SMC-R pre-start hook, the kubelet device plugin and the watch for another plugin serving the
 //! same resource, `/metrics` and `/healthz`. Runs until `cancel` fires.
+//!
+//! Shutdown has one bound: once `cancel` fires, [`run`] returns within [`SHUTDOWN_GRACE`],
+//! whatever it was waiting on (an API call, a sysfs read, a task that does not stop), and logs
+//! each thing it left unfinished as `abandoned: ...`.
 
 use crate::cli::{MetricsAddr, Settings};
 use crate::health::{self, Exposition, HealthSources};
@@ -17,14 +21,126 @@ use erdma_host::{LiveInterfaceAddrs, RootedDevFs, RootedSysfs};
 use erdma_inventory::{Inventory, Sources};
 use erdma_kubelet::podresources::{Held, HolderCache, PodResourcesClient};
 use erdma_model::DeviceSelection;
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+/// How long the agent's graceful shutdown may take once `cancel` fired: what has not finished by
+/// then is abandoned (and logged). The binary leaves its runtime half a second more, so that the
+/// process ends within 5 s of SIGTERM (the README's shutdown contract).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(4);
+
+/// What the agent is waiting on or running, by name: what a shutdown cut short abandoned.
+#[derive(Debug, Clone, Default)]
+pub struct Pending {
+    next: Arc<AtomicU64>,
+    names: Arc<Mutex<BTreeMap<u64, String>>>,
+}
+
+/// Removes its name from [`Pending`] when dropped.
+#[derive(Debug)]
+pub struct PendingGuard {
+    id: u64,
+    names: Arc<Mutex<BTreeMap<u64, String>>>,
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        self.names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
+    }
+}
+
+impl Pending {
+    /// Records `what` until the guard is dropped.
+    pub fn enter(&self, what: impl Into<String>) -> PendingGuard {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, what.into());
+        PendingGuard {
+            id,
+            names: self.names.clone(),
+        }
+    }
+
+    /// `fut`, recorded as `what` until it ends or is dropped.
+    pub fn track<F: Future>(&self, what: &str, fut: F) -> impl Future<Output = F::Output> + use<F> {
+        let guard = self.enter(what);
+        async move {
+            let out = fut.await;
+            drop(guard);
+            out
+        }
+    }
+
+    /// What is recorded now, oldest first.
+    pub fn list(&self) -> Vec<String> {
+        self.names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+}
+
 /// Runs the agent with `s` until `cancel` fires (SIGTERM/SIGINT in the binary) or the device
-/// plugin fails.
+/// plugin fails. Once `cancel` fired it returns within [`SHUTDOWN_GRACE`]: `Ok` when the
+/// shutdown was cut short, after logging each thing abandoned (`abandoned: ...`); sysfs reads
+/// still blocked are logged the same way however the agent stopped.
 pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
+    let pending = Pending::default();
+    let sources = Sources {
+        sysfs: Arc::new(RootedSysfs::new(&s.sysfs_root)),
+        devfs: Arc::new(RootedDevFs::new(&s.dev_root)),
+        addrs: Arc::new(LiveInterfaceAddrs),
+    };
+    let inventory = Inventory::new(sources);
+    let serving = serve(s, inventory.clone(), cancel.clone(), pending.clone());
+    let deadline = async {
+        cancel.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    let result = tokio::select! {
+        r = serving => r,
+        () = deadline => {
+            tracing::warn!(
+                grace = ?SHUTDOWN_GRACE,
+                "the graceful shutdown did not finish in time; exiting without it"
+            );
+            for what in pending.list() {
+                tracing::warn!("abandoned: {what}");
+            }
+            Ok(())
+        }
+    };
+    for read in inventory.pending_reads() {
+        let how = if read.blocked {
+            "blocked, its thread left behind: a driver stuck in it?"
+        } else {
+            "in flight"
+        };
+        tracing::warn!("abandoned: sysfs {read} ({how})");
+    }
+    result
+}
+
+/// The agent's work, until `cancel` fires or the device plugin fails; `pending` names what it
+/// waits on, for the shutdown report.
+async fn serve(
+    s: Settings,
+    inventory: Inventory,
+    cancel: CancellationToken,
+    pending: Pending,
+) -> anyhow::Result<()> {
     // The one metrics registry: every part registers its metrics here.
     let mut registry = prometheus_client::registry::Registry::default();
     let plugin_metrics = Arc::new(Metrics::register(&mut registry));
@@ -34,12 +150,6 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
 
     // The first inventory scan reads every device's sysfs files (tens of ms for 64 devices): it
     // starts now, beside the API client and the SMC-R probe, and is awaited when it is needed.
-    let sources = Sources {
-        sysfs: Arc::new(RootedSysfs::new(&s.sysfs_root)),
-        devfs: Arc::new(RootedDevFs::new(&s.dev_root)),
-        addrs: Arc::new(LiveInterfaceAddrs),
-    };
-    let inventory = Inventory::new(sources);
     let first_scan = {
         let inv = inventory.clone();
         tokio::task::spawn_blocking(move || inv.scan())
@@ -52,7 +162,11 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
     });
 
     // Kubernetes API: only with a node name and a config.
-    let cluster = match cluster::detect(s.node_name.as_deref(), s.kubeconfig.as_deref()).await {
+    let detect = cluster::detect(s.node_name.as_deref(), s.kubeconfig.as_deref());
+    let cluster = match pending
+        .track("connecting to the Kubernetes API", detect)
+        .await
+    {
         Ok(c) => c,
         Err(e) => {
             tracing::error!("{e}; node labels and Events are only logged");
@@ -61,7 +175,12 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
     };
 
     // Device plugin or DRA on this node (never both).
-    let api = resource_api::resolve(s.resource_api, cluster.as_ref()).await?;
+    let api = pending
+        .track(
+            "choosing the resource API",
+            resource_api::resolve(s.resource_api, cluster.as_ref()),
+        )
+        .await?;
     if api == resource_api::ResourceApi::Dra && cluster.is_none() {
         anyhow::bail!(
             "--resource-api dra needs the Kubernetes API (NODE_NAME and in-cluster config or --kubeconfig) to publish ResourceSlices and read claims"
@@ -75,22 +194,25 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
     if let Some(c) = cluster.clone() {
         // Reported beside the start-up, not before it: nothing below waits for the API server.
         let (resource, choice, stop) = (s.resource_name.clone(), s.resource_api, cancel.clone());
-        tasks.push(tokio::spawn(async move {
-            let report = async {
-                if let Err(e) = resource_api::publish_condition(&c, api, &resource).await {
-                    tracing::warn!("{e}");
+        tasks.push(tokio::spawn(pending.track(
+            "reporting the resource API",
+            async move {
+                let report = async {
+                    if let Err(e) = resource_api::publish_condition(&c, api, &resource).await {
+                        tracing::warn!("{e}");
+                    }
+                    if api == resource_api::ResourceApi::DevicePlugin
+                        && choice == resource_api::Choice::NodeLabel
+                    {
+                        resource_api::retire_dra(&c).await;
+                    }
+                };
+                tokio::select! {
+                    _ = stop.cancelled() => {}
+                    _ = report => {}
                 }
-                if api == resource_api::ResourceApi::DevicePlugin
-                    && choice == resource_api::Choice::NodeLabel
-                {
-                    resource_api::retire_dra(&c).await;
-                }
-            };
-            tokio::select! {
-                _ = stop.cancelled() => {}
-                _ = report => {}
-            }
-        }));
+            },
+        )));
     }
 
     // Who holds which device, through either resource API: one kept pod-resources answer for
@@ -102,9 +224,10 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
             .unwrap_or_default(),
         Held::both(&s.resource_name, erdma_dra::DRIVER_NAME),
     );
-    tasks.push(tokio::spawn(
+    tasks.push(tokio::spawn(pending.track(
+        "the pod-resources cache",
         holders.clone().refresh_on_poke(cancel.clone()),
-    ));
+    )));
 
     // Driver manager (readiness gate).
     let mut driver_cfg = s.driver.clone();
@@ -118,11 +241,14 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
     let host = NodeHost::new().with_installer_trust(driver_cfg.installer_trust.clone());
     let (driver_rx, _driver_tx, reconciler) =
         driver::start(host, usage, driver_cfg, cancel.clone());
-    tasks.push(tokio::spawn(driver::observe(
-        driver_rx.clone(),
-        agent_metrics.clone(),
-        cluster.clone(),
-        cancel.clone(),
+    tasks.push(tokio::spawn(pending.track(
+        "reporting the driver state",
+        driver::observe(
+            driver_rx.clone(),
+            agent_metrics.clone(),
+            cluster.clone(),
+            cancel.clone(),
+        ),
     )));
 
     // Instance ID for --exposed-local-eris.
@@ -141,19 +267,35 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
     let (id_tx, id_rx) = watch::channel(s.instance_id.clone());
     let (id_err_tx, id_err_rx) = watch::channel(None);
     if s.instance_id.is_none() && !s.exposed_local_eris.is_empty() {
-        tasks.push(tokio::spawn(source::fetch_instance_id(
-            metadata()?,
-            id_tx,
-            id_err_tx,
-            Duration::from_secs(1),
-            cancel.clone(),
+        tasks.push(tokio::spawn(pending.track(
+            "asking the metadata service for the instance ID",
+            source::fetch_instance_id(
+                metadata()?,
+                id_tx,
+                id_err_tx,
+                Duration::from_secs(1),
+                cancel.clone(),
+            ),
         )));
     } else {
         drop(id_tx);
     }
 
-    // Inventory.
-    let raw = first_scan.await.context("initial inventory scan")?;
+    // Inventory. The scan runs on a thread of its own, each sysfs read with a time limit; a
+    // shutdown does not wait for it.
+    let scanned = {
+        let _waiting = pending.enter("the initial inventory scan");
+        tokio::select! {
+            r = first_scan => Some(r),
+            _ = cancel.cancelled() => None,
+        }
+    };
+    let Some(raw) = scanned else {
+        tracing::warn!("abandoned: the initial inventory scan");
+        stop_tasks(&cancel, reconciler, tasks).await;
+        return Ok(());
+    };
+    let raw = raw.context("initial inventory scan")?;
     tracing::info!(
         devices = ?raw.devices.iter().map(|d| (&d.name, d.health.is_healthy())).collect::<Vec<_>>(),
         drivers = ?s.rdma_drivers,
@@ -168,13 +310,16 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         cancel.clone(),
     );
     let _dev_watcher = erdma_inventory::events::watch_dev(&s.dev_root, wake.refresh.clone());
-    tasks.push(tokio::spawn(devices::run(
-        inventory,
-        raw_tx,
-        s.poll_interval,
-        devices::FULL_SCAN_EVERY,
-        wake,
-        cancel.clone(),
+    tasks.push(tokio::spawn(pending.track(
+        "the device inventory",
+        devices::run(
+            inventory,
+            raw_tx,
+            s.poll_interval,
+            devices::FULL_SCAN_EVERY,
+            wake,
+            cancel.clone(),
+        ),
     )));
 
     // ERI source.
@@ -185,17 +330,20 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         let (tx, rx) = watch::channel(EriSource::Waiting(
             "looking for this node's ERdmaDevice".into(),
         ));
-        tasks.push(tokio::spawn(source::follow_cluster(
-            cluster.clone(),
-            source::ClusterSourceConfig {
-                node_name: s.node_name.clone(),
-                kubeconfig: s.kubeconfig.clone(),
-                report_retry: Duration::from_secs(10),
-                retry: Duration::from_secs(30),
-            },
-            raw_rx.clone(),
-            tx,
-            cancel.clone(),
+        tasks.push(tokio::spawn(pending.track(
+            "following this node's ERdmaDevice",
+            source::follow_cluster(
+                cluster.clone(),
+                source::ClusterSourceConfig {
+                    node_name: s.node_name.clone(),
+                    kubeconfig: s.kubeconfig.clone(),
+                    report_retry: Duration::from_secs(10),
+                    retry: Duration::from_secs(30),
+                },
+                raw_rx.clone(),
+                tx,
+                cancel.clone(),
+            ),
         )));
         (None, rx)
     };
@@ -223,17 +371,20 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         resource_api: watch::channel(Some(api)).1,
         ..HealthSources::fixed(DriverStatus::unmanaged())
     };
-    tasks.push(tokio::spawn(devices::publish(
-        devices::PublisherInputs {
-            raw: raw_rx,
-            driver: driver_rx,
-            source: source_rx.clone(),
-            instance_id: id_rx,
-        },
-        selection,
-        served_tx,
-        served_view_tx,
-        cancel.clone(),
+    tasks.push(tokio::spawn(pending.track(
+        "publishing the served devices",
+        devices::publish(
+            devices::PublisherInputs {
+                raw: raw_rx,
+                driver: driver_rx,
+                source: source_rx.clone(),
+                instance_id: id_rx,
+            },
+            selection,
+            served_tx,
+            served_view_tx,
+            cancel.clone(),
+        ),
     )));
 
     // Host setup.
@@ -244,17 +395,20 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         );
         let (tx, rx) = watch::channel(Default::default());
         health.netdev = rx;
-        tasks.push(tokio::spawn(hostsetup::run_netdev(
-            erdma_netdev::RouteNetlink::connect,
-            metadata()?,
-            served_rx.clone(),
-            source_rx,
-            s.jumbo_frame_mtu,
-            hostsetup::NetdevReport {
-                failures: agent_metrics.netdev_setup_failures.clone(),
-                report: tx,
-            },
-            cancel.clone(),
+        tasks.push(tokio::spawn(pending.track(
+            "ERI netdev setup",
+            hostsetup::run_netdev(
+                erdma_netdev::RouteNetlink::connect,
+                metadata()?,
+                served_rx.clone(),
+                source_rx,
+                s.jumbo_frame_mtu,
+                hostsetup::NetdevReport {
+                    failures: agent_metrics.netdev_setup_failures.clone(),
+                    report: tx,
+                },
+                cancel.clone(),
+            ),
         )));
     } else {
         tracing::info!("ERI netdev setup disabled (--setup-eri-netdev)");
@@ -262,10 +416,9 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
     if s.setup_smc_pnet {
         let (tx, rx) = watch::channel(Vec::new());
         health.smc_pnet_warnings = rx;
-        tasks.push(tokio::spawn(hostsetup::run_smc_pnet(
-            served_rx.clone(),
-            tx,
-            cancel.clone(),
+        tasks.push(tokio::spawn(pending.track(
+            "SMC pnet setup",
+            hostsetup::run_smc_pnet(served_rx.clone(), tx, cancel.clone()),
         )));
     }
 
@@ -308,20 +461,24 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
         let (dra_tx, dra_rx) = watch::channel(None);
         health.dra = dra_rx;
         if let MetricsAddr::On(addr) = s.metrics_addr {
-            tasks.push(tokio::spawn(serve_metrics(
-                addr,
-                Exposition {
-                    registry: registry.clone(),
-                    plugin: plugin_metrics.clone(),
-                    health: health.clone(),
-                },
-                cancel.clone(),
+            tasks.push(tokio::spawn(pending.track(
+                "serving /metrics",
+                serve_metrics(
+                    addr,
+                    Exposition {
+                        registry: registry.clone(),
+                        plugin: plugin_metrics.clone(),
+                        health: health.clone(),
+                    },
+                    cancel.clone(),
+                ),
             )));
         }
         // NRI on a DRA node: memlock and the claims' rdma limits (the driver's CDI specs hand
         // them over in the container's environment).
         if use_nri {
             tasks.push(spawn_nri(
+                &pending,
                 &s,
                 nri_handler(
                     &s,
@@ -336,6 +493,7 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
             ));
         }
         tasks.push(tokio::spawn(release_startup_pages(cancel.clone())));
+        let _dra = pending.enter("the DRA driver");
         let dra = resource_api::run_dra(
             resource_api::DraSettings {
                 kubelet_root_dir: s.kubelet_root_dir.clone(),
@@ -367,22 +525,28 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
     }
     let (conflict_tx, conflict_rx) = watch::channel(None);
     health.device_plugin_conflict = conflict_rx;
-    tasks.push(tokio::spawn(coexistence::run(
-        coexistence::Config {
-            observer,
-            reclaimer: plugin.reclaimer(),
-            every: coexistence::EVERY,
-            recheck: coexistence::RECHECK,
-        },
-        served_rx.clone(),
-        cluster.clone(),
-        agent_metrics.clone(),
-        conflict_tx,
-        cancel.clone(),
+    tasks.push(tokio::spawn(pending.track(
+        "watching for another device plugin",
+        coexistence::run(
+            coexistence::Config {
+                observer,
+                reclaimer: plugin.reclaimer(),
+                every: coexistence::EVERY,
+                recheck: coexistence::RECHECK,
+            },
+            served_rx.clone(),
+            cluster.clone(),
+            agent_metrics.clone(),
+            conflict_tx,
+            cancel.clone(),
+        ),
     )));
     let mut smcr_for_nri = None;
     if let Some(policy) = smcr_policy {
-        let policy = policy.await.context("loading the SMC-R BPF policy")?;
+        let policy = pending
+            .track("loading the SMC-R BPF policy", policy)
+            .await
+            .context("loading the SMC-R BPF policy")?;
         let smc = smcr::Smc::new(smcr::pod_options(s.smcr_keep_ipv6), policy);
         let hook = Arc::new(smcr::SmcrHook::new(
             smcr::HookConfig {
@@ -405,9 +569,10 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
             "SMC-R pre-start hook enabled for pods annotated {}=\"true\"",
             erdma_smc::annotation::SMCR_ANNOTATION
         );
-        tasks.push(tokio::spawn(
+        tasks.push(tokio::spawn(pending.track(
+            "the SMC-R hook's reaper",
             hook.clone().reap(smcr::REAP_EVERY, cancel.clone()),
-        ));
+        )));
         if use_nri {
             smcr_for_nri = Some(hook);
         } else {
@@ -424,21 +589,26 @@ pub async fn run(s: Settings, cancel: CancellationToken) -> anyhow::Result<()> {
             &holders,
             nri_tx,
         );
-        tasks.push(spawn_nri(&s, handler, &cancel));
+        tasks.push(spawn_nri(&pending, &s, handler, &cancel));
     }
     if let MetricsAddr::On(addr) = s.metrics_addr {
-        tasks.push(tokio::spawn(serve_metrics(
-            addr,
-            Exposition {
-                registry,
-                plugin: plugin_metrics,
-                health,
-            },
-            cancel.clone(),
+        tasks.push(tokio::spawn(pending.track(
+            "serving /metrics",
+            serve_metrics(
+                addr,
+                Exposition {
+                    registry,
+                    plugin: plugin_metrics,
+                    health,
+                },
+                cancel.clone(),
+            ),
         )));
     }
     tasks.push(tokio::spawn(release_startup_pages(cancel.clone())));
-    let plugin = plugin.run(cancel.clone()).await;
+    let plugin = pending
+        .track("the device plugin", plugin.run(cancel.clone()))
+        .await;
     stop_tasks(&cancel, reconciler, tasks).await;
     drop(source_tx);
     plugin.context("device plugin")?;
@@ -471,21 +641,25 @@ fn nri_handler(
 
 /// Runs the NRI plugin session until `cancel`.
 fn spawn_nri(
+    pending: &Pending,
     s: &Settings,
     handler: Arc<nri::AgentNri>,
     cancel: &CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(nri::run(
-        erdma_nri::plugin::PluginConfig {
-            socket: s.nri_socket.clone(),
-            name: "erdma".into(),
-            idx: "10".into(),
-            events: nri::EVENTS.to_vec(),
-            budget: s.nri_budget,
-            observer: Some(handler.metrics.clone() as Arc<dyn erdma_nri::plugin::HookObserver>),
-        },
-        handler,
-        cancel.clone(),
+    tokio::spawn(pending.track(
+        "the NRI plugin",
+        nri::run(
+            erdma_nri::plugin::PluginConfig {
+                socket: s.nri_socket.clone(),
+                name: "erdma".into(),
+                idx: "10".into(),
+                events: nri::EVENTS.to_vec(),
+                budget: s.nri_budget,
+                observer: Some(handler.metrics.clone() as Arc<dyn erdma_nri::plugin::HookObserver>),
+            },
+            handler,
+            cancel.clone(),
+        ),
     ))
 }
 

@@ -119,14 +119,19 @@ pub async fn run(
         };
         let inv = inventory.clone();
         let reopen_now = std::mem::take(&mut reopen);
-        let Ok(next) = tokio::task::spawn_blocking(move || {
+        let reread = tokio::task::spawn_blocking(move || {
             if reopen_now {
                 inv.reopen_attributes();
             }
             inv.refresh(&base)
-        })
-        .await
-        else {
+        });
+        // The re-read ends within the read limit per attribute that does not answer; a
+        // shutdown does not wait for it.
+        let reread = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = reread => r,
+        };
+        let Ok(next) = reread else {
             tracing::error!("inventory refresh panicked; keeping the previous snapshot");
             continue;
         };

@@ -1,10 +1,17 @@
 //! `erdma-agent`: the erdma node agent. Wiring only: flags and config file → settings, logs,
 //! SIGTERM/SIGINT → cancellation, then [`erdma_agent::agent::run`].
+//!
+//! Shutdown contract: after SIGTERM or SIGINT the process exits within 5 s, with status 0,
+//! whatever it was waiting on; what it cut short is logged as `abandoned: ...`. The agent's own
+//! bound is [`erdma_agent::agent::SHUTDOWN_GRACE`]; the runtime then gets [`RUNTIME_SHUTDOWN`]
+//! (blocking threads stuck in a read are not waited for), and a last resort ends the process at
+//! [`HARD_LIMIT`] should the runtime itself be stuck.
 
 use anyhow::Context;
 use clap::Parser;
 use erdma_agent::cli::{Flags, Settings};
 use std::process::ExitCode;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Async worker threads. A node agent waits on sockets and timers; tokio's default (one worker
@@ -15,6 +22,11 @@ const MAX_BLOCKING_THREADS: usize = 16;
 /// An idle blocking thread exits after this long: longer than the inventory's 10 s safety poll,
 /// so an idle agent reuses one thread instead of creating one every poll.
 const BLOCKING_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long the runtime's shutdown waits for its blocking threads (a sysfs read that never
+/// answers keeps one for ever).
+const RUNTIME_SHUTDOWN: Duration = Duration::from_millis(500);
+/// After SIGTERM/SIGINT the process ends by this time in any case.
+const HARD_LIMIT: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
     // Before the runtime's threads exist: one malloc arena instead of one per allocating thread.
@@ -26,7 +38,13 @@ fn main() -> ExitCode {
         .enable_all()
         .build();
     match runtime {
-        Ok(rt) => rt.block_on(run()),
+        Ok(rt) => {
+            let code = rt.block_on(run());
+            // Dropping the runtime would wait for every blocking thread, one stuck in a sysfs
+            // read included: for ever.
+            rt.shutdown_timeout(RUNTIME_SHUTDOWN);
+            code
+        }
         Err(e) => {
             eprintln!("erdma-agent: cannot start the async runtime: {e}");
             ExitCode::FAILURE
@@ -76,6 +94,27 @@ fn spawn_signal_handler(cancel: CancellationToken) -> anyhow::Result<()> {
             _ = cancel.cancelled() => return,
         }
         cancel.cancel();
+        last_resort();
     });
     Ok(())
+}
+
+/// Ends the process [`HARD_LIMIT`] after a shutdown was asked for, should the graceful path
+/// (bounded by [`erdma_agent::agent::SHUTDOWN_GRACE`] and [`RUNTIME_SHUTDOWN`], well within it)
+/// be stuck where no timer runs. A thread of its own, not a task: it must run when the runtime
+/// does not; it ends with the process.
+fn last_resort() {
+    let started = std::thread::Builder::new()
+        .name("shutdown-limit".into())
+        .spawn(|| {
+            std::thread::sleep(HARD_LIMIT);
+            tracing::error!(
+                limit = ?HARD_LIMIT,
+                "abandoned: the whole shutdown (still running after the limit); exiting"
+            );
+            std::process::exit(0);
+        });
+    if let Err(e) = started {
+        tracing::warn!("cannot start the shutdown time limit's thread: {e}");
+    }
 }

@@ -128,7 +128,12 @@ pub async fn follow_cluster(
         if let Some(c) = cluster.take() {
             break c;
         }
-        let why = match cluster::detect(cfg.node_name.as_deref(), cfg.kubeconfig.as_deref()).await {
+        let detect = cluster::detect(cfg.node_name.as_deref(), cfg.kubeconfig.as_deref());
+        let detected = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = detect => r,
+        };
+        let why = match detected {
             Ok(Some(c)) => {
                 cluster = Some(c);
                 continue;
@@ -166,13 +171,13 @@ pub async fn follow_cluster(
                 for (id, why) in &matched.missing {
                     tracing::warn!(eri = %id, "{why}");
                 }
-                match report_device_problems(
-                    &cluster.client,
-                    &current.object_name,
-                    &matched.missing,
-                )
-                .await
-                {
+                let report =
+                    report_device_problems(&cluster.client, &current.object_name, &matched.missing);
+                let reported_now = tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    r = report => r,
+                };
+                match reported_now {
                     Ok(()) => {
                         reported = Some(matched.missing.clone());
                         report_retry = None;

@@ -76,7 +76,7 @@ impl std::fmt::Display for PendingRead {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "read of {} (waiting {:.1} s)",
+            "read of {}, waiting {:.1} s",
             self.path.display(),
             self.waiting.as_secs_f64()
         )
