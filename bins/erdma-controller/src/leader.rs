@@ -94,11 +94,21 @@ impl LeaderElector {
     }
 
     /// Runs until `cancel`, publishing leadership on `leader`. Leadership is dropped when no
-    /// renewal succeeded for `lease_duration`.
+    /// renewal succeeded for `lease_duration`. Returns as soon as `cancel` fires, an attempt in
+    /// flight included (leadership then published as lost).
     pub async fn run(self, leader: watch::Sender<bool>, cancel: CancellationToken) {
         let mut last_ok: Option<tokio::time::Instant> = None;
         loop {
-            match self.try_acquire_or_renew().await {
+            // An API server that does not answer must not hold the shutdown up.
+            let attempt = tokio::select! {
+                _ = cancel.cancelled() => {
+                    tracing::warn!(lease = %self.name, "abandoned: a lease request the API server has not answered");
+                    leader.send_replace(false);
+                    return;
+                }
+                r = self.try_acquire_or_renew() => r,
+            };
+            match attempt {
                 Ok(true) => {
                     last_ok = Some(tokio::time::Instant::now());
                     if !*leader.borrow() {

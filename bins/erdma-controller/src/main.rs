@@ -1,5 +1,12 @@
 //! `erdma-controller`: wires the configuration, the Kubernetes and ECS clients, leader election,
 //! the reconcilers and the webhook together. All logic lives in the library.
+//!
+//! Shutdown contract: after SIGTERM or SIGINT the process exits within 5 s, with status 0,
+//! whatever it was waiting on (an API server that does not answer, the webhook certificate, the
+//! metadata service); what it cut short is logged as `abandoned: ...`. Every wait gives way to
+//! the shutdown; the tasks' graceful tail gets [`SHUTDOWN_GRACE`], the runtime then
+//! [`RUNTIME_SHUTDOWN`], and a last resort ends the process at [`HARD_LIMIT`] should the runtime
+//! itself be stuck.
 
 use anyhow::Context;
 use clap::Parser;
@@ -13,11 +20,25 @@ use erdma_controller::metrics::Metrics;
 use erdma_controller::reconcile::{Ctx, run_controllers};
 use erdma_controller::webhook::{CertSlot, InjectOptions, serve};
 use erdma_host::logs::{self, LogFormat};
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+
+/// How long the graceful shutdown may take once SIGTERM/SIGINT arrived: what has not finished by
+/// then is abandoned (and logged).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(4);
+/// How long the runtime's shutdown waits for its blocking threads (a DNS lookup, for one).
+const RUNTIME_SHUTDOWN: Duration = Duration::from_millis(500);
+/// After SIGTERM/SIGINT the process ends by this time in any case.
+const HARD_LIMIT: Duration = Duration::from_secs(5);
+/// How often the webhook certificate is asked for again while the API server does not give it.
+const CERT_RETRY: Duration = Duration::from_secs(5);
 
 /// erdma cluster controller.
 #[derive(Debug, Parser)]
@@ -76,8 +97,25 @@ struct Args {
     check_install: Option<String>,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build();
+    match runtime {
+        Ok(rt) => {
+            let code = rt.block_on(async_main());
+            // Dropping the runtime would wait for every blocking thread, however long.
+            rt.shutdown_timeout(RUNTIME_SHUTDOWN);
+            code
+        }
+        Err(e) => {
+            eprintln!("erdma-controller: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn async_main() -> ExitCode {
     let args = Args::parse();
     let set_up = LogFormat::parse(args.log_format.as_deref().unwrap_or_default())
         .map_err(|e| format!("--log-format: {e}"))
@@ -100,13 +138,151 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(args, cfg).await {
+    let cancel = CancellationToken::new();
+    if let Err(e) = on_signal(cancel.clone()) {
+        tracing::error!("{e:#}");
+        return ExitCode::FAILURE;
+    }
+    let pending = Pending::default();
+    let deadline = async {
+        cancel.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    let result = tokio::select! {
+        r = run(args, cfg, cancel.clone(), pending.clone()) => r,
+        () = deadline => {
+            tracing::warn!(
+                grace = ?SHUTDOWN_GRACE,
+                "the graceful shutdown did not finish in time; exiting without it"
+            );
+            for what in pending.list() {
+                tracing::warn!("abandoned: {what}");
+            }
+            Ok(())
+        }
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// SIGTERM or SIGINT cancels `cancel` (and arms [`last_resort`]).
+fn on_signal(cancel: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+            _ = cancel.cancelled() => return,
+        }
+        cancel.cancel();
+        last_resort();
+    });
+    Ok(())
+}
+
+/// Ends the process [`HARD_LIMIT`] after a shutdown was asked for, should the graceful path
+/// (bounded by [`SHUTDOWN_GRACE`] and [`RUNTIME_SHUTDOWN`], well within it) be stuck where no
+/// timer runs. A thread of its own, not a task: it must run when the runtime does not; it ends
+/// with the process.
+fn last_resort() {
+    let started = std::thread::Builder::new()
+        .name("shutdown-limit".into())
+        .spawn(|| {
+            std::thread::sleep(HARD_LIMIT);
+            tracing::error!(
+                limit = ?HARD_LIMIT,
+                "abandoned: the whole shutdown (still running after the limit); exiting"
+            );
+            std::process::exit(0);
+        });
+    if let Err(e) = started {
+        tracing::warn!("cannot start the shutdown time limit's thread: {e}");
+    }
+}
+
+/// The tasks running, by name: what a shutdown cut short abandoned.
+#[derive(Debug, Clone, Default)]
+struct Pending {
+    next: Arc<AtomicU64>,
+    names: Arc<Mutex<BTreeMap<u64, &'static str>>>,
+}
+
+/// Removes its name from [`Pending`] when dropped (the task ended or was dropped).
+struct PendingGuard {
+    id: u64,
+    names: Arc<Mutex<BTreeMap<u64, &'static str>>>,
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        self.names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
+    }
+}
+
+impl Pending {
+    /// `fut`, recorded as `what` until it ends or is dropped.
+    fn track<F: Future>(
+        &self,
+        what: &'static str,
+        fut: F,
+    ) -> impl Future<Output = F::Output> + use<F> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, what);
+        let guard = PendingGuard {
+            id,
+            names: self.names.clone(),
+        };
+        async move {
+            let out = fut.await;
+            drop(guard);
+            out
+        }
+    }
+
+    /// What is recorded now, oldest first.
+    fn list(&self) -> Vec<&'static str> {
+        self.names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .copied()
+            .collect()
+    }
+}
+
+/// `fut`'s output, or `None` once `cancel` fired: then `what` is logged as abandoned.
+async fn or_abandon<F: Future>(
+    cancel: &CancellationToken,
+    what: &str,
+    fut: F,
+) -> Option<F::Output> {
+    tokio::select! {
+        r = fut => Some(r),
+        _ = cancel.cancelled() => {
+            tracing::warn!("abandoned: {what}");
+            None
+        }
+    }
+}
+
+/// Waits for the tasks started so far to stop (they follow the cancellation; the caller's
+/// deadline bounds the wait).
+async fn stop(mut tasks: JoinSet<()>) -> anyhow::Result<()> {
+    while tasks.join_next().await.is_some() {}
+    Ok(())
 }
 
 /// `--check-install`: the verdict on stdout, its exit status.
@@ -152,34 +328,33 @@ fn check_usage(args: &Args) -> anyhow::Result<Config> {
     Config::load(&args.config)
 }
 
-/// The controller until SIGTERM/SIGINT, or its fatal error.
-async fn run(args: Args, cfg: Config) -> anyhow::Result<()> {
-    let client = erdma_k8s::client::infer(&cfg.kube_client_options())
-        .await
-        .context("Kubernetes client")?;
-    let cancel = CancellationToken::new();
-    {
-        let cancel = cancel.clone();
-        tokio::spawn(async move {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = async { if let Some(t) = term.as_mut() { t.recv().await; } else { std::future::pending::<()>().await } } => {}
-            }
-            tracing::info!("shutting down");
-            cancel.cancel();
-        });
-    }
-    let mut tasks = tokio::task::JoinSet::new();
+/// The controller until `cancel` (SIGTERM/SIGINT), or its fatal error. Every wait before the
+/// tasks run gives way to `cancel` (logged as abandoned); `pending` names the tasks running, for
+/// the caller's shutdown deadline.
+async fn run(
+    args: Args,
+    cfg: Config,
+    cancel: CancellationToken,
+    pending: Pending,
+) -> anyhow::Result<()> {
+    let Some(client) = or_abandon(
+        &cancel,
+        "building the Kubernetes client",
+        erdma_k8s::client::infer(&cfg.kube_client_options()),
+    )
+    .await
+    else {
+        return Ok(());
+    };
+    let client = client.context("Kubernetes client")?;
+    let mut tasks = JoinSet::new();
     let metrics = Arc::new(Metrics::default());
     let health = tokio::net::TcpListener::bind(&args.health_listen)
         .await
         .with_context(|| format!("bind {}", args.health_listen))?;
-    tasks.spawn(erdma_controller::metrics::serve(
-        health,
-        metrics.clone(),
-        cancel.clone(),
+    tasks.spawn(pending.track(
+        "serving /metrics",
+        erdma_controller::metrics::serve(health, metrics.clone(), cancel.clone()),
     ));
 
     if cfg.enable_webhook {
@@ -195,12 +370,36 @@ async fn run(args: Args, cfg: Config) -> anyhow::Result<()> {
             ),
             &args.identity,
         );
+        // The API server may not answer, or refuse, for ever: retried until the shutdown.
+        let secret = format!(
+            "{}/{}-webhook-cert",
+            cfg.controller_namespace, cfg.controller_name
+        );
+        let mut last_error: Option<String> = None;
         let bundle = loop {
-            match mgr.current().await {
+            let what = match &last_error {
+                None => format!("waiting for the webhook certificate (Secret {secret})"),
+                Some(e) => {
+                    format!(
+                        "waiting for the webhook certificate (Secret {secret}; last error: {e})"
+                    )
+                }
+            };
+            let Some(got) = or_abandon(&cancel, &what, mgr.current()).await else {
+                return stop(tasks).await;
+            };
+            match got {
                 Ok(b) => break b,
                 Err(e) => {
-                    tracing::warn!(error = %e, "webhook certificate not available yet");
-                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    tracing::warn!(error = %e, retry_in = ?CERT_RETRY, "webhook certificate not available yet");
+                    let what = format!(
+                        "waiting for the webhook certificate (Secret {secret}; last error: {e})"
+                    );
+                    last_error = Some(e.to_string());
+                    let retry = tokio::time::sleep(CERT_RETRY);
+                    if or_abandon(&cancel, &what, retry).await.is_none() {
+                        return stop(tasks).await;
+                    }
                 }
             }
         };
@@ -215,20 +414,34 @@ async fn run(args: Args, cfg: Config) -> anyhow::Result<()> {
             metrics: metrics.clone(),
         };
         // Acknowledge what this replica serves before serving it (a rotation waits for it).
-        if let Err(e) = mgr.tick(&slot).await {
-            tracing::warn!(error = %e, "webhook certificate check failed");
+        let ack = "acknowledging the webhook certificate served";
+        match or_abandon(&cancel, ack, mgr.tick(&slot)).await {
+            None => return stop(tasks).await,
+            Some(Err(e)) => tracing::warn!(error = %e, "webhook certificate check failed"),
+            Some(Ok(_)) => {}
         }
-        tasks.spawn(serve(listener, slot.clone(), opts, cancel.clone()));
-        tasks.spawn(cert_loop(mgr, slot, cancel.clone()));
+        tasks.spawn(pending.track(
+            "serving the webhook",
+            serve(listener, slot.clone(), opts, cancel.clone()),
+        ));
+        tasks.spawn(pending.track(
+            "the webhook certificate's upkeep",
+            cert_loop(mgr, slot, cancel.clone()),
+        ));
     }
 
     if cfg.local_eri_discovery {
         tracing::info!("localERIDiscovery: agents discover ERIs themselves; no provisioning");
     } else {
         let region = if cfg.region.is_empty() {
-            erdma_cloud::imds::ImdsClient::new(&args.metadata_endpoint)?
-                .get("/latest/meta-data/region-id")
-                .await
+            let imds = erdma_cloud::imds::ImdsClient::new(&args.metadata_endpoint)?;
+            let asked = "asking the metadata service for the region";
+            let Some(answer) =
+                or_abandon(&cancel, asked, imds.get("/latest/meta-data/region-id")).await
+            else {
+                return stop(tasks).await;
+            };
+            answer
                 .context("config.region is empty and the metadata service did not answer; set config.region")?
                 .trim()
                 .to_string()
@@ -264,11 +477,14 @@ async fn run(args: Args, cfg: Config) -> anyhow::Result<()> {
         let ctx = Arc::new(ctx);
         let (tx, mut rx) = tokio::sync::watch::channel(false);
         tasks.spawn(
-            LeaderElector::new(client.clone(), &cfg.controller_namespace, &args.identity)
-                .run(tx, cancel.clone()),
+            pending.track(
+                "leader election",
+                LeaderElector::new(client.clone(), &cfg.controller_namespace, &args.identity)
+                    .run(tx, cancel.clone()),
+            ),
         );
         let cancel2 = cancel.clone();
-        tasks.spawn(async move {
+        tasks.spawn(pending.track("the reconcilers", async move {
             loop {
                 if rx.wait_for(|l| *l).await.is_err() || cancel2.is_cancelled() {
                     return;
@@ -284,10 +500,9 @@ async fn run(args: Args, cfg: Config) -> anyhow::Result<()> {
                     return;
                 }
             }
-        });
+        }));
     }
-    while tasks.join_next().await.is_some() {}
-    Ok(())
+    stop(tasks).await
 }
 
 /// Every replica ticks its [`CertManager`]: hot reload, acknowledgement, `caBundle` upkeep and the
@@ -298,7 +513,11 @@ async fn cert_loop(mgr: CertManager, slot: Arc<CertSlot>, cancel: CancellationTo
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(30)) => {}
         }
-        if let Err(e) = mgr.tick(&slot).await {
+        let tick = "a webhook certificate check the API server has not answered";
+        let Some(ticked) = or_abandon(&cancel, tick, mgr.tick(&slot)).await else {
+            return;
+        };
+        if let Err(e) = ticked {
             tracing::warn!(error = %e, "webhook certificate check failed");
         }
     }
