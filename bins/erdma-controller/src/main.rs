@@ -46,7 +46,7 @@ const CERT_RETRY: Duration = Duration::from_secs(5);
     name = "erdma-controller",
     version,
     about,
-    after_help = "Exit status: 0 stopped cleanly (SIGTERM), or --check-install passed; 1 a fatal runtime error (logged), or --check-install found a gap; 2 usage or configuration error (flags, addresses, --log-format, --log-level, RUST_LOG, a missing or broken config file)."
+    after_help = "Exit status: 0 stopped on SIGTERM or SIGINT (within 5 s; anything cut short is logged as abandoned), or --check-install passed; 1 a fatal runtime error (logged), or --check-install found a gap; 2 usage or configuration error (flags, addresses, --log-format, --log-level, RUST_LOG, a missing or broken config file)."
 )]
 struct Args {
     /// Controller configuration (config.json). The original's flag name; `--config` is accepted too.
