@@ -192,6 +192,7 @@ specs_of() { ls "$CDI" | grep -c "claim_$1" ; }
 echo " -- agent-kill-prepare"
 claim pod-p claim-p 50 || { fail "$SCEN" "allocating claim-p failed: $(tail -1 /tmp/claim-p.claim.err)"; exit 0; }
 UP=$(uid_of claim-p)
+served0=$(grep -c 'serving the DRA driver' "$AGENT_LOG")
 kill -STOP "$AGENT_PID"
 dpod pod-p 0 > /dev/null 2>&1 &
 RUN=$!
@@ -204,7 +205,9 @@ ck "pod-p left no container" sh -c "! erdma-fake-kubelet pod status --dir $KDIR 
 t=$(now)
 # shellcheck disable=SC2086
 agent $DRA_FLAGS
-if wait_for 30 test -S "$ROOT/plugins_registry/$DRV-reg.sock"; then back=$(took "$t"); else back=never; fi
+# serving again: the new agent's line (the killed agent's socket files stay until it binds anew)
+serving_dra() { test "$(grep -c 'serving the DRA driver' "$AGENT_LOG")" -gt "$served0"; }
+if wait_for 30 serving_dra; then back=$(took "$t"); else back=never; fi
 ck "the restarted agent serves the DRA socket again (after ${back} s)" test "$back" != never
 if dpod pod-p 0 > /dev/null; then good "pod-p started on the retried prepare"; else bad "pod-p did not start on the retry: $(tail -1 /tmp/pod-p.pod.err)"; fi
 ck "claim-p has one CDI spec [$(ls "$CDI" | grep "claim_$UP" | tr '\n' ' ')]" test "$(specs_of "$UP")" = 1
@@ -220,7 +223,12 @@ dpod pod-r 0 > /dev/null 2>&1 &
 RUN=$!
 sleep 2
 # the lab kubelet's pod worker dies with its NodePrepareResources in flight; then the agent goes on
-pkill -KILL -f "pod run --dir $KDIR --pod lab/pod-r" ; wait "$RUN" 2>/dev/null
+for d in /proc/[0-9]*; do
+  case "$(cat "$d/comm" 2>/dev/null)" in erdma-fake-kube*)
+    tr '\0' ' ' < "$d/cmdline" 2>/dev/null | grep -q -- "--pod lab/pod-r " && kill -KILL "${d#/proc/}" ;;
+  esac
+done
+wait "$RUN" 2>/dev/null
 kill -CONT "$AGENT_PID"
 wait_for 20 sh -c "ls $CDI | grep -q claim_$UR"
 first=$(ls "$CDI" | grep "claim_$UR" | tr '\n' ' ')
