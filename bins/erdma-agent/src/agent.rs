@@ -162,7 +162,11 @@ async fn serve(
     });
 
     // Kubernetes API: only with a node name and a config.
-    let detect = cluster::detect(s.node_name.as_deref(), s.kubeconfig.as_deref());
+    let detect = cluster::detect(
+        s.node_name.as_deref(),
+        s.kubeconfig.as_deref(),
+        s.request_timeout,
+    );
     let cluster = match pending
         .track("connecting to the Kubernetes API", detect)
         .await
@@ -337,6 +341,7 @@ async fn serve(
                 source::ClusterSourceConfig {
                     node_name: s.node_name.clone(),
                     kubeconfig: s.kubeconfig.clone(),
+                    request_timeout: s.request_timeout,
                     report_retry: Duration::from_secs(10),
                     retry: Duration::from_secs(30),
                 },

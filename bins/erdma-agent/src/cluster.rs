@@ -48,25 +48,12 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
-/// [`detect_with`] the default deadline ([`erdma_k8s::client::DEFAULT_REQUEST_TIMEOUT`]).
-pub async fn detect(
-    node_name: Option<&str>,
-    kubeconfig: Option<&Path>,
-) -> Result<Option<Cluster>, String> {
-    detect_with(
-        node_name,
-        kubeconfig,
-        Some(erdma_k8s::client::DEFAULT_REQUEST_TIMEOUT),
-    )
-    .await
-}
-
 /// Connects when a node name is known and a kube config is available (`--kubeconfig`, else
 /// in-cluster / `KUBECONFIG`). `Ok(None)` without a node name; `Err` names the fix. Each API
 /// request that is not a watch fails after `request_timeout` (`--request-timeout`; see
 /// [`erdma_k8s::client`]), so a silent API server delays labels, conditions and Events instead of
 /// holding the loops that publish them.
-pub async fn detect_with(
+pub async fn detect(
     node_name: Option<&str>,
     kubeconfig: Option<&Path>,
     request_timeout: Option<Duration>,

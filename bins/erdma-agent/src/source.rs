@@ -97,6 +97,8 @@ pub struct ClusterSourceConfig {
     pub node_name: Option<String>,
     /// `--kubeconfig`.
     pub kubeconfig: Option<PathBuf>,
+    /// `--request-timeout`: the deadline of API requests that are not watches.
+    pub request_timeout: Option<Duration>,
     /// How long after a failed status report it is tried again (10 s); the object itself is
     /// watched, not polled.
     pub report_retry: Duration,
@@ -128,7 +130,11 @@ pub async fn follow_cluster(
         if let Some(c) = cluster.take() {
             break c;
         }
-        let detect = cluster::detect(cfg.node_name.as_deref(), cfg.kubeconfig.as_deref());
+        let detect = cluster::detect(
+            cfg.node_name.as_deref(),
+            cfg.kubeconfig.as_deref(),
+            cfg.request_timeout,
+        );
         let detected = tokio::select! {
             _ = cancel.cancelled() => return,
             r = detect => r,

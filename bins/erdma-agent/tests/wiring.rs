@@ -422,6 +422,7 @@ async fn erdmadevice_path_serves_only_matched_devices_and_reports_missing() {
         ClusterSourceConfig {
             node_name: Some("n1".into()),
             kubeconfig: None,
+            request_timeout: Some(Duration::from_secs(70)),
             report_retry: Duration::from_millis(30),
             retry: Duration::from_millis(30),
         },
@@ -545,6 +546,7 @@ async fn without_a_cluster_the_error_names_the_fix_and_nothing_is_served() {
         ClusterSourceConfig {
             node_name: None,
             kubeconfig: None,
+            request_timeout: Some(Duration::from_secs(70)),
             report_retry: Duration::from_millis(30),
             retry: Duration::from_millis(30),
         },
