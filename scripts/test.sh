@@ -69,6 +69,8 @@ stage clippy cargo clippy --workspace --all-targets --all-features --locked -- -
 
 # No two files import each other anywhere (docs/design.md's crate map is the picture).
 stage imports python3 scripts/imports.py
+# docs/design.md's crate map (arrows and "May be called by") agrees with the Cargo.toml files.
+stage crate-map python3 scripts/crate_map.py
 
 stage cargo-test cargo test --workspace --all-features --locked --no-fail-fast
 read -r t_pass t_fail t_ign < <(libtest_sum "$LOGS/cargo-test.log")
