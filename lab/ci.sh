@@ -28,7 +28,7 @@ export ERDMA_LAB_HEALTH_GATE=${ERDMA_LAB_HEALTH_GATE:-ci}
 # containerd 1.7 and 2.x (CRI devices and device cgroup, CDI injection, verbose sandbox status,
 # NRI, image import and manifest pods). inventory and numa run no container, health's pod only
 # stays up: they run on the default runtime only.
-RUNTIME_SCENARIOS="allocation allocation-modes smcr-prestart nri dra chart chart-webhook"
+RUNTIME_SCENARIOS="allocation allocation-modes smcr-prestart nri dra chart chart-webhook faults"
 MATRIX_RUNTIMES="containerd-2.1"
 passed=0 failed=0 ignored_ran=0 ignored_where=() results=()
 run() {
