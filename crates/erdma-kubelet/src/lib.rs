@@ -4,7 +4,8 @@
 //!   DevicePlugin service a plugin serves), including `cdi_devices`.
 //! - [`podresources::v1`]: the pod-resources API the kubelet serves, and
 //!   [`podresources::PodResourcesClient`], the one client of it (`list(held)` → the containers holding devices through the device
-//!   plugin or a DRA claim).
+//!   plugin or a DRA claim), and [`podresources::Holders`], the one owner of its answer (refreshed
+//!   on pokes, socket re-creation and a safety timer; published on a `watch` channel).
 //! - [`pluginregistration::v1`]: the plugin-watcher registration API a plugin serves on a socket in
 //!   `plugins_registry/` (used by DRA drivers).
 //! - [`dra::v1`]: the DRA kubelet plugin API (`NodePrepareResources` / `NodeUnprepareResources`).
@@ -55,7 +56,10 @@ pub mod podresources {
 
     mod cache;
     mod client;
-    pub use cache::{Answered, HolderCache, POKE_DELAY, Snapshot};
+    pub use cache::{
+        Answered, FRESH_WITHIN, HolderCache, Holders, POKE_DELAY, RETRY_AFTER_FAILURE,
+        SAFETY_REFRESH, SETTLE_WITHIN, SOCKET_SETTLE, Snapshot,
+    };
     pub use client::{
         ClaimedDevice, Held, Holder, ListError, PodResourcesClient, TIMEOUT, holders_in,
     };

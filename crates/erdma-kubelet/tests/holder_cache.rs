@@ -10,11 +10,13 @@ use erdma_kubelet::podresources::v1::{
     ContainerResources, DynamicResource, GetPodResourcesRequest, GetPodResourcesResponse,
     ListPodResourcesRequest, ListPodResourcesResponse, PodResources,
 };
-use erdma_kubelet::podresources::{Answered, Held, HolderCache, PodResourcesClient};
+use erdma_kubelet::podresources::{
+    Answered, Held, HolderCache, Holders, PodResourcesClient, SAFETY_REFRESH, Snapshot,
+};
 use erdma_kubelet::uds;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
@@ -23,6 +25,8 @@ struct Kubelet {
     calls: Arc<AtomicUsize>,
     answer: Arc<Mutex<ListPodResourcesResponse>>,
     delay: Duration,
+    /// Answer `List` with an error.
+    fail: Arc<std::sync::atomic::AtomicBool>,
 }
 
 #[tonic::async_trait]
@@ -33,6 +37,9 @@ impl PodResourcesLister for Kubelet {
     ) -> Result<Response<ListPodResourcesResponse>, Status> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(self.delay).await;
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(Status::internal("checkpoint unreadable"));
+        }
         Ok(Response::new(self.answer.lock().unwrap().clone()))
     }
 
@@ -91,8 +98,31 @@ fn claim_pod(ns: &str, name: &str, driver: &str, device: &str) -> PodResources {
 struct Served {
     kubelet: Kubelet,
     stop: CancellationToken,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     cache: Arc<HolderCache>,
+    /// Connections the server accepted.
+    conns: Arc<AtomicUsize>,
+}
+
+/// Serves `kubelet` on `path` until `stop`, counting accepted connections in `conns`.
+fn serve_on(
+    path: &std::path::Path,
+    kubelet: Kubelet,
+    stop: CancellationToken,
+    conns: Arc<AtomicUsize>,
+) {
+    let listener = uds::bind(path).unwrap();
+    let incoming = tokio_stream::StreamExt::map(uds::incoming(listener), move |c| {
+        conns.fetch_add(1, Ordering::SeqCst);
+        c
+    });
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(PodResourcesListerServer::new(kubelet))
+            .serve_with_incoming_shutdown(incoming, stop.cancelled())
+            .await
+            .unwrap();
+    });
 }
 
 fn serve(kubelet: Kubelet) -> Served {
@@ -101,16 +131,9 @@ fn serve(kubelet: Kubelet) -> Served {
         .tempdir_in("/tmp")
         .unwrap();
     let path = dir.path().join("kubelet.sock");
-    let listener = uds::bind(&path).unwrap();
     let stop = CancellationToken::new();
-    let (k, s) = (kubelet.clone(), stop.clone());
-    tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .add_service(PodResourcesListerServer::new(k))
-            .serve_with_incoming_shutdown(uds::incoming(listener), s.cancelled())
-            .await
-            .unwrap();
-    });
+    let conns = Arc::new(AtomicUsize::new(0));
+    serve_on(&path, kubelet.clone(), stop.clone(), conns.clone());
     let cache = HolderCache::new(
         PodResourcesClient::new(&path),
         Held::both("aliyun/erdma", "erdma.alibabacloud.com"),
@@ -118,9 +141,20 @@ fn serve(kubelet: Kubelet) -> Served {
     Served {
         kubelet,
         stop,
-        _dir: dir,
+        dir,
         cache,
+        conns,
     }
+}
+
+/// Waits (a hang guard, not a latency target) until `f` holds for the published snapshot.
+async fn published(holders: &Holders, f: impl Fn(&Snapshot) -> bool) -> Arc<Snapshot> {
+    let mut rx = holders.subscribe();
+    tokio::time::timeout(Duration::from_secs(20), rx.wait_for(|s| f(s)))
+        .await
+        .expect("published in time")
+        .expect("owner alive")
+        .clone()
 }
 
 #[tokio::test]
@@ -227,4 +261,174 @@ async fn a_poke_refreshes_the_kept_answer() {
     cancel.cancel();
     refresher.await.unwrap();
     s.stop.cancel();
+}
+
+/// A poke publishes a new snapshot on the channel: a subscriber sees the allocation's pod
+/// without asking anything.
+#[tokio::test]
+async fn a_snapshot_is_published_after_a_poke() {
+    let s = serve(Kubelet::default());
+    let cancel = CancellationToken::new();
+    tokio::spawn(s.cache.clone().refresh_on_poke(cancel.clone()));
+    let first = published(&s.cache, Snapshot::is_answered).await;
+    assert!(first.holders.is_empty() && first.error.is_none());
+    let mut rx = s.cache.subscribe();
+    rx.borrow_and_update();
+    *s.kubelet.answer.lock().unwrap() = ListPodResourcesResponse {
+        pod_resources: vec![device_pod("default", "allocated", &["erdma_1/0"])],
+    };
+    s.cache.poke();
+    tokio::time::timeout(Duration::from_secs(20), rx.changed())
+        .await
+        .expect("published in time")
+        .unwrap();
+    let snap = rx.borrow().clone();
+    assert!(snap.generation > first.generation);
+    assert_eq!(
+        snap.of_pod("default", "allocated")[0].device_ids,
+        ["erdma_1/0"]
+    );
+    assert_eq!(
+        snap.holding(&["erdma_1/0".to_string()])
+            .map(|h| h.pod.as_str()),
+        Some("allocated")
+    );
+    cancel.cancel();
+    s.stop.cancel();
+}
+
+/// The kubelet restarts: its pod-resources socket is removed and created again, with other pods
+/// behind it. The refresher notices the new socket and publishes their holders without a poke,
+/// well before its safety refresh.
+#[tokio::test]
+async fn a_recreated_socket_is_refreshed_without_a_poke() {
+    let s = serve(Kubelet::default());
+    *s.kubelet.answer.lock().unwrap() = ListPodResourcesResponse {
+        pod_resources: vec![device_pod("default", "before", &["erdma_0/1"])],
+    };
+    let cancel = CancellationToken::new();
+    tokio::spawn(s.cache.clone().refresh_on_poke(cancel.clone()));
+    let first = published(&s.cache, |s| !s.of_pod("default", "before").is_empty()).await;
+
+    // The kubelet goes away ...
+    s.stop.cancel();
+    let path = s.dir.path().join("kubelet.sock");
+    for _ in 0..200 {
+        if std::fs::remove_file(&path).is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let restarted = Instant::now();
+    // ... and comes back with its socket created again.
+    let again = Kubelet::default();
+    *again.answer.lock().unwrap() = ListPodResourcesResponse {
+        pod_resources: vec![device_pod("default", "after", &["erdma_0/2"])],
+    };
+    let stop = CancellationToken::new();
+    serve_on(&path, again.clone(), stop.clone(), s.conns.clone());
+    let snap = published(&s.cache, |s| !s.of_pod("default", "after").is_empty()).await;
+    assert!(snap.generation > first.generation);
+    assert!(snap.of_pod("default", "before").is_empty());
+    assert!(
+        restarted.elapsed() < SAFETY_REFRESH,
+        "noticed by the socket watch, not the safety refresh ({:?})",
+        restarted.elapsed()
+    );
+    assert!(again.calls.load(Ordering::SeqCst) >= 1);
+    cancel.cancel();
+    stop.cancel();
+}
+
+/// Readers of the published snapshot (kept pods, settled answers) open no connection and make no
+/// call; a poke costs one call on the owner's one connection, and a reader that needs an answer
+/// newer than its question waits for the refresher's.
+#[tokio::test]
+async fn readers_see_new_holders_without_opening_connections() {
+    let s = serve(Kubelet::default());
+    *s.kubelet.answer.lock().unwrap() = ListPodResourcesResponse {
+        pod_resources: vec![device_pod("default", "a", &["erdma_0/1"])],
+    };
+    let cancel = CancellationToken::new();
+    tokio::spawn(s.cache.clone().refresh_on_poke(cancel.clone()));
+    published(&s.cache, Snapshot::is_answered).await;
+    let (conns, calls) = (
+        s.conns.load(Ordering::SeqCst),
+        s.kubelet.calls.load(Ordering::SeqCst),
+    );
+    assert_eq!((conns, calls), (1, 1), "the refresher's first answer");
+    let readers: Vec<_> = (0..16)
+        .map(|_| {
+            let h = s.cache.clone();
+            tokio::spawn(async move {
+                let (p, answered) = h.pod("default", "a").await.unwrap();
+                let settled = h.settled(Duration::from_secs(1)).await;
+                (
+                    p.len(),
+                    answered,
+                    settled.holders.len(),
+                    h.snapshot().generation,
+                )
+            })
+        })
+        .collect();
+    for r in readers {
+        assert_eq!(r.await.unwrap(), (1, Answered::Kept, 1, 1));
+    }
+    assert_eq!(s.conns.load(Ordering::SeqCst), 1, "no reader connected");
+    assert_eq!(
+        s.kubelet.calls.load(Ordering::SeqCst),
+        1,
+        "no reader called"
+    );
+
+    // An allocation: the poke's refresh brings the new pod to every reader.
+    s.kubelet
+        .answer
+        .lock()
+        .unwrap()
+        .pod_resources
+        .push(device_pod("default", "b", &["erdma_0/2"]));
+    s.cache.poke();
+    let settled = s.cache.settled(Duration::from_secs(20)).await;
+    assert_eq!(
+        settled.of_pod("default", "b").len(),
+        1,
+        "settled waits for the poke"
+    );
+    let (p, answered) = s.cache.pod("default", "b").await.unwrap();
+    assert_eq!((p.len(), answered), (1, Answered::Kept));
+    // A fresh answer is the refresher's, on the same connection.
+    let before = s.kubelet.calls.load(Ordering::SeqCst);
+    let fresh = s.cache.fresh().await.unwrap();
+    assert_eq!(fresh.len(), 2);
+    assert_eq!(s.kubelet.calls.load(Ordering::SeqCst), before + 1);
+    assert_eq!(
+        s.conns.load(Ordering::SeqCst),
+        1,
+        "one connection for everything"
+    );
+    cancel.cancel();
+    s.stop.cancel();
+}
+
+/// A failed refresh is published with its error and keeps the last holders; `fresh` reports it.
+#[tokio::test]
+async fn a_failed_refresh_keeps_the_holders_and_says_why() {
+    let s = serve(Kubelet::default());
+    *s.kubelet.answer.lock().unwrap() = ListPodResourcesResponse {
+        pod_resources: vec![device_pod("default", "a", &["erdma_0/1"])],
+    };
+    s.cache.fresh().await.unwrap();
+    s.kubelet.fail.store(true, Ordering::SeqCst);
+    let e = s.cache.fresh().await.unwrap_err();
+    assert!(e.to_string().contains("checkpoint unreadable"), "{e}");
+    let snap = s.cache.snapshot();
+    assert!(snap.error.is_some());
+    assert!(snap.is_answered());
+    assert_eq!(
+        snap.of_pod("default", "a").len(),
+        1,
+        "the last answer is kept"
+    );
 }
