@@ -226,7 +226,7 @@ async fn serve(
             .as_deref()
             .map(PodResourcesClient::new)
             .unwrap_or_default(),
-        Held::both(&s.resource_name, erdma_dra::DRIVER_NAME),
+        Held::both(&s.resource_name, erdma_model::names::DRA_DRIVER),
     );
     tasks.push(tokio::spawn(pending.track(
         "the pod-resources cache",

@@ -14,10 +14,9 @@
 use crate::cluster::{Cluster, PodRef};
 use crate::metrics::AgentMetrics;
 use crate::smcr::SmcrHook;
-use erdma_deviceplugin::service::ENV_ERDMA_DEVICES;
-use erdma_dra::cdi::ENV_RDMA_MAX;
 use erdma_kubelet::podresources::{Answered, Holder, HolderCache};
 use erdma_model::NodeDevices;
+use erdma_model::container::{ENV_ERDMA_DEVICES, ENV_RDMA_MAX};
 use erdma_model::rdma_limit::{Memlock, RDMA_MAX_ANNOTATION, RdmaLimit};
 use erdma_nri::api::{self, Event};
 use erdma_nri::plugin::Handler;

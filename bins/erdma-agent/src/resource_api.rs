@@ -197,7 +197,7 @@ pub async fn publish_condition(
     api: ResourceApi,
     resource: &str,
 ) -> Result<(), String> {
-    let c = condition(api, resource, erdma_dra::DRIVER_NAME);
+    let c = condition(api, resource, erdma_model::names::DRA_DRIVER);
     patch_condition(cluster, c).await
 }
 
@@ -389,7 +389,7 @@ pub async fn report_dropped(
     if let Err(e) = cluster.dra_event(kind, reason, &message).await {
         tracing::warn!("{e}");
     }
-    let c = dra_condition(resource, erdma_dra::DRIVER_NAME, now);
+    let c = dra_condition(resource, erdma_model::names::DRA_DRIVER, now);
     if let Err(e) = patch_condition(cluster, c).await {
         tracing::warn!("{e}");
     }

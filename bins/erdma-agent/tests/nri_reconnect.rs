@@ -25,7 +25,7 @@ async fn the_plugin_connects_when_the_runtime_socket_appears_not_when_its_back_o
         },
         holders: erdma_kubelet::podresources::HolderCache::new(
             erdma_kubelet::podresources::PodResourcesClient::new(&dir.path().join("podres.sock")),
-            erdma_kubelet::podresources::Held::both("aliyun/erdma", erdma_dra::DRIVER_NAME),
+            erdma_kubelet::podresources::Held::both("aliyun/erdma", erdma_model::names::DRA_DRIVER),
         ),
         proc_root: PathBuf::from("/proc"),
         served,

@@ -157,7 +157,7 @@ async fn with_dra_every_agent_api_call_is_allowed_and_every_permission_is_used()
     let mut dev = erdma_model::RdmaDevice::named("erdma_0", erdma_model::DeviceKind::Erdma);
     let mut inv = erdma_model::NodeDevices::empty();
     inv.devices = vec![dev.clone()];
-    let mut memory = erdma_deviceplugin::devices::DeviceMemory::default();
+    let mut memory = erdma_model::DeviceMemory::default();
     let devs = publish::publishable(&mut memory, &inv, &cfg, None);
     publish::sync(&cluster.client, &cfg, devs).await.unwrap();
     dev.health = erdma_model::Health::from_reasons(vec!["port 1 is DOWN".into()]);

@@ -240,7 +240,7 @@ impl World {
     fn holders(&self) -> Arc<erdma_kubelet::podresources::HolderCache> {
         erdma_kubelet::podresources::HolderCache::new(
             erdma_kubelet::podresources::PodResourcesClient::new(&self.podres),
-            erdma_kubelet::podresources::Held::both(RESOURCE, erdma_dra::DRIVER_NAME),
+            erdma_kubelet::podresources::Held::both(RESOURCE, erdma_model::names::DRA_DRIVER),
         )
     }
 

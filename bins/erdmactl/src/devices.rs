@@ -69,7 +69,7 @@ pub struct Report {
 
 /// Reads the DRA checkpoint under `kubelet_root`, when it exists.
 pub fn dra_local(kubelet_root: &Path) -> Option<DraLocal> {
-    let path = erdma_dra::checkpoint::path_under(kubelet_root, erdma_dra::DRIVER_NAME);
+    let path = erdma_dra::checkpoint::path_under(kubelet_root, erdma_model::names::DRA_DRIVER);
     if !path.exists() {
         return None;
     }

@@ -7,11 +7,9 @@
 
 use crate::config::CdiConfig;
 use crate::devices::ServedSet;
-use serde_json::{Value, json};
+use erdma_host::atomic::{self, Durability};
+use erdma_model::cdi::{self as spec_model, ContainerEdits, Device, DeviceNode, Spec};
 use std::path::PathBuf;
-
-/// CDI specification version written.
-pub const CDI_VERSION: &str = "0.6.0";
 
 /// Errors writing the spec.
 #[derive(Debug, thiserror::Error)]
@@ -43,30 +41,33 @@ pub fn spec_path(cfg: &CdiConfig) -> Result<PathBuf, CdiError> {
 
 /// The fully qualified CDI name of a device.
 pub fn qualified_name(cfg: &CdiConfig, device: &str) -> String {
-    format!("{}={device}", cfg.kind)
+    spec_model::qualified_name(&cfg.kind, device)
 }
 
 /// The spec document for a served set.
-pub fn spec(cfg: &CdiConfig, set: &ServedSet) -> Value {
-    let devices: Vec<Value> = set
+pub fn spec(cfg: &CdiConfig, set: &ServedSet) -> Spec {
+    let mut doc = Spec::new(cfg.kind.clone());
+    doc.devices = set
         .devices
         .values()
-        .map(|d| {
-            let nodes: Vec<Value> = d
-                .char_devices()
-                .map(|c| json!({"path": c.path, "permissions": "rw"}))
-                .collect();
-            json!({"name": d.name(), "containerEdits": {"deviceNodes": nodes}})
+        .map(|d| Device {
+            name: d.name().to_string(),
+            annotations: Default::default(),
+            container_edits: ContainerEdits {
+                device_nodes: d.char_devices().map(DeviceNode::rdma).collect(),
+                ..Default::default()
+            },
         })
         .collect();
-    let mut doc = json!({"cdiVersion": CDI_VERSION, "kind": cfg.kind, "devices": devices});
     if let Some(cm) = &set.rdma_cm {
-        doc["containerEdits"] = json!({"deviceNodes": [{"path": cm.path, "permissions": "rw"}]});
+        doc.container_edits.device_nodes = vec![DeviceNode::rdma(cm)];
     }
     doc
 }
 
-/// Writes the spec atomically (temporary file + rename) when its content changed.
+/// Writes the spec atomically (temporary file + rename) when its content changed. No fsync: the
+/// spec directory is tmpfs on a node (`/var/run/cdi`), and the plugin writes the spec again at
+/// start.
 pub fn write_spec(cfg: &CdiConfig, set: &ServedSet) -> Result<PathBuf, CdiError> {
     let path = spec_path(cfg)?;
     let io = |source| CdiError::Io {
@@ -79,9 +80,6 @@ pub fn write_spec(cfg: &CdiConfig, set: &ServedSet) -> Result<PathBuf, CdiError>
     if std::fs::read(&path).is_ok_and(|old| old == text) {
         return Ok(path);
     }
-    std::fs::create_dir_all(&cfg.spec_dir).map_err(io)?;
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, &text).map_err(io)?;
-    std::fs::rename(&tmp, &path).map_err(io)?;
+    atomic::write(&path, &text, Durability::Boot).map_err(|e| io(e.source))?;
     Ok(path)
 }

@@ -109,35 +109,6 @@ impl ServedSet {
     }
 }
 
-/// Remembers every device served since start. A device that vanishes from the inventory (driver
-/// unloaded, module reloading for a mode switch, device removed) stays advertised as Unhealthy, so
-/// the kubelet keeps its capacity and stops allocating it; it turns Healthy when it comes back.
-#[derive(Debug, Default)]
-pub struct DeviceMemory {
-    known: BTreeMap<String, RdmaDevice>,
-}
-
-impl DeviceMemory {
-    /// The snapshot plus every remembered device that is missing from it, marked unhealthy.
-    pub fn merge(&mut self, node: &NodeDevices) -> NodeDevices {
-        for d in &node.devices {
-            self.known.insert(d.name.clone(), d.clone());
-        }
-        let mut out = node.clone();
-        for (name, d) in &self.known {
-            if node.device(name).is_none() {
-                let mut gone = d.clone();
-                gone.health = erdma_model::Health::from_reasons(vec![format!(
-                    "{name} is gone from the node (driver unloaded or device removed); it is served again when it reappears"
-                )]);
-                out.devices.push(gone);
-            }
-        }
-        out.devices.sort_by(|a, b| a.name.cmp(&b.name));
-        out
-    }
-}
-
 /// The topology of a device: its NUMA node, or none when unknown (never a fake node 0).
 pub fn topology(numa: NumaNode) -> Option<api::TopologyInfo> {
     numa.0.map(|n| api::TopologyInfo {

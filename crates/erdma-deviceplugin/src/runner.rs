@@ -185,7 +185,7 @@ async fn feed_served(
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) {
-    let mut memory = crate::devices::DeviceMemory::default();
+    let mut memory = erdma_model::DeviceMemory::default();
     loop {
         let merged = memory.merge(&devices.borrow_and_update());
         let set = Arc::new(ServedSet::from_snapshot(&merged, cfg.slots_per_device));

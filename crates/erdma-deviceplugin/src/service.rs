@@ -7,6 +7,7 @@ use crate::metrics::Metrics;
 use erdma_kubelet::deviceplugin::v1beta1 as api;
 use erdma_kubelet::podresources::PodResourcesClient;
 use erdma_model::allocation::{DeviceLoad, PreferenceRequest, preferred_allocation};
+use erdma_model::container::container_env;
 use erdma_model::{CharDevice, SlotId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::pin::Pin;
@@ -16,15 +17,6 @@ use tokio::sync::watch;
 use tokio_stream::Stream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
-
-/// Env variable with the PNET ID of the container's first device (sorted by name), as the
-/// original plugin set it for SMC-R.
-pub const ENV_SMCR_PNET: &str = "SMCR_PNET";
-/// Env variable listing the container's RDMA device names, comma-separated, sorted.
-pub const ENV_ERDMA_DEVICES: &str = "ERDMA_DEVICES";
-/// Env variable with the same names in NCCL_IB_HCA exact-match form (`=erdma_0,erdma_1`), so a
-/// launcher can `export NCCL_IB_HCA="$ERDMA_NCCL_IB_HCA"`.
-pub const ENV_ERDMA_NCCL_IB_HCA: &str = "ERDMA_NCCL_IB_HCA";
 
 /// Most container requests / IDs accepted in one call (a kubelet sends one container and a few
 /// IDs; anything far larger is malformed).
@@ -152,16 +144,10 @@ pub fn container_response(
             .filter_map(|n| set.devices.get(n))
             .collect()
     };
-    let names: Vec<&str> = devices.iter().map(|d| d.name()).collect();
-    let mut envs = BTreeMap::new();
-    envs.insert(ENV_ERDMA_DEVICES.to_string(), names.join(","));
-    envs.insert(
-        ENV_ERDMA_NCCL_IB_HCA.to_string(),
-        format!("={}", names.join(",")),
-    );
-    if let Some(pnet) = devices.iter().find_map(|d| d.device.pnet_id.as_ref()) {
-        envs.insert(ENV_SMCR_PNET.to_string(), pnet.as_str().to_string());
-    }
+    let envs = container_env(devices.iter().map(|d| &d.device), None)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
     let mut resp = api::ContainerAllocateResponse {
         envs,
         ..Default::default()

@@ -11,11 +11,12 @@
 
 use erdma_deviceplugin::devices::ServedSet;
 use erdma_deviceplugin::podresources::used_slots;
-use erdma_deviceplugin::service::{DevicePluginService, ENV_ERDMA_DEVICES, PluginState};
+use erdma_deviceplugin::service::{DevicePluginService, PluginState};
 use erdma_deviceplugin::{CdiConfig, Metrics, NoopPreStart, PluginConfig};
 use erdma_kubelet::deviceplugin::v1beta1 as api;
 use erdma_kubelet::deviceplugin::v1beta1::device_plugin_server::DevicePlugin;
 use erdma_kubelet::podresources::Holder;
+use erdma_model::container::ENV_ERDMA_DEVICES;
 use erdma_model::{CharDevice, DeviceKind, Health, NodeDevices, RdmaDevice};
 use proptest::prelude::*;
 use proptest::sample::Index;

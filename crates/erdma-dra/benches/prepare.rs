@@ -93,7 +93,7 @@ fn allocated_claim(name: &str, uid: &str) -> ResourceClaim {
             allocation: Some(AllocationResult {
                 devices: Some(DeviceAllocationResult {
                     results: Some(vec![DeviceRequestAllocationResult {
-                        driver: erdma_dra::DRIVER_NAME.into(),
+                        driver: erdma_model::names::DRA_DRIVER.into(),
                         pool: NODE.into(),
                         device: "erdma-0".into(),
                         request: "rdma".into(),
@@ -212,7 +212,7 @@ fn main() {
                 erdma_dra::server::serve(driver.clone(), &cancel).expect("sockets bound");
             let k = kubelet::register(
                 &cfg.kubelet_dir.join("plugins_registry"),
-                erdma_dra::DRIVER_NAME,
+                erdma_model::names::DRA_DRIVER,
             )
             .await
             .expect("the kubelet registers the driver");

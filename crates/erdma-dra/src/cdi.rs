@@ -9,20 +9,16 @@
 //! `erdma.alibabacloud.com/rdma.max` (the hand-off to the runtime-side NRI plugin, which writes
 //! them into the container's `rdma.max`).
 
-use erdma_deviceplugin::service::{ENV_ERDMA_DEVICES, ENV_ERDMA_NCCL_IB_HCA, ENV_SMCR_PNET};
-use erdma_model::{CharDevice, RdmaDevice};
-use serde_json::{Value, json};
+use crate::error::{DraError, Result, io_err};
+use erdma_host::atomic::{self, Durability};
+use erdma_model::CharDevice;
+use erdma_model::RdmaDevice;
+use erdma_model::cdi::{ContainerEdits, Device, DeviceNode, Spec};
+use erdma_model::container::{ANNOTATION_RDMA_MAX, ClaimEnv, container_env};
 use std::path::{Path, PathBuf};
 
-/// CDI specification version written.
-pub const CDI_VERSION: &str = "0.6.0";
-/// Env variable with the claim's rdma cgroup limits: `<ibdev> hca_handle=N hca_object=M`, one
-/// entry per device, `;`-separated (the `rdma.max` line format).
-pub const ENV_RDMA_MAX: &str = "ERDMA_RDMA_MAX";
-/// Env variable with the claim UID, so a container can tell which claim it runs under.
-pub const ENV_CLAIM_UID: &str = "ERDMA_DRA_CLAIM_UID";
-/// Annotation (on the CDI device) with the device's `rdma.max` line for the NRI plugin.
-pub const ANNOTATION_RDMA_MAX: &str = "erdma.alibabacloud.com/rdma.max";
+/// Spec annotation with the claim UID.
+pub const ANNOTATION_CLAIM_UID: &str = "erdma.alibabacloud.com/claim-uid";
 
 /// rdma cgroup limits one claim consumed on one device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -69,7 +65,7 @@ pub fn device_name(claim_uid: &str, ibdev: &str) -> String {
 
 /// The fully qualified CDI ID of a device of a claim.
 pub fn qualified_name(driver: &str, claim_uid: &str, ibdev: &str) -> String {
-    format!("{}={}", kind(driver), device_name(claim_uid, ibdev))
+    erdma_model::cdi::qualified_name(&kind(driver), &device_name(claim_uid, ibdev))
 }
 
 /// True when a claim UID can be part of a file name and a CDI device name (letters, digits,
@@ -83,78 +79,65 @@ pub fn valid_uid(uid: &str) -> bool {
         && uid.as_bytes()[0].is_ascii_alphanumeric()
 }
 
-fn node(c: &CharDevice) -> Value {
-    json!({"path": c.path, "permissions": "rw"})
-}
-
 /// The spec document of a claim. `devices` is sorted by ib device name by the caller.
 pub fn spec(
     driver: &str,
     claim_uid: &str,
     devices: &[ClaimDevice<'_>],
     rdma_cm: Option<&CharDevice>,
-) -> Value {
-    let names: Vec<&str> = devices.iter().map(|d| d.device.name.as_str()).collect();
-    let mut env = vec![
-        format!("{ENV_ERDMA_DEVICES}={}", names.join(",")),
-        format!(
-            "{ENV_ERDMA_NCCL_IB_HCA}={}",
-            format_args!("={}", names.join(","))
-        ),
-        format!("{ENV_CLAIM_UID}={claim_uid}"),
-        format!(
-            "{ENV_RDMA_MAX}={}",
-            devices
-                .iter()
-                .map(|d| d.limits.line(&d.device.name))
-                .collect::<Vec<_>>()
-                .join(";")
-        ),
-    ];
-    if let Some(pnet) = devices.iter().find_map(|d| d.device.pnet_id.as_ref()) {
-        env.push(format!("{ENV_SMCR_PNET}={}", pnet.as_str()));
-    }
-    let cdi_devices: Vec<Value> = devices
+) -> Spec {
+    let rdma_max: Vec<String> = devices
         .iter()
-        .map(|d| {
-            let nodes: Vec<Value> = d.device.char_devices.all().map(node).collect();
-            json!({
-                "name": device_name(claim_uid, &d.device.name),
-                "annotations": {ANNOTATION_RDMA_MAX: d.limits.line(&d.device.name)},
-                "containerEdits": {"deviceNodes": nodes},
-            })
+        .map(|d| d.limits.line(&d.device.name))
+        .collect();
+    let env = container_env(
+        devices.iter().map(|d| d.device),
+        Some(ClaimEnv {
+            uid: claim_uid,
+            rdma_max: &rdma_max,
+        }),
+    );
+    let mut doc = Spec::new(kind(driver));
+    doc.annotations
+        .insert(ANNOTATION_CLAIM_UID.to_string(), claim_uid.to_string());
+    doc.devices = devices
+        .iter()
+        .zip(rdma_max)
+        .map(|(d, line)| Device {
+            name: device_name(claim_uid, &d.device.name),
+            annotations: [(ANNOTATION_RDMA_MAX.to_string(), line)].into(),
+            container_edits: ContainerEdits {
+                device_nodes: d.device.char_devices.all().map(DeviceNode::rdma).collect(),
+                ..ContainerEdits::default()
+            },
         })
         .collect();
-    let mut edits = json!({"env": env});
-    if let Some(cm) = rdma_cm {
-        edits["deviceNodes"] = json!([node(cm)]);
-    }
-    json!({
-        "cdiVersion": CDI_VERSION,
-        "kind": kind(driver),
-        "annotations": {"erdma.alibabacloud.com/claim-uid": claim_uid},
-        "devices": cdi_devices,
-        "containerEdits": edits,
-    })
+    doc.container_edits = ContainerEdits {
+        env: ContainerEdits::env_from(env),
+        device_nodes: rdma_cm.map(DeviceNode::rdma).into_iter().collect(),
+        ..ContainerEdits::default()
+    };
+    doc
 }
 
-/// Writes a claim's spec atomically.
-pub fn write(path: &Path, doc: &Value) -> crate::Result<()> {
-    let mut text = serde_json::to_vec_pretty(doc).map_err(|source| crate::DraError::Json {
+/// Writes a claim's spec atomically. No fsync (see [`crate::checkpoint::Checkpoint::save`]).
+pub fn write(path: &Path, doc: &Spec) -> Result<()> {
+    let mut text = serde_json::to_vec_pretty(doc).map_err(|source| DraError::Json {
         what: "CDI spec",
         path: path.to_path_buf(),
         source,
     })?;
     text.push(b'\n');
-    crate::write_atomic(path, &text)
+    atomic::write(path, &text, Durability::Boot)?;
+    Ok(())
 }
 
 /// Removes a claim's spec; a missing file is fine.
-pub fn remove(path: &Path) -> crate::Result<()> {
+pub fn remove(path: &Path) -> Result<()> {
     match std::fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(crate::io_err("remove CDI spec", path)(e)),
+        Err(e) => Err(io_err("remove CDI spec", path)(e)),
     }
 }
 
@@ -162,6 +145,7 @@ pub fn remove(path: &Path) -> crate::Result<()> {
 mod tests {
     use super::*;
     use erdma_model::DeviceKind;
+    use erdma_model::cdi::CDI_VERSION;
 
     #[test]
     fn claim_spec_has_devices_envs_and_limits() {
@@ -182,13 +166,16 @@ mod tests {
             hca_handle: 4,
             hca_object: 8000,
         };
-        let doc = spec(
+        let doc = serde_json::to_value(spec(
             "erdma.alibabacloud.com",
             "uid-1",
             &[ClaimDevice { device: &d, limits }],
             Some(&cm),
-        );
+        ))
+        .expect("serialises");
+        assert_eq!(doc["cdiVersion"], CDI_VERSION);
         assert_eq!(doc["kind"], "erdma.alibabacloud.com/claim");
+        assert_eq!(doc["annotations"][ANNOTATION_CLAIM_UID], "uid-1");
         assert_eq!(doc["devices"][0]["name"], "uid-1-erdma_0");
         assert_eq!(
             doc["devices"][0]["containerEdits"]["deviceNodes"][0]["path"],

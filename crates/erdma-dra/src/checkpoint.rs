@@ -10,6 +10,8 @@
 //! pretty-printed) is read too.
 
 use crate::cdi::RdmaLimits;
+use crate::error::{DraError, Result, io_err};
+use erdma_host::atomic::{self, Durability};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -147,21 +149,18 @@ impl Checkpoint {
     /// Reads the checkpoint; a missing file is an empty checkpoint, an unreadable or corrupt one
     /// an error (never silently forgotten: it would double-book capacity), except a corrupt one
     /// last written before this boot (see [`Checkpoint::load_since`]).
-    pub fn load(path: &Path) -> crate::Result<Checkpoint> {
+    pub fn load(path: &Path) -> Result<Checkpoint> {
         Self::load_since(path, boot_time())
     }
 
     /// [`Checkpoint::load`] with the time this system booted (`None`: unknown). A corrupt file
     /// written before `booted` is what a power loss can leave of a checkpoint that was never
-    /// flushed (see `write_atomic`); the claims it described died with that boot (their
+    /// flushed (see [`Checkpoint::save`]); the claims it described died with that boot (their
     /// containers and tmpfs CDI specs), so it is renamed to `*.corrupt` beside the original,
     /// logged, and the checkpoint starts empty: the kubelet prepares its claims again.
-    pub fn load_since(
-        path: &Path,
-        booted: Option<std::time::SystemTime>,
-    ) -> crate::Result<Checkpoint> {
+    pub fn load_since(path: &Path, booted: Option<std::time::SystemTime>) -> Result<Checkpoint> {
         match Self::read(path) {
-            Err(e @ crate::DraError::Json { .. }) => {
+            Err(e @ DraError::Json { .. }) => {
                 let written = std::fs::metadata(path).and_then(|m| m.modified()).ok();
                 match (written, booted) {
                     (Some(w), Some(b)) if w < b => {
@@ -185,7 +184,7 @@ impl Checkpoint {
         }
     }
 
-    fn read(path: &Path) -> crate::Result<Checkpoint> {
+    fn read(path: &Path) -> Result<Checkpoint> {
         let text = match std::fs::read(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -194,15 +193,15 @@ impl Checkpoint {
                     claims: BTreeMap::new(),
                 });
             }
-            Err(e) => return Err(crate::io_err("read checkpoint", path)(e)),
+            Err(e) => return Err(io_err("read checkpoint", path)(e)),
         };
-        let cp = Checkpoint::parse(&text).map_err(|source| crate::DraError::Json {
+        let cp = Checkpoint::parse(&text).map_err(|source| DraError::Json {
             what: "DRA checkpoint",
             path: path.to_path_buf(),
             source,
         })?;
         if !(1..=VERSION).contains(&cp.version) {
-            return Err(crate::DraError::Config(format!(
+            return Err(DraError::Config(format!(
                 "{} has checkpoint version {} (this agent reads 1 to {VERSION})",
                 path.display(),
                 cp.version
@@ -211,19 +210,30 @@ impl Checkpoint {
         Ok(cp)
     }
 
-    /// Writes the checkpoint atomically as one snapshot (version [`VERSION`], no records).
-    pub fn save(&self, path: &Path) -> crate::Result<()> {
+    /// Writes the checkpoint atomically as one snapshot (version [`VERSION`], no records): a
+    /// reader, and a restarted agent, sees the old file or the new one, never a part.
+    ///
+    /// No fsync ([`Durability::Boot`]), here and for the per-claim CDI specs: what these files
+    /// describe lives for one boot only. The CDI specs sit on tmpfs (`/var/run/cdi`) and the
+    /// checkpoint records claims of containers, both gone after a power loss or kernel crash, the
+    /// only events an fsync guards against; the kubelet prepares every claim again after a
+    /// reboot. The one thing such a crash could leave, a checkpoint cut short, is recognised by
+    /// [`Checkpoint::load`] as written before this boot and set aside. An fsync on the kubelet's
+    /// disk costs milliseconds at p99 on every prepare and unprepare, which the runtime waits for
+    /// while it creates the container.
+    pub fn save(&self, path: &Path) -> Result<()> {
         let snapshot = Snapshot {
             version: VERSION,
             claims: &self.claims,
         };
-        let mut text = serde_json::to_vec(&snapshot).map_err(|source| crate::DraError::Json {
+        let mut text = serde_json::to_vec(&snapshot).map_err(|source| DraError::Json {
             what: "DRA checkpoint",
             path: path.to_path_buf(),
             source,
         })?;
         text.push(b'\n');
-        crate::write_atomic(path, &text)
+        atomic::write(path, &text, Durability::Boot)?;
+        Ok(())
     }
 
     /// What each ResourceSlice device has given out, over every claim except `except_uid`

@@ -67,10 +67,10 @@ impl Driver {
         cfg: DraConfig,
         client: kube::Client,
         served: watch::Receiver<NodeDevices>,
-    ) -> crate::Result<Driver> {
-        cfg.validate().map_err(crate::DraError::Config)?;
+    ) -> crate::error::Result<Driver> {
+        cfg.validate().map_err(crate::error::DraError::Config)?;
         let dir = cfg.plugin_dir();
-        std::fs::create_dir_all(&dir).map_err(crate::io_err("create directory", &dir))?;
+        std::fs::create_dir_all(&dir).map_err(crate::error::io_err("create directory", &dir))?;
         let cp = Checkpoint::load(&cfg.checkpoint_path())?;
         let journal = Journal::open(&cfg.checkpoint_path(), &cp)?;
         remove_orphan_specs(&cfg, &cp);

@@ -79,7 +79,7 @@ impl DraConfig {
     /// Defaults for a node.
     pub fn new(node_name: impl Into<String>) -> Self {
         DraConfig {
-            driver_name: crate::DRIVER_NAME.to_string(),
+            driver_name: erdma_model::names::DRA_DRIVER.to_string(),
             node_name: node_name.into(),
             kubelet_dir: PathBuf::from("/var/lib/kubelet"),
             cdi_dir: PathBuf::from("/var/run/cdi"),

@@ -6,7 +6,7 @@
 //! disk (ext4) it costs a few microseconds, where rewriting every prepared claim and renaming it
 //! over the old file costs hundreds of them (ext4 starts writing the new file's blocks out at
 //! such a rename) and milliseconds at p99, inside the time the runtime waits for the prepare.
-//! Durability is the same as before (no fsync; see `write_atomic`): the records describe one
+//! Durability is the same as before (no fsync; see [`Checkpoint::save`]): the records describe one
 //! boot. An append that failed may have left part of a line, so the next write is a compaction.
 //!
 //! Compaction happens when the file is opened (agent start), at an unprepare once
@@ -14,6 +14,7 @@
 //! and at any write once [`COMPACT_ALWAYS_AFTER`] have (a node that only ever prepares).
 
 use crate::checkpoint::{Checkpoint, PreparedClaim, Record};
+use crate::error::{DraError, Result, io_err};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -32,7 +33,7 @@ pub struct Journal {
 
 impl Journal {
     /// Writes `cp` as a fresh snapshot at `path` and opens it for appending.
-    pub fn open(path: &Path, cp: &Checkpoint) -> crate::Result<Journal> {
+    pub fn open(path: &Path, cp: &Checkpoint) -> Result<Journal> {
         let mut j = Journal {
             path: path.to_path_buf(),
             file: None,
@@ -48,13 +49,13 @@ impl Journal {
     }
 
     /// Replaces the file by a snapshot of `cp` (rename) and reopens it for appending.
-    pub fn compact(&mut self, cp: &Checkpoint) -> crate::Result<()> {
+    pub fn compact(&mut self, cp: &Checkpoint) -> Result<()> {
         self.file = None;
         cp.save(&self.path)?;
         let f = std::fs::OpenOptions::new()
             .append(true)
             .open(&self.path)
-            .map_err(crate::io_err("open for appending", &self.path))?;
+            .map_err(io_err("open for appending", &self.path))?;
         self.file = Some(f);
         self.records = 0;
         Ok(())
@@ -62,12 +63,7 @@ impl Journal {
 
     /// Records that `uid` was prepared as `claim`; `cp` already holds the change (the snapshot
     /// written instead when a compaction is due).
-    pub fn prepared(
-        &mut self,
-        cp: &Checkpoint,
-        uid: &str,
-        claim: &PreparedClaim,
-    ) -> crate::Result<()> {
+    pub fn prepared(&mut self, cp: &Checkpoint, uid: &str, claim: &PreparedClaim) -> Result<()> {
         let r = Record::Prepared {
             uid: uid.to_string(),
             claim: claim.clone(),
@@ -76,14 +72,14 @@ impl Journal {
     }
 
     /// Records that `uid` was unprepared; `cp` already holds the change.
-    pub fn unprepared(&mut self, cp: &Checkpoint, uid: &str) -> crate::Result<()> {
+    pub fn unprepared(&mut self, cp: &Checkpoint, uid: &str) -> Result<()> {
         let r = Record::Unprepared {
             uid: uid.to_string(),
         };
         self.write(cp, &r, COMPACT_AFTER)
     }
 
-    fn write(&mut self, cp: &Checkpoint, r: &Record, compact_after: usize) -> crate::Result<()> {
+    fn write(&mut self, cp: &Checkpoint, r: &Record, compact_after: usize) -> Result<()> {
         if self.records >= compact_after {
             return self.compact(cp);
         }
@@ -91,7 +87,7 @@ impl Journal {
             // The last append failed (perhaps halfway): start from a snapshot.
             return self.compact(cp);
         };
-        let mut line = serde_json::to_vec(r).map_err(|source| crate::DraError::Json {
+        let mut line = serde_json::to_vec(r).map_err(|source| DraError::Json {
             what: "DRA checkpoint record",
             path: self.path.clone(),
             source,
@@ -99,7 +95,7 @@ impl Journal {
         line.push(b'\n');
         if let Err(e) = f.write_all(&line) {
             self.file = None;
-            return Err(crate::io_err("append to", &self.path)(e));
+            return Err(io_err("append to", &self.path)(e));
         }
         self.records += 1;
         Ok(())

@@ -10,7 +10,6 @@
 use crate::config::DraConfig;
 use crate::readback::{self, DroppedField};
 use crate::slice::{self, NodeFacts};
-use erdma_deviceplugin::devices::DeviceMemory;
 use erdma_model::NodeDevices;
 use futures::StreamExt;
 use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
@@ -48,9 +47,9 @@ pub enum SliceAction {
     Unchanged,
 }
 
-fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> crate::DraError {
+fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> crate::error::DraError {
     let what = what.into();
-    move |e| crate::DraError::Kube {
+    move |e| crate::error::DraError::Kube {
         what,
         source: Box::new(e),
     }
@@ -104,7 +103,7 @@ pub fn field_selector(cfg: &DraConfig) -> String {
 async fn list_ours(
     api: &kube::Api<ResourceSlice>,
     cfg: &DraConfig,
-) -> crate::Result<Vec<ResourceSlice>> {
+) -> crate::error::Result<Vec<ResourceSlice>> {
     let listed = api
         .list(&ListParams::default().fields(&field_selector(cfg)))
         .await
@@ -127,7 +126,7 @@ pub async fn sync(
     client: &kube::Client,
     cfg: &DraConfig,
     devices: Vec<Device>,
-) -> crate::Result<SyncOutcome> {
+) -> crate::error::Result<SyncOutcome> {
     sync_with(client, cfg, devices, false).await
 }
 
@@ -144,7 +143,7 @@ pub async fn sync_with(
     cfg: &DraConfig,
     devices: Vec<Device>,
     rewrite_dropped: bool,
-) -> crate::Result<SyncOutcome> {
+) -> crate::error::Result<SyncOutcome> {
     let api: kube::Api<ResourceSlice> = kube::Api::all(client.clone());
     let name = slice::slice_name(&cfg.node_name, &cfg.driver_name);
     let ours = list_ours(&api, cfg).await?;
@@ -220,7 +219,10 @@ pub async fn sync_with(
 }
 
 /// Deletes every slice of this driver on this node (the node switched back to the device plugin).
-pub async fn remove_all(client: &kube::Client, cfg: &DraConfig) -> crate::Result<Vec<String>> {
+pub async fn remove_all(
+    client: &kube::Client,
+    cfg: &DraConfig,
+) -> crate::error::Result<Vec<String>> {
     let api: kube::Api<ResourceSlice> = kube::Api::all(client.clone());
     let mut out = Vec::new();
     for s in list_ours(&api, cfg).await? {
@@ -238,7 +240,7 @@ pub async fn remove_all(client: &kube::Client, cfg: &DraConfig) -> crate::Result
 /// The devices to publish for a served snapshot: devices that vanish stay published, tainted
 /// (as the device plugin keeps them, Unhealthy), so a claim on them is not silently lost.
 pub fn publishable(
-    memory: &mut DeviceMemory,
+    memory: &mut erdma_model::DeviceMemory,
     served: &NodeDevices,
     cfg: &DraConfig,
     instance_id: Option<String>,
@@ -296,7 +298,7 @@ pub async fn run(
     status: watch::Sender<Result<SyncOutcome, String>>,
     cancel: CancellationToken,
 ) {
-    let mut memory = DeviceMemory::default();
+    let mut memory = erdma_model::DeviceMemory::default();
     let mut backoff = Duration::from_secs(1);
     let api: kube::Api<ResourceSlice> = kube::Api::all(client.clone());
     // Lazy: it lists (with the selector) when first polled, after the first sync.

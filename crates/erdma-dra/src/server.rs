@@ -141,13 +141,13 @@ impl Servers {
 }
 
 /// Binds and serves both sockets until `cancel` fires or [`Servers::shutdown`].
-pub fn serve(driver: Arc<Driver>, cancel: &CancellationToken) -> crate::Result<Servers> {
+pub fn serve(driver: Arc<Driver>, cancel: &CancellationToken) -> crate::error::Result<Servers> {
     let cfg = driver.config().clone();
     let dra_path = cfg.dra_socket();
     let reg_path = cfg.registration_socket();
     for p in [&dra_path, &reg_path] {
         if let Some(dir) = p.parent() {
-            std::fs::create_dir_all(dir).map_err(crate::io_err("create directory", dir))?;
+            std::fs::create_dir_all(dir).map_err(crate::error::io_err("create directory", dir))?;
         }
     }
     let stop = cancel.child_token();

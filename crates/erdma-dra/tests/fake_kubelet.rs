@@ -4,12 +4,12 @@
 //! The scheduler is not modelled: each claim's allocation — what kube-scheduler's DRA plugin would
 //! write into `status.allocation` — is written by the test ([`scheduler_allocates`]).
 
-use erdma_dra::cdi::ANNOTATION_RDMA_MAX;
 use erdma_dra::publish::{self, SliceAction};
 use erdma_dra::server::{self, RegistrationState};
 use erdma_dra::{CapacityModel, DraConfig, Driver};
 use erdma_fake_kubelet::dra::{self as kubelet, DraDriverClient};
 use erdma_k8s::fake::FakeApiServer;
+use erdma_model::container::ANNOTATION_RDMA_MAX;
 use erdma_model::device::NumaNode;
 use erdma_model::{CharDevice, DeviceKind, Health, NodeDevices, RdmaDevice};
 use k8s_openapi::api::resource::v1::{
@@ -399,7 +399,7 @@ async fn slices_follow_the_inventory_with_taints_and_stale_slices_go() {
     other_cfg.node_name = "node-b".into();
     api.put(&erdma_dra::slice::resource_slice(vec![], &other_cfg, 1));
 
-    let mut memory = erdma_deviceplugin::devices::DeviceMemory::default();
+    let mut memory = erdma_model::DeviceMemory::default();
     let devs = publish::publishable(&mut memory, &inventory(true), &cfg, Some("i-1".into()));
     let o = publish::sync(&client, &cfg, devs.clone())
         .await
@@ -650,7 +650,7 @@ async fn a_sync_on_one_node_never_reads_another_nodes_slices() {
                         "devices": "not a list"}}),
             );
     }
-    let mut memory = erdma_deviceplugin::devices::DeviceMemory::default();
+    let mut memory = erdma_model::DeviceMemory::default();
     let devs = publish::publishable(&mut memory, &inventory(true), &cfg, None);
     let o = publish::sync(&api.client(), &cfg, devs)
         .await
@@ -841,7 +841,7 @@ async fn fields_dropped_by_the_api_server_are_read_back_with_their_feature_gate(
     let api = FakeApiServer::new();
     api.set_feature_gates(FeatureGates::release(35).expect("1.35"));
     let client = api.client();
-    let mut memory = erdma_deviceplugin::devices::DeviceMemory::default();
+    let mut memory = erdma_model::DeviceMemory::default();
     // erdma_1's link is down: it is written with a taint.
     let devs = publish::publishable(&mut memory, &inventory(false), &cfg, None);
     let o = publish::sync(&client, &cfg, devs.clone())

@@ -7,11 +7,13 @@
 //! door in the crate that owns the concern: kernel modules and the driver installer
 //! (`erdma-driver`'s `Host`), SMC netlink, namespaces, sysctls and the BPF policy (`erdma-smc`),
 //! routes and addresses (`erdma-netdev`); the agent's flag parsing and the lab read a few `/proc`
-//! files directly. [`watched`] gives sysfs attribute reads a time limit (a stuck driver never
+//! files directly. [`atomic`] replaces files (and sockets) without a reader ever seeing a part.
+//! [`watched`] gives sysfs attribute reads a time limit (a stuck driver never
 //! answers one). [`resident`] gives the process's start-up pages back to the kernel; `logs`
 //! (feature `logs`) sets up every binary's logs on stderr.
 
 pub mod addrs;
+pub mod atomic;
 pub mod devfs;
 #[cfg(feature = "logs")]
 pub mod logs;

@@ -7,7 +7,9 @@
 pub mod address;
 pub mod allocation;
 pub mod backoff;
+pub mod cdi;
 pub mod coexistence;
+pub mod container;
 pub mod device;
 pub mod driver;
 pub mod eri_selector;
@@ -27,7 +29,7 @@ pub use device::{CharDevice, CharDevices, DeviceKind, NetDev, PciInfo, RdmaDevic
 pub use driver::{DeviceMode, DriverMode};
 pub use eri_selector::EriSelector;
 pub use health::{Finding, Health, Severity};
-pub use node::NodeDevices;
+pub use node::{DeviceMemory, NodeDevices};
 pub use pnet::PnetId;
 pub use port::{Gid, GidType, LinkLayer, NodeType, PhysState, Port, PortState};
 pub use selection::{DeviceSelection, Excluded};
