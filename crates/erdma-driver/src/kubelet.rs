@@ -1,49 +1,80 @@
-//! Real [`PodResourceUsage`]: the kubelet's pod-resources `List`, through erdma-kubelet's one
-//! client, or through the agent's kept answer ([`HolderCache`]), which a reload check refreshes.
+//! Real [`PodResourceUsage`]: who holds the devices, from the process's one owner of the
+//! pod-resources answer ([`Holders`]). A reload check asks it for an answer newer than the check
+//! (the owner's refresher makes the call); this module opens no connection of its own.
 
 use crate::usage::{Held, Holder, PodResourceUsage, UsageError};
-use erdma_kubelet::podresources::{HolderCache, PodResourcesClient};
+use erdma_kubelet::podresources::{HolderCache, Holders, PodResourcesClient};
 use std::path::Path;
 use std::sync::Arc;
 
-/// Asks the kubelet which containers hold the devices.
-#[derive(Debug, Clone, Default)]
+/// Asks the owner of the pod-resources answer which containers hold the devices.
+#[derive(Debug, Clone)]
 pub struct KubeletPodResources {
-    client: PodResourcesClient,
-    cache: Option<Arc<HolderCache>>,
+    holders: Arc<Holders>,
 }
 
 impl KubeletPodResources {
-    /// A client of the pod-resources socket at `socket` (default
-    /// `/var/lib/kubelet/pod-resources/kubelet.sock`).
-    pub fn new(socket: &Path) -> Self {
-        KubeletPodResources {
-            client: PodResourcesClient::new(socket),
-            cache: None,
-        }
+    /// An owner of its own for the pod-resources socket at `socket`, about `held` (a tool or test
+    /// without the agent's owner; without its refresher each check makes one call on the owner's
+    /// connection).
+    pub fn new(socket: &Path, held: Held) -> Self {
+        Self::from_holders(Holders::new(PodResourcesClient::new(socket), held))
     }
 
-    /// Asks through `cache` (whose answer it refreshes) when asked about what the cache keeps.
-    pub fn from_cache(cache: Arc<HolderCache>) -> Self {
-        KubeletPodResources {
-            client: PodResourcesClient::new(cache.socket()),
-            cache: Some(cache),
-        }
+    /// Asks `holders`, the process's owner of the pod-resources answer.
+    pub fn from_holders(holders: Arc<Holders>) -> Self {
+        KubeletPodResources { holders }
     }
+
+    /// [`Self::from_holders`] under the owner's older name.
+    pub fn from_cache(cache: Arc<HolderCache>) -> Self {
+        Self::from_holders(cache)
+    }
+}
+
+/// `holders` (of `kept`) narrowed to `asked`: the same, or the extended resource alone of a kept
+/// answer that counts a DRA driver too. `None` when `kept` cannot answer for `asked`.
+fn narrowed(holders: &[Holder], kept: &Held, asked: &Held) -> Option<Vec<Holder>> {
+    if asked == kept {
+        return Some(holders.to_vec());
+    }
+    if asked.resource != kept.resource || asked.dra_driver.is_some() {
+        return None;
+    }
+    Some(
+        holders
+            .iter()
+            .filter(|h| !h.device_ids.is_empty())
+            .map(|h| Holder {
+                claimed: Vec::new(),
+                ..h.clone()
+            })
+            .collect(),
+    )
 }
 
 impl PodResourceUsage for KubeletPodResources {
     async fn holders(&self, held: &Held) -> Result<Vec<Holder>, UsageError> {
-        let answer = match self.cache.as_ref().filter(|c| c.held() == held) {
-            Some(c) => c.fresh().await.map(|h| h.as_ref().clone()),
-            None => self.client.list(held).await,
-        };
-        answer.map_err(|e| UsageError {
+        let error = |detail: String| {
+            UsageError {
             resource: held.to_string(),
-            detail: e.to_string(),
+            detail,
             fix: "mount /var/lib/kubelet/pod-resources into the agent; the reload stays refused until the kubelet answers"
                 .to_string(),
-        })
+        }
+        };
+        let kept = self.holders.held();
+        if narrowed(&[], kept, held).is_none() {
+            return Err(error(format!(
+                "the agent keeps who holds {kept}, not {held}"
+            )));
+        }
+        let fresh = self
+            .holders
+            .fresh()
+            .await
+            .map_err(|e| error(e.to_string()))?;
+        Ok(narrowed(&fresh, kept, held).unwrap_or_default())
     }
 }
 
@@ -137,6 +168,32 @@ mod tests {
         assert!(holders_in(&answer(), &Held::resource("example.com/none")).is_empty());
     }
 
+    /// The owner keeps both APIs: a question about the extended resource alone is answered from
+    /// it (claims left out); a question about another resource is not.
+    #[test]
+    fn a_kept_answer_is_narrowed_only_to_what_it_counts() {
+        let both = Held::both("aliyun/erdma", "erdma.alibabacloud.com");
+        let mut claimed = holders_in(&answer(), &Held::resource("aliyun/erdma"));
+        claimed[1].device_ids.clear();
+        claimed[1]
+            .claimed
+            .push(erdma_kubelet::podresources::ClaimedDevice {
+                claim_namespace: "team-c".into(),
+                claim_name: "c".into(),
+                pool: "node-1".into(),
+                device: "erdma-1".into(),
+            });
+        let only = narrowed(&claimed, &both, &Held::resource("aliyun/erdma")).unwrap();
+        assert_eq!(only.len(), 1, "{only:?}");
+        assert!(only[0].claimed.is_empty());
+        assert_eq!(narrowed(&claimed, &both, &both).unwrap(), claimed);
+        assert!(narrowed(&claimed, &both, &Held::resource("nvidia.com/gpu")).is_none());
+        assert!(
+            narrowed(&claimed, &Held::resource("aliyun/erdma"), &both).is_none(),
+            "an owner without the DRA driver cannot answer for it"
+        );
+    }
+
     struct Kubelet(ListPodResourcesResponse);
 
     #[tonic::async_trait]
@@ -177,8 +234,9 @@ mod tests {
                 .serve_with_incoming_shutdown(uds::incoming(listener), c2.cancelled())
                 .await
         });
-        let usage = KubeletPodResources::new(&path);
         let held = Held::resource("aliyun/erdma");
+        // the reconciler asks about both APIs; this check about the extended resource alone
+        let usage = KubeletPodResources::new(&path, DriverConfig::default().resource);
         let h = usage.holders(&held).await.expect("List over the socket");
         assert_eq!(h, holders_in(&answer(), &held));
 
@@ -262,7 +320,7 @@ mod tests {
         let host = Arc::new(FakeHost::new(state));
         let r = DriverReconciler::new(
             Arc::clone(&host),
-            KubeletPodResources::new(&path),
+            KubeletPodResources::new(&path, DriverConfig::default().resource),
             DriverConfig {
                 mode: DriverMode::Default,
                 ..DriverConfig::default()
@@ -292,7 +350,10 @@ mod tests {
 
     #[tokio::test]
     async fn missing_socket_is_a_usage_error_naming_it() {
-        let usage = KubeletPodResources::new(Path::new("/tmp/erdma-no-such-dir/kubelet.sock"));
+        let usage = KubeletPodResources::new(
+            Path::new("/tmp/erdma-no-such-dir/kubelet.sock"),
+            Held::resource("aliyun/erdma"),
+        );
         let e = usage
             .holders(&Held::resource("aliyun/erdma"))
             .await
