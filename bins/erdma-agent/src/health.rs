@@ -184,35 +184,17 @@ pub struct Exposition {
     pub health: HealthSources,
 }
 
-/// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `cancel` fires. `/healthz`
-/// answers 200 while the process runs (an outage elsewhere must not make Kubernetes restart the
-/// agent); `/readyz` answers 200 once the agent serves through the node's resource API (the
-/// device plugin or the DRA driver registered with the kubelet), else 503 with what is missing.
-pub async fn serve_on(
-    listener: tokio::net::TcpListener,
-    what: Exposition,
-    cancel: CancellationToken,
-) -> std::io::Result<()> {
+/// The routes: `/metrics`, `/healthz` and `/readyz`. `/healthz` answers 200 while the process
+/// runs (an outage elsewhere must not make Kubernetes restart the agent); `/readyz` answers 200
+/// once the agent serves through the node's resource API (the device plugin or the DRA driver
+/// registered with the kubelet), else 503 with what is missing.
+pub fn router(what: Exposition) -> axum::Router {
     use axum::http::StatusCode;
     use axum::http::header::CONTENT_TYPE;
     use axum::routing::get;
-    let (m, h, r) = (what.clone(), what.clone(), what);
-    let app = axum::Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let text = crate::metrics::encode(&m.registry);
-                async move {
-                    (
-                        [(
-                            CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        text,
-                    )
-                }
-            }),
-        )
+    let (h, r) = (what.clone(), what.clone());
+    axum::Router::new()
+        .route("/metrics", erdma_host::http::metrics_route(what.registry))
         .route(
             "/healthz",
             get(move || {
@@ -231,10 +213,31 @@ pub async fn serve_on(
                     }
                 }
             }),
-        );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { cancel.cancelled().await })
-        .await
+        )
+}
+
+/// Serves [`router`] on `listener` until `cancel` fires ([`erdma_host::http::serve`]: requests
+/// in progress are answered, connections dropped [`erdma_host::http::DRAIN`] after). Never
+/// fails once bound; the `Result` is for the callers written against `axum::serve`.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    what: Exposition,
+    cancel: CancellationToken,
+) -> std::io::Result<()> {
+    erdma_host::http::serve(listener, router(what), cancel).await;
+    Ok(())
+}
+
+/// Binds `addr` (`--metrics-addr`) and serves [`router`] there until `cancel` fires; a failed
+/// bind is logged and retried every 10 s while the devices are served.
+pub async fn serve(addr: std::net::SocketAddr, what: Exposition, cancel: CancellationToken) {
+    let bind = erdma_host::http::Bind {
+        addr,
+        flag: "--metrics-addr",
+        serves: "/metrics and /healthz",
+        meanwhile: "devices are served meanwhile",
+    };
+    erdma_host::http::serve_bound(bind, router(what), cancel).await
 }
 
 #[cfg(test)]

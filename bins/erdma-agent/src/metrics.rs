@@ -12,12 +12,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::time::Duration;
 
-/// Renders `registry` as OpenMetrics text.
+/// Renders `registry` as OpenMetrics text (what `/metrics` serves).
 pub fn encode(registry: &Registry) -> String {
-    let mut out = String::new();
-    // Writing into a String cannot fail.
-    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
-    out
+    erdma_host::http::encode(registry)
 }
 
 /// Labels of the NRI hook histogram, both from closed sets: [`Hook::name`] (Configure,

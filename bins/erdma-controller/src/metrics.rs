@@ -1,7 +1,8 @@
-//! Health and Prometheus text metrics of the controller (`/healthz`, `/metrics` on one HTTP port).
+//! Health and Prometheus text metrics of the controller (`/healthz`, `/readyz`, `/metrics` on one
+//! HTTP port, served by [`erdma_host::http`] as the agent's).
 
-use bytes::Bytes;
-use http_body_util::Full;
+use axum::http::StatusCode;
+use axum::routing::any;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -21,7 +22,7 @@ pub struct ReconcileLabels {
 
 /// The controller's metrics in one prometheus-client registry; cheap to update from any task.
 pub struct Metrics {
-    registry: Registry,
+    registry: Arc<Registry>,
     /// Reconcile passes by controller and result.
     reconciles: Family<ReconcileLabels, Counter>,
     /// AdmissionReviews answered.
@@ -71,7 +72,7 @@ impl Default for Metrics {
             }
         }
         Metrics {
-            registry,
+            registry: Arc::new(registry),
             reconciles,
             reviews,
             injected,
@@ -91,46 +92,28 @@ impl Metrics {
 
     /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
-        let mut s = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
-        s
+        erdma_host::http::encode(&self.registry)
     }
 }
 
-/// Serves `/healthz` and `/metrics` on `listener` until `cancel`.
+/// Serves `/healthz`, `/readyz` (`ok` while the process runs) and `/metrics` on `listener` until
+/// `cancel`; any method, as before the port to axum; elsewhere `404 not found`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) {
-    loop {
-        let stream = tokio::select! {
-            _ = cancel.cancelled() => return,
-            a = listener.accept() => match a { Ok((s, _)) => s, Err(_) => continue },
-        };
-        let metrics = metrics.clone();
-        tokio::spawn(async move {
-            let svc =
-                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let metrics = metrics.clone();
-                    async move {
-                        let (status, body) = match req.uri().path() {
-                            "/healthz" | "/readyz" => (200, "ok".to_string()),
-                            "/metrics" => (200, metrics.render()),
-                            _ => (404, "not found".to_string()),
-                        };
-                        Ok::<_, std::convert::Infallible>(
-                            hyper::Response::builder()
-                                .status(status)
-                                .body(Full::new(Bytes::from(body)))
-                                .unwrap_or_else(|_| hyper::Response::new(Full::new(Bytes::new()))),
-                        )
-                    }
-                });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                .await;
-        });
-    }
+    let registry = metrics.registry.clone();
+    let app = axum::Router::new()
+        .route("/healthz", any(|| async { "ok" }))
+        .route("/readyz", any(|| async { "ok" }))
+        .route(
+            "/metrics",
+            any(move || {
+                let answer = erdma_host::http::metrics_response(&registry);
+                async move { answer }
+            }),
+        )
+        .fallback(|| async { (StatusCode::NOT_FOUND, "not found") });
+    erdma_host::http::serve(listener, app, cancel).await
 }

@@ -8,17 +8,17 @@
 //! admission warning instead; and a pod that already has `smcr-init` is left alone (idempotent).
 //! The webhook never blocks a pod: every failure answers `allowed: true` without a patch.
 
+use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::routing::{get, post};
 use base64::Engine;
-use bytes::Bytes;
 use erdma_k8s::labels::{ANNOTATION_SMCR, RESOURCE_ERDMA};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::{Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements, SecurityContext};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -202,40 +202,49 @@ impl rustls::server::ResolvesServerCert for CertSlot {
     }
 }
 
-async fn route(
-    req: Request<hyper::body::Incoming>,
-    opts: Arc<InjectOptions>,
-) -> Response<Full<Bytes>> {
-    let path = req.uri().path().to_string();
-    let method = req.method().clone();
-    match (method.as_str(), path.as_str()) {
-        ("POST", "/mutate-pod" | "/mutating") => {
-            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-                Ok(b) => b.to_bytes(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "unreadable AdmissionReview");
-                    Bytes::new()
-                }
-            };
-            let answer = review(&body, &opts);
-            opts.metrics.reviews.inc();
-            if answer["response"].get("patch").is_some() {
-                opts.metrics.injected.inc();
-            }
-            Response::builder()
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(answer.to_string())))
-                .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+/// How long a client may take over its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One AdmissionReview over HTTP: the body (at most [`MAX_BODY`]; beyond, or unreadable, it
+/// counts as empty and is answered with a warning) answered as JSON, and counted.
+async fn mutate(body: axum::body::Body, opts: &InjectOptions) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(error = %e, "unreadable AdmissionReview");
+            Default::default()
         }
-        ("GET", "/healthz" | "/readyz") => Response::new(Full::new(Bytes::from_static(b"ok"))),
-        _ => Response::builder()
-            .status(StatusCode::NOT_FOUND)
-            .body(Full::new(Bytes::from_static(b"not found")))
-            .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()))),
+    };
+    let answer = review(&body, opts);
+    opts.metrics.reviews.inc();
+    if answer["response"].get("patch").is_some() {
+        opts.metrics.injected.inc();
     }
+    ([(CONTENT_TYPE, "application/json")], answer.to_string()).into_response()
 }
 
-/// Serves the webhook over TLS on `listener` until `cancel` fires.
+/// `POST /mutate-pod` and `POST /mutating` (the original's path), `GET /healthz` and `GET /readyz`
+/// (`ok`); any other method or path is `404 not found`.
+fn router(opts: InjectOptions) -> axum::Router {
+    let opts = Arc::new(opts);
+    let not_found = || async { (StatusCode::NOT_FOUND, "not found") };
+    let mutate = post(move |body: axum::body::Body| {
+        let opts = opts.clone();
+        async move { mutate(body, &opts).await }
+    })
+    .fallback(not_found);
+    let ok = get(|| async { "ok" }).fallback(not_found);
+    axum::Router::new()
+        .route("/mutate-pod", mutate.clone())
+        .route("/mutating", mutate)
+        .route("/healthz", ok.clone())
+        .route("/readyz", ok)
+        .fallback(not_found)
+}
+
+/// Serves the webhook over TLS on `listener` until `cancel` fires: new handshakes present the
+/// certificate `certs` holds at that moment (rotation swaps it in place).
 pub async fn serve(
     listener: TcpListener,
     certs: Arc<CertSlot>,
@@ -255,42 +264,18 @@ pub async fn serve(
     };
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
-    let opts = Arc::new(opts);
-    loop {
-        let (tcp, peer): (_, SocketAddr) = tokio::select! {
-            _ = cancel.cancelled() => return,
-            a = listener.accept() => match a {
-                Ok(a) => a,
-                Err(e) => { tracing::warn!(error = %e, "accept failed"); continue; }
-            },
-        };
-        let acceptor = acceptor.clone();
-        let opts = opts.clone();
-        let cancel = cancel.clone();
-        tokio::spawn(async move {
-            let tls = match tokio::time::timeout(
-                std::time::Duration::from_secs(10),
-                acceptor.accept(tcp),
-            )
-            .await
-            {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => return,
-            };
-            let svc = hyper::service::service_fn(move |req| {
-                let opts = opts.clone();
-                async move { Ok::<_, std::convert::Infallible>(route(req, opts).await) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(tls), svc);
-            tokio::select! {
-                _ = cancel.cancelled() => {}
-                r = conn => if let Err(e) = r { tracing::debug!(%peer, error = %e, "webhook connection ended"); },
-            }
-        });
-    }
+    let handshake = move |tcp, _peer| {
+        let accept = acceptor.accept(tcp);
+        async move {
+            tokio::time::timeout(HANDSHAKE_TIMEOUT, accept)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "TLS handshake timed out",
+                    ))
+                })
+        }
+    };
+    erdma_host::http::serve_with(listener, handshake, router(opts), cancel).await
 }

@@ -65,6 +65,19 @@ async fn post(
     path: &str,
     body: &str,
 ) -> Result<Value, String> {
+    let (_, _, bytes) = call(addr, ca, "POST", path, body.as_bytes().to_vec()).await?;
+    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+}
+
+/// One request over HTTPS, trusting only `ca`, with SNI = the Service's DNS name: the status,
+/// the content type and the body.
+async fn call(
+    addr: std::net::SocketAddr,
+    ca: &str,
+    method: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> Result<(u16, Option<String>, Bytes), String> {
     use rustls::pki_types::{CertificateDer, pem::PemObject};
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
@@ -94,14 +107,21 @@ async fn post(
             .await
             .map_err(|e| e.to_string())?;
     tokio::spawn(conn);
-    let req = hyper::Request::post(path)
+    let req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
         .header("host", "alibabacloud-erdma-controller.kube-system.svc")
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
+        .body(Full::new(Bytes::from(body)))
         .unwrap();
     let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
+    let status = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string());
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+    Ok((status, content_type, bytes))
 }
 
 fn pod(annotation: Option<&str>, erdma: bool, init: Vec<Value>) -> Value {
@@ -769,6 +789,120 @@ async fn reviews_and_injections_are_counted_and_served_on_metrics() {
         "{text}"
     );
     cancel.cancel();
+}
+
+/// The webhook's paths and answers, as before the port to axum: both review paths take POST
+/// only, `GET /healthz` and `GET /readyz` answer `ok`, everything else `404 not found`; a body
+/// over the limit is answered (allowed, with a warning), never refused.
+#[tokio::test]
+async fn the_webhooks_paths_and_answers() {
+    let s = server(opts()).await;
+    let body = review("admission.k8s.io/v1", &pod(Some("true"), true, vec![]));
+    for path in ["/mutate-pod", "/mutating"] {
+        let (status, ctype, bytes) = call(s.addr, &s.ca, "POST", path, body.clone().into())
+            .await
+            .unwrap();
+        assert_eq!(
+            (status, ctype.as_deref()),
+            (200, Some("application/json")),
+            "{path}"
+        );
+        let answer: Value = serde_json::from_slice(&bytes).unwrap();
+        assert!(patch_of(&answer).is_some(), "{path}: {answer}");
+    }
+    for path in ["/healthz", "/readyz"] {
+        let (status, _, bytes) = call(s.addr, &s.ca, "GET", path, vec![]).await.unwrap();
+        assert_eq!((status, &bytes[..]), (200, &b"ok"[..]), "{path}");
+    }
+    for (method, path) in [
+        ("GET", "/mutate-pod"),
+        ("PUT", "/mutating"),
+        ("POST", "/healthz"),
+        ("GET", "/metrics"),
+        ("POST", "/"),
+    ] {
+        let (status, _, bytes) = call(s.addr, &s.ca, method, path, vec![]).await.unwrap();
+        assert_eq!(
+            (status, &bytes[..]),
+            (404, &b"not found"[..]),
+            "{method} {path}"
+        );
+    }
+    let huge = vec![b' '; erdma_controller::webhook::MAX_BODY + 1];
+    let (status, _, bytes) = call(s.addr, &s.ca, "POST", "/mutate-pod", huge)
+        .await
+        .unwrap();
+    let answer: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    assert!(answer["response"]["warnings"].is_array(), "{answer}");
+}
+
+/// The webhook stops with the shutdown, though the API server keeps its connection open and a
+/// client stalls in its TLS handshake.
+#[tokio::test]
+async fn the_webhook_stops_with_open_connections() {
+    let names = dns_names(
+        "alibabacloud-erdma-controller",
+        "kube-system",
+        "cluster.local",
+    );
+    let b = generate(&names, Duration::from_secs(3600)).unwrap();
+    let slot = CertSlot::new(&b.cert_pem, &b.key_pem).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cancel = CancellationToken::new();
+    let served = tokio::spawn(serve(listener, slot, opts(), cancel.clone()));
+    // A kept-alive connection (the client's connection task holds it open) and a stalled one.
+    let body = review("admission.k8s.io/v1", &pod(None, true, vec![]));
+    post(addr, &b.ca_pem, "/mutate-pod", &body).await.unwrap();
+    let _stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+    cancel.cancel();
+    tokio::time::timeout(Duration::from_secs(4), served)
+        .await
+        .expect("the webhook stops within the controller's shutdown grace")
+        .unwrap();
+}
+
+/// The metrics server's paths and answers: `/healthz`, `/readyz` `ok`, `/metrics` the
+/// OpenMetrics text with its content type, elsewhere `404 not found`.
+#[tokio::test]
+async fn the_metrics_servers_paths_and_answers() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cancel = CancellationToken::new();
+    let served = tokio::spawn(erdma_controller::metrics::serve(
+        listener,
+        Default::default(),
+        cancel.clone(),
+    ));
+    let get = |path: &'static str| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    };
+    for path in ["/healthz", "/readyz"] {
+        let a = get(path).await;
+        assert!(a.starts_with("HTTP/1.1 200 OK\r\n"), "{a}");
+        assert!(a.ends_with("\r\n\r\nok"), "{a}");
+    }
+    let a = get("/metrics").await;
+    assert!(a.starts_with("HTTP/1.1 200 OK\r\n"), "{a}");
+    assert!(
+        a.contains("content-type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n"),
+        "{a}"
+    );
+    assert!(a.contains("erdma_controller_leader 0\n"), "{a}");
+    assert!(a.ends_with("# EOF\n"), "{a}");
+    let a = get("/nope").await;
+    assert!(a.starts_with("HTTP/1.1 404 Not Found\r\n"), "{a}");
+    assert!(a.ends_with("\r\n\r\nnot found"), "{a}");
+    cancel.cancel();
+    served.await.unwrap();
 }
 
 /// An upgrade from the original: its Go controller patched its own CA into the entry's

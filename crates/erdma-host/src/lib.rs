@@ -10,11 +10,14 @@
 //! files directly. [`atomic`] replaces files (and sockets) without a reader ever seeing a part.
 //! [`watched`] gives sysfs attribute reads a time limit (a stuck driver never
 //! answers one). [`resident`] gives the process's start-up pages back to the kernel; `logs`
-//! (feature `logs`) sets up every binary's logs on stderr.
+//! (feature `logs`) sets up every binary's logs on stderr; `http` (feature `http`) serves their
+//! HTTP endpoints.
 
 pub mod addrs;
 pub mod atomic;
 pub mod devfs;
+#[cfg(feature = "http")]
+pub mod http;
 #[cfg(feature = "logs")]
 pub mod logs;
 pub mod plugin_dir;
