@@ -2,6 +2,8 @@
 //! is made under a temporary name in the same directory (same file system) and renamed over the
 //! target. The one copy of this pattern for every crate that writes files a runtime or a restarted
 //! agent reads (CDI specs, the DRA checkpoint) or binds sockets a watcher sees (kubelet sockets).
+//! It lives here, not in `erdma-model` (pure, no I/O): this crate is light without its features
+//! (nix, libc), so `erdma-kubelet` and `erdma-dra` depend on it without a heavier build.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -18,9 +20,12 @@ pub struct AtomicError {
     pub source: io::Error,
 }
 
-fn err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> AtomicError {
-    let path = path.to_path_buf();
-    move |source| AtomicError { what, path, source }
+impl AtomicError {
+    /// Makes the error of step `what` on `path` from its cause (for `map_err`).
+    pub fn at(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> AtomicError {
+        let path = path.to_path_buf();
+        move |source| AtomicError { what, path, source }
+    }
 }
 
 /// Whether the new content must survive a power loss or kernel crash.
@@ -52,7 +57,7 @@ pub fn replace_with<T>(
     make: impl FnOnce(&Path) -> Result<T, AtomicError>,
 ) -> Result<T, AtomicError> {
     let placed = make(tmp).and_then(|made| {
-        std::fs::rename(tmp, path).map_err(err("rename into place", path))?;
+        std::fs::rename(tmp, path).map_err(AtomicError::at("rename into place", path))?;
         Ok(made)
     });
     if placed.is_err() {
@@ -65,13 +70,13 @@ pub fn replace_with<T>(
 pub fn write(path: &Path, bytes: &[u8], durability: Durability) -> Result<(), AtomicError> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
     if let Some(dir) = dir {
-        std::fs::create_dir_all(dir).map_err(err("create directory", dir))?;
+        std::fs::create_dir_all(dir).map_err(AtomicError::at("create directory", dir))?;
     }
     replace_with(path, &temp_sibling(path, "tmp"), |tmp| {
-        let mut f = std::fs::File::create(tmp).map_err(err("create", tmp))?;
-        f.write_all(bytes).map_err(err("write", tmp))?;
+        let mut f = std::fs::File::create(tmp).map_err(AtomicError::at("create", tmp))?;
+        f.write_all(bytes).map_err(AtomicError::at("write", tmp))?;
         if durability == Durability::Disk {
-            f.sync_all().map_err(err("fsync", tmp))?;
+            f.sync_all().map_err(AtomicError::at("fsync", tmp))?;
         }
         Ok(())
     })?;
@@ -79,7 +84,7 @@ pub fn write(path: &Path, bytes: &[u8], durability: Durability) -> Result<(), At
         let dir = dir.unwrap_or(Path::new("."));
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
-            .map_err(err("fsync directory", dir))?;
+            .map_err(AtomicError::at("fsync directory", dir))?;
     }
     Ok(())
 }

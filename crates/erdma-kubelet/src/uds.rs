@@ -2,6 +2,7 @@
 //! and dialing (sending either).
 
 use crate::authority::{AuthorityPolicy, AuthorityRewriter};
+use erdma_host::atomic::{self, AtomicError};
 use hyper_util::rt::TokioIo;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -58,6 +59,16 @@ pub enum UdsError {
     },
 }
 
+impl From<AtomicError> for UdsError {
+    fn from(e: AtomicError) -> Self {
+        UdsError::Io {
+            what: e.what,
+            path: e.path,
+            source: e.source,
+        }
+    }
+}
+
 fn check_len(path: &Path) -> Result<(), UdsError> {
     let len = path.as_os_str().len();
     if len > MAX_SOCKET_PATH {
@@ -104,11 +115,7 @@ pub fn bind(path: &Path) -> Result<UnixListener, UdsError> {
             });
         }
     }
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.{}", std::process::id()));
+    let tmp = atomic::temp_sibling(path, &std::process::id().to_string());
     if tmp.as_os_str().len() > MAX_SOCKET_PATH {
         // No room for a temporary name: replace in two steps.
         if is_socket(path) {
@@ -122,14 +129,12 @@ pub fn bind(path: &Path) -> Result<UnixListener, UdsError> {
     if is_socket(&tmp) {
         std::fs::remove_file(&tmp).map_err(io("remove stale socket", &tmp))?;
     }
-    let listener = UnixListener::bind(&tmp).map_err(io("bind", &tmp))?;
-    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
-        .map_err(io("chmod 0600", &tmp))
-        .and_then(|()| std::fs::rename(&tmp, path).map_err(io("rename into place", path)));
-    if let Err(e) = placed {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
+    let listener = atomic::replace_with(path, &tmp, |tmp| {
+        let listener = UnixListener::bind(tmp).map_err(AtomicError::at("bind", tmp))?;
+        std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(0o600))
+            .map_err(AtomicError::at("chmod 0600", tmp))?;
+        Ok(listener)
+    })?;
     Ok(listener)
 }
 
