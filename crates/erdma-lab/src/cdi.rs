@@ -1,5 +1,6 @@
 //! Container Device Interface (CDI) specs: the part a pod runtime needs to resolve
-//! `cdi_devices` of an Allocate response into device nodes, mounts and environment.
+//! `cdi_devices` of an Allocate response into device nodes, mounts and environment. Specs are
+//! read as [`erdma_model::cdi::Spec`], the types the agent writes them with.
 //!
 //! Supported container edits: `env`, `deviceNodes`, `mounts`. Specs with `hooks` are refused
 //! (the lab runtime does not run hooks, and silently skipping one would fake a working pod).
@@ -7,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use erdma_model::cdi::{ContainerEdits, Spec};
 
 use crate::allocation::{AllocatedDevice, AllocatedMount};
 
@@ -61,58 +62,6 @@ pub enum CdiError {
         /// The unsupported edit.
         feature: String,
     },
-}
-
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ContainerEdits {
-    #[serde(default)]
-    env: Vec<String>,
-    #[serde(default)]
-    device_nodes: Vec<DeviceNode>,
-    #[serde(default)]
-    mounts: Vec<Mount>,
-    #[serde(default)]
-    hooks: Vec<serde_json::Value>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct DeviceNode {
-    path: String,
-    #[serde(default)]
-    host_path: Option<String>,
-    #[serde(default)]
-    permissions: Option<String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Mount {
-    host_path: String,
-    container_path: String,
-    #[serde(default)]
-    options: Vec<String>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SpecDevice {
-    name: String,
-    #[serde(default)]
-    container_edits: ContainerEdits,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Spec {
-    #[serde(rename = "cdiVersion")]
-    _cdi_version: String,
-    kind: String,
-    #[serde(default)]
-    devices: Vec<SpecDevice>,
-    #[serde(default)]
-    container_edits: ContainerEdits,
 }
 
 /// What resolving CDI devices adds to a pod.
