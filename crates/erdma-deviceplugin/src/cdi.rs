@@ -83,3 +83,48 @@ pub fn write_spec(cfg: &CdiConfig, set: &ServedSet) -> Result<PathBuf, CdiError>
     atomic::write(&path, &text, Durability::Boot).map_err(|e| io(e.source))?;
     Ok(path)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use erdma_model::{CharDevice, DeviceKind, NodeDevices, RdmaDevice};
+
+    fn char_device(path: &str) -> CharDevice {
+        CharDevice {
+            path: path.into(),
+            major: Some(231),
+            minor: Some(0),
+            present: true,
+        }
+    }
+
+    /// The typed spec serialises to the document the agent wrote with `json!` before (recorded in
+    /// the lab, `crates/erdma-lab/testdata/cdi`), keys aside.
+    #[test]
+    fn the_spec_is_the_recorded_one() {
+        let mut node = NodeDevices::empty();
+        for i in 0..2 {
+            let mut d = RdmaDevice::named(format!("rxe{i}"), DeviceKind::Rxe);
+            d.char_devices.uverbs = Some(char_device(&format!("/dev/infiniband/uverbs{i}")));
+            d.char_devices.umad = vec![char_device(&format!("/dev/infiniband/umad{i}"))];
+            node.devices.push(d);
+        }
+        node.rdma_cm = Some(char_device("/dev/infiniband/rdma_cm"));
+        let cfg = CdiConfig {
+            spec_dir: "/var/run/cdi".into(),
+            kind: "aliyun.com/erdma".into(),
+        };
+        let written = serde_json::to_value(spec(&cfg, &ServedSet::from_snapshot(&node, 4)))
+            .expect("serialises");
+        let recorded: serde_json::Value = serde_json::from_str(include_str!(
+            "../../erdma-lab/testdata/cdi/aliyun.com-erdma.json"
+        ))
+        .expect("recorded spec");
+        assert_eq!(written, recorded);
+        assert_eq!(
+            qualified_name(&cfg, "rxe0"),
+            "aliyun.com/erdma=rxe0",
+            "the name Allocate answers with"
+        );
+    }
+}

@@ -202,6 +202,30 @@ mod tests {
             qualified_name("erdma.alibabacloud.com", "uid-1", "erdma_0"),
             "erdma.alibabacloud.com/claim=uid-1-erdma_0"
         );
+        // The whole document, as the `json!` builder wrote it before the typed spec (the env
+        // entries are in name order now).
+        assert_eq!(
+            doc,
+            serde_json::json!({
+                "cdiVersion": "0.6.0",
+                "kind": "erdma.alibabacloud.com/claim",
+                "annotations": {"erdma.alibabacloud.com/claim-uid": "uid-1"},
+                "devices": [{
+                    "name": "uid-1-erdma_0",
+                    "annotations": {"erdma.alibabacloud.com/rdma.max": "erdma_0 hca_handle=4 hca_object=8000"},
+                    "containerEdits": {"deviceNodes": [{"path": "/dev/infiniband/uverbs0", "permissions": "rw"}]},
+                }],
+                "containerEdits": {
+                    "env": [
+                        "ERDMA_DEVICES=erdma_0",
+                        "ERDMA_DRA_CLAIM_UID=uid-1",
+                        "ERDMA_NCCL_IB_HCA==erdma_0",
+                        "ERDMA_RDMA_MAX=erdma_0 hca_handle=4 hca_object=8000",
+                    ],
+                    "deviceNodes": [{"path": "/dev/infiniband/rdma_cm", "permissions": "rw"}],
+                },
+            })
+        );
     }
 
     #[test]
