@@ -11,6 +11,16 @@ it names `crate::<module>` (in `use` or in a path; `use crate::{a, b::c}` counts
 `super::<module>` from a child file; a name the crate root re-exports (`pub use a::X;`) counts as
 module `a`. The crate root (lib.rs, main.rs) is the table of contents and is left out. Generated
 code (src/gen/) is left out.
+
+It also exits 1 when a pure type is shared between protocol crates. The protocol crates are
+PROTOCOL_CRATES (the kubelet, CRI, NRI, cloud and Kubernetes protocols, the device plugin, the DRA
+driver, SMC-R). A pure type is a `struct` or `enum` defined in one of them (src/, generated code
+left out) in a file that does no I/O: none of IO_MARKERS (std::fs, std::io, std::net, tokio,
+tonic, kube, nix, ...) appears in it. When the src/ of ANOTHER protocol crate names such a type
+(`use erdma_x::a::{B, c::D}` or a path `erdma_x::a::B`), the type is plain data both protocols
+share, so it belongs in the pure `erdma-model`; each such import is printed as
+`pure type <Type> of <crate> imported by <crate> (<file>); move it to erdma-model`. Tests and
+benches are not checked (dev-dependencies may reach across).
 """
 
 import re
@@ -20,6 +30,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+PROTOCOL_CRATES = (
+    "erdma-deviceplugin",
+    "erdma-dra",
+    "erdma-kubelet",
+    "erdma-cri",
+    "erdma-nri",
+    "erdma-cloud",
+    "erdma-k8s",
+    "erdma-smc",
+)
+IO_MARKERS = re.compile(
+    r"\bstd::(fs|io|net|process|env|os)\b|\b(tokio|tonic|hyper|hyper_util|kube|nix|libc|notify"
+    r"|rtnetlink|netlink_sys|reqwest|tower)::|\bUnixStream\b|\bFile::"
+)
 
 
 def members():
@@ -175,6 +199,66 @@ def crate_graph(crates):
     return out
 
 
+def use_leaves(tree):
+    """The paths of a `use` tree (`a::{b, c::{d, e}}` → a::b, a::c::d, a::c::e)."""
+    tree = re.sub(r"\s*(::|\{|\}|,)\s*", r"\1", tree).strip()
+    if "{" not in tree:
+        return [tree]
+    head, rest = tree.split("{", 1)
+    body = rest[: rest.rfind("}")]
+    return [head + leaf for entry in split_group(body) for leaf in use_leaves(entry)]
+
+
+def external_paths(text, krate):
+    """Every path of crate `krate` (`erdma_x`) a file names: `use` trees fully expanded, other
+    paths as written."""
+    found = []
+    for m in re.finditer(rf"\buse\s+(::)?{krate}::([^;]+);", text):
+        found += use_leaves(m.group(2))
+    outside = re.sub(rf"\buse\s+(::)?{krate}::[^;]+;", "", text)
+    found += [m.group(1) for m in re.finditer(rf"\b{krate}::({IDENT}(::{IDENT})*)", outside)]
+    return found
+
+
+def pure_types(crate_dir):
+    """Pure types of a crate: struct/enum name → the file (relative to src/) defining it, for
+    files without any of IO_MARKERS."""
+    src = crate_dir / "src"
+    out = {}
+    for path in sorted(src.rglob("*.rs")):
+        if "gen" in path.relative_to(src).parts:
+            continue
+        text = strip_comments(path.read_text())
+        if IO_MARKERS.search(text):
+            continue
+        for m in re.finditer(rf"\bpub(\([a-z]+\))?\s+(struct|enum)\s+({IDENT})", text):
+            out.setdefault(m.group(3), path.relative_to(src))
+    return out
+
+
+def shared_pure_types(crates):
+    """(type, defining crate, importing crate, importing file) for every pure type of a protocol
+    crate that another protocol crate's src/ names."""
+    dirs = {n: d for n, d in crates if n in PROTOCOL_CRATES}
+    pure = {n: pure_types(d) for n, d in dirs.items()}
+    found = set()
+    for importer, d in dirs.items():
+        src = d / "src"
+        for path in sorted(src.rglob("*.rs")):
+            if "gen" in path.relative_to(src).parts:
+                continue
+            text = strip_comments(path.read_text())
+            for owner in dirs:
+                if owner == importer:
+                    continue
+                for p in external_paths(text, owner.replace("-", "_")):
+                    p = re.sub(r"\s+as\s+.*$", "", p)
+                    ty = next((seg for seg in p.split("::") if seg[:1].isupper()), None)
+                    if ty and ty in pure[owner]:
+                        found.add((ty, owner, importer, str(path.relative_to(ROOT))))
+    return sorted(found)
+
+
 def main():
     crates = list(members())
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
@@ -202,6 +286,12 @@ def main():
             print(f"circle in {name}: {' <-> '.join(comp)}", file=sys.stderr)
     if mode == "--dot":
         print("}")
+    for ty, owner, importer, path in shared_pure_types(crates):
+        bad += 1
+        print(
+            f"pure type {ty} of {owner} imported by {importer} ({path}); move it to erdma-model",
+            file=sys.stderr,
+        )
     return 1 if bad else 0
 
 
