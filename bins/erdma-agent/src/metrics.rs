@@ -1,7 +1,9 @@
-//! The agent's metrics (prefix `erdma_agent`) and the SMC-R metrics (prefix `erdma_smc`),
-//! registered in the process's one prometheus-client registry next to the device plugin's; each
-//! task gets the handles it updates.
+//! The agent's metrics (prefix `erdma_agent`), the SMC-R metrics (prefix `erdma_smc`), the NRI
+//! plugin's (prefix `erdma_nri`) and the DRA driver's (prefix `erdma_dra`), registered in the
+//! process's one prometheus-client registry next to the device plugin's; each task gets the
+//! handles it updates.
 
+use erdma_dra::server::{Call, CallObserver, CallOutcome};
 use erdma_driver::DriverStatus;
 use erdma_nri::plugin::{Hook, HookObserver, Outcome};
 use prometheus_client::encoding::EncodeLabelSet;
@@ -43,6 +45,104 @@ pub struct DroppedFieldLabels {
 /// dropped, by field and feature gate (0 when stored).
 pub type DroppedFieldsFamily = Family<DroppedFieldLabels, Gauge>;
 
+/// Labels of `erdma_dra_calls_total`, both from closed sets: [`Call::name`] (`GetInfo`,
+/// `NotifyRegistrationStatus`, `NodePrepareResources`, `NodeUnprepareResources`) and
+/// [`CallOutcome::name`] (`ok`, `error`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DraCallLabels {
+    /// The kubelet's call.
+    pub method: &'static str,
+    /// How it ended.
+    pub outcome: &'static str,
+}
+
+/// Labels of the DRA metrics by call alone ([`Call::name`]).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DraMethodLabel {
+    /// The kubelet's call.
+    pub method: &'static str,
+}
+
+/// A histogram of DRA call durations, by call.
+pub type DraCallDurationFamily = Family<DraMethodLabel, Histogram, fn() -> Histogram>;
+
+fn dra_call_histogram() -> Histogram {
+    // From a claim read from the cache (about a millisecond) to an API server that takes
+    // seconds to answer the claim's GET.
+    Histogram::new([
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    ])
+}
+
+/// The DRA driver's metrics (prefix `erdma_dra`): the ResourceSlice fields the API server drops,
+/// and the kubelet's calls on the driver's sockets ([`CallObserver`]). Clones share the metrics.
+#[derive(Debug, Clone)]
+pub struct DraMetrics {
+    /// `erdma_dra_dropped_fields{field,feature_gate}`.
+    pub dropped_fields: DroppedFieldsFamily,
+    /// `erdma_dra_calls_total{method,outcome}`.
+    pub calls: Family<DraCallLabels, Counter>,
+    /// `erdma_dra_call_duration_seconds{method}`.
+    pub call_duration: DraCallDurationFamily,
+    /// `erdma_dra_claim_errors_total{method}`: claims answered with an error.
+    pub claim_errors: Family<DraMethodLabel, Counter>,
+}
+
+impl DraMetrics {
+    /// Creates the DRA metrics and registers them in `root` under the `erdma_dra` prefix.
+    pub fn register(root: &mut Registry) -> Self {
+        let registry = root.sub_registry_with_prefix("erdma_dra");
+        let m = DraMetrics {
+            dropped_fields: DroppedFieldsFamily::default(),
+            calls: Family::default(),
+            call_duration: DraCallDurationFamily::new_with_constructor(dra_call_histogram),
+            claim_errors: Family::default(),
+        };
+        registry.register(
+            "dropped_fields",
+            "Devices of this node's ResourceSlice whose field the API server dropped because its feature gate is off, by field and feature gate (0: stored)",
+            m.dropped_fields.clone(),
+        );
+        registry.register(
+            "calls",
+            "Calls of the kubelet on the DRA driver, by method (GetInfo, NotifyRegistrationStatus, NodePrepareResources, NodeUnprepareResources) and outcome (ok; error: refused, a claim in it failed, or the kubelet refused the registration)",
+            m.calls.clone(),
+        );
+        registry.register(
+            "call_duration_seconds",
+            "Time from a kubelet call's arrival at the DRA driver to its answer, by method",
+            m.call_duration.clone(),
+        );
+        registry.register(
+            "claim_errors",
+            "Claims the DRA driver answered with an error (the kubelet retries them), by method",
+            m.claim_errors.clone(),
+        );
+        m
+    }
+}
+
+impl CallObserver for DraMetrics {
+    fn observe(&self, call: Call, outcome: CallOutcome, elapsed: Duration) {
+        let method = call.name();
+        self.calls
+            .get_or_create(&DraCallLabels {
+                method,
+                outcome: outcome.name(),
+            })
+            .inc();
+        self.call_duration
+            .get_or_create(&DraMethodLabel { method })
+            .observe(elapsed.as_secs_f64());
+        let failed = outcome.claim_errors();
+        if failed > 0 {
+            self.claim_errors
+                .get_or_create(&DraMethodLabel { method })
+                .inc_by(u64::try_from(failed).unwrap_or(u64::MAX));
+        }
+    }
+}
+
 fn nri_hook_histogram() -> Histogram {
     // From a plain answer (sub-millisecond) to the lab's raised 8 s budget.
     Histogram::new([
@@ -72,9 +172,11 @@ pub struct AgentMetrics {
     pub device_plugin_conflict: Gauge,
     /// Re-registrations after another device plugin for the resource had gone.
     pub device_plugin_reclaims: Counter,
-    /// DRA: devices of this node's ResourceSlice whose field the API server dropped
-    /// (`erdma_dra_dropped_fields{field,feature_gate}`).
-    pub dra_dropped_fields: DroppedFieldsFamily,
+    /// The DRA driver's metrics (dropped ResourceSlice fields, the kubelet's calls).
+    pub dra: DraMetrics,
+    /// The same metrics as [`Self::dra`] (clones share them), under the name `agent.rs` passes as
+    /// `DraSettings::dropped_fields`; goes once that call site names [`Self::dra`].
+    pub dra_dropped_fields: DraMetrics,
     /// "Which devices does this pod hold" answered from the kept pod-resources answer
     /// (`answer="kept"`) or by asking the kubelet (`answer="kubelet"`), on a runtime's clock.
     pub holder_lookups:
@@ -92,12 +194,7 @@ impl AgentMetrics {
             "Time from an NRI call's arrival to its answer, by hook (Configure, Synchronize, the event) and outcome (ok, error, over_budget: cut and answered with no change)",
             nri_hooks.clone(),
         );
-        let dra_dropped_fields = DroppedFieldsFamily::default();
-        root.sub_registry_with_prefix("erdma_dra").register(
-            "dropped_fields",
-            "Devices of this node's ResourceSlice whose field the API server dropped because its feature gate is off, by field and feature gate (0: stored)",
-            dra_dropped_fields.clone(),
-        );
+        let dra = DraMetrics::register(root);
         let registry = root.sub_registry_with_prefix("erdma_agent");
         let smcr_lookup_failures = Counter::default();
         registry.register(
@@ -149,7 +246,8 @@ impl AgentMetrics {
         );
         AgentMetrics {
             nri_hooks,
-            dra_dropped_fields,
+            dra_dropped_fields: dra.clone(),
+            dra,
             holder_lookups,
             smc,
             smcr_lookup_failures,

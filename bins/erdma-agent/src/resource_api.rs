@@ -237,8 +237,10 @@ pub struct DraSettings {
     pub claim_watch: bool,
     /// Called after each NodePrepareResources that prepared a claim.
     pub on_prepare: Option<erdma_dra::claims::PrepareObserver>,
-    /// `erdma_dra_dropped_fields` in the agent's registry.
-    pub dropped_fields: Option<crate::metrics::DroppedFieldsFamily>,
+    /// The DRA metrics in the agent's registry ([`crate::metrics::DraMetrics`]: the dropped
+    /// ResourceSlice fields, and the kubelet's calls on the driver); named for what it first
+    /// carried.
+    pub dropped_fields: Option<crate::metrics::DraMetrics>,
     /// The extended resource name (`--resource-name`), for the `ERdmaResourceAPI` condition.
     pub resource_name: String,
 }
@@ -258,7 +260,7 @@ pub async fn run_dra(
     cfg.cdi_dir = settings.cdi_dir;
     cfg.sysfs = settings.sysfs;
     cfg.watch_claims = settings.claim_watch;
-    let dropped_fields = settings.dropped_fields;
+    let metrics = settings.dropped_fields;
     let resource = settings.resource_name;
     let driver = Arc::new(Driver::new(
         cfg.clone(),
@@ -273,7 +275,10 @@ pub async fn run_dra(
         let (d, c) = (driver.clone(), cancel.clone());
         tokio::spawn(async move { d.watch_claims(c).await })
     });
-    let servers = server::serve(driver.clone(), &cancel)?;
+    let observer = metrics
+        .clone()
+        .map(|m| Arc::new(m) as Arc<dyn server::CallObserver>);
+    let servers = server::serve_observed(driver.clone(), observer, &cancel)?;
     let (status_tx, mut status_rx) =
         watch::channel::<Result<SyncOutcome, String>>(Err("not published yet".into()));
     let publisher = tokio::spawn(publish::run(
@@ -297,7 +302,7 @@ pub async fn run_dra(
                 &resource,
                 reported.as_deref(),
                 &o.dropped,
-                dropped_fields.as_ref(),
+                metrics.as_ref().map(|m| &m.dropped_fields),
             )
             .await;
             reported = Some(o.dropped);

@@ -60,7 +60,7 @@ fn start_dra_with(
     served: NodeDevices,
     cluster: Cluster,
     instance_id: Option<String>,
-    dropped_fields: Option<erdma_agent::metrics::DroppedFieldsFamily>,
+    metrics: Option<erdma_agent::metrics::DraMetrics>,
 ) -> RunningDra {
     let dir = tempfile::Builder::new()
         .prefix("wt")
@@ -80,7 +80,7 @@ fn start_dra_with(
             on_prepare: Some(Arc::new(move || {
                 counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             })),
-            dropped_fields,
+            dropped_fields: metrics,
             resource_name: "aliyun/erdma".into(),
         },
         cluster,
@@ -244,6 +244,135 @@ async fn a_node_labelled_dra_publishes_slices_and_prepares_claims_instead_of_the
         !registry.join("erdma.alibabacloud.com-reg.sock").exists(),
         "deregistered on shutdown"
     );
+}
+
+/// The kubelet's calls on the DRA driver are counted by method and outcome, timed by method,
+/// and their failed claims counted, in the agent's one registry, and served on `/metrics`.
+#[tokio::test]
+async fn the_kubelets_dra_calls_are_counted_and_timed_on_metrics() {
+    let (tree, served) = served_fixture();
+    let api = FakeApiServer::new();
+    api.put(&Node {
+        metadata: ObjectMeta {
+            name: Some("n1".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    api.put(&ResourceClaim {
+        metadata: ObjectMeta {
+            name: Some("c1".into()),
+            namespace: Some("default".into()),
+            uid: Some("uid-c1".into()),
+            ..Default::default()
+        },
+        spec: Default::default(),
+        status: Some(ResourceClaimStatus {
+            allocation: Some(AllocationResult {
+                devices: Some(DeviceAllocationResult {
+                    results: Some(vec![DeviceRequestAllocationResult {
+                        driver: "erdma.alibabacloud.com".into(),
+                        pool: "n1".into(),
+                        device: "erdma-0".into(),
+                        request: "rdma".into(),
+                        ..Default::default()
+                    }]),
+                    config: None,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    });
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = erdma_agent::metrics::AgentMetrics::register(&mut registry);
+    let running = start_dra_with(
+        &tree,
+        served,
+        Cluster::new(api.client(), "n1"),
+        None,
+        Some(metrics.dra.clone()),
+    );
+    let sockets = running.dir.path().join("kubelet/plugins_registry");
+    until("the registration socket", || {
+        sockets.join("erdma.alibabacloud.com-reg.sock").exists()
+    })
+    .await;
+    let k = kubelet::register(&sockets, "erdma.alibabacloud.com")
+        .await
+        .unwrap();
+    let ok = k
+        .prepare(vec![kubelet::claim("default", "c1", "uid-c1")])
+        .await
+        .unwrap();
+    assert_eq!(ok.claims["uid-c1"].error, "");
+    // One claim prepared, one the API server does not know: the call carries one error.
+    let mixed = k
+        .prepare(vec![
+            kubelet::claim("default", "c1", "uid-c1"),
+            kubelet::claim("default", "gone", "uid-gone"),
+        ])
+        .await
+        .unwrap();
+    assert_ne!(mixed.claims["uid-gone"].error, "");
+    let too_many = (0..1025)
+        .map(|i| kubelet::claim("default", &format!("c{i}"), &format!("uid-{i}")))
+        .collect();
+    assert!(
+        k.prepare(too_many).await.is_err(),
+        "refused: too many claims"
+    );
+    k.unprepare(vec![kubelet::claim("default", "c1", "uid-c1")])
+        .await
+        .unwrap();
+
+    // Served by the agent's HTTP server as the agent serves it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let http = CancellationToken::new();
+    let server = tokio::spawn(erdma_agent::health::serve_on(
+        listener,
+        erdma_agent::health::Exposition {
+            registry: Arc::new(registry),
+            plugin: Arc::new(erdma_deviceplugin::Metrics::new()),
+            health: erdma_agent::health::HealthSources::fixed(
+                erdma_driver::DriverStatus::unmanaged(),
+            ),
+        },
+        http.clone(),
+    ));
+    let text = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    };
+    for line in [
+        r#"erdma_dra_calls_total{method="GetInfo",outcome="ok"} 1"#,
+        r#"erdma_dra_calls_total{method="NotifyRegistrationStatus",outcome="ok"} 1"#,
+        r#"erdma_dra_calls_total{method="NodePrepareResources",outcome="ok"} 1"#,
+        r#"erdma_dra_calls_total{method="NodePrepareResources",outcome="error"} 2"#,
+        r#"erdma_dra_calls_total{method="NodeUnprepareResources",outcome="ok"} 1"#,
+        r#"erdma_dra_claim_errors_total{method="NodePrepareResources"} 1"#,
+        "# TYPE erdma_dra_call_duration_seconds histogram",
+        r#"erdma_dra_call_duration_seconds_count{method="NodePrepareResources"} 3"#,
+        r#"erdma_dra_call_duration_seconds_count{method="NodeUnprepareResources"} 1"#,
+        r#"erdma_dra_call_duration_seconds_bucket{le="+Inf",method="GetInfo"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
+    }
+    assert!(
+        !text.contains(r#"erdma_dra_claim_errors_total{method="NodeUnprepareResources"}"#),
+        "{text}"
+    );
+    http.cancel();
+    server.await.unwrap().unwrap();
+    running.cancel.cancel();
+    running.run.await.unwrap().unwrap();
 }
 
 /// The lab's path end to end without containers: the lab allocator writes what the scheduler
@@ -481,13 +610,7 @@ async fn fields_the_api_server_drops_are_reported_with_their_feature_gates() {
         cancel,
         run,
         prepares: _,
-    } = start_dra_with(
-        &tree,
-        served,
-        cluster,
-        None,
-        Some(metrics.dra_dropped_fields.clone()),
-    );
+    } = start_dra_with(&tree, served, cluster, None, Some(metrics.dra.clone()));
     until("dropped fields in /healthz", || {
         view.borrow()
             .as_ref()
