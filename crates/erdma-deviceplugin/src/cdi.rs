@@ -8,7 +8,7 @@
 use crate::config::CdiConfig;
 use crate::devices::ServedSet;
 use erdma_host::atomic::{self, Durability};
-use erdma_model::cdi::{self as spec_model, ContainerEdits, Device, DeviceNode, Spec};
+use erdma_model::cdi::{ContainerEdits, Device, DeviceNode, Spec};
 use std::path::PathBuf;
 
 /// Errors writing the spec.
@@ -37,11 +37,6 @@ pub fn spec_path(cfg: &CdiConfig) -> Result<PathBuf, CdiError> {
         return Err(CdiError::BadKind(cfg.kind.clone()));
     }
     Ok(cfg.spec_dir.join(format!("{vendor}-{class}.json")))
-}
-
-/// The fully qualified CDI name of a device.
-pub fn qualified_name(cfg: &CdiConfig, device: &str) -> String {
-    spec_model::qualified_name(&cfg.kind, device)
 }
 
 /// The spec document for a served set.
@@ -122,7 +117,7 @@ mod tests {
         .expect("recorded spec");
         assert_eq!(written, recorded);
         assert_eq!(
-            qualified_name(&cfg, "rxe0"),
+            erdma_model::cdi::qualified_name(&cfg.kind, "rxe0"),
             "aliyun.com/erdma=rxe0",
             "the name Allocate answers with"
         );

@@ -1,6 +1,5 @@
 //! The `v1beta1.DevicePlugin` service.
 
-use crate::cdi;
 use crate::config::PluginConfig;
 use crate::devices::{ServedDevice, ServedSet};
 use crate::metrics::Metrics;
@@ -156,7 +155,7 @@ pub fn container_response(
         resp.cdi_devices = devices
             .iter()
             .map(|d| api::CdiDevice {
-                name: cdi::qualified_name(cdi_cfg, d.name()),
+                name: erdma_model::cdi::qualified_name(&cdi_cfg.kind, d.name()),
             })
             .collect();
         return resp;

@@ -43,14 +43,10 @@ impl Spec {
             container_edits: ContainerEdits::default(),
         }
     }
-
-    /// The fully qualified name of a device of this spec (`<vendor>/<class>=<name>`).
-    pub fn qualified_name(&self, device: &str) -> String {
-        qualified_name(&self.kind, device)
-    }
 }
 
-/// The fully qualified CDI name of device `name` of `kind`.
+/// The fully qualified CDI name of device `name` of `kind` (`<vendor>/<class>=<name>`), as a
+/// device plugin's Allocate answers and a DRA driver's prepare returns it.
 pub fn qualified_name(kind: &str, name: &str) -> String {
     format!("{kind}={name}")
 }
@@ -240,7 +236,7 @@ mod tests {
             Some("bind")
         );
         assert_eq!(spec.devices[0].container_edits.hooks[0].timeout, Some(5));
-        assert_eq!(spec.qualified_name("bare"), "vendor.com/device=bare");
+        assert_eq!(qualified_name(&spec.kind, "bare"), "vendor.com/device=bare");
         let back = serde_json::to_value(&spec).expect("serialises");
         assert_eq!(back, doc, "every field written back as read");
     }
