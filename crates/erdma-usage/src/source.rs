@@ -978,19 +978,83 @@ mod tests {
                 .sum();
             assert!(sent > 0, "{srv_dev} sent nothing: {:?}", c.counters);
 
-            // The whole chain: a snapshot, no pod (host processes), the two programs in the host bucket.
+            // The whole chain: a snapshot, no pod yet (host processes): the host bucket.
             let snap = Snapshot::read(&src).expect("snapshot");
             let pid_pods = read_pid_pods(std::path::Path::new("/proc"), &snap.pids());
             assert!(pids.iter().all(|p| !pid_pods.contains_key(p)));
             let usage = attribute(&snap, &pid_pods, &BTreeMap::new());
-            assert_eq!(
-                usage.host.devices[&srv_dev]
-                    .qps_by_state
-                    .get(&nldev::QpState::Rts),
-                Some(&1)
-            );
+            let rts =
+                |c: &crate::attribution::Counts| c.qps_by_state.get(&nldev::QpState::Rts).copied();
+            assert_eq!(rts(&usage.host.devices[&srv_dev]), Some(1));
             assert_eq!(usage.devices[&srv_dev].traffic, Traffic::Shared);
+
+            // The server moved into a cgroup named as the kubelet and containerd name a
+            // best-effort pod's container (systemd driver): the kernel's /proc/<pid>/cgroup for
+            // it names the pod, whose device's traffic is then the pod's.
+            let uid = "0e5d2c1b-aaaa-4bbb-8ccc-123456789abc";
+            let cid = "c0ffee".repeat(10) + "beef";
+            let dir = PodCgroup::create(uid, &cid);
+            let server_pid = kids.0[0].id();
+            std::fs::write(dir.0.join("cgroup.procs"), server_pid.to_string())
+                .expect("move the server");
+            let snap = Snapshot::read(&src).expect("snapshot");
+            let pid_pods = read_pid_pods(std::path::Path::new("/proc"), &snap.pids());
+            let pod = crate::cgroup::PodUid(uid.to_string());
+            let want = (pod.clone(), crate::cgroup::ContainerId(cid.clone()));
+            assert_eq!(pid_pods.get(&server_pid), Some(&want));
+            let pod_devices = [(pod.clone(), [srv_dev.clone()].into_iter().collect())]
+                .into_iter()
+                .collect();
+            let usage = attribute(&snap, &pid_pods, &pod_devices);
+            let p = &usage.pods[&pod];
+            assert_eq!(rts(&p.devices[&srv_dev]), Some(1));
+            assert!(p.devices[&srv_dev].mr_bytes >= 4096);
+            assert_eq!(usage.devices[&srv_dev].traffic, Traffic::Pod(pod.clone()));
+            assert!(
+                p.traffic[&srv_dev]
+                    .iter()
+                    .any(|c| c.counters.values().any(|&v| v > 0))
+            );
+            assert_eq!(usage.devices[&cli_dev].traffic, Traffic::Shared);
             eprintln!("usage: {}", serde_json::to_string(&usage).unwrap());
+            drop(kids);
+        }
+
+        /// A kubelet-named pod and container cgroup (cgroup v2), removed at the end.
+        struct PodCgroup(std::path::PathBuf, Vec<std::path::PathBuf>);
+
+        impl PodCgroup {
+            fn create(uid: &str, cid: &str) -> Self {
+                let root = std::path::Path::new("/sys/fs/cgroup");
+                if !root.join("cgroup.controllers").exists() {
+                    let ok = Command::new("mount")
+                        .args(["-t", "cgroup2", "none", "/sys/fs/cgroup"])
+                        .status();
+                    assert!(
+                        ok.is_ok_and(|s| s.success()),
+                        "mount cgroup2 on /sys/fs/cgroup"
+                    );
+                }
+                let uid_ = uid.replace('-', "_");
+                let mut dirs = vec![root.join("kubepods.slice")];
+                dirs.push(dirs[0].join("kubepods-besteffort.slice"));
+                dirs.push(dirs[1].join(format!("kubepods-besteffort-pod{uid_}.slice")));
+                dirs.push(dirs[2].join(format!("cri-containerd-{cid}.scope")));
+                for d in &dirs {
+                    std::fs::create_dir_all(d)
+                        .unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
+                }
+                PodCgroup(dirs[3].clone(), dirs)
+            }
+        }
+
+        impl Drop for PodCgroup {
+            fn drop(&mut self) {
+                // Its processes are gone by then (the children are killed first); rmdir from the leaf.
+                for d in self.1.iter().rev() {
+                    let _ = std::fs::remove_dir(d);
+                }
+            }
         }
     }
 }
