@@ -3,7 +3,9 @@
 //!
 //! - RunPodSandbox: a pod annotated for SMC-R that holds `aliyun/erdma` gets SMC-R in its network
 //!   namespace before any of its containers exists (no race with a fast init container).
-//! - CreateContainer: a container holding `aliyun/erdma` gets `RLIMIT_MEMLOCK` (`--nri-memlock`,
+//! - CreateContainer: a container holding `aliyun/erdma` or an erdma DRA claim (by the kubelet's
+//!   pod-resources answer, never by what the container's own environment says) gets
+//!   `RLIMIT_MEMLOCK` (`--nri-memlock`,
 //!   default unlimited; non-root containers otherwise cannot register RDMA memory) and, from the
 //!   pod annotation `network.alibabacloud.com/erdma-rdma-max` or `--nri-rdma-max`, the rdma
 //!   cgroup limit `rdma.max` of its device. A bad annotation applies nothing and says why (Event).
@@ -14,15 +16,13 @@
 use crate::cluster::{Cluster, PodRef};
 use crate::metrics::AgentMetrics;
 use crate::smcr::SmcrHook;
-use erdma_kubelet::podresources::{Answered, Holder, HolderCache};
-use erdma_model::NodeDevices;
-use erdma_model::container::{ENV_ERDMA_DEVICES, ENV_RDMA_MAX};
+use erdma_kubelet::podresources::{Holder, HolderCache, SETTLE_WITHIN, Snapshot};
+use erdma_model::container::ENV_RDMA_MAX;
 use erdma_model::rdma_limit::{Memlock, RDMA_MAX_ANNOTATION, RdmaLimit};
+use erdma_model::{NodeDevices, SlotId};
 use erdma_nri::api::{self, Event};
 use erdma_nri::plugin::Handler;
 use erdma_nri::ttrpc::BoxFuture;
-use erdma_smc::annotation::SmcRequest;
-use erdma_smc::prestart::PodSandbox;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -48,41 +48,70 @@ pub struct Notice {
     pub message: String,
 }
 
-/// The RDMA devices (served names) a container holds: from the `ERDMA_DEVICES` env the device
-/// plugin sets at Allocate, else from its device nodes.
-pub fn held_devices(c: &api::Container, served: &NodeDevices) -> Vec<String> {
-    if let Some(list) = env_value(c, ENV_ERDMA_DEVICES) {
-        let mut names: Vec<String> = Vec::new();
-        for n in list.split(',') {
-            // each device once: a repeated name is one device, not two (which would withhold
-            // the one-device rdma.max)
-            if served.device(n).is_some() && !names.iter().any(|m| m == n) {
-                names.push(n.to_string());
+/// The RDMA devices (served names) container `c` of `pod` holds.
+///
+/// `holders` is the kubelet's pod-resources answer (`None` when the agent has none it can trust:
+/// never answered, or its last refresh failed). The kubelet is its author: the container's device
+/// plugin slot IDs and the devices of its DRA claims name the devices. Without it, the device
+/// nodes the runtime put into the container (from the kubelet's Allocate answer or a CDI spec; a
+/// container cannot add a device node to its own spec) name them. The container's environment
+/// (`ERDMA_DEVICES`) is never asked: a container can set any variable itself.
+pub fn held_devices(
+    pod: &api::PodSandbox,
+    c: &api::Container,
+    served: &NodeDevices,
+    holders: Option<&[Holder]>,
+) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    // each device once: two slots of one device are one device, not two (which would withhold
+    // the one-device rdma.max)
+    let mut add = |n: &str| {
+        if served.device(n).is_some() && !names.iter().any(|m| m == n) {
+            names.push(n.to_string());
+        }
+    };
+    if let Some(holders) = holders {
+        let of_container = holders
+            .iter()
+            .filter(|h| h.namespace == pod.namespace && h.pod == pod.name && h.container == c.name);
+        for h in of_container {
+            for id in &h.device_ids {
+                match SlotId::parse(id) {
+                    Ok(slot) => add(&slot.device),
+                    Err(_) => add(id),
+                }
+            }
+            for claimed in &h.claimed {
+                if let Some(d) = erdma_dra::slice::find_device(served, &claimed.device) {
+                    add(&d.name);
+                }
             }
         }
-        if !names.is_empty() {
-            return names;
-        }
+        return names;
     }
     let nodes = c
         .linux
         .as_ref()
         .map(|l| l.devices.as_slice())
         .unwrap_or(&[]);
-    served
-        .devices
-        .iter()
-        .filter(|d| {
-            d.char_devices.uverbs.as_ref().is_some_and(|u| {
-                nodes.iter().any(|n| {
-                    n.path == u.path
-                        || (u.major.map(i64::from) == Some(n.major)
-                            && u.minor.map(i64::from) == Some(n.minor))
-                })
+    for d in &served.devices {
+        let by_node = d.char_devices.uverbs.as_ref().is_some_and(|u| {
+            nodes.iter().any(|n| {
+                n.path == u.path
+                    || (u.major.map(i64::from) == Some(n.major)
+                        && u.minor.map(i64::from) == Some(n.minor))
             })
-        })
-        .map(|d| d.name.clone())
-        .collect()
+        });
+        if by_node {
+            add(&d.name);
+        }
+    }
+    names
+}
+
+/// The holders [`held_devices`] may trust in `snapshot`: an answer whose last refresh worked.
+pub fn trusted_holders(snapshot: &Snapshot) -> Option<&[Holder]> {
+    (snapshot.is_answered() && snapshot.error.is_none()).then_some(snapshot.holders.as_slice())
 }
 
 /// The last value of `key` in a container's environment.
@@ -130,16 +159,18 @@ fn rdma_max_adjustment(line: String) -> api::LinuxContainerAdjustment {
     }
 }
 
-/// The adjustment of one container (pure): memlock and `rdma.max` for containers holding devices.
+/// The adjustment of one container (pure): memlock and `rdma.max` for containers holding devices
+/// (by [`held_devices`] with `holders`).
 pub fn adjust_container(
     pod: &api::PodSandbox,
     c: &api::Container,
     served: &NodeDevices,
+    holders: Option<&[Holder]>,
     policy: &Policy,
 ) -> (api::ContainerAdjustment, Vec<Notice>) {
     let mut adjust = api::ContainerAdjustment::default();
     let mut notices = Vec::new();
-    let devices = held_devices(c, served);
+    let devices = held_devices(pod, c, served, holders);
     if devices.is_empty() {
         return (adjust, notices);
     }
@@ -247,6 +278,7 @@ pub fn repairs(
     pods: &[api::PodSandbox],
     containers: &[api::Container],
     served: &NodeDevices,
+    holders: Option<&[Holder]>,
     policy: &Policy,
     limits_of: impl Fn(u32) -> Option<Vec<api::PosixRlimit>>,
 ) -> Repairs {
@@ -256,7 +288,7 @@ pub fn repairs(
         let Some(pod) = pods.iter().find(|p| p.id == c.pod_sandbox_id) else {
             continue;
         };
-        let (want, _notices) = adjust_container(pod, c, served, policy);
+        let (want, _notices) = adjust_container(pod, c, served, holders, policy);
         let unified =
             |a: Option<&api::LinuxResources>| a.and_then(|r| r.unified.get("rdma.max")).cloned();
         let want_max = unified(want.linux.as_ref().and_then(|l| l.resources.as_ref()));
@@ -303,7 +335,8 @@ pub fn repairs(
 pub struct AgentNri {
     /// Policy.
     pub policy: Policy,
-    /// Who holds which device (the kept pod-resources answer: device plugin and DRA claims).
+    /// Who holds which device (the process's one owner of the pod-resources answer: device
+    /// plugin and DRA claims); read from its published snapshot, never asked here.
     pub holders: Arc<HolderCache>,
     /// The host's `/proc` as the agent sees it.
     pub proc_root: PathBuf,
@@ -337,26 +370,7 @@ pub struct NriView {
     pub last_error: Option<String>,
 }
 
-/// The devices that pod `namespace/name` holds, over all its containers: the device plugin's
-/// slot IDs, then the DRA devices of its claims (by their name in the driver's pool), each once.
-pub fn pod_device_ids(holders: &[Holder], namespace: &str, name: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for h in holders
-        .iter()
-        .filter(|h| h.namespace == namespace && h.pod == name)
-    {
-        let ids = h
-            .device_ids
-            .iter()
-            .chain(h.claimed.iter().map(|c| &c.device));
-        for id in ids {
-            if !out.contains(id) {
-                out.push(id.clone());
-            }
-        }
-    }
-    out
-}
+pub use crate::smcr::pod_device_ids;
 
 impl AgentNri {
     fn tell(&self, pod: &api::PodSandbox, n: Notice) {
@@ -387,56 +401,31 @@ impl AgentNri {
         let Some(hook) = &self.smcr else {
             return Ok(());
         };
-        let request = SmcRequest::from_annotations(&pod.annotations);
-        let who = format!("{}/{}", pod.namespace, pod.name);
-        if !request.enabled() && request.problem(&who).is_none() {
-            return Ok(());
-        }
-        let held = self.holders.held();
-        let device_ids = match self.holders.pod(&pod.namespace, &pod.name).await {
-            Ok((holders, answered)) => {
-                self.metrics.holder_lookups(answered == Answered::Kept);
-                pod_device_ids(&holders, &pod.namespace, &pod.name)
-            }
-            Err(e) => {
-                self.metrics.smcr_lookup_failures.inc();
-                tracing::warn!(pod = %who, "NRI RunPodSandbox: cannot tell whether the pod holds {held}: {e}; SMC-R not configured");
-                return Ok(());
-            }
-        };
-        if device_ids.is_empty() {
-            tracing::info!(pod = %who, "NRI RunPodSandbox: annotated for SMC-R but holds no {held}; SMC-R not configured");
-            return Ok(());
-        }
-        let linux = pod.linux.clone().unwrap_or_default();
         let netns = if pod.pid > 0 {
             Some(self.proc_root.join(pod.pid.to_string()).join("ns/net"))
         } else {
-            linux
-                .namespaces
+            pod.linux
                 .iter()
+                .flat_map(|l| &l.namespaces)
                 .find(|n| n.r#type == "network" && !n.path.is_empty())
                 .map(|n| PathBuf::from(&n.path))
-        };
-        let sandbox = PodSandbox {
-            pod: who,
-            host_network: netns.is_none(),
-            netns,
-            annotations: pod.annotations.clone().into_iter().collect(),
-            devices: device_ids.clone(),
         };
         let target = PodRef {
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
             uid: pod.uid.clone(),
         };
-        let d = hook.decide_resolved(target, sandbox, &device_ids).await;
-        if d.failed_container {
-            return Err(d.message.unwrap_or_else(|| {
-                format!("SMC-R for pod {}/{} failed", pod.namespace, pod.name)
-            }));
+        match hook.at_sandbox(target, netns, &pod.annotations).await {
+            Some(d) if d.failed_container => Err(d
+                .message
+                .unwrap_or_else(|| format!("SMC-R for pod {}/{} failed", pod.namespace, pod.name))),
+            _ => Ok(()),
         }
-        Ok(())
+    }
+
+    /// The published holders once a pending refresh (an allocation's poke) is in, bounded.
+    async fn holders_now(&self) -> Arc<Snapshot> {
+        self.holders.settled(SETTLE_WITHIN).await
     }
 }
 
@@ -460,10 +449,12 @@ impl Handler for AgentNri {
                     std::fs::read_to_string(proc_root.join(pid.to_string()).join("limits")).ok()?;
                 memlock_of_limits(&text).map(|m| vec![m])
             };
+            let snapshot = self.holders_now().await;
             let found = repairs(
                 &pods,
                 &containers,
                 &self.served.borrow(),
+                trusted_holders(&snapshot),
                 &self.policy,
                 limits_of,
             );
@@ -517,8 +508,14 @@ impl Handler for AgentNri {
         container: api::Container,
     ) -> BoxFuture<'_, Result<api::ContainerAdjustment, String>> {
         Box::pin(async move {
-            let (adjust, notices) =
-                adjust_container(&pod, &container, &self.served.borrow(), &self.policy);
+            let snapshot = self.holders_now().await;
+            let (adjust, notices) = adjust_container(
+                &pod,
+                &container,
+                &self.served.borrow(),
+                trusted_holders(&snapshot),
+                &self.policy,
+            );
             for n in notices {
                 self.tell(&pod, n);
             }
@@ -689,18 +686,49 @@ mod tests {
         }
     }
 
+    /// The kubelet's answer: container `main` of pod `ns/p` holds a slot of each of `devices`.
+    fn holds(devices: &[&str]) -> Vec<Holder> {
+        vec![Holder::of_ids(
+            "ns",
+            "p",
+            "main",
+            devices.iter().map(|d| format!("{d}/0")).collect(),
+        )]
+    }
+
     const POLICY: Policy = Policy {
         memlock: Memlock::Unlimited,
         default_rdma_max: None,
     };
 
     #[test]
-    fn devices_are_found_from_the_env_or_the_device_nodes() {
+    fn devices_are_found_from_the_kubelets_answer_or_the_device_nodes() {
         let (_t, served) = served();
         let names: Vec<&str> = served.devices.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names.len(), 2, "{names:?}");
-        let c = container(&[&format!("ERDMA_DEVICES={}", names[1])], &[]);
-        assert_eq!(held_devices(&c, &served), [names[1]]);
+        let p = pod(None);
+        let bare = container(&[], &[]);
+        // The device plugin's slot IDs in the kubelet's answer; two slots of one device are one.
+        let mut h = holds(&[names[1]]);
+        h[0].device_ids.push(format!("{}/3", names[1]));
+        assert_eq!(held_devices(&p, &bare, &served, Some(&h)), [names[1]]);
+        // A DRA claim's device, by its name in the driver's pool.
+        let mut claim = Holder::of_ids("ns", "p", "main", vec![]);
+        claim
+            .claimed
+            .push(erdma_kubelet::podresources::ClaimedDevice {
+                claim_namespace: "ns".into(),
+                claim_name: "rdma".into(),
+                pool: "node-1".into(),
+                device: erdma_dra::slice::device_name(names[0]).unwrap(),
+            });
+        assert_eq!(held_devices(&p, &bare, &served, Some(&[claim])), [names[0]]);
+        // Another container of the pod, another pod: nothing.
+        let mut sidecar = bare.clone();
+        sidecar.name = "sidecar".into();
+        assert!(held_devices(&p, &sidecar, &served, Some(&h)).is_empty());
+        assert!(held_devices(&pod(Some("x")), &bare, &served, Some(&holds(&["nope"]))).is_empty());
+        // Without a trusted answer: the device nodes the runtime put in.
         let u = served.devices[0].char_devices.uverbs.clone().unwrap();
         let c = container(
             &[],
@@ -710,24 +738,51 @@ mod tests {
                 i64::from(u.minor.unwrap()),
             )],
         );
-        assert_eq!(held_devices(&c, &served), [names[0]]);
-        assert!(held_devices(&container(&["ERDMA_DEVICES=nope"], &[]), &served).is_empty());
-        let twice = format!("ERDMA_DEVICES={0},{0}", names[1]);
-        assert_eq!(
-            held_devices(&container(&[&twice], &[]), &served),
-            [names[1]]
+        assert_eq!(held_devices(&p, &c, &served, None), [names[0]]);
+        assert!(
+            held_devices(&p, &c, &served, Some(&[])).is_empty(),
+            "an answer that does not list the container decides"
         );
+    }
+
+    /// A container that names devices in its own `ERDMA_DEVICES` holds nothing by it: neither
+    /// with the kubelet's answer (which does not list it) nor without one.
+    #[test]
+    fn a_containers_own_erdma_devices_env_holds_nothing() {
+        let (_t, served) = served();
+        let dev = served.devices[0].name.clone();
+        let policy = Policy {
+            memlock: Memlock::Unlimited,
+            default_rdma_max: Some(RdmaLimit::parse("hca_handle=1").unwrap()),
+        };
+        let forged = container(
+            &[
+                &format!("ERDMA_DEVICES={dev}"),
+                &format!("ERDMA_RDMA_MAX={dev} hca_handle=max hca_object=max"),
+            ],
+            &[],
+        );
+        let mut elsewhere = holds(&[&dev]);
+        elsewhere[0].container = "trainer".into();
+        for holders in [None, Some(&[][..]), Some(elsewhere.as_slice())] {
+            assert!(held_devices(&pod(None), &forged, &served, holders).is_empty());
+            let (a, n) = adjust_container(&pod(None), &forged, &served, holders, &policy);
+            assert_eq!(a, api::ContainerAdjustment::default(), "{holders:?}");
+            assert!(n.is_empty());
+        }
     }
 
     #[test]
     fn memlock_and_rdma_max_for_one_device_nothing_for_others() {
         let (_t, served) = served();
         let dev = served.devices[0].name.clone();
-        let c = container(&[&format!("ERDMA_DEVICES={dev}")], &[]);
+        let c = container(&[], &[]);
+        let h = holds(&[&dev]);
         let (a, n) = adjust_container(
             &pod(Some("hca_handle=2 hca_object=500")),
             &c,
             &served,
+            Some(&h),
             &POLICY,
         );
         assert!(n.is_empty(), "{n:?}");
@@ -742,6 +797,7 @@ mod tests {
             &pod(Some("hca_handle=2")),
             &container(&[], &[]),
             &served,
+            Some(&[]),
             &POLICY,
         );
         assert_eq!(a, api::ContainerAdjustment::default());
@@ -751,7 +807,7 @@ mod tests {
             memlock: Memlock::Off,
             default_rdma_max: Some(RdmaLimit::parse("hca_handle=1").unwrap()),
         };
-        let (a, _) = adjust_container(&pod(None), &c, &served, &policy);
+        let (a, _) = adjust_container(&pod(None), &c, &served, Some(&h), &policy);
         assert!(a.rlimits.is_empty());
         assert_eq!(
             a.linux.unwrap().resources.unwrap().unified["rdma.max"],
@@ -769,8 +825,9 @@ mod tests {
         let mut annotated = pod(Some("hca_handle=2"));
         annotated.id = "sb-1".into();
         let line = format!("{dev} hca_handle=2");
+        let h = holds(&[&dev]);
         let with = |id: &str, limit: Option<&str>, memlock: bool| {
-            let mut c = container(&[&format!("ERDMA_DEVICES={dev}")], &[]);
+            let mut c = container(&[], &[]);
             c.id = id.into();
             c.pod_sandbox_id = "sb-1".into();
             if let (Some(l), Some(linux)) = (limit, c.linux.as_mut()) {
@@ -790,6 +847,7 @@ mod tests {
             c
         };
         let mut plain = container(&[], &[]);
+        plain.name = "sidecar".into();
         plain.id = "c-plain".into();
         plain.pod_sandbox_id = "sb-1".into();
         let containers = [
@@ -803,6 +861,7 @@ mod tests {
             std::slice::from_ref(&annotated),
             &containers,
             &served,
+            Some(&h),
             &POLICY,
             no_proc,
         );
@@ -828,7 +887,7 @@ mod tests {
         assert_eq!(r.without_memlock, ["ns/p/main"]);
         // a container whose pod the runtime did not list is left alone
         assert_eq!(
-            repairs(&[], &containers, &served, &POLICY, no_proc),
+            repairs(&[], &containers, &served, Some(&h), &POLICY, no_proc),
             Repairs::default()
         );
         // a runtime that reports no rlimits (containerd 1.7): the process's limits decide, and
@@ -836,9 +895,16 @@ mod tests {
         let mut bare = with("c-bare", Some(&line), false);
         let one = std::slice::from_ref(&annotated);
         assert!(
-            repairs(one, std::slice::from_ref(&bare), &served, &POLICY, no_proc)
-                .without_memlock
-                .is_empty()
+            repairs(
+                one,
+                std::slice::from_ref(&bare),
+                &served,
+                Some(&h),
+                &POLICY,
+                no_proc
+            )
+            .without_memlock
+            .is_empty()
         );
         bare.pid = 4242;
         let limits = |v: &str| {
@@ -855,6 +921,7 @@ mod tests {
             one,
             std::slice::from_ref(&bare),
             &served,
+            Some(&h),
             &POLICY,
             limits("8388608"),
         );
@@ -863,6 +930,7 @@ mod tests {
             one,
             std::slice::from_ref(&bare),
             &served,
+            Some(&h),
             &POLICY,
             limits("unlimited"),
         );
@@ -877,13 +945,13 @@ mod tests {
         let dev = served.devices[0].name.clone();
         let other = served.devices[1].name.clone();
         let c = container(
-            &[
-                &format!("ERDMA_DEVICES={dev}"),
-                &format!("ERDMA_RDMA_MAX={dev} hca_handle=4 hca_object=8000"),
-            ],
+            &[&format!(
+                "ERDMA_RDMA_MAX={dev} hca_handle=4 hca_object=8000"
+            )],
             &[],
         );
-        let (a, n) = adjust_container(&pod(Some("hca_handle=1")), &c, &served, &POLICY);
+        let h = holds(&[&dev]);
+        let (a, n) = adjust_container(&pod(Some("hca_handle=1")), &c, &served, Some(&h), &POLICY);
         assert!(n.is_empty(), "{n:?}");
         assert_eq!(a.rlimits.len(), 1, "memlock for a DRA container too");
         assert_eq!(
@@ -895,14 +963,8 @@ mod tests {
             format!("{dev} hca_handle=4;{other} hca_handle=4"),
             format!("{dev} hca_handle=many"),
         ] {
-            let c = container(
-                &[
-                    &format!("ERDMA_DEVICES={dev}"),
-                    &format!("ERDMA_RDMA_MAX={bad}"),
-                ],
-                &[],
-            );
-            let (a, n) = adjust_container(&pod(None), &c, &served, &POLICY);
+            let c = container(&[&format!("ERDMA_RDMA_MAX={bad}")], &[]);
+            let (a, n) = adjust_container(&pod(None), &c, &served, Some(&h), &POLICY);
             assert!(
                 a.linux.is_none(),
                 "{bad}: nothing rather than something wrong"
@@ -921,8 +983,15 @@ mod tests {
     fn a_bad_annotation_or_two_devices_apply_no_limit_and_say_why() {
         let (_t, served) = served();
         let dev = served.devices[0].name.clone();
-        let c = container(&[&format!("ERDMA_DEVICES={dev}")], &[]);
-        let (a, n) = adjust_container(&pod(Some("hca_handle=lots")), &c, &served, &POLICY);
+        let c = container(&[], &[]);
+        let h = holds(&[&dev]);
+        let (a, n) = adjust_container(
+            &pod(Some("hca_handle=lots")),
+            &c,
+            &served,
+            Some(&h),
+            &POLICY,
+        );
         assert!(
             a.linux.is_none(),
             "nothing applied rather than something wrong"
@@ -935,14 +1004,9 @@ mod tests {
             n[0].message
         );
         assert!(n[0].message.contains("ns/p"), "{}", n[0].message);
-        let both = served
-            .devices
-            .iter()
-            .map(|d| d.name.clone())
-            .collect::<Vec<_>>()
-            .join(",");
-        let c = container(&[&format!("ERDMA_DEVICES={both}")], &[]);
-        let (a, n) = adjust_container(&pod(Some("hca_handle=2")), &c, &served, &POLICY);
+        let both: Vec<&str> = served.devices.iter().map(|d| d.name.as_str()).collect();
+        let h = holds(&both);
+        let (a, n) = adjust_container(&pod(Some("hca_handle=2")), &c, &served, Some(&h), &POLICY);
         assert!(a.linux.is_none());
         assert_eq!(n[0].reason, "ErdmaRdmaMaxNotApplied");
     }

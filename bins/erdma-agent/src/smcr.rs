@@ -1,14 +1,18 @@
 //! SMC-R for annotated pods in the device plugin's `PreStartContainer` (issue 6), and the
 //! release of a pod's namespace from the BPF socket policy when the pod is gone.
 //!
-//! Pre-start: device IDs → owning pod (kubelet pod-resources) → sandbox (CRI: network namespace,
-//! host-network flag, annotations) → `erdma_smc` decision with the PNET ID of the granted device
+//! Pre-start: device IDs → owning pod (the published pod-resources snapshot) → sandbox (CRI:
+//! network namespace, annotations) → `erdma_smc` decision with the PNET ID of the granted device
 //! (from the served snapshot) → metric, Event on the pod (or a log line outside a cluster). The
+//! NRI path ([`SmcrHook::at_sandbox`]) starts from the sandbox the runtime hands over and the
+//! pod's devices in the snapshot. Both read the annotation once and describe the sandbox in one
+//! place ([`SmcrHook::configure`]). The
 //! container fails only with `--smcr-strict`; otherwise every problem, including a pod that
 //! cannot be looked up (no CRI socket), is reported and the pod starts on TCP.
 //!
 //! Pod deletion: the hook remembers the pods it put into the BPF policy (pod → namespace
-//! cookie). [`SmcrHook::reap`] lists the kubelet's pod-resources every few seconds; a
+//! cookie). [`SmcrHook::reap`] asks the owner of the pod-resources answer for a fresh one every
+//! few seconds; a
 //! remembered pod that no longer holds the resource is gone, and its cookie leaves the policy.
 //! This needs no watch on the API server and no CRI event stream, and works the same with and
 //! without a cluster. A sandbox recreated under the same pod name (new namespace, new cookie)
@@ -19,8 +23,9 @@ use crate::cluster::{Cluster, PodRef};
 use crate::metrics::AgentMetrics;
 use erdma_cri::CriClient;
 use erdma_deviceplugin::PreStartHook;
-use erdma_kubelet::podresources::{Holder, HolderCache};
+use erdma_kubelet::podresources::{Answered, FRESH_WITHIN, Holder, HolderCache, SETTLE_WITHIN};
 use erdma_model::{NodeDevices, PnetId, SlotId};
+use erdma_smc::annotation::SmcRequest;
 use erdma_smc::configure::{PodOptions, SmcConfigurator, SocketPolicy};
 use erdma_smc::prestart::{EventType, OutcomeKind, PodSandbox, PreStartOutcome};
 use erdma_smc::probe::Mechanism;
@@ -61,8 +66,8 @@ pub struct Decision {
 pub struct HookConfig {
     /// Extended resource name (`aliyun/erdma`).
     pub resource: String,
-    /// Who holds which device (the kept pod-resources answer; its socket is also where
-    /// PreStartContainer looks a device's pod up).
+    /// Who holds which device (the process's one owner of the pod-resources answer): where
+    /// PreStartContainer and RunPodSandbox look a pod up.
     pub holders: Arc<HolderCache>,
     /// `--cri-socket`; `None`: the first of `erdma_cri::DEFAULT_SOCKETS` under `host_root`.
     pub cri_socket: Option<PathBuf>,
@@ -279,23 +284,39 @@ impl SmcrHook {
             .clone()
     }
 
+    /// The holders to find the pod of `device_ids` among: the published snapshot when it has
+    /// them (after a pending refresh, bounded), else a fresh one from the owner. No call here.
+    async fn holders_of(&self, device_ids: &[String]) -> Result<Arc<Vec<Holder>>, String> {
+        let holders = &self.cfg.holders;
+        let now = holders.snapshot();
+        if now.holding(device_ids).is_some() {
+            return Ok(now.holders.clone());
+        }
+        let settled = holders.settled(SETTLE_WITHIN).await;
+        if settled.holding(device_ids).is_some() {
+            return Ok(settled.holders.clone());
+        }
+        holders
+            .fresh_within(FRESH_WITHIN)
+            .await
+            .map(|s| s.holders.clone())
+            .map_err(|e| format!("pod lookup failed: {e}"))
+    }
+
     async fn lookup(&self, device_ids: &[String]) -> Result<erdma_cri::SandboxInfo, String> {
         let socket = erdma_cri::find_socket(self.cfg.cri_socket.as_deref(), &self.cfg.host_root)
             .map_err(|e| format!("container runtime unavailable: {e}"))?;
         let mut cri = CriClient::connect(&socket, &self.cfg.proc_root)
             .await
             .map_err(|e| format!("container runtime unavailable: {e}"))?;
-        let (_, info) = erdma_cri::prestart::resolve(
-            self.cfg.holders.socket(),
-            &mut cri,
-            &self.cfg.resource,
-            device_ids,
-        )
-        .await
-        .map_err(|e| match e {
-            erdma_cri::CriError::NotFound(_) => format!("pod not found: {e}"),
-            e => format!("pod lookup failed: {e}"),
-        })?;
+        let holders = self.holders_of(device_ids).await?;
+        let (_, info) =
+            erdma_cri::prestart::resolve(&holders, &mut cri, &self.cfg.resource, device_ids)
+                .await
+                .map_err(|e| match e {
+                    erdma_cri::CriError::NotFound(_) => format!("pod not found: {e}"),
+                    e => format!("pod lookup failed: {e}"),
+                })?;
         Ok(info)
     }
 
@@ -320,30 +341,62 @@ impl SmcrHook {
                 });
             }
         };
-        let sandbox = PodSandbox {
-            pod: info.pod(),
-            host_network: info.host_network,
-            netns: info.netns.clone(),
-            annotations: info.annotations.clone(),
-            devices: device_ids.to_vec(),
-        };
+        let request = SmcRequest::from_annotations(&info.annotations);
         let target = PodRef {
-            namespace: info.namespace.clone(),
-            name: info.name.clone(),
-            uid: info.uid.clone(),
+            namespace: info.namespace,
+            name: info.name,
+            uid: info.uid,
         };
-        self.decide_resolved(target, sandbox, device_ids).await
+        self.configure(target, info.netns, request, device_ids.to_vec())
+            .await
     }
 
-    /// The decision for a pod already found (the NRI path hands the sandbox over directly).
-    pub async fn decide_resolved(
+    /// NRI `RunPodSandbox`: SMC-R for pod `target` (network namespace `netns`, `None` for the
+    /// node's) when its annotation asks for it and it holds devices (the published snapshot,
+    /// after a pending refresh; a pod missing from it costs a fresh answer from the owner).
+    /// `None` when there is nothing to decide.
+    pub async fn at_sandbox(
         &self,
         target: PodRef,
-        sandbox: PodSandbox,
-        device_ids: &[String],
+        netns: Option<PathBuf>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Option<Decision> {
+        let request = SmcRequest::from_annotations(annotations);
+        let who = format!("{}/{}", target.namespace, target.name);
+        if !request.enabled() && !matches!(request, SmcRequest::Invalid(_)) {
+            return None;
+        }
+        let held = self.cfg.holders.held();
+        let devices = match self.cfg.holders.pod(&target.namespace, &target.name).await {
+            Ok((holders, answered)) => {
+                self.metrics.holder_lookups(answered == Answered::Kept);
+                pod_device_ids(&holders, &target.namespace, &target.name)
+            }
+            Err(e) => {
+                self.metrics.smcr_lookup_failures.inc();
+                tracing::warn!(pod = %who, "NRI RunPodSandbox: cannot tell whether the pod holds {held}: {e}; SMC-R not configured");
+                return None;
+            }
+        };
+        if devices.is_empty() {
+            tracing::info!(pod = %who, "NRI RunPodSandbox: annotated for SMC-R but holds no {held}; SMC-R not configured");
+            return None;
+        }
+        Some(self.configure(target, netns, request, devices).await)
+    }
+
+    /// The decision for a pod found (either path): the one place its sandbox is described.
+    pub async fn configure(
+        &self,
+        target: PodRef,
+        netns: Option<PathBuf>,
+        request: SmcRequest,
+        devices: Vec<String>,
     ) -> Decision {
+        let sandbox = PodSandbox::new(&target.namespace, &target.name, netns, request, devices);
+        let device_ids = sandbox.devices.clone();
         let pod = sandbox.pod.clone();
-        let pnet = pnet_of(&self.served.borrow(), device_ids);
+        let pnet = pnet_of(&self.served.borrow(), &device_ids);
         let smc = self.smc.clone();
         let outcome = tokio::task::spawn_blocking(move || smc.prestart(&sandbox, pnet.as_ref()))
             .await
@@ -373,7 +426,7 @@ impl SmcrHook {
         }
         self.remember(Decision {
             pod: Some(pod),
-            devices: device_ids.to_vec(),
+            devices: device_ids,
             outcome: outcome.kind(),
             message,
             failed_container: outcome.fails_container(self.cfg.strict),
@@ -477,6 +530,27 @@ impl SmcrHook {
             }
         }
     }
+}
+
+/// The devices that pod `namespace/name` holds, over all its containers: the device plugin's
+/// slot IDs, then the DRA devices of its claims (by their name in the driver's pool), each once.
+pub fn pod_device_ids(holders: &[Holder], namespace: &str, name: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for h in holders
+        .iter()
+        .filter(|h| h.namespace == namespace && h.pod == name)
+    {
+        let ids = h
+            .device_ids
+            .iter()
+            .chain(h.claimed.iter().map(|c| &c.device));
+        for id in ids {
+            if !out.contains(id) {
+                out.push(id.clone());
+            }
+        }
+    }
+    out
 }
 
 /// `namespace/name` of the pods among `holders`.

@@ -6,14 +6,16 @@
 //!
 //! `adjust_container` (the whole CreateContainer answer), `held_devices`, `pod_device_ids` and the
 //! SMC-R annotation reading must not panic, and must agree with oracles written here: a container
-//! that holds no served device (by the device plugin's env or by a served uverbs node) gets
-//! nothing; one that does gets exactly the policy's memlock; an `rdma.max` line always names a
-//! device the container holds and reads back as a valid limit; notices quote bounded text.
+//! that holds no served device (by the kubelet's pod-resources answer about it — slot IDs or DRA
+//! claim devices —, or, without an answer, by a served uverbs node; never by its own
+//! `ERDMA_DEVICES`) gets nothing; one that does gets exactly the policy's memlock; an `rdma.max`
+//! line always names a device the container holds and reads back as a valid limit; notices quote
+//! bounded text.
 
 use erdma_agent::nri::{Policy, adjust_container, held_devices, pod_device_ids};
 use erdma_kubelet::podresources::{ClaimedDevice, Holder};
 use erdma_model::rdma_limit::{Memlock, RDMA_MAX_ANNOTATION, RdmaLimit};
-use erdma_model::{CharDevice, DeviceKind, NodeDevices, RdmaDevice};
+use erdma_model::{CharDevice, DeviceKind, NodeDevices, RdmaDevice, SlotId};
 use erdma_nri::api;
 use erdma_smc::annotation::{SMCR_ANNOTATION, SmcRequest};
 use proptest::prelude::*;
@@ -38,25 +40,85 @@ fn served() -> NodeDevices {
     node
 }
 
-/// The last value of `key` in an env list, as a runtime applies it.
-fn env_last<'a>(c: &'a api::Container, key: &str) -> Option<&'a str> {
-    c.env
-        .iter()
-        .rev()
-        .find_map(|e| e.strip_prefix(key)?.strip_prefix('='))
+/// The oracle of "holds a served device": with the kubelet's answer, a holder entry of exactly
+/// this container naming a served device (a slot of it, the ID itself, or its DRA device name);
+/// without one, a device node of a served uverbs (by path, or by major and minor). The
+/// container's environment never counts.
+fn holds_any(pod: &api::PodSandbox, c: &api::Container, holders: Option<&[Holder]>) -> bool {
+    match holders {
+        Some(hs) => hs
+            .iter()
+            .filter(|h| h.namespace == pod.namespace && h.pod == pod.name && h.container == c.name)
+            .any(|h| {
+                h.device_ids.iter().any(|id| {
+                    let dev = SlotId::parse(id).map_or(id.clone(), |s| s.device);
+                    SERVED.contains(&dev.as_str())
+                }) || h.claimed.iter().any(|d| {
+                    SERVED
+                        .iter()
+                        .any(|n| erdma_dra::slice::device_name(n).as_deref() == Some(&d.device))
+                })
+            }),
+        None => c.linux.iter().flat_map(|l| &l.devices).any(|d| {
+            (0..2).any(|i| {
+                d.path == format!("/dev/infiniband/uverbs{i}")
+                    || (d.major == 231 && d.minor == 192 + i)
+            })
+        }),
+    }
 }
 
-/// The oracle of "holds a served device": named in the device plugin's env, or a device node of
-/// a served uverbs (by path, or by major and minor).
-fn holds_any(c: &api::Container) -> bool {
-    let by_env =
-        env_last(c, "ERDMA_DEVICES").is_some_and(|l| l.split(',').any(|n| SERVED.contains(&n)));
-    let by_node = c.linux.iter().flat_map(|l| &l.devices).any(|d| {
-        (0..2).any(|i| {
-            d.path == format!("/dev/infiniband/uverbs{i}") || (d.major == 231 && d.minor == 192 + i)
-        })
-    });
-    by_env || by_node
+/// The kubelet's answer, if any: entries of the checked container (`true`) or of another one,
+/// with device IDs and DRA device names of any text.
+type HolderSeeds = Option<Vec<(bool, Vec<String>, Vec<String>)>>;
+
+fn holder_seeds() -> impl Strategy<Value = HolderSeeds> {
+    let id = prop_oneof![
+        Just("erdma_0/1".to_string()),
+        Just("erdma_1/0".to_string()),
+        Just("erdma_9/0".to_string()),
+        Just("erdma-0".to_string()),
+        text(),
+    ];
+    prop::option::of(prop::collection::vec(
+        (
+            any::<bool>(),
+            prop::collection::vec(id.clone(), 0..3),
+            prop::collection::vec(id, 0..2),
+        ),
+        0..3,
+    ))
+}
+
+fn holders_of(
+    seeds: &HolderSeeds,
+    pod: &api::PodSandbox,
+    c: &api::Container,
+) -> Option<Vec<Holder>> {
+    seeds.as_ref().map(|seeds| {
+        seeds
+            .iter()
+            .map(|(this, ids, claimed)| Holder {
+                namespace: pod.namespace.clone(),
+                pod: pod.name.clone(),
+                container: if *this {
+                    c.name.clone()
+                } else {
+                    format!("{}~other", c.name)
+                },
+                device_ids: ids.clone(),
+                claimed: claimed
+                    .iter()
+                    .map(|device| ClaimedDevice {
+                        claim_namespace: pod.namespace.clone(),
+                        claim_name: "rdma".into(),
+                        pool: "node-a".into(),
+                        device: device.clone(),
+                    })
+                    .collect(),
+            })
+            .collect()
+    })
 }
 
 fn text() -> impl Strategy<Value = String> {
@@ -177,15 +239,27 @@ fn input_len(pod: &api::PodSandbox, c: &api::Container) -> usize {
         + c.env.iter().map(String::len).sum::<usize>()
 }
 
-fn check(pod: &api::PodSandbox, c: &api::Container, policy: &Policy) -> Result<(), TestCaseError> {
+fn check(
+    pod: &api::PodSandbox,
+    c: &api::Container,
+    holders: Option<&[Holder]>,
+    policy: &Policy,
+) -> Result<(), TestCaseError> {
     let node = served();
-    let held = held_devices(c, &node);
+    let held = held_devices(pod, c, &node, holders);
     for h in &held {
         prop_assert!(SERVED.contains(&h.as_str()), "{} is not served", h);
     }
-    prop_assert_eq!(!held.is_empty(), holds_any(c), "held {:?}", held);
+    let distinct: BTreeSet<&String> = held.iter().collect();
+    prop_assert_eq!(distinct.len(), held.len(), "each device once: {:?}", held);
+    prop_assert_eq!(
+        !held.is_empty(),
+        holds_any(pod, c, holders),
+        "held {:?}",
+        held
+    );
 
-    let (adjust, notices) = adjust_container(pod, c, &node, policy);
+    let (adjust, notices) = adjust_container(pod, c, &node, holders, policy);
     if held.is_empty() {
         prop_assert_eq!(adjust, api::ContainerAdjustment::default());
         prop_assert!(notices.is_empty());
@@ -299,16 +373,18 @@ proptest! {
     /// CreateContainer requests from bytes, handled as the handler does (a missing pod or
     /// container is an empty one).
     #[test]
-    fn create_container_from_bytes(body in bytes(), policy in policy()) {
+    fn create_container_from_bytes(body in bytes(), seeds in holder_seeds(), policy in policy()) {
         if let Ok(req) = api::CreateContainerRequest::decode(body.as_slice()) {
             let (pod, c) = (req.pod.unwrap_or_default(), req.container.unwrap_or_default());
-            check(&pod, &c, &policy)?;
+            let holders = holders_of(&seeds, &pod, &c);
+            check(&pod, &c, holders.as_deref(), &policy)?;
         }
     }
 
     #[test]
-    fn hostile_pods_and_containers(pod in pod(), c in container(), policy in policy()) {
-        check(&pod, &c, &policy)?;
+    fn hostile_pods_and_containers(pod in pod(), c in container(), seeds in holder_seeds(), policy in policy()) {
+        let holders = holders_of(&seeds, &pod, &c);
+        check(&pod, &c, holders.as_deref(), &policy)?;
     }
 
     /// The devices a pod holds over its containers (device-plugin slots, then DRA devices):
@@ -344,6 +420,8 @@ proptest! {
     }
 }
 
+/// The real request of a container that holds `erdma_0`: by the kubelet's answer, and by its
+/// device node when there is no answer.
 #[test]
 fn the_real_request_gets_memlock_and_its_limit() {
     let req = api::CreateContainerRequest::decode(real_request().as_slice()).expect("decodes");
@@ -351,16 +429,47 @@ fn the_real_request_gets_memlock_and_its_limit() {
         memlock: Memlock::Unlimited,
         default_rdma_max: None,
     };
-    let (adjust, notices) = adjust_container(
-        &req.pod.expect("pod"),
-        &req.container.expect("container"),
-        &served(),
-        &policy,
-    );
-    assert!(notices.is_empty(), "{notices:?}");
-    assert_eq!(adjust.rlimits[0].hard, u64::MAX);
-    assert_eq!(
-        adjust.linux.unwrap().resources.unwrap().unified["rdma.max"],
-        "erdma_0 hca_handle=2 hca_object=2000"
-    );
+    let (pod, c) = (req.pod.expect("pod"), req.container.expect("container"));
+    let answer = [Holder::of_ids(
+        "team-a",
+        "trainer-0",
+        "main",
+        vec!["erdma_0/3".into()],
+    )];
+    for holders in [Some(&answer[..]), None] {
+        let (adjust, notices) = adjust_container(&pod, &c, &served(), holders, &policy);
+        assert!(notices.is_empty(), "{notices:?}");
+        assert_eq!(adjust.rlimits[0].hard, u64::MAX);
+        assert_eq!(
+            adjust.linux.unwrap().resources.unwrap().unified["rdma.max"],
+            "erdma_0 hca_handle=2 hca_object=2000"
+        );
+    }
+}
+
+/// The same request from a container that holds nothing by the kubelet's answer (another
+/// container of the pod holds `erdma_0`) and sets `ERDMA_DEVICES=erdma_0` itself: no memlock,
+/// no `rdma.max`.
+#[test]
+fn a_container_that_sets_erdma_devices_itself_gets_nothing() {
+    let req = api::CreateContainerRequest::decode(real_request().as_slice()).expect("decodes");
+    let policy = Policy {
+        memlock: Memlock::Unlimited,
+        default_rdma_max: RdmaLimit::parse("hca_handle=1").ok(),
+    };
+    let pod = req.pod.expect("pod");
+    let mut c = req.container.expect("container");
+    c.linux = None; // no device node: nothing the runtime granted
+    let answer = [Holder::of_ids(
+        "team-a",
+        "trainer-0",
+        "trainer",
+        vec!["erdma_0/3".into()],
+    )];
+    for holders in [Some(&answer[..]), Some(&[][..]), None] {
+        assert!(held_devices(&pod, &c, &served(), holders).is_empty());
+        let (adjust, notices) = adjust_container(&pod, &c, &served(), holders, &policy);
+        assert_eq!(adjust, api::ContainerAdjustment::default(), "{holders:?}");
+        assert!(notices.is_empty(), "{notices:?}");
+    }
 }

@@ -236,11 +236,13 @@ impl World {
         }
     }
 
-    /// Who holds which device, as the agent keeps it (device plugin and DRA claims).
+    /// Who holds which device, as the agent owns it (device plugin and DRA claims): an owner
+    /// with its refresher running until the world stops.
     fn holders(&self) -> Arc<erdma_kubelet::podresources::HolderCache> {
-        erdma_kubelet::podresources::HolderCache::new(
+        erdma_kubelet::podresources::Holders::start(
             erdma_kubelet::podresources::PodResourcesClient::new(&self.podres),
             erdma_kubelet::podresources::Held::both(RESOURCE, erdma_model::names::DRA_DRIVER),
+            self.stop.clone(),
         )
     }
 
@@ -763,8 +765,9 @@ async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
         env: vec![env.to_string()],
         ..Default::default()
     };
+    // The kubelet lists container app of the pod with a slot of erdma_1.
     let r = s
-        .create_container(&annotated, &container("ERDMA_DEVICES=erdma_1"))
+        .create_container(&annotated, &container("PATH=/bin"))
         .await
         .unwrap();
     let a = r.adjust.unwrap();
@@ -777,7 +780,7 @@ async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
     );
     let bad = pod("nripod", &[(RDMA_MAX_ANNOTATION, "hca_handle=-1")]);
     let a = s
-        .create_container(&bad, &container("ERDMA_DEVICES=erdma_1"))
+        .create_container(&bad, &container("PATH=/bin"))
         .await
         .unwrap()
         .adjust
@@ -794,10 +797,11 @@ async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
                 && e.type_.as_deref() == Some("Warning")),
         "{ev:?}"
     );
-    let plain = s
-        .create_container(&annotated, &container("PATH=/bin"))
-        .await
-        .unwrap();
+    // A container of the same pod that the kubelet does not list, naming the pod's device in
+    // its own ERDMA_DEVICES: nothing (the variable is the container's word, not the kubelet's).
+    let mut forged = container("ERDMA_DEVICES=erdma_1");
+    forged.name = "sidecar".into();
+    let plain = s.create_container(&annotated, &forged).await.unwrap();
     assert_eq!(
         plain.adjust.unwrap_or_default(),
         api::ContainerAdjustment::default()

@@ -1,10 +1,10 @@
 //! Pod discovery for `PreStartContainer`: the kubelet passes only device IDs, so the owning pod
-//! comes from the kubelet's pod-resources API and its sandbox (network namespace, host-network
-//! flag, annotations) from the container runtime.
+//! comes from who holds which device (the kubelet's pod-resources answer, as the process's one
+//! owner of it publishes it: no call here) and its sandbox (network namespace, host-network flag,
+//! annotations) from the container runtime.
 
 use crate::{CriClient, CriError, SandboxInfo};
-use erdma_kubelet::podresources::{Held, Holder, ListError, PodResourcesClient};
-use std::path::Path;
+use erdma_kubelet::podresources::Holder;
 
 /// The pod and container holding some of the devices.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,43 +29,28 @@ pub fn find_owner(holders: &[Holder], device_ids: &[String]) -> Option<DeviceOwn
         })
 }
 
-/// Asks the kubelet's pod-resources API (`socket`) which pod holds `device_ids`.
-pub async fn owner_of(
-    socket: &Path,
+/// The pod that holds `device_ids` of `resource` among `holders`, or [`CriError::NotFound`]
+/// naming them.
+pub fn owner_of(
+    holders: &[Holder],
     resource: &str,
     device_ids: &[String],
 ) -> Result<DeviceOwner, CriError> {
-    let holders = PodResourcesClient::new(socket)
-        .list(&Held::resource(resource))
-        .await
-        .map_err(|e| match e {
-            ListError::Connect { socket, detail } => CriError::Connect {
-                what: "kubelet pod-resources",
-                path: socket,
-                detail,
-            },
-            ListError::Call { socket, detail, .. } => CriError::Call {
-                call: "pod-resources List",
-                path: socket,
-                detail,
-            },
-        })?;
-    find_owner(&holders, device_ids).ok_or_else(|| {
+    find_owner(holders, device_ids).ok_or_else(|| {
         CriError::NotFound(format!(
-            "no pod holds {resource} devices {device_ids:?} according to the kubelet pod-resources API at {}",
-            socket.display()
+            "no pod holds {resource} devices {device_ids:?} according to the kubelet's pod-resources answer"
         ))
     })
 }
 
-/// Device IDs of a `PreStartContainer` → the pod's sandbox.
+/// Device IDs of a `PreStartContainer` → the pod (among `holders`) → its newest ready sandbox.
 pub async fn resolve(
-    podresources_socket: &Path,
+    holders: &[Holder],
     cri: &mut CriClient,
     resource: &str,
     device_ids: &[String],
 ) -> Result<(DeviceOwner, SandboxInfo), CriError> {
-    let owner = owner_of(podresources_socket, resource, device_ids).await?;
+    let owner = owner_of(holders, resource, device_ids)?;
     let sandbox = cri.find_sandbox(&owner.namespace, &owner.name).await?;
     let info = cri.sandbox(&sandbox.id).await?;
     Ok((owner, info))
@@ -74,8 +59,8 @@ pub async fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use erdma_kubelet::podresources::holders_in;
     use erdma_kubelet::podresources::v1 as pr;
+    use erdma_kubelet::podresources::{Held, holders_in};
 
     fn pod(ns: &str, name: &str, container: &str, res: &str, ids: &[&str]) -> pr::PodResources {
         pr::PodResources {
@@ -119,5 +104,8 @@ mod tests {
         );
         assert_eq!(find_owner(&holders, &ids(&["erdma_1/0"])), None);
         assert_eq!(find_owner(&[], &ids(&["erdma_0/1"])), None);
+        let e = owner_of(&holders, "aliyun/erdma", &ids(&["erdma_1/0"])).unwrap_err();
+        assert!(matches!(e, CriError::NotFound(_)), "{e}");
+        assert!(e.to_string().contains("erdma_1/0"), "{e}");
     }
 }

@@ -110,6 +110,18 @@ struct Servers {
     stop: CancellationToken,
 }
 
+impl Servers {
+    /// Who holds which device, as the process's one owner of the pod-resources answer has it.
+    async fn holders(&self) -> Vec<erdma_kubelet::podresources::Holder> {
+        use erdma_kubelet::podresources::{Held, Holders, PodResourcesClient};
+        let owner = Holders::new(
+            PodResourcesClient::new(&self.podres),
+            Held::resource("aliyun/erdma"),
+        );
+        owner.fresh().await.expect("pod-resources answer").to_vec()
+    }
+}
+
 async fn start(kubelet: Kubelet, runtime: FakeRuntime) -> Servers {
     let dir = tempfile::tempdir().unwrap();
     let podres = dir.path().join("pod-resources.sock");
@@ -192,10 +204,14 @@ async fn prestart_device_ids_lead_to_the_pods_netns_and_annotation() {
         cri.version().await.unwrap(),
         ("containerd".to_string(), "v2.1.0".to_string())
     );
-    let (owner, info) =
-        prestart::resolve(&s.podres, &mut cri, "aliyun/erdma", &["erdma_0/8".into()])
-            .await
-            .unwrap();
+    let (owner, info) = prestart::resolve(
+        &s.holders().await,
+        &mut cri,
+        "aliyun/erdma",
+        &["erdma_0/8".into()],
+    )
+    .await
+    .unwrap();
     assert_eq!(
         (
             owner.namespace.as_str(),
@@ -225,14 +241,24 @@ async fn host_network_pods_have_no_netns_and_unknown_devices_are_named() {
     let mut cri = CriClient::connect(&s.cri, Path::new("/proc"))
         .await
         .unwrap();
-    let (_, info) = prestart::resolve(&s.podres, &mut cri, "aliyun/erdma", &["erdma_1/0".into()])
-        .await
-        .unwrap();
+    let (_, info) = prestart::resolve(
+        &s.holders().await,
+        &mut cri,
+        "aliyun/erdma",
+        &["erdma_1/0".into()],
+    )
+    .await
+    .unwrap();
     assert!(info.host_network);
     assert_eq!(info.netns, None);
-    let e = prestart::resolve(&s.podres, &mut cri, "aliyun/erdma", &["erdma_9/9".into()])
-        .await
-        .unwrap_err();
+    let e = prestart::resolve(
+        &s.holders().await,
+        &mut cri,
+        "aliyun/erdma",
+        &["erdma_9/9".into()],
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(e, CriError::NotFound(_)), "{e}");
     assert!(e.to_string().contains("erdma_9/9"), "{e}");
     s.stop.cancel();
@@ -254,17 +280,27 @@ async fn missing_sandbox_netns_and_sockets_are_clear_errors() {
     let mut cri = CriClient::connect(&s.cri, Path::new("/proc"))
         .await
         .unwrap();
-    let e = prestart::resolve(&s.podres, &mut cri, "aliyun/erdma", &["erdma_0/1".into()])
-        .await
-        .unwrap_err();
+    let e = prestart::resolve(
+        &s.holders().await,
+        &mut cri,
+        "aliyun/erdma",
+        &["erdma_0/1".into()],
+    )
+    .await
+    .unwrap_err();
     assert!(
         e.to_string()
             .contains("pod default/gone has no ready sandbox"),
         "{e}"
     );
-    let e = prestart::resolve(&s.podres, &mut cri, "aliyun/erdma", &["erdma_0/2".into()])
-        .await
-        .unwrap_err();
+    let e = prestart::resolve(
+        &s.holders().await,
+        &mut cri,
+        "aliyun/erdma",
+        &["erdma_0/2".into()],
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(e, CriError::NoNetns { .. }), "{e}");
     // CRI socket missing.
     let e = CriClient::connect(
@@ -277,11 +313,9 @@ async fn missing_sandbox_netns_and_sockets_are_clear_errors() {
         e.to_string().contains("/nonexistent/containerd.sock"),
         "{e}"
     );
-    // Pod-resources socket missing.
-    let e = prestart::owner_of(Path::new("/nonexistent/kubelet.sock"), "aliyun/erdma", &[])
-        .await
-        .unwrap_err();
-    assert!(e.to_string().contains("kubelet pod-resources"), "{e}");
+    // No holders (the kubelet's answer lists nobody): the IDs are named.
+    let e = prestart::owner_of(&[], "aliyun/erdma", &["erdma_0/3".into()]).unwrap_err();
+    assert!(e.to_string().contains("erdma_0/3"), "{e}");
     s.stop.cancel();
 }
 
@@ -291,6 +325,7 @@ async fn missing_sandbox_netns_and_sockets_are_clear_errors() {
 /// unannotated one is left alone.
 #[tokio::test]
 async fn prestart_end_to_end_with_the_smc_decision() {
+    use erdma_smc::annotation::SmcRequest;
     use erdma_smc::configure::{PodOptions, SmcConfigurator};
     use erdma_smc::prestart::{PodSandbox, PreStartOutcome};
     let (tx, rx) = std::sync::mpsc::channel();
@@ -333,16 +368,17 @@ async fn prestart_end_to_end_with_the_smc_decision() {
         .unwrap();
     let mut outcomes = Vec::new();
     for id in ["erdma_0/1", "erdma_0/2"] {
-        let (_, info) = prestart::resolve(&s.podres, &mut cri, "aliyun/erdma", &[id.into()])
-            .await
-            .unwrap();
-        let sandbox = PodSandbox {
-            pod: info.pod(),
-            host_network: info.host_network,
-            netns: info.netns.clone(),
-            annotations: info.annotations.clone(),
-            devices: vec![id.to_string()],
-        };
+        let (_, info) =
+            prestart::resolve(&s.holders().await, &mut cri, "aliyun/erdma", &[id.into()])
+                .await
+                .unwrap();
+        let sandbox = PodSandbox::new(
+            &info.namespace,
+            &info.name,
+            info.netns.clone(),
+            SmcRequest::from_annotations(&info.annotations),
+            vec![id.to_string()],
+        );
         let c = configurator.clone();
         let p = pnet.clone();
         outcomes.push(

@@ -1,5 +1,6 @@
-//! The device plugin's `PreStartContainer` decision for SMC-R: given the pod's sandbox (found by
-//! `erdma_cri::prestart::resolve`), configure its namespace when the annotation asks for it.
+//! The SMC-R decision for a pod's sandbox (at NRI `RunPodSandbox`, or in the device plugin's
+//! `PreStartContainer` after `erdma_cri::prestart::resolve` found it): configure its namespace
+//! when the annotation asks for it.
 //! The container fails only in strict mode; otherwise every problem is an outcome to report
 //! (Event + metric) and the pod starts on TCP.
 
@@ -7,22 +8,39 @@ use crate::annotation::SmcRequest;
 use crate::configure::{PodReport, SmcConfigurator};
 use erdma_model::PnetId;
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// What `PreStartContainer` knows about the pod (from the container runtime).
+/// What the SMC-R decision knows about a pod's sandbox (from the NRI `RunPodSandbox` event or from
+/// the container runtime in `PreStartContainer`), built by [`PodSandbox::new`] only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodSandbox {
     /// `namespace/name`, for messages.
     pub pod: String,
-    /// The pod uses the node's network namespace.
-    pub host_network: bool,
-    /// The pod's network namespace as seen from the agent.
+    /// The pod's network namespace as seen from the agent; `None`: the pod uses the node's.
     pub netns: Option<PathBuf>,
-    /// The pod's annotations.
-    pub annotations: BTreeMap<String, String>,
-    /// The device IDs granted in this `PreStartContainer` call, for messages.
+    /// What the pod's annotation asks for, read once ([`SmcRequest::from_annotations`]).
+    pub request: SmcRequest,
+    /// The devices the pod holds (device plugin slot IDs, or DRA device names), for messages.
     pub devices: Vec<String>,
+}
+
+impl PodSandbox {
+    /// The sandbox of pod `namespace/name`: its network namespace (`None` for a host-network
+    /// pod), the request its annotation made, the devices it holds.
+    pub fn new(
+        namespace: &str,
+        name: &str,
+        netns: Option<PathBuf>,
+        request: SmcRequest,
+        devices: Vec<String>,
+    ) -> Self {
+        PodSandbox {
+            pod: format!("{namespace}/{name}"),
+            netns,
+            request,
+            devices,
+        }
+    }
 }
 
 /// The kind of a pre-start decision: the metric label and the `/healthz` value.
@@ -180,7 +198,7 @@ impl SmcConfigurator {
     /// is the PNET ID of the granted device (`None`: none of them has one, and SMC-R cannot pair
     /// the pod's interface with an RDMA device).
     pub fn prestart(&self, pod: &PodSandbox, pnetid: Option<&PnetId>) -> PreStartOutcome {
-        let request = SmcRequest::from_annotations(&pod.annotations);
+        let request = &pod.request;
         if let Some(problem) = request.problem(&pod.pod) {
             tracing::warn!(pod = %pod.pod, %problem, "smc: invalid annotation");
             return PreStartOutcome::InvalidAnnotation { problem };
@@ -188,13 +206,10 @@ impl SmcConfigurator {
         if !request.enabled() {
             return PreStartOutcome::NotRequested;
         }
-        let netns = match (&pod.netns, pod.host_network) {
-            (Some(n), false) => n,
-            _ => {
-                return PreStartOutcome::HostNetwork {
-                    pod: pod.pod.clone(),
-                };
-            }
+        let Some(netns) = &pod.netns else {
+            return PreStartOutcome::HostNetwork {
+                pod: pod.pod.clone(),
+            };
         };
         let Some(pnetid) = pnetid else {
             return PreStartOutcome::Failed {
@@ -226,15 +241,16 @@ mod tests {
     use crate::configure::PodOptions;
 
     fn sandbox(value: Option<&str>, host: bool, netns: Option<&str>) -> PodSandbox {
-        PodSandbox {
-            pod: "default/web-0".into(),
-            host_network: host,
-            netns: netns.map(PathBuf::from),
-            annotations: value
-                .map(|v| [(SMCR_ANNOTATION.to_string(), v.to_string())].into())
-                .unwrap_or_default(),
-            devices: vec!["erdma_0/1".into()],
-        }
+        let annotations: std::collections::BTreeMap<String, String> = value
+            .map(|v| [(SMCR_ANNOTATION.to_string(), v.to_string())].into())
+            .unwrap_or_default();
+        PodSandbox::new(
+            "default",
+            "web-0",
+            netns.filter(|_| !host).map(PathBuf::from),
+            SmcRequest::from_annotations(&annotations),
+            vec!["erdma_0/1".into()],
+        )
     }
 
     fn configurator() -> SmcConfigurator {
