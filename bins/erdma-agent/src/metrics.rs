@@ -5,7 +5,7 @@
 
 use erdma_dra::server::{Call, CallObserver, CallOutcome};
 use erdma_driver::DriverStatus;
-use erdma_nri::plugin::{Hook, HookObserver, Outcome};
+use erdma_nri::plugin::{Hook, HookObserver, Outcome, SessionEnd};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -31,6 +31,14 @@ pub struct NriHookLabels {
 
 /// A histogram of NRI hook durations, by hook and outcome.
 pub type NriHookFamily = Family<NriHookLabels, Histogram, fn() -> Histogram>;
+
+/// Labels of `erdma_nri_sessions_total`, from a closed set ([`SessionEnd::name`]).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NriSessionLabels {
+    /// How the session ended: `ended`, `config_error`, `connect_error`, `register_error`,
+    /// `session_error`.
+    pub end: &'static str,
+}
 
 /// Labels of `erdma_dra_dropped_fields`, from a closed set ([`erdma_dra::readback::SLICE_FIELDS`]).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -158,6 +166,8 @@ pub struct AgentMetrics {
     pub smc: erdma_smc::metrics::SmcMetrics,
     /// NRI hook durations by hook and outcome (`erdma_nri_hook_duration_seconds`).
     pub nri_hooks: NriHookFamily,
+    /// NRI plugin sessions by how they ended (`erdma_nri_sessions_total`).
+    pub nri_sessions: Family<NriSessionLabels, Counter>,
     /// SMC-R pre-starts whose pod could not be looked up (pod-resources or CRI unavailable).
     pub smcr_lookup_failures: Counter,
     /// 1 while the driver is ready (devices may be advertised).
@@ -189,10 +199,17 @@ impl AgentMetrics {
     pub fn register(root: &mut Registry) -> Self {
         let smc = erdma_smc::metrics::SmcMetrics::register(root);
         let nri_hooks = NriHookFamily::new_with_constructor(nri_hook_histogram);
-        root.sub_registry_with_prefix("erdma_nri").register(
+        let nri_sessions = Family::<NriSessionLabels, Counter>::default();
+        let nri = root.sub_registry_with_prefix("erdma_nri");
+        nri.register(
             "hook_duration_seconds",
             "Time from an NRI call's arrival to its answer, by hook (Configure, Synchronize, the event) and outcome (ok, error, over_budget: cut and answered with no change)",
             nri_hooks.clone(),
+        );
+        nri.register(
+            "sessions",
+            "NRI plugin sessions with the container runtime, by how they ended (ended: the runtime closed or restarted; config_error, connect_error: the socket is not there, register_error, session_error); the plugin connects again after each",
+            nri_sessions.clone(),
         );
         let dra = DraMetrics::register(root);
         let registry = root.sub_registry_with_prefix("erdma_agent");
@@ -246,6 +263,7 @@ impl AgentMetrics {
         );
         AgentMetrics {
             nri_hooks,
+            nri_sessions,
             dra_dropped_fields: dra.clone(),
             dra,
             holder_lookups,
@@ -294,6 +312,12 @@ impl HookObserver for AgentMetrics {
             })
             .observe(elapsed.as_secs_f64());
     }
+
+    fn session_ended(&self, end: SessionEnd) {
+        self.nri_sessions
+            .get_or_create(&NriSessionLabels { end: end.name() })
+            .inc();
+    }
 }
 
 #[cfg(test)]
@@ -308,6 +332,9 @@ mod tests {
         m.observe(event, Outcome::Ok, Duration::from_millis(3));
         m.observe(event, Outcome::Ok, Duration::from_millis(30));
         m.observe(event, Outcome::OverBudget, Duration::from_millis(801));
+        m.session_ended(SessionEnd::ConnectError);
+        m.session_ended(SessionEnd::ConnectError);
+        m.session_ended(SessionEnd::Ended);
         let text = encode(&registry);
         for line in [
             "# TYPE erdma_nri_hook_duration_seconds histogram",
@@ -316,6 +343,9 @@ mod tests {
             r#"erdma_nri_hook_duration_seconds_count{hook="RunPodSandbox",outcome="over_budget"} 1"#,
             r#"erdma_nri_hook_duration_seconds_bucket{le="0.5",hook="RunPodSandbox",outcome="over_budget"} 0"#,
             r#"erdma_nri_hook_duration_seconds_bucket{le="1.0",hook="RunPodSandbox",outcome="over_budget"} 1"#,
+            "# TYPE erdma_nri_sessions counter",
+            r#"erdma_nri_sessions_total{end="connect_error"} 2"#,
+            r#"erdma_nri_sessions_total{end="ended"} 1"#,
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }

@@ -18,6 +18,8 @@ async fn the_plugin_connects_when_the_runtime_socket_appears_not_when_its_back_o
     let dir = tempfile::tempdir().expect("tmp");
     let (_served_tx, served) = watch::channel(NodeDevices::empty());
     let (view_tx, mut view) = watch::channel(Some(NriView::default()));
+    let mut registry = Registry::default();
+    let metrics = Arc::new(AgentMetrics::register(&mut registry));
     let handler = Arc::new(AgentNri {
         policy: Policy {
             memlock: Memlock::Unlimited,
@@ -31,7 +33,7 @@ async fn the_plugin_connects_when_the_runtime_socket_appears_not_when_its_back_o
         served,
         smcr: None,
         cluster: None,
-        metrics: Arc::new(AgentMetrics::register(&mut Registry::default())),
+        metrics: metrics.clone(),
         view: view_tx,
     });
     let sock = dir.path().join("nri.sock");
@@ -43,7 +45,8 @@ async fn the_plugin_connects_when_the_runtime_socket_appears_not_when_its_back_o
             idx: "10".into(),
             events: nri::EVENTS.to_vec(),
             budget: nri::BUDGET,
-            observer: None,
+            // As the agent wires it: its metrics observe hooks and sessions.
+            observer: Some(metrics as Arc<dyn erdma_nri::plugin::HookObserver>),
         },
         handler,
         cancel.clone(),
@@ -84,6 +87,20 @@ async fn the_plugin_connects_when_the_runtime_socket_appears_not_when_its_back_o
         "connected {:?} after the socket appeared",
         appeared.elapsed()
     );
+    session.configure().await.expect("Configure");
+    // The failed attempts are on /metrics, by how they ended, and the runtime's call by hook.
+    let text = erdma_agent::metrics::encode(&registry);
+    let configured = r#"erdma_nri_hook_duration_seconds_count{hook="Configure",outcome="ok"} 1"#;
+    assert!(
+        text.lines().any(|l| l == configured),
+        "{configured} in:\n{text}"
+    );
+    let connect_errors = text
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"erdma_nri_sessions_total{end="connect_error"} "#))
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no connect_error sessions in:\n{text}"));
+    assert!(connect_errors >= 4, "{connect_errors} in:\n{text}");
     cancel.cancel();
     task.await.expect("the plugin task ends on cancel");
 }

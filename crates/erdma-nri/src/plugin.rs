@@ -142,11 +142,56 @@ impl Outcome {
     }
 }
 
+/// How a plugin session ([`run_session`]) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionEnd {
+    /// Normally: the runtime closed the connection or asked the plugin to shut down, or the
+    /// plugin stopped.
+    Ended,
+    /// Bad plugin settings ([`NriError::Config`]).
+    ConfigError,
+    /// The socket could not be reached ([`NriError::Connect`]).
+    ConnectError,
+    /// The runtime refused or did not answer the registration ([`NriError::Register`]).
+    RegisterError,
+    /// The session broke ([`NriError::Session`]).
+    SessionError,
+}
+
+impl SessionEnd {
+    /// How `result`, a session's, ended.
+    pub fn of(result: &Result<(), NriError>) -> Self {
+        match result {
+            Ok(()) => SessionEnd::Ended,
+            Err(NriError::Config(_)) => SessionEnd::ConfigError,
+            Err(NriError::Connect { .. }) => SessionEnd::ConnectError,
+            Err(NriError::Register(_)) => SessionEnd::RegisterError,
+            Err(NriError::Session(_)) => SessionEnd::SessionError,
+        }
+    }
+
+    /// `ended`, `config_error`, `connect_error`, `register_error` or `session_error`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SessionEnd::Ended => "ended",
+            SessionEnd::ConfigError => "config_error",
+            SessionEnd::ConnectError => "connect_error",
+            SessionEnd::RegisterError => "register_error",
+            SessionEnd::SessionError => "session_error",
+        }
+    }
+}
+
 /// Told every hook's duration (from the request's arrival, or the first part's for a split
-/// Synchronize, to the answer) and outcome; a metrics histogram, typically.
+/// Synchronize, to the answer) and outcome, and how each session ended; metrics, typically.
 pub trait HookObserver: Send + Sync + 'static {
     /// One answered hook.
     fn observe(&self, hook: Hook, outcome: Outcome, elapsed: Duration);
+
+    /// One session ended (the caller reconnects); nothing by default.
+    fn session_ended(&self, end: SessionEnd) {
+        let _ = end;
+    }
 }
 
 impl std::fmt::Debug for dyn HookObserver {
@@ -570,7 +615,20 @@ impl<H: Handler> Service for PluginService<H> {
 
 /// One session: connect, register, serve until the runtime closes the connection, asks the plugin
 /// to shut down, or `cancel` fires. Ok when the session ended normally (the caller reconnects).
+/// How it ended goes to the [`HookObserver`].
 pub async fn run_session<H: Handler>(
+    cfg: &PluginConfig,
+    handler: Arc<H>,
+    cancel: &CancellationToken,
+) -> Result<(), NriError> {
+    let result = session(cfg, handler, cancel).await;
+    if let Some(o) = &cfg.observer {
+        o.session_ended(SessionEnd::of(&result));
+    }
+    result
+}
+
+async fn session<H: Handler>(
     cfg: &PluginConfig,
     handler: Arc<H>,
     cancel: &CancellationToken,

@@ -5,7 +5,9 @@
 
 use erdma_nri::api::{self, Event};
 use erdma_nri::fake::{FakeRuntime, Mode, Session};
-use erdma_nri::plugin::{self, Handler, Hook, HookObserver, NriError, Outcome, PluginConfig};
+use erdma_nri::plugin::{
+    self, Handler, Hook, HookObserver, NriError, Outcome, PluginConfig, SessionEnd,
+};
 use erdma_nri::ttrpc::{BoxFuture, RpcError, code};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -647,12 +649,45 @@ async fn an_nri_v012_runtime_falls_back_to_state_change_once_per_plugin() {
 }
 
 #[derive(Default)]
-struct Observed(Mutex<Vec<(Hook, Outcome, Duration)>>);
+struct Observed(
+    Mutex<Vec<(Hook, Outcome, Duration)>>,
+    Mutex<Vec<SessionEnd>>,
+);
 
 impl HookObserver for Observed {
     fn observe(&self, hook: Hook, outcome: Outcome, elapsed: Duration) {
         self.0.lock().unwrap().push((hook, outcome, elapsed));
     }
+
+    fn session_ended(&self, end: SessionEnd) {
+        self.1.lock().unwrap().push(end);
+    }
+}
+
+/// How each session ended reaches the observer: bad settings, a missing socket, a normal end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_session_end_is_observed() {
+    let seen = Arc::new(Observed::default());
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = PluginConfig {
+        socket: dir.path().join("absent.sock"),
+        name: "erdma".into(),
+        idx: "1".into(),
+        events: vec![],
+        budget: Duration::from_millis(100),
+        observer: Some(seen.clone()),
+    };
+    let h = Arc::new(Recorder::default());
+    let cancel = CancellationToken::new();
+    plugin::run_session(&cfg, h.clone(), &cancel)
+        .await
+        .unwrap_err();
+    cfg.idx = "10".into();
+    plugin::run_session(&cfg, h, &cancel).await.unwrap_err();
+    let r = running(Mode::Nri012, Duration::from_millis(300), Some(seen.clone())).await;
+    r.end().await;
+    let ends: Vec<&str> = seen.1.lock().unwrap().iter().map(|e| e.name()).collect();
+    assert_eq!(ends, ["config_error", "connect_error", "ended"]);
 }
 
 /// Every hook reaches the observer with its outcome, whichever RPC carried the event.
