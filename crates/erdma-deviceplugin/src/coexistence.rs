@@ -4,7 +4,7 @@
 //! [`erdma_model::coexistence`]; this module only gathers the evidence.
 
 use crate::PluginConfig;
-use erdma_kubelet::podresources::PodResourcesClient;
+use erdma_kubelet::podresources::{Holders, PodResourcesClient};
 use erdma_model::coexistence::{self, Evidence};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -16,7 +16,8 @@ pub struct Observer {
     pub dir: PathBuf,
     /// This plugin's own socket file name.
     pub own_socket: String,
-    /// The kubelet's pod-resources API (one connection kept for every look).
+    /// The kubelet's pod-resources API (one connection kept for every look; the owner's, with
+    /// [`Observer::with_holders`]).
     pub pod_resources: PodResourcesClient,
     /// The extended resource.
     pub resource: String,
@@ -33,6 +34,13 @@ impl Observer {
             )),
             resource: cfg.resource_name.clone(),
         }
+    }
+
+    /// Asks `GetAllocatableResources` on the connection of `holders`, the process's one owner of
+    /// the pod-resources answer, instead of one of its own.
+    pub fn with_holders(mut self, holders: &Holders) -> Self {
+        self.pod_resources = holders.client().clone();
+        self
     }
 
     /// One observation; `served` are the RDMA device names this plugin advertises now. A directory

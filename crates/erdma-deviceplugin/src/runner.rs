@@ -19,7 +19,7 @@ use crate::service::{
 };
 use erdma_kubelet::deviceplugin::v1beta1 as api;
 use erdma_kubelet::deviceplugin::v1beta1::registration_client::RegistrationClient;
-use erdma_kubelet::podresources::PodResourcesClient;
+use erdma_kubelet::podresources::{Held, Holders, PodResourcesClient};
 use erdma_kubelet::uds::{self, ClientAuthority};
 use erdma_model::{Backoff, NodeDevices};
 use std::os::unix::fs::MetadataExt;
@@ -62,6 +62,7 @@ pub struct Plugin {
     pre_start: Arc<dyn PreStartHook>,
     reclaim: Arc<Notify>,
     on_allocate: Option<AllocateObserver>,
+    holders: Option<Arc<Holders>>,
 }
 
 /// Asks a running plugin to register again, as after a kubelet restart. Used only after another
@@ -91,7 +92,16 @@ impl Plugin {
             pre_start: Arc::new(NoopPreStart),
             reclaim: Arc::new(Notify::new()),
             on_allocate: None,
+            holders: None,
         }
+    }
+
+    /// Reads who holds which device from `holders` (the process's one owner of the pod-resources
+    /// answer; the caller pokes it after each Allocate). Without it, a plugin with
+    /// `pod_resources_socket` starts an owner of its own.
+    pub fn with_holders(mut self, holders: Arc<Holders>) -> Self {
+        self.holders = Some(holders);
+        self
     }
 
     /// A handle that makes the running plugin register again.
@@ -128,18 +138,40 @@ impl Plugin {
             self.metrics.clone(),
             cancel.clone(),
         ));
+        // Who holds which device: the owner handed over, else one of our own (poked after each
+        // Allocate) when a pod-resources socket is configured.
+        let mut on_allocate = self.on_allocate;
+        let holders = match (self.holders, &cfg.pod_resources_socket) {
+            (Some(h), _) => Some(h),
+            (None, Some(socket)) => {
+                let h = Holders::start(
+                    PodResourcesClient::new(socket),
+                    Held::resource(&cfg.resource_name),
+                    cancel.clone(),
+                );
+                let (poke, then) = (h.clone(), on_allocate.take());
+                on_allocate = Some(Arc::new(move || {
+                    poke.poke();
+                    if let Some(f) = &then {
+                        f();
+                    }
+                }));
+                Some(h)
+            }
+            (None, None) => None,
+        };
         let state = Arc::new(PluginState {
             cfg: cfg.clone(),
             served: served_rx,
             metrics: self.metrics.clone(),
             pre_start: self.pre_start,
             reclaim: self.reclaim,
-            on_allocate: self.on_allocate,
+            on_allocate,
+            holders: holders.clone(),
         });
-        let usage = cfg.pod_resources_socket.clone().map(|socket| {
+        let usage = holders.map(|h| {
             tokio::spawn(track_usage(
-                socket,
-                cfg.resource_name.clone(),
+                h.subscribe(),
                 self.metrics.clone(),
                 cancel.clone(),
             ))
@@ -155,24 +187,27 @@ impl Plugin {
     }
 }
 
-/// Every 10 s, sets the slots-in-use gauge from the kubelet's pod-resources API.
+/// Sets the slots-in-use gauge from every pod-resources answer the owner publishes (after each
+/// Allocate, and at its safety refresh).
 async fn track_usage(
-    socket: PathBuf,
-    resource: String,
+    mut holders: watch::Receiver<Arc<erdma_kubelet::podresources::Snapshot>>,
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) {
-    let mut tick = tokio::time::interval(Duration::from_secs(10));
-    let pod_resources = PodResourcesClient::new(&socket);
-    let held = erdma_kubelet::podresources::Held::resource(&resource);
     loop {
+        {
+            let s = holders.borrow_and_update();
+            match &s.error {
+                None if s.is_answered() => {
+                    metrics.set_slots_in_use(&crate::podresources::used_slots(&s.holders))
+                }
+                None => {}
+                Some(e) => tracing::debug!("pod-resources unavailable for the slots metric: {e}"),
+            }
+        }
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        match pod_resources.list(&held).await {
-            Ok(holders) => metrics.set_slots_in_use(&crate::podresources::used_slots(&holders)),
-            Err(e) => tracing::debug!("pod-resources unavailable for the slots metric: {e}"),
+            r = holders.changed() => if r.is_err() { return },
         }
     }
 }

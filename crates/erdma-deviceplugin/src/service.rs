@@ -4,7 +4,7 @@ use crate::config::PluginConfig;
 use crate::devices::{ServedDevice, ServedSet};
 use crate::metrics::Metrics;
 use erdma_kubelet::deviceplugin::v1beta1 as api;
-use erdma_kubelet::podresources::PodResourcesClient;
+use erdma_kubelet::podresources::{Holders, SETTLE_WITHIN};
 use erdma_model::allocation::{DeviceLoad, PreferenceRequest, preferred_allocation};
 use erdma_model::container::container_env;
 use erdma_model::{CharDevice, SlotId};
@@ -56,6 +56,9 @@ pub struct PluginState {
     pub reclaim: Arc<tokio::sync::Notify>,
     /// Called after each successful Allocate (the agent refreshes who holds which device).
     pub on_allocate: Option<AllocateObserver>,
+    /// Who holds which device (the process's one owner of the pod-resources answer), when the
+    /// plugin has one: GetPreferredAllocation counts the slots in use from its snapshot.
+    pub holders: Option<Arc<Holders>>,
 }
 
 /// A callback after a successful Allocate; it must not block.
@@ -246,21 +249,18 @@ impl api::device_plugin_server::DevicePlugin for DevicePluginService {
                 req.container_requests.len()
             )));
         }
-        let pod_used = match &cfg.pod_resources_socket {
-            Some(p) => match PodResourcesClient::new(p)
-                .list(&erdma_kubelet::podresources::Held::resource(
-                    &cfg.resource_name,
-                ))
-                .await
-            {
-                Ok(holders) => crate::podresources::used_slots(&holders),
-                Err(e) => {
+        // The published snapshot, once the refresh after the last Allocate is in (bounded): the
+        // pods admitted just before this one count. No pod-resources call here.
+        let pod_used = match &self.state.holders {
+            Some(h) => {
+                let s = h.settled(SETTLE_WITHIN).await;
+                if let Some(e) = &s.error {
                     tracing::warn!(
-                        "pod-resources unavailable, counting from the kubelet's offer: {e}"
+                        "pod-resources unavailable ({e}), counting from the kubelet's offer and the last answer"
                     );
-                    BTreeMap::new()
                 }
-            },
+                crate::podresources::used_slots(&s.holders)
+            }
             None => BTreeMap::new(),
         };
         let mut responses = Vec::with_capacity(req.container_requests.len());

@@ -77,6 +77,7 @@ fn plugin(cdi: bool, all: bool) -> Plugin {
         pre_start: Arc::new(NoopPreStart),
         reclaim: Arc::new(tokio::sync::Notify::new()),
         on_allocate: None,
+        holders: None,
     };
     Plugin {
         svc: DevicePluginService::new(Arc::new(state), CancellationToken::new()),
