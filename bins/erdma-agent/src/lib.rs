@@ -20,6 +20,7 @@ pub mod health;
 pub mod hostsetup;
 pub mod metrics;
 pub mod nri;
+pub mod plan;
 pub mod resource_api;
 pub mod smcr;
 pub mod source;
