@@ -284,23 +284,27 @@ impl SmcrHook {
             .clone()
     }
 
-    /// The holders to find the pod of `device_ids` among: the published snapshot when it has
-    /// them (after a pending refresh, bounded), else a fresh one from the owner. No call here.
-    async fn holders_of(&self, device_ids: &[String]) -> Result<Arc<Vec<Holder>>, String> {
+    /// The container holding any of `device_ids`: from the published snapshot when it has them
+    /// (after a pending refresh, bounded), else from a fresh one from the owner. No call here.
+    async fn holder_of(&self, device_ids: &[String]) -> Result<Holder, String> {
         let holders = &self.cfg.holders;
-        let now = holders.snapshot();
-        if now.holding(device_ids).is_some() {
-            return Ok(now.holders.clone());
+        if let Some(h) = holders.snapshot().holding(device_ids) {
+            return Ok(h.clone());
         }
-        let settled = holders.settled(SETTLE_WITHIN).await;
-        if settled.holding(device_ids).is_some() {
-            return Ok(settled.holders.clone());
+        if let Some(h) = holders.settled(SETTLE_WITHIN).await.holding(device_ids) {
+            return Ok(h.clone());
         }
-        holders
+        let fresh = holders
             .fresh_within(FRESH_WITHIN)
             .await
-            .map(|s| s.holders.clone())
-            .map_err(|e| format!("pod lookup failed: {e}"))
+            .map_err(|e| format!("pod lookup failed: {e}"))?;
+        if let Some(h) = fresh.holding(device_ids) {
+            return Ok(h.clone());
+        }
+        Err(format!(
+            "pod not found: no pod holds {} devices {device_ids:?} according to the kubelet's pod-resources answer",
+            self.cfg.resource
+        ))
     }
 
     async fn lookup(&self, device_ids: &[String]) -> Result<erdma_cri::SandboxInfo, String> {
@@ -309,15 +313,13 @@ impl SmcrHook {
         let mut cri = CriClient::connect(&socket, &self.cfg.proc_root)
             .await
             .map_err(|e| format!("container runtime unavailable: {e}"))?;
-        let holders = self.holders_of(device_ids).await?;
-        let (_, info) =
-            erdma_cri::prestart::resolve(&holders, &mut cri, &self.cfg.resource, device_ids)
-                .await
-                .map_err(|e| match e {
-                    erdma_cri::CriError::NotFound(_) => format!("pod not found: {e}"),
-                    e => format!("pod lookup failed: {e}"),
-                })?;
-        Ok(info)
+        let holder = self.holder_of(device_ids).await?;
+        cri.pod_sandbox(&holder.namespace, &holder.pod)
+            .await
+            .map_err(|e| match e {
+                erdma_cri::CriError::NotFound(_) => format!("pod not found: {e}"),
+                e => format!("pod lookup failed: {e}"),
+            })
     }
 
     /// The whole pre-start decision for one container (never fails; see

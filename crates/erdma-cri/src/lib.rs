@@ -1,14 +1,14 @@
-//! The container runtime (CRI `runtime.v1`) calls erdma needs, and pod discovery for the
-//! device plugin's `PreStartContainer`.
+//! The container runtime (CRI `runtime.v1`) calls erdma needs, among them a pod's sandbox for the
+//! device plugin's `PreStartContainer` (the pod itself comes from who holds the devices:
+//! `erdma_kubelet::podresources::Snapshot::holding`).
 //!
 //! - [`runtime::v1`]: the generated messages, client and server of the few CRI calls used
 //!   (`Version`, `ListPodSandbox`, `PodSandboxStatus`, the lifecycle calls of [`lifecycle`] and
 //!   `ImageService.ImageStatus`), from `proto/runtime/v1/api.proto`,
 //!   checked in under `src/gen/` (the test `generated_code_is_fresh` keeps it in step).
 //! - [`CriClient`]: a client over the runtime's Unix socket that finds a pod's sandbox and reads
-//!   its network namespace, host-network flag and annotations ([`SandboxInfo`]).
-//! - [`prestart`]: device IDs of a `PreStartContainer` → owning pod (kubelet pod-resources) →
-//!   sandbox (CRI).
+//!   its network namespace, host-network flag and annotations ([`SandboxInfo`],
+//!   [`CriClient::pod_sandbox`]).
 //! - [`lifecycle`]: running sandboxes and containers as the kubelet does (the lab's kubelet).
 //! - [`image`]: whether an image is in the runtime's store (`ImageService.ImageStatus`), as the
 //!   kubelet asks before it creates a container.
@@ -18,7 +18,6 @@ mod error;
 pub mod fake;
 pub mod image;
 pub mod lifecycle;
-pub mod prestart;
 
 pub use error::CriError;
 
@@ -220,6 +219,17 @@ impl CriClient {
                     self.socket.display()
                 ))
             })
+    }
+
+    /// The newest ready sandbox of pod `namespace/name`, with its network namespace, host-network
+    /// flag and annotations ([`Self::find_sandbox`], then [`Self::sandbox`]).
+    pub async fn pod_sandbox(
+        &mut self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<SandboxInfo, CriError> {
+        let sandbox = self.find_sandbox(namespace, name).await?;
+        self.sandbox(&sandbox.id).await
     }
 
     /// Verbose status of sandbox `id`: host-network flag, netns path, annotations.

@@ -5,7 +5,8 @@
 use erdma_cri::fake::FakeRuntime;
 use erdma_cri::runtime::v1 as cri;
 use erdma_cri::runtime::v1::runtime_service_server::RuntimeServiceServer;
-use erdma_cri::{CriClient, CriError, prestart};
+use erdma_cri::{CriClient, CriError, SandboxInfo};
+use erdma_kubelet::podresources::Holder;
 use erdma_kubelet::podresources::v1 as pr;
 use erdma_kubelet::podresources::v1::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
@@ -111,14 +112,29 @@ struct Servers {
 }
 
 impl Servers {
-    /// Who holds which device, as the process's one owner of the pod-resources answer has it.
-    async fn holders(&self) -> Vec<erdma_kubelet::podresources::Holder> {
+    /// Device IDs → the pod holding them (the pod-resources answer, as the process's one owner
+    /// of it publishes it) → its sandbox (CRI), as the agent's pre-start hook does.
+    async fn resolve(
+        &self,
+        cri: &mut CriClient,
+        device_ids: &[&str],
+    ) -> Result<(Holder, SandboxInfo), CriError> {
         use erdma_kubelet::podresources::{Held, Holders, PodResourcesClient};
         let owner = Holders::new(
             PodResourcesClient::new(&self.podres),
             Held::resource("aliyun/erdma"),
         );
-        owner.fresh().await.expect("pod-resources answer").to_vec()
+        let snapshot = owner
+            .fresh_within(std::time::Duration::from_secs(10))
+            .await
+            .expect("pod-resources answer");
+        let ids: Vec<String> = device_ids.iter().map(|s| s.to_string()).collect();
+        let holder = snapshot
+            .holding(&ids)
+            .cloned()
+            .ok_or_else(|| CriError::NotFound(format!("no pod holds {ids:?}")))?;
+        let info = cri.pod_sandbox(&holder.namespace, &holder.pod).await?;
+        Ok((holder, info))
     }
 }
 
@@ -204,18 +220,11 @@ async fn prestart_device_ids_lead_to_the_pods_netns_and_annotation() {
         cri.version().await.unwrap(),
         ("containerd".to_string(), "v2.1.0".to_string())
     );
-    let (owner, info) = prestart::resolve(
-        &s.holders().await,
-        &mut cri,
-        "aliyun/erdma",
-        &["erdma_0/8".into()],
-    )
-    .await
-    .unwrap();
+    let (owner, info) = s.resolve(&mut cri, &["erdma_0/8"]).await.unwrap();
     assert_eq!(
         (
             owner.namespace.as_str(),
-            owner.name.as_str(),
+            owner.pod.as_str(),
             owner.container.as_str()
         ),
         ("default", "web-0", "app")
@@ -241,24 +250,10 @@ async fn host_network_pods_have_no_netns_and_unknown_devices_are_named() {
     let mut cri = CriClient::connect(&s.cri, Path::new("/proc"))
         .await
         .unwrap();
-    let (_, info) = prestart::resolve(
-        &s.holders().await,
-        &mut cri,
-        "aliyun/erdma",
-        &["erdma_1/0".into()],
-    )
-    .await
-    .unwrap();
+    let (_, info) = s.resolve(&mut cri, &["erdma_1/0"]).await.unwrap();
     assert!(info.host_network);
     assert_eq!(info.netns, None);
-    let e = prestart::resolve(
-        &s.holders().await,
-        &mut cri,
-        "aliyun/erdma",
-        &["erdma_9/9".into()],
-    )
-    .await
-    .unwrap_err();
+    let e = s.resolve(&mut cri, &["erdma_9/9"]).await.unwrap_err();
     assert!(matches!(e, CriError::NotFound(_)), "{e}");
     assert!(e.to_string().contains("erdma_9/9"), "{e}");
     s.stop.cancel();
@@ -280,27 +275,13 @@ async fn missing_sandbox_netns_and_sockets_are_clear_errors() {
     let mut cri = CriClient::connect(&s.cri, Path::new("/proc"))
         .await
         .unwrap();
-    let e = prestart::resolve(
-        &s.holders().await,
-        &mut cri,
-        "aliyun/erdma",
-        &["erdma_0/1".into()],
-    )
-    .await
-    .unwrap_err();
+    let e = s.resolve(&mut cri, &["erdma_0/1"]).await.unwrap_err();
     assert!(
         e.to_string()
             .contains("pod default/gone has no ready sandbox"),
         "{e}"
     );
-    let e = prestart::resolve(
-        &s.holders().await,
-        &mut cri,
-        "aliyun/erdma",
-        &["erdma_0/2".into()],
-    )
-    .await
-    .unwrap_err();
+    let e = s.resolve(&mut cri, &["erdma_0/2"]).await.unwrap_err();
     assert!(matches!(e, CriError::NoNetns { .. }), "{e}");
     // CRI socket missing.
     let e = CriClient::connect(
@@ -313,9 +294,6 @@ async fn missing_sandbox_netns_and_sockets_are_clear_errors() {
         e.to_string().contains("/nonexistent/containerd.sock"),
         "{e}"
     );
-    // No holders (the kubelet's answer lists nobody): the IDs are named.
-    let e = prestart::owner_of(&[], "aliyun/erdma", &["erdma_0/3".into()]).unwrap_err();
-    assert!(e.to_string().contains("erdma_0/3"), "{e}");
     s.stop.cancel();
 }
 
@@ -368,10 +346,7 @@ async fn prestart_end_to_end_with_the_smc_decision() {
         .unwrap();
     let mut outcomes = Vec::new();
     for id in ["erdma_0/1", "erdma_0/2"] {
-        let (_, info) =
-            prestart::resolve(&s.holders().await, &mut cri, "aliyun/erdma", &[id.into()])
-                .await
-                .unwrap();
+        let (_, info) = s.resolve(&mut cri, &[id]).await.unwrap();
         let sandbox = PodSandbox::new(
             &info.namespace,
             &info.name,

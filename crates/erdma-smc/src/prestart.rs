@@ -1,5 +1,5 @@
 //! The SMC-R decision for a pod's sandbox (at NRI `RunPodSandbox`, or in the device plugin's
-//! `PreStartContainer` after `erdma_cri::prestart::resolve` found it): configure its namespace
+//! `PreStartContainer` once the agent found the pod and its sandbox): configure its namespace
 //! when the annotation asks for it.
 //! The container fails only in strict mode; otherwise every problem is an outcome to report
 //! (Event + metric) and the pod starts on TCP.
