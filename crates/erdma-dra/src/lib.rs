@@ -16,9 +16,12 @@
 //!   prepare reads its claim from memory (a GET when the cache does not hold it).
 //! - [`server`]: the plugin-watcher registration socket and the DRA service socket.
 //!
-//! Driver name: [`erdma_model::names::DRA_DRIVER`], `erdma.alibabacloud.com` — the domain of the eRDMA product's owner, the same
-//! domain as erdma's CRD group (`network.alibabacloud.com`), and distinct from dranet's
-//! `dra.net`, so both can run on one cluster without claiming each other's devices.
+//! Driver name: `erdma.alibabacloud.com` ([`erdma_model::names::DRA_DRIVER`]) — the domain of
+//! the eRDMA product's owner, the same domain as erdma's CRD group (`network.alibabacloud.com`),
+//! and distinct from dranet's `dra.net`, so both can run on one cluster without claiming each
+//! other's devices. The env and CDI types of the per-claim specs are erdma-model's
+//! ([`erdma_model::container`], [`erdma_model::cdi`]), shared with the device plugin; errors are
+//! in [`error`].
 
 pub mod cdi;
 pub mod checkpoint;
