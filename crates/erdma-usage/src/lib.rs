@@ -17,12 +17,14 @@
 //! - [`source`]: the [`source::UsageSource`] door, the netlink implementation with a receive
 //!   timeout, a fake, and [`source::Snapshot`].
 //! - [`cgroup`]: a PID's pod and container from `/proc/<pid>/cgroup`.
+//! - [`sysfs`]: a port's `hw_counters/` and `counters/` from sysfs.
 //! - [`attribution`]: usage per pod and device, and whose each device's traffic is (a pod's only
 //!   when it is the device's only holder; never a made-up split).
 pub mod attribution;
 pub mod cgroup;
 pub mod nldev;
 pub mod source;
+pub mod sysfs;
 
 pub use attribution::{PidPods, PodDevices, Traffic, Usage, attribute};
 pub use cgroup::{ContainerId, PodUid};

@@ -344,12 +344,20 @@ struct NlSocket(OwnedFd);
 
 impl NlSocket {
     fn open(command: &'static str, timeout: Duration) -> Result<Self, UsageError> {
+        Self::open_protocol(command, timeout, nldev::NETLINK_RDMA)
+    }
+
+    fn open_protocol(
+        command: &'static str,
+        timeout: Duration,
+        protocol: i32,
+    ) -> Result<Self, UsageError> {
         // SAFETY: plain socket(2); the fd is owned right away.
         let fd = unsafe {
             libc::socket(
                 libc::AF_NETLINK,
                 libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                nldev::NETLINK_RDMA,
+                protocol,
             )
         };
         if fd < 0 {
@@ -670,6 +678,28 @@ mod tests {
         );
     }
 
+    /// The receive timeout is set: a socket nobody answers returns `WouldBlock` after it (on
+    /// `NETLINK_ROUTE`, which every Linux has; nothing is sent, so nothing comes).
+    #[test]
+    fn a_silent_kernel_costs_the_timeout_only() {
+        let s = NlSocket::open_protocol("test", Duration::from_millis(100), libc::NETLINK_ROUTE)
+            .unwrap();
+        let t = Instant::now();
+        let e = s.recv(&mut [0u8; 64]).unwrap_err();
+        assert!(
+            matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ),
+            "{e}"
+        );
+        let waited = t.elapsed();
+        assert!(
+            waited >= Duration::from_millis(80) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+    }
+
     /// On any host: either RDMA netlink answers a device list, or the error says why there is none.
     #[test]
     fn the_real_source_answers_or_says_why_not() {
@@ -977,6 +1007,52 @@ mod tests {
                 .map(|(_, v)| *v)
                 .sum();
             assert!(sent > 0, "{srv_dev} sent nothing: {:?}", c.counters);
+
+            // sysfs hw_counters/: the same counters, read later, so never less.
+            let sys = crate::sysfs::port_counters(
+                std::path::Path::new("/sys/class/infiniband"),
+                &srv_dev,
+                1,
+            );
+            assert_eq!(
+                sys.hw.keys().collect::<Vec<_>>(),
+                c.counters.keys().collect::<Vec<_>>()
+            );
+            for (k, v) in &c.counters {
+                assert!(
+                    sys.hw[k] >= *v,
+                    "{k}: netlink {v} > sysfs's later {}",
+                    sys.hw[k]
+                );
+            }
+
+            // The kernel's own per-device counts (RDMA_NLDEV_CMD_RES_GET) agree with the dumps.
+            let qps = src.qps().expect("qps");
+            for sum in src.summaries().expect("summaries") {
+                let d = sum.dev_name.as_str();
+                let n = |k: &str| sum.counts.get(k).copied();
+                let on = |v: Vec<&str>| Some(v.into_iter().filter(|x| *x == d).count() as u64);
+                assert_eq!(
+                    n("qp"),
+                    on(qps.iter().map(|e| e.dev_name.as_str()).collect()),
+                    "{sum:?}"
+                );
+                assert_eq!(
+                    n("mr"),
+                    on(mrs.iter().map(|e| e.dev_name.as_str()).collect()),
+                    "{sum:?}"
+                );
+                assert_eq!(
+                    n("cq"),
+                    on(cqs.iter().map(|e| e.dev_name.as_str()).collect()),
+                    "{sum:?}"
+                );
+                assert_eq!(
+                    n("pd"),
+                    on(pds.iter().map(|e| e.dev_name.as_str()).collect()),
+                    "{sum:?}"
+                );
+            }
 
             // The whole chain: a snapshot, no pod yet (host processes): the host bucket.
             let snap = Snapshot::read(&src).expect("snapshot");
