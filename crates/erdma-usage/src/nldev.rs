@@ -4,7 +4,8 @@
 //! Every number here is taken from the kernel's uapi header `include/uapi/rdma/rdma_netlink.h`
 //! (as carried by iproute2 in `rdma/include/uapi/rdma/rdma_netlink.h`, commit ee2a4a8, whose
 //! enums were compiled and printed to check the values) and from `linux/netlink.h`. How the kernel
-//! answers is `drivers/infiniband/core/nldev.c`:
+//! answers is `drivers/infiniband/core/nldev.c` (read at gregkh/linux 0b28000b) and, for the
+//! dump flag, `rdma_nl_rcv_msg` in `drivers/infiniband/core/netlink.c`:
 //!
 //! - A resource dump (`RDMA_NLDEV_CMD_RES_{QP,CQ,MR,PD}_GET` with `NLM_F_DUMP`) needs
 //!   `RDMA_NLDEV_ATTR_DEV_INDEX` (`res_get_common_dumpit` answers `-EINVAL` without it); without

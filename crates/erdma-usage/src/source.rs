@@ -442,6 +442,7 @@ impl NlSocket {
     /// One datagram from the kernel (port 0). With `MSG_TRUNC` netlink returns the datagram's real
     /// length, so a result above `buf.len()` means it was cut.
     fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut skipped = 0u32;
         loop {
             // SAFETY: zeroed sockaddr_nl is a valid out-parameter.
             let mut from: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
@@ -465,7 +466,15 @@ impl NlSocket {
                 return Err(e);
             }
             if from.nl_pid != 0 {
-                continue; // not from the kernel
+                // Not from the kernel (another process wrote to our port): skip, a bounded
+                // number of times.
+                skipped += 1;
+                if skipped > 1024 {
+                    return Err(io::Error::other(
+                        "more than 1024 datagrams not from the kernel",
+                    ));
+                }
+                continue;
             }
             return Ok(n as usize);
         }
