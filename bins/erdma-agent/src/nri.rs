@@ -50,12 +50,14 @@ pub struct Notice {
 
 /// The RDMA devices (served names) container `c` of `pod` holds.
 ///
-/// `holders` is the kubelet's pod-resources answer (`None` when the agent has none it can trust:
-/// never answered, or its last refresh failed). The kubelet is its author: the container's device
-/// plugin slot IDs and the devices of its DRA claims name the devices. Without it, the device
-/// nodes the runtime put into the container (from the kubelet's Allocate answer or a CDI spec; a
-/// container cannot add a device node to its own spec) name them. The container's environment
-/// (`ERDMA_DEVICES`) is never asked: a container can set any variable itself.
+/// Two authors are believed: the kubelet, through its pod-resources answer `holders` (`None` when
+/// the agent has none it can trust: never answered, or its last refresh failed) — the
+/// container's device plugin slot IDs and the devices of its DRA claims —, and the runtime,
+/// through the device nodes it put into the container (from the kubelet's Allocate answer or a
+/// CDI spec; a container cannot add a device node to its own spec, and a privileged one, which
+/// gets every node, could raise its own limits anyway). The nodes also cover a kubelet whose
+/// answer lacks DRA claims (`KubeletPodResourcesDynamicResources` off). The container's
+/// environment (`ERDMA_DEVICES`) is never asked: a container can set any variable itself.
 pub fn held_devices(
     pod: &api::PodSandbox,
     c: &api::Container,
@@ -87,7 +89,6 @@ pub fn held_devices(
                 }
             }
         }
-        return names;
     }
     let nodes = c
         .linux
@@ -739,9 +740,14 @@ mod tests {
             )],
         );
         assert_eq!(held_devices(&p, &c, &served, None), [names[0]]);
-        assert!(
-            held_devices(&p, &c, &served, Some(&[])).is_empty(),
-            "an answer that does not list the container decides"
+        assert_eq!(
+            held_devices(&p, &c, &served, Some(&[])),
+            [names[0]],
+            "a node the runtime put in counts beside the kubelet's answer (a DRA claim it lacks)"
+        );
+        assert_eq!(
+            held_devices(&p, &c, &served, Some(&h)),
+            [names[1], names[0]]
         );
     }
 

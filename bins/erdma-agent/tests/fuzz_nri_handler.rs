@@ -7,7 +7,7 @@
 //! `adjust_container` (the whole CreateContainer answer), `held_devices`, `pod_device_ids` and the
 //! SMC-R annotation reading must not panic, and must agree with oracles written here: a container
 //! that holds no served device (by the kubelet's pod-resources answer about it — slot IDs or DRA
-//! claim devices —, or, without an answer, by a served uverbs node; never by its own
+//! claim devices —, or by a served uverbs node the runtime put in; never by its own
 //! `ERDMA_DEVICES`) gets nothing; one that does gets exactly the policy's memlock; an `rdma.max`
 //! line always names a device the container holds and reads back as a valid limit; notices quote
 //! bounded text.
@@ -40,12 +40,12 @@ fn served() -> NodeDevices {
     node
 }
 
-/// The oracle of "holds a served device": with the kubelet's answer, a holder entry of exactly
+/// The oracle of "holds a served device": in the kubelet's answer, a holder entry of exactly
 /// this container naming a served device (a slot of it, the ID itself, or its DRA device name);
-/// without one, a device node of a served uverbs (by path, or by major and minor). The
-/// container's environment never counts.
+/// or a device node of a served uverbs (by path, or by major and minor). The container's
+/// environment never counts.
 fn holds_any(pod: &api::PodSandbox, c: &api::Container, holders: Option<&[Holder]>) -> bool {
-    match holders {
+    let by_answer = match holders {
         Some(hs) => hs
             .iter()
             .filter(|h| h.namespace == pod.namespace && h.pod == pod.name && h.container == c.name)
@@ -59,13 +59,14 @@ fn holds_any(pod: &api::PodSandbox, c: &api::Container, holders: Option<&[Holder
                         .any(|n| erdma_dra::slice::device_name(n).as_deref() == Some(&d.device))
                 })
             }),
-        None => c.linux.iter().flat_map(|l| &l.devices).any(|d| {
-            (0..2).any(|i| {
-                d.path == format!("/dev/infiniband/uverbs{i}")
-                    || (d.major == 231 && d.minor == 192 + i)
-            })
-        }),
-    }
+        None => false,
+    };
+    let by_node = c.linux.iter().flat_map(|l| &l.devices).any(|d| {
+        (0..2).any(|i| {
+            d.path == format!("/dev/infiniband/uverbs{i}") || (d.major == 231 && d.minor == 192 + i)
+        })
+    });
+    by_answer || by_node
 }
 
 /// The kubelet's answer, if any: entries of the checked container (`true`) or of another one,
