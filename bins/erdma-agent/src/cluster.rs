@@ -275,3 +275,23 @@ fn chrono_now() -> serde_json::Value {
     serde_json::to_value(Time(k8s_openapi::jiff::Timestamp::now()))
         .unwrap_or(serde_json::Value::Null)
 }
+
+/// The Kubernetes API for the agent: only with a node name and a config; a failure is logged
+/// and the agent runs without it (node labels and Events are then only logged).
+pub async fn start(s: &crate::cli::Settings, pending: &crate::pending::Pending) -> Option<Cluster> {
+    let found = detect(
+        s.node_name.as_deref(),
+        s.kubeconfig.as_deref(),
+        s.request_timeout,
+    );
+    match pending
+        .track("connecting to the Kubernetes API", found)
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("{e}; node labels and Events are only logged");
+            None
+        }
+    }
+}

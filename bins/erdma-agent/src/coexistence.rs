@@ -177,3 +177,33 @@ fn watch_sockets(observer: &Observer, wake: Arc<Notify>) -> Option<notify::Recom
         .ok()?;
     Some(w)
 }
+
+/// The watch for another device plugin serving the same resource, which makes the device plugin
+/// register again once that one is gone; `/healthz` gets the conflict.
+pub fn start(
+    observer: Observer,
+    reclaimer: Reclaimer,
+    served: &watch::Receiver<NodeDevices>,
+    cluster: &Option<Cluster>,
+    metrics: &Arc<AgentMetrics>,
+    health: &mut crate::health::HealthSources,
+    tasks: &mut crate::tasks::Tasks,
+) {
+    let (tx, rx) = watch::channel(None);
+    health.device_plugin_conflict = rx;
+    let cfg = Config {
+        observer,
+        reclaimer,
+        every: EVERY,
+        recheck: RECHECK,
+    };
+    let watch = run(
+        cfg,
+        served.clone(),
+        cluster.clone(),
+        metrics.clone(),
+        tx,
+        tasks.cancel.clone(),
+    );
+    tasks.spawn("watching for another device plugin", watch);
+}

@@ -313,6 +313,98 @@ fn log_changes(old: &NodeDevices, new: &NodeDevices) {
     }
 }
 
+/// The first inventory scan, started at once on a thread of its own: it reads every device's
+/// sysfs files (tens of ms for 64 devices), beside the API client and the SMC-R probe, and is
+/// awaited by [`start`] when it is needed.
+pub fn start_first_scan(inventory: &Inventory) -> tokio::task::JoinHandle<NodeDevices> {
+    let inv = inventory.clone();
+    tokio::task::spawn_blocking(move || inv.scan())
+}
+
+/// The device state owner: waits for the first scan (each sysfs read with a time limit; a
+/// shutdown does not wait for it: `None`, logged as abandoned), then re-reads on link and
+/// `/dev` events and the safety poll. The raw inventory's channel.
+pub async fn start(
+    first_scan: tokio::task::JoinHandle<NodeDevices>,
+    inventory: Inventory,
+    s: &crate::cli::Settings,
+    tasks: &mut crate::tasks::Tasks,
+) -> anyhow::Result<Option<watch::Receiver<NodeDevices>>> {
+    use anyhow::Context;
+    let scanned = {
+        let _waiting = tasks.pending.enter("the initial inventory scan");
+        tokio::select! {
+            r = first_scan => Some(r),
+            _ = tasks.cancel.cancelled() => None,
+        }
+    };
+    let Some(raw) = scanned else {
+        tracing::warn!("abandoned: the initial inventory scan");
+        return Ok(None);
+    };
+    let raw = raw.context("initial inventory scan")?;
+    tracing::info!(
+        devices = ?raw.devices.iter().map(|d| (&d.name, d.health.is_healthy())).collect::<Vec<_>>(),
+        drivers = ?s.rdma_drivers,
+        "initial inventory"
+    );
+    let (raw_tx, raw_rx) = watch::channel(raw);
+    let wake = Wake::default();
+    erdma_inventory::events::watch_links(
+        wake.refresh.clone(),
+        wake.rescan.clone(),
+        wake.down.clone(),
+        tasks.cancel.clone(),
+    );
+    tasks.keep(erdma_inventory::events::watch_dev(
+        &s.dev_root,
+        wake.refresh.clone(),
+    ));
+    let cancel = tasks.cancel.clone();
+    tasks.spawn(
+        "the device inventory",
+        run(
+            inventory,
+            raw_tx,
+            s.poll_interval,
+            FULL_SCAN_EVERY,
+            wake,
+            cancel,
+        ),
+    );
+    Ok(Some(raw_rx))
+}
+
+/// The publisher of the served snapshot, computed once now so that the first list of the
+/// device plugin or the DRA driver is already right; `/healthz` gets its view.
+pub fn start_publish(
+    s: &crate::cli::Settings,
+    inputs: PublisherInputs,
+    health: &mut crate::health::HealthSources,
+    tasks: &mut crate::tasks::Tasks,
+) -> watch::Receiver<NodeDevices> {
+    let selection = DeviceSelection {
+        drivers: s.rdma_drivers.clone(),
+        eris: s.exposed_local_eris.clone(),
+        instance_id: s.instance_id.clone(),
+    };
+    let (first, _) = compose(&Inputs {
+        raw: &inputs.raw.borrow(),
+        selection: &selection,
+        driver: &inputs.driver.borrow(),
+        source: &inputs.source.borrow(),
+    });
+    let (served_tx, served_rx) = watch::channel(first);
+    let (view_tx, view_rx) = watch::channel(ServedView::default());
+    health.served = view_rx;
+    let cancel = tasks.cancel.clone();
+    tasks.spawn(
+        "publishing the served devices",
+        publish(inputs, selection, served_tx, view_tx, cancel),
+    );
+    served_rx
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -94,3 +94,37 @@ pub async fn observe(
         }
     }
 }
+
+/// The driver manager (readiness gate) of `s`: its reconciler, asking the kubelet through the
+/// one pod-resources owner whether pods hold the devices, and the observer of its status;
+/// `/healthz` gets the status.
+pub fn start_manager(
+    s: &crate::cli::Settings,
+    holders: &Arc<erdma_kubelet::podresources::HolderCache>,
+    metrics: &Arc<AgentMetrics>,
+    cluster: &Option<Cluster>,
+    health: &mut crate::health::HealthSources,
+    tasks: &mut crate::tasks::Tasks,
+) -> watch::Receiver<DriverStatus> {
+    let mut cfg = s.driver.clone();
+    cfg.resource = holders.held().clone();
+    let usage = erdma_driver::KubeletPodResources::from_cache(holders.clone());
+    if cfg.installer_trust.allow_insecure_http {
+        tracing::warn!(
+            "INSECURE: --allow-insecure-driver-download is set; a driver installer may be downloaded over plain HTTP (its SHA-256 pin is still checked)"
+        );
+    }
+    let host = erdma_driver::NodeHost::new().with_installer_trust(cfg.installer_trust.clone());
+    let (rx, tx, reconciler) = start(host, usage, cfg, tasks.cancel.clone());
+    tasks.keep(tx);
+    tasks.set_reconciler(reconciler);
+    let observe = observe(
+        rx.clone(),
+        metrics.clone(),
+        cluster.clone(),
+        tasks.cancel.clone(),
+    );
+    tasks.spawn("reporting the driver state", observe);
+    health.driver = rx.clone();
+    rx
+}

@@ -191,3 +191,47 @@ pub async fn run_smc_pnet(
         }
     }
 }
+
+/// The host setup of the plan: ERI netdevs (never the primary interface) and the SMC-R pnet
+/// table, each following the served devices; `/healthz` gets their reports.
+pub fn start(
+    plan: &crate::plan::AgentPlan,
+    s: &crate::cli::Settings,
+    served: &watch::Receiver<NodeDevices>,
+    source: &watch::Receiver<EriSource>,
+    metrics: &crate::metrics::AgentMetrics,
+    health: &mut crate::health::HealthSources,
+    tasks: &mut crate::tasks::Tasks,
+) -> anyhow::Result<()> {
+    if plan.netdev {
+        tracing::info!(
+            mtu = s.jumbo_frame_mtu,
+            "ERI netdev setup enabled (never touches the primary interface)"
+        );
+        let (tx, rx) = watch::channel(Default::default());
+        health.netdev = rx;
+        let report = NetdevReport {
+            failures: metrics.netdev_setup_failures.clone(),
+            report: tx,
+        };
+        let setup = run_netdev(
+            RouteNetlink::connect,
+            crate::source::metadata(s)?,
+            served.clone(),
+            source.clone(),
+            s.jumbo_frame_mtu,
+            report,
+            tasks.cancel.clone(),
+        );
+        tasks.spawn("ERI netdev setup", setup);
+    } else {
+        tracing::info!("ERI netdev setup disabled (--setup-eri-netdev)");
+    }
+    if plan.smc_pnet {
+        let (tx, rx) = watch::channel(Vec::new());
+        health.smc_pnet_warnings = rx;
+        let setup = run_smc_pnet(served.clone(), tx, tasks.cancel.clone());
+        tasks.spawn("SMC pnet setup", setup);
+    }
+    Ok(())
+}

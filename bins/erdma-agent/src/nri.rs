@@ -635,6 +635,63 @@ pub const EVENTS: &[Event] = &[
     Event::CreateContainer,
 ];
 
+/// The NRI part of `/healthz`, as the plan decided it; the sender goes to [`start`].
+pub fn start_view(
+    plan: &crate::plan::AgentPlan,
+    health: &mut crate::health::HealthSources,
+) -> watch::Sender<Option<NriView>> {
+    let (tx, rx) = watch::channel(Some(NriView {
+        mode: plan.nri_mode.into(),
+        socket: plan.sockets.nri.display().to_string(),
+        used: plan.nri,
+        smcr_path: plan.smcr.name().into(),
+        connected: false,
+        last_error: None,
+    }));
+    health.nri = rx;
+    tx
+}
+
+/// The NRI plugin session, when the plan runs it: the install's policy (memlock, rdma limits)
+/// for containers holding the served devices, and SMC-R at sandbox creation when `smcr` is
+/// given.
+#[allow(clippy::too_many_arguments)]
+pub fn start(
+    plan: &crate::plan::AgentPlan,
+    s: &crate::cli::Settings,
+    smcr: Option<Arc<SmcrHook>>,
+    served: &watch::Receiver<NodeDevices>,
+    cluster: &Option<Cluster>,
+    metrics: &Arc<AgentMetrics>,
+    holders: &Arc<HolderCache>,
+    view: watch::Sender<Option<NriView>>,
+    tasks: &mut crate::tasks::Tasks,
+) {
+    if !plan.nri {
+        tasks.keep(view);
+        return;
+    }
+    let handler = Arc::new(AgentNri {
+        policy: s.nri_policy.clone(),
+        holders: holders.clone(),
+        proc_root: "/proc".into(),
+        served: served.clone(),
+        smcr,
+        cluster: cluster.clone(),
+        metrics: metrics.clone(),
+        view,
+    });
+    let cfg = erdma_nri::plugin::PluginConfig {
+        socket: plan.sockets.nri.clone(),
+        name: "erdma".into(),
+        idx: "10".into(),
+        events: EVENTS.to_vec(),
+        budget: s.nri_budget,
+        observer: Some(metrics.clone() as Arc<dyn erdma_nri::plugin::HookObserver>),
+    };
+    tasks.spawn("the NRI plugin", run(cfg, handler, tasks.cancel.clone()));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

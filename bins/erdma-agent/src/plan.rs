@@ -202,6 +202,17 @@ impl AgentPlan {
             },
         })
     }
+
+    /// Logs what the plan decided that the agent's start-up does not log itself.
+    pub fn log(&self) {
+        let api = self.resource_api.name();
+        tracing::info!(resource_api = api, "serving eRDMA devices through {api}");
+        if self.allocate_all_forced {
+            tracing::info!(
+                "--exposed-local-eris with --local-eri-discovery: every container gets every exposed device"
+            );
+        }
+    }
 }
 
 #[cfg(test)]

@@ -416,6 +416,91 @@ pub async fn retire_dra(cluster: &Cluster) {
     }
 }
 
+/// The resource API of this node from `--resource-api` (`node-label` reads the node through
+/// `cluster`).
+pub async fn choose(
+    s: &crate::cli::Settings,
+    cluster: Option<&Cluster>,
+    pending: &crate::pending::Pending,
+) -> anyhow::Result<ResourceApi> {
+    let resolving = resolve(s.resource_api, cluster);
+    pending.track("choosing the resource API", resolving).await
+}
+
+/// Reports the resource API as the node condition and, on a node labelled back to the device
+/// plugin, removes its DRA ResourceSlices, as the plan says: beside the start-up, not before
+/// it (nothing waits for the API server).
+pub fn start_report(
+    plan: &crate::plan::AgentPlan,
+    s: &crate::cli::Settings,
+    cluster: &Option<Cluster>,
+    tasks: &mut crate::tasks::Tasks,
+) {
+    let Some(c) = cluster.clone().filter(|_| plan.report_resource_api) else {
+        return;
+    };
+    let (api, retire, resource) = (plan.resource_api, plan.retire_dra, s.resource_name.clone());
+    let stop = tasks.cancel.clone();
+    tasks.spawn("reporting the resource API", async move {
+        let report = async {
+            if let Err(e) = publish_condition(&c, api, &resource).await {
+                tracing::warn!("{e}");
+            }
+            if retire {
+                retire_dra(&c).await;
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = report => {}
+        }
+    });
+}
+
+/// The DRA driver of this node, for the agent to await ([`crate::tasks::Serving`]): the
+/// sockets, ResourceSlice publishing, the claims' CDI specs; `/healthz` gets its state.
+#[allow(clippy::too_many_arguments)]
+pub fn start_dra(
+    plan: &crate::plan::AgentPlan,
+    s: &crate::cli::Settings,
+    cluster: &Option<Cluster>,
+    served: &watch::Receiver<NodeDevices>,
+    holders: &Arc<erdma_kubelet::podresources::HolderCache>,
+    metrics: &crate::metrics::AgentMetrics,
+    health: &mut crate::health::HealthSources,
+    tasks: &crate::tasks::Tasks,
+) -> anyhow::Result<crate::tasks::Serving> {
+    use anyhow::Context;
+    let (dra_tx, dra_rx) = watch::channel(None);
+    health.dra = dra_rx;
+    let settings = DraSettings {
+        kubelet_root_dir: plan.sockets.kubelet_root_dir.clone(),
+        cdi_dir: plan.sockets.dra_cdi.clone(),
+        sysfs: s.sysfs_root.clone(),
+        claim_watch: s.dra_claim_watch,
+        on_prepare: Some({
+            let h = holders.clone();
+            Arc::new(move || h.poke())
+        }),
+        dropped_fields: Some(metrics.dra_dropped_fields.clone()),
+        resource_name: s.resource_name.clone(),
+    };
+    let cluster = cluster.clone().context("DRA needs the Kubernetes API")?;
+    // Held until the agent's tasks stopped.
+    let held = tasks.pending.enter("the DRA driver");
+    let dra = run_dra(
+        settings,
+        cluster,
+        served.clone(),
+        s.instance_id.clone(),
+        dra_tx,
+        tasks.cancel.clone(),
+    );
+    Ok(Box::pin(async move {
+        (dra.await.context("DRA driver"), Some(held))
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -576,6 +576,69 @@ impl PreStartHook for SmcrHook {
     }
 }
 
+/// The SMC-R BPF policy's kernel probe and load, when the plan probes: it reads
+/// /proc/kallsyms (tens of ms), so it starts at once, beside the inventory scan, and is awaited
+/// by [`start`] before the device plugin starts.
+pub fn start_probe(
+    plan_probes: bool,
+    s: &crate::cli::Settings,
+) -> Option<tokio::task::JoinHandle<Option<Arc<dyn SocketPolicy>>>> {
+    plan_probes.then(|| {
+        let pin_dir = s.bpf_pin_dir.clone();
+        tokio::task::spawn_blocking(move || open_policy(&pin_dir))
+    })
+}
+
+/// The SMC-R hook for annotated pods once the probe ended (none without a probe), and its
+/// reaper; `/healthz` gets its decisions. The caller hands it to the device plugin's
+/// PreStartContainer or to the NRI plugin, as the plan says.
+#[allow(clippy::too_many_arguments)]
+pub async fn start(
+    probe: Option<tokio::task::JoinHandle<Option<Arc<dyn SocketPolicy>>>>,
+    s: &crate::cli::Settings,
+    holders: &Arc<HolderCache>,
+    served: &watch::Receiver<NodeDevices>,
+    cluster: &Option<Cluster>,
+    metrics: &Arc<AgentMetrics>,
+    health: &mut crate::health::HealthSources,
+    tasks: &mut crate::tasks::Tasks,
+) -> anyhow::Result<Option<Arc<SmcrHook>>> {
+    use anyhow::Context;
+    let Some(probe) = probe else {
+        return Ok(None);
+    };
+    let policy = tasks
+        .pending
+        .track("loading the SMC-R BPF policy", probe)
+        .await
+        .context("loading the SMC-R BPF policy")?;
+    let smc = Smc::new(pod_options(s.smcr_keep_ipv6), policy);
+    let hook = Arc::new(SmcrHook::new(
+        HookConfig {
+            resource: s.resource_name.clone(),
+            holders: holders.clone(),
+            cri_socket: s.cri_socket.clone(),
+            host_root: "/".into(),
+            proc_root: "/proc".into(),
+            strict: s.smcr_strict,
+        },
+        Arc::new(smc),
+        served.clone(),
+        cluster.clone(),
+        metrics.clone(),
+    ));
+    health.smcr = hook.decisions();
+    tracing::info!(
+        strict = s.smcr_strict,
+        keep_ipv6 = s.smcr_keep_ipv6,
+        "SMC-R pre-start hook enabled for pods annotated {}=\"true\"",
+        erdma_smc::annotation::SMCR_ANNOTATION
+    );
+    let reap = hook.clone().reap(REAP_EVERY, tasks.cancel.clone());
+    tasks.spawn("the SMC-R hook's reaper", reap);
+    Ok(Some(hook))
+}
+
 #[cfg(test)]
 mod sysctl_root_tests {
     use super::sysctl_root;

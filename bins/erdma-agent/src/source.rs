@@ -283,3 +283,71 @@ pub async fn fetch_instance_id(
         }
     }
 }
+
+/// The metadata service client of `--metadata-endpoint`.
+pub fn metadata(s: &crate::cli::Settings) -> anyhow::Result<ImdsClient> {
+    use anyhow::Context;
+    ImdsClient::new(&s.metadata_endpoint)
+        .with_context(|| format!("metadata endpoint {}", s.metadata_endpoint))
+}
+
+/// The instance ID for `--exposed-local-eris`: the flag's, or asked of the metadata service
+/// when the plan says so; `/healthz` gets it and why it is not known yet.
+pub fn start_instance_id(
+    plan: &crate::plan::AgentPlan,
+    s: &crate::cli::Settings,
+    health: &mut crate::health::HealthSources,
+    tasks: &mut crate::tasks::Tasks,
+) -> anyhow::Result<watch::Receiver<Option<String>>> {
+    let (id_tx, id_rx) = watch::channel(s.instance_id.clone());
+    let (err_tx, err_rx) = watch::channel(None);
+    (health.instance_id, health.instance_id_error) = (id_rx.clone(), err_rx);
+    if plan.fetch_instance_id {
+        let cancel = tasks.cancel.clone();
+        let fetch = fetch_instance_id(metadata(s)?, id_tx, err_tx, Duration::from_secs(1), cancel);
+        tasks.spawn("asking the metadata service for the instance ID", fetch);
+    }
+    Ok(id_rx)
+}
+
+/// The ERI source of the plan: the local devices, or this node's ERdmaDevice followed in the
+/// cluster; `/healthz` gets it.
+pub fn start(
+    plan: &crate::plan::AgentPlan,
+    s: &crate::cli::Settings,
+    cluster: &Option<Cluster>,
+    raw_rx: &watch::Receiver<NodeDevices>,
+    health: &mut crate::health::HealthSources,
+    tasks: &mut crate::tasks::Tasks,
+) -> watch::Receiver<EriSource> {
+    let rx = match plan.eri_source {
+        crate::plan::EriSourcePlan::Local => {
+            let (tx, rx) = watch::channel(EriSource::Local);
+            tasks.keep(tx);
+            rx
+        }
+        crate::plan::EriSourcePlan::Cluster => {
+            let (tx, rx) = watch::channel(EriSource::Waiting(
+                "looking for this node's ERdmaDevice".into(),
+            ));
+            let cfg = ClusterSourceConfig {
+                node_name: s.node_name.clone(),
+                kubeconfig: s.kubeconfig.clone(),
+                request_timeout: s.request_timeout,
+                report_retry: Duration::from_secs(10),
+                retry: Duration::from_secs(30),
+            };
+            let follow = follow_cluster(
+                cluster.clone(),
+                cfg,
+                raw_rx.clone(),
+                tx,
+                tasks.cancel.clone(),
+            );
+            tasks.spawn("following this node's ERdmaDevice", follow);
+            rx
+        }
+    };
+    health.eri_source = rx.clone();
+    rx
+}

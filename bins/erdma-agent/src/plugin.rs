@@ -1,0 +1,81 @@
+//! The kubelet device plugin of a device-plugin node, as the plan configures it (allocate-all,
+//! pre-start, CDI, the pod-resources socket), with the watch for another plugin serving the
+//! same resource and the SMC-R hook in PreStartContainer (or handed to NRI).
+
+use crate::cluster::Cluster;
+use crate::health::HealthSources;
+use crate::metrics::AgentMetrics;
+use crate::plan::AgentPlan;
+use crate::smcr::SmcrHook;
+use crate::tasks::{Serving, Tasks};
+use crate::{cli::Settings, coexistence, smcr};
+use anyhow::Context;
+use erdma_deviceplugin::{CdiConfig, Metrics, Plugin, PluginConfig};
+use erdma_kubelet::podresources::HolderCache;
+use erdma_model::NodeDevices;
+use erdma_smc::configure::SocketPolicy;
+use std::sync::Arc;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The CDI kind of the device plugin's specs.
+const CDI_KIND: &str = "aliyun.com/erdma";
+
+/// The device plugin's configuration from the plan and the settings.
+pub fn config(plan: &AgentPlan, s: &Settings) -> PluginConfig {
+    let mut cfg = PluginConfig::new(&plan.sockets.kubelet_dir);
+    cfg.resource_name = s.resource_name.clone();
+    cfg.slots_per_device = s.slots_per_device;
+    cfg.allocate_all_devices = plan.allocate_all;
+    cfg.pre_start_required = plan.pre_start_required;
+    cfg.pod_resources_socket = plan.sockets.pod_resources.clone();
+    cfg.cdi = plan.sockets.cdi.clone().map(|spec_dir| CdiConfig {
+        spec_dir,
+        kind: CDI_KIND.into(),
+    });
+    cfg
+}
+
+/// The device plugin, for the agent to await, beside the watch for another plugin and the
+/// SMC-R hook (awaiting the BPF probe `smcr_probe`): the hook goes into PreStartContainer, or is
+/// returned for NRI when the plan runs NRI.
+#[allow(clippy::too_many_arguments)]
+pub async fn start(
+    plan: &AgentPlan,
+    s: &Settings,
+    served: &watch::Receiver<NodeDevices>,
+    holders: &Arc<HolderCache>,
+    cluster: &Option<Cluster>,
+    metrics: &Arc<AgentMetrics>,
+    plugin_metrics: Arc<Metrics>,
+    smcr_probe: Option<JoinHandle<Option<Arc<dyn SocketPolicy>>>>,
+    health: &mut HealthSources,
+    tasks: &mut Tasks,
+) -> anyhow::Result<(Serving, Option<Arc<SmcrHook>>)> {
+    let cfg = config(plan, s);
+    let observer = erdma_deviceplugin::coexistence::Observer::new(&cfg);
+    let poke = holders.clone();
+    let mut plugin =
+        Plugin::new(cfg, served.clone(), plugin_metrics).on_allocate(Arc::new(move || poke.poke()));
+    let reclaimer = plugin.reclaimer();
+    coexistence::start(observer, reclaimer, served, cluster, metrics, health, tasks);
+    let hook = smcr::start(
+        smcr_probe, s, holders, served, cluster, metrics, health, tasks,
+    )
+    .await?;
+    let for_nri = match hook {
+        Some(hook) if plan.nri => Some(hook),
+        Some(hook) => {
+            plugin = plugin.with_pre_start(hook);
+            None
+        }
+        None => None,
+    };
+    let run = tasks
+        .pending
+        .track("the device plugin", plugin.run(tasks.cancel.clone()));
+    Ok((
+        Box::pin(async move { (run.await.context("device plugin"), None) }),
+        for_nri,
+    ))
+}
