@@ -69,6 +69,7 @@ run smcr-unsupported-7.3 env ERDMA_LAB_SUITE=trixie-backports ERDMA_SMC_EXPECT=a
 run smcr-2vm-6.12 bash crates/erdma-smc/lab/run-smcr-2vm.sh
 run pnet-6.12 bash crates/erdma-smc/lab/run-pnet.sh
 run driver bash crates/erdma-driver/lab/run-driver.sh
+run usage bash crates/erdma-usage/lab/run-usage.sh
 for rt in $MATRIX_RUNTIMES; do
   # shellcheck disable=SC2046
   run "scenarios@$rt" env ERDMA_LAB_RUNTIME="$rt" bash lab/run.sh $(printf -- '--scenario %s ' $RUNTIME_SCENARIOS)

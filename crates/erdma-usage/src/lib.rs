@@ -22,6 +22,8 @@
 //!   when it is the device's only holder; never a made-up split).
 pub mod attribution;
 pub mod cgroup;
+#[cfg(test)]
+mod kernel_tests;
 pub mod nldev;
 pub mod source;
 pub mod sysfs;
