@@ -117,7 +117,7 @@ mod tests {
         .expect("recorded spec");
         assert_eq!(written, recorded);
         assert_eq!(
-            erdma_model::cdi::qualified_name(&cfg.kind, "rxe0"),
+            erdma_model::container::cdi_device(&cfg.kind, "rxe0"),
             "aliyun.com/erdma=rxe0",
             "the name Allocate answers with"
         );

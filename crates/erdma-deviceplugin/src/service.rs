@@ -158,7 +158,7 @@ pub fn container_response(
         resp.cdi_devices = devices
             .iter()
             .map(|d| api::CdiDevice {
-                name: erdma_model::cdi::qualified_name(&cdi_cfg.kind, d.name()),
+                name: erdma_model::container::cdi_device(&cdi_cfg.kind, d.name()),
             })
             .collect();
         return resp;

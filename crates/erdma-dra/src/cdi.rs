@@ -65,7 +65,7 @@ pub fn device_name(claim_uid: &str, ibdev: &str) -> String {
 
 /// The fully qualified CDI ID of a device of a claim.
 pub fn qualified_name(driver: &str, claim_uid: &str, ibdev: &str) -> String {
-    erdma_model::cdi::qualified_name(&kind(driver), &device_name(claim_uid, ibdev))
+    erdma_model::container::cdi_device(&kind(driver), &device_name(claim_uid, ibdev))
 }
 
 /// True when a claim UID can be part of a file name and a CDI device name (letters, digits,

@@ -45,12 +45,6 @@ impl Spec {
     }
 }
 
-/// The fully qualified CDI name of device `name` of `kind` (`<vendor>/<class>=<name>`), as a
-/// device plugin's Allocate answers and a DRA driver's prepare returns it.
-pub fn qualified_name(kind: &str, name: &str) -> String {
-    format!("{kind}={name}")
-}
-
 /// One CDI device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -236,7 +230,10 @@ mod tests {
             Some("bind")
         );
         assert_eq!(spec.devices[0].container_edits.hooks[0].timeout, Some(5));
-        assert_eq!(qualified_name(&spec.kind, "bare"), "vendor.com/device=bare");
+        assert_eq!(
+            crate::container::cdi_device(&spec.kind, "bare"),
+            "vendor.com/device=bare"
+        );
         let back = serde_json::to_value(&spec).expect("serialises");
         assert_eq!(back, doc, "every field written back as read");
     }

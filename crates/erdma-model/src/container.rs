@@ -25,6 +25,13 @@ pub const RDMA_MAX_SEPARATOR: &str = ";";
 /// Annotation (on a DRA claim's CDI device) with the device's `rdma.max` line.
 pub const ANNOTATION_RDMA_MAX: &str = "erdma.alibabacloud.com/rdma.max";
 
+/// The fully qualified CDI name (`<vendor>/<class>=<name>`) by which a container gets device
+/// `name` of CDI `kind`: what a device plugin's Allocate answers and a DRA driver's prepare
+/// returns (the spec itself is [`crate::cdi::Spec`]).
+pub fn cdi_device(kind: &str, name: &str) -> String {
+    format!("{kind}={name}")
+}
+
 /// What a DRA claim adds to the environment of its containers.
 #[derive(Debug, Clone, Copy)]
 pub struct ClaimEnv<'a> {
