@@ -47,7 +47,7 @@ pub struct Flags {
     /// Shared slots advertised per device [default: 200].
     #[arg(long, value_name = "N")]
     pub slots_per_device: Option<u32>,
-    /// Every container gets every usable device.
+    /// Every container gets every usable device [default: false].
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub allocate_all_devices: Option<bool>,
     /// Address of /metrics and /healthz, or `off` [default: 0.0.0.0:9101].
@@ -57,16 +57,16 @@ pub struct Flags {
     #[arg(long, value_name = "ID")]
     pub instance_id: Option<String>,
     /// Driver mode: default, compat, ofed, auto (empty), or none (serve devices as found, never
-    /// touch the driver).
+    /// touch the driver) [default: auto].
     #[arg(long, value_name = "MODE")]
     pub prefer_driver: Option<String>,
-    /// Ask the kubelet for PreStartContainer (SMC-R pre-start mode).
+    /// Ask the kubelet for PreStartContainer (SMC-R pre-start mode) [default: false].
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub deviceplugin_prestart_container: Option<bool>,
     /// Serve the local devices (filtered by --rdma-driver and --exposed-local-eris) instead of
     /// waiting for this node's ERdmaDevice. Without it the agent needs the Kubernetes API
     /// (NODE_NAME and in-cluster config or --kubeconfig) and serves only the ERdmaDevice's ERIs
-    /// found locally; nothing is served until that object exists and is Ready.
+    /// found locally; nothing is served until that object exists and is Ready [default: false].
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub local_eri_discovery: Option<bool>,
     /// Allow-list `<instance-id|i-*> <ibdev>[/<ibdev>...]`, comma-separated or the flag repeated
@@ -104,7 +104,7 @@ pub struct Flags {
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub allow_insecure_driver_download: Option<bool>,
     /// Reload the erdma module for a mode change even while pods hold `aliyun/erdma` (breaks
-    /// their RDMA connections; logged loudly).
+    /// their RDMA connections; logged loudly) [default: false].
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub force_driver_reload: Option<bool>,
     /// Set up the ERI netdevs (link up, MTU, primary IPv4 from the metadata service, routes that

@@ -21,6 +21,7 @@ pub mod pnet;
 pub mod port;
 pub mod rdma_limit;
 pub mod selection;
+pub mod settings;
 pub mod slot;
 
 pub use address::{MacAddr, NodeGuid};
