@@ -553,3 +553,117 @@ impl Args {
         }
     }
 }
+
+/// `erdmactl install`'s flags that set agent settings, checked against
+/// `erdma_model::settings::AGENT_SETTINGS`: each install flag of the table exists and sets the
+/// chart value the table names, and every other install flag is one of the installation's own.
+#[cfg(test)]
+mod settings_checks {
+    use super::*;
+    use clap::{Args as _, Command, FromArgMatches};
+    use erdma_model::settings::AGENT_SETTINGS;
+    use std::collections::BTreeSet;
+
+    /// Install flags that set no agent setting: the installation's own (where, which images,
+    /// the controller, credentials, placement).
+    const THE_INSTALLS_OWN: &[&str] = &[
+        "values",
+        "dry-run",
+        "output",
+        "allow-existing",
+        "namespace",
+        "release",
+        "enable-init-container-inject",
+        "smc-init-image",
+        "region",
+        "credentials-type",
+        "access-key-id",
+        "access-key-secret",
+        "rrsa-role-name",
+        "node-selector",
+        "toleration",
+        "controller-image",
+        "agent-image",
+        "replicas",
+    ];
+
+    fn command() -> Command {
+        Args::augment_args(Command::new("install"))
+    }
+
+    fn longs(cmd: &Command) -> BTreeSet<String> {
+        cmd.get_arguments()
+            .filter_map(|a| a.get_long())
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn the_install_flags_of_agent_settings_are_the_tables() {
+        let install = longs(&command());
+        let kube = longs(&KubeArgs::augment_args(Command::new("kube")));
+        let table: BTreeSet<String> = AGENT_SETTINGS
+            .iter()
+            .filter_map(|s| s.install)
+            .map(str::to_string)
+            .collect();
+        let absent: Vec<_> = table.difference(&install).collect();
+        assert!(
+            absent.is_empty(),
+            "in AGENT_SETTINGS, not in install: {absent:?}"
+        );
+        let unknown: Vec<_> = install
+            .iter()
+            .filter(|l| {
+                !table.contains(*l) && !kube.contains(*l) && !THE_INSTALLS_OWN.contains(&l.as_str())
+            })
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "install flags neither in AGENT_SETTINGS nor the installation's own: {unknown:?}"
+        );
+    }
+
+    #[test]
+    fn each_install_flag_sets_the_chart_value_of_its_setting() {
+        for s in AGENT_SETTINGS {
+            let Some(flag) = s.install else { continue };
+            let path = s.chart_path().expect("an install flag sets a chart value");
+            let default = s.chart_default().unwrap_or_default();
+            let cmd = command();
+            let arg = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some(flag))
+                .unwrap_or_else(|| panic!("--{flag}"));
+            let is_bool = arg
+                .get_value_names()
+                .is_some_and(|n| n.iter().any(|n| n.as_str() == "BOOL"));
+            let given = if is_bool {
+                (default != "true").to_string()
+            } else if default.parse::<u64>().is_ok() {
+                "9000".to_string()
+            } else {
+                "probe-value".to_string()
+            };
+            let m = command()
+                .try_get_matches_from(["install", &format!("--{flag}={given}")])
+                .unwrap_or_else(|e| panic!("--{flag}={given}: {e}"));
+            let args = Args::from_arg_matches(&m).unwrap();
+            let rendered = serde_json::to_value(values(&args).unwrap()).unwrap();
+            let got = path
+                .split('.')
+                .try_fold(&rendered, |v, k| v.get(k))
+                .unwrap_or_else(|| panic!("--{flag}: rendered values have no {path}"));
+            let got = match got {
+                serde_json::Value::String(x) => x.clone(),
+                serde_json::Value::Array(a) => a
+                    .iter()
+                    .map(|x| x.as_str().unwrap_or_default().to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                other => other.to_string(),
+            };
+            assert_eq!(got, given, "--{flag}={given} sets {path}");
+        }
+    }
+}
