@@ -184,9 +184,6 @@ pub struct AgentMetrics {
     pub device_plugin_reclaims: Counter,
     /// The DRA driver's metrics (dropped ResourceSlice fields, the kubelet's calls).
     pub dra: DraMetrics,
-    /// The same metrics as [`Self::dra`] (clones share them), under the name `agent.rs` passes as
-    /// `DraSettings::dropped_fields`; goes once that call site names [`Self::dra`].
-    pub dra_dropped_fields: DraMetrics,
     /// "Which devices does this pod hold" answered from the kept pod-resources answer
     /// (`answer="kept"`) or by asking the kubelet (`answer="kubelet"`), on a runtime's clock.
     pub holder_lookups:
@@ -264,7 +261,6 @@ impl AgentMetrics {
         AgentMetrics {
             nri_hooks,
             nri_sessions,
-            dra_dropped_fields: dra.clone(),
             dra,
             holder_lookups,
             smc,

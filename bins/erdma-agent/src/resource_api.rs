@@ -237,10 +237,9 @@ pub struct DraSettings {
     pub claim_watch: bool,
     /// Called after each NodePrepareResources that prepared a claim.
     pub on_prepare: Option<erdma_dra::claims::PrepareObserver>,
-    /// The DRA metrics in the agent's registry ([`crate::metrics::DraMetrics`]: the dropped
-    /// ResourceSlice fields, and the kubelet's calls on the driver); named for what it first
-    /// carried.
-    pub dropped_fields: Option<crate::metrics::DraMetrics>,
+    /// The DRA metrics in the agent's registry: the dropped ResourceSlice fields, and the
+    /// kubelet's calls on the driver.
+    pub metrics: Option<crate::metrics::DraMetrics>,
     /// The extended resource name (`--resource-name`), for the `ERdmaResourceAPI` condition.
     pub resource_name: String,
 }
@@ -260,7 +259,7 @@ pub async fn run_dra(
     cfg.cdi_dir = settings.cdi_dir;
     cfg.sysfs = settings.sysfs;
     cfg.watch_claims = settings.claim_watch;
-    let metrics = settings.dropped_fields;
+    let metrics = settings.metrics;
     let resource = settings.resource_name;
     let driver = Arc::new(Driver::new(
         cfg.clone(),
@@ -482,7 +481,7 @@ pub fn start_dra(
             let h = holders.clone();
             Arc::new(move || h.poke())
         }),
-        dropped_fields: Some(metrics.dra_dropped_fields.clone()),
+        metrics: Some(metrics.dra.clone()),
         resource_name: s.resource_name.clone(),
     };
     let cluster = cluster.clone().context("DRA needs the Kubernetes API")?;

@@ -80,7 +80,7 @@ fn start_dra_with(
             on_prepare: Some(Arc::new(move || {
                 counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             })),
-            dropped_fields: metrics,
+            metrics,
             resource_name: "aliyun/erdma".into(),
         },
         cluster,
