@@ -13,7 +13,7 @@ use crate::health::{Exposition, HealthSources};
 use crate::metrics::AgentMetrics;
 use crate::plan::{AgentPlan, NodeOffers};
 use crate::resource_api::ResourceApi;
-use crate::tasks::{self, Tasks};
+use crate::tasks::{self, Shared, Tasks};
 use crate::{cluster, devices, driver, hostsetup, nri, plugin, resource_api, smcr, source};
 use erdma_deviceplugin::Metrics;
 use erdma_driver::DriverStatus;
@@ -85,14 +85,21 @@ async fn serve(s: Settings, inventory: Inventory, mut tasks: Tasks) -> anyhow::R
     let refresh = holders.clone().refresh_on_poke(tasks.cancel.clone());
     tasks.spawn("the pod-resources cache", refresh);
 
-    let (h, m, c) = (&mut health, &agent_metrics, &cluster);
-    let driver = driver::start_manager(&s, &holders, m, c, h, &mut tasks);
-    let instance_id = source::start_instance_id(&plan, &s, h, &mut tasks)?;
+    let shared = Shared {
+        settings: &s,
+        plan: &plan,
+        cluster: &cluster,
+        holders: &holders,
+        metrics: &agent_metrics,
+    };
+    let h = &mut health;
+    let driver = driver::start_manager(shared, h, &mut tasks);
+    let instance_id = source::start_instance_id(shared, h, &mut tasks)?;
     let Some(raw) = devices::start(first_scan, inventory, &s, &mut tasks).await? else {
         tasks.stop().await;
         return Ok(());
     };
-    let source = source::start(&plan, &s, c, &raw, h, &mut tasks);
+    let source = source::start(shared, &raw, h, &mut tasks);
     let inputs = devices::PublisherInputs {
         raw,
         driver,
@@ -100,32 +107,19 @@ async fn serve(s: Settings, inventory: Inventory, mut tasks: Tasks) -> anyhow::R
         instance_id,
     };
     let served = devices::start_publish(&s, inputs, h, &mut tasks);
-    hostsetup::start(&plan, &s, &served, &source, m, h, &mut tasks)?;
+    hostsetup::start(shared, &served, &source, h, &mut tasks)?;
     let nri_view = nri::start_view(&plan, h);
     let (serving, smcr_for_nri) = match plan.resource_api {
         ResourceApi::Dra => {
-            let dra = resource_api::start_dra(&plan, &s, c, &served, &holders, m, h, &tasks)?;
+            let dra = resource_api::start_dra(shared, &served, h, &tasks)?;
             (dra, None)
         }
         ResourceApi::DevicePlugin => {
             let pm = plugin_metrics.clone();
-            plugin::start(
-                &plan, &s, &served, &holders, c, m, pm, smcr_probe, h, &mut tasks,
-            )
-            .await?
+            plugin::start(shared, &served, pm, smcr_probe, h, &mut tasks).await?
         }
     };
-    nri::start(
-        &plan,
-        &s,
-        smcr_for_nri,
-        &served,
-        c,
-        m,
-        &holders,
-        nri_view,
-        &mut tasks,
-    );
+    nri::start(shared, smcr_for_nri, &served, nri_view, &mut tasks);
     tasks.start_metrics(
         &s,
         Exposition {

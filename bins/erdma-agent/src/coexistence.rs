@@ -183,9 +183,8 @@ fn watch_sockets(observer: &Observer, wake: Arc<Notify>) -> Option<notify::Recom
 pub fn start(
     observer: Observer,
     reclaimer: Reclaimer,
+    shared: crate::tasks::Shared<'_>,
     served: &watch::Receiver<NodeDevices>,
-    cluster: &Option<Cluster>,
-    metrics: &Arc<AgentMetrics>,
     health: &mut crate::health::HealthSources,
     tasks: &mut crate::tasks::Tasks,
 ) {
@@ -200,8 +199,8 @@ pub fn start(
     let watch = run(
         cfg,
         served.clone(),
-        cluster.clone(),
-        metrics.clone(),
+        shared.cluster.clone(),
+        shared.metrics.clone(),
         tx,
         tasks.cancel.clone(),
     );

@@ -99,14 +99,12 @@ pub async fn observe(
 /// one pod-resources owner whether pods hold the devices, and the observer of its status;
 /// `/healthz` gets the status.
 pub fn start_manager(
-    s: &crate::cli::Settings,
-    holders: &Arc<erdma_kubelet::podresources::HolderCache>,
-    metrics: &Arc<AgentMetrics>,
-    cluster: &Option<Cluster>,
+    shared: crate::tasks::Shared<'_>,
     health: &mut crate::health::HealthSources,
     tasks: &mut crate::tasks::Tasks,
 ) -> watch::Receiver<DriverStatus> {
-    let mut cfg = s.driver.clone();
+    let holders = shared.holders;
+    let mut cfg = shared.settings.driver.clone();
     cfg.resource = holders.held().clone();
     let usage = erdma_driver::KubeletPodResources::from_cache(holders.clone());
     if cfg.installer_trust.allow_insecure_http {
@@ -120,8 +118,8 @@ pub fn start_manager(
     tasks.set_reconciler(reconciler);
     let observe = observe(
         rx.clone(),
-        metrics.clone(),
-        cluster.clone(),
+        shared.metrics.clone(),
+        shared.cluster.clone(),
         tasks.cancel.clone(),
     );
     tasks.spawn("reporting the driver state", observe);

@@ -195,14 +195,13 @@ pub async fn run_smc_pnet(
 /// The host setup of the plan: ERI netdevs (never the primary interface) and the SMC-R pnet
 /// table, each following the served devices; `/healthz` gets their reports.
 pub fn start(
-    plan: &crate::plan::AgentPlan,
-    s: &crate::cli::Settings,
+    shared: crate::tasks::Shared<'_>,
     served: &watch::Receiver<NodeDevices>,
     source: &watch::Receiver<EriSource>,
-    metrics: &crate::metrics::AgentMetrics,
     health: &mut crate::health::HealthSources,
     tasks: &mut crate::tasks::Tasks,
 ) -> anyhow::Result<()> {
+    let (plan, s) = (shared.plan, shared.settings);
     if plan.netdev {
         tracing::info!(
             mtu = s.jumbo_frame_mtu,
@@ -211,7 +210,7 @@ pub fn start(
         let (tx, rx) = watch::channel(Default::default());
         health.netdev = rx;
         let report = NetdevReport {
-            failures: metrics.netdev_setup_failures.clone(),
+            failures: shared.metrics.netdev_setup_failures.clone(),
             report: tx,
         };
         let setup = run_netdev(

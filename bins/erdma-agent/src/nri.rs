@@ -655,29 +655,25 @@ pub fn start_view(
 /// The NRI plugin session, when the plan runs it: the install's policy (memlock, rdma limits)
 /// for containers holding the served devices, and SMC-R at sandbox creation when `smcr` is
 /// given.
-#[allow(clippy::too_many_arguments)]
 pub fn start(
-    plan: &crate::plan::AgentPlan,
-    s: &crate::cli::Settings,
+    shared: crate::tasks::Shared<'_>,
     smcr: Option<Arc<SmcrHook>>,
     served: &watch::Receiver<NodeDevices>,
-    cluster: &Option<Cluster>,
-    metrics: &Arc<AgentMetrics>,
-    holders: &Arc<HolderCache>,
     view: watch::Sender<Option<NriView>>,
     tasks: &mut crate::tasks::Tasks,
 ) {
+    let (plan, s, metrics) = (shared.plan, shared.settings, shared.metrics);
     if !plan.nri {
         tasks.keep(view);
         return;
     }
     let handler = Arc::new(AgentNri {
         policy: s.nri_policy.clone(),
-        holders: holders.clone(),
+        holders: shared.holders.clone(),
         proc_root: "/proc".into(),
         served: served.clone(),
         smcr,
-        cluster: cluster.clone(),
+        cluster: shared.cluster.clone(),
         metrics: metrics.clone(),
         view,
     });

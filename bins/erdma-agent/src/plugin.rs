@@ -2,16 +2,13 @@
 //! pre-start, CDI, the pod-resources socket), with the watch for another plugin serving the
 //! same resource and the SMC-R hook in PreStartContainer (or handed to NRI).
 
-use crate::cluster::Cluster;
 use crate::health::HealthSources;
-use crate::metrics::AgentMetrics;
 use crate::plan::AgentPlan;
 use crate::smcr::SmcrHook;
-use crate::tasks::{Serving, Tasks};
+use crate::tasks::{Serving, Shared, Tasks};
 use crate::{cli::Settings, coexistence, smcr};
 use anyhow::Context;
 use erdma_deviceplugin::{CdiConfig, Metrics, Plugin, PluginConfig};
-use erdma_kubelet::podresources::HolderCache;
 use erdma_model::NodeDevices;
 use erdma_smc::configure::SocketPolicy;
 use std::sync::Arc;
@@ -39,32 +36,24 @@ pub fn config(plan: &AgentPlan, s: &Settings) -> PluginConfig {
 /// The device plugin, for the agent to await, beside the watch for another plugin and the
 /// SMC-R hook (awaiting the BPF probe `smcr_probe`): the hook goes into PreStartContainer, or is
 /// returned for NRI when the plan runs NRI.
-#[allow(clippy::too_many_arguments)]
 pub async fn start(
-    plan: &AgentPlan,
-    s: &Settings,
+    shared: Shared<'_>,
     served: &watch::Receiver<NodeDevices>,
-    holders: &Arc<HolderCache>,
-    cluster: &Option<Cluster>,
-    metrics: &Arc<AgentMetrics>,
     plugin_metrics: Arc<Metrics>,
     smcr_probe: Option<JoinHandle<Option<Arc<dyn SocketPolicy>>>>,
     health: &mut HealthSources,
     tasks: &mut Tasks,
 ) -> anyhow::Result<(Serving, Option<Arc<SmcrHook>>)> {
-    let cfg = config(plan, s);
+    let cfg = config(shared.plan, shared.settings);
     let observer = erdma_deviceplugin::coexistence::Observer::new(&cfg);
-    let poke = holders.clone();
+    let poke = shared.holders.clone();
     let mut plugin =
         Plugin::new(cfg, served.clone(), plugin_metrics).on_allocate(Arc::new(move || poke.poke()));
     let reclaimer = plugin.reclaimer();
-    coexistence::start(observer, reclaimer, served, cluster, metrics, health, tasks);
-    let hook = smcr::start(
-        smcr_probe, s, holders, served, cluster, metrics, health, tasks,
-    )
-    .await?;
+    coexistence::start(observer, reclaimer, shared, served, health, tasks);
+    let hook = smcr::start(smcr_probe, shared, served, health, tasks).await?;
     let for_nri = match hook {
-        Some(hook) if plan.nri => Some(hook),
+        Some(hook) if shared.plan.nri => Some(hook),
         Some(hook) => {
             plugin = plugin.with_pre_start(hook);
             None

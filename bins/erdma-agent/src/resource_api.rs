@@ -458,18 +458,14 @@ pub fn start_report(
 
 /// The DRA driver of this node, for the agent to await ([`crate::tasks::Serving`]): the
 /// sockets, ResourceSlice publishing, the claims' CDI specs; `/healthz` gets its state.
-#[allow(clippy::too_many_arguments)]
 pub fn start_dra(
-    plan: &crate::plan::AgentPlan,
-    s: &crate::cli::Settings,
-    cluster: &Option<Cluster>,
+    shared: crate::tasks::Shared<'_>,
     served: &watch::Receiver<NodeDevices>,
-    holders: &Arc<erdma_kubelet::podresources::HolderCache>,
-    metrics: &crate::metrics::AgentMetrics,
     health: &mut crate::health::HealthSources,
     tasks: &crate::tasks::Tasks,
 ) -> anyhow::Result<crate::tasks::Serving> {
     use anyhow::Context;
+    let (plan, s) = (shared.plan, shared.settings);
     let (dra_tx, dra_rx) = watch::channel(None);
     health.dra = dra_rx;
     let settings = DraSettings {
@@ -478,13 +474,16 @@ pub fn start_dra(
         sysfs: s.sysfs_root.clone(),
         claim_watch: s.dra_claim_watch,
         on_prepare: Some({
-            let h = holders.clone();
+            let h = shared.holders.clone();
             Arc::new(move || h.poke())
         }),
-        metrics: Some(metrics.dra.clone()),
+        metrics: Some(shared.metrics.dra.clone()),
         resource_name: s.resource_name.clone(),
     };
-    let cluster = cluster.clone().context("DRA needs the Kubernetes API")?;
+    let cluster = shared
+        .cluster
+        .clone()
+        .context("DRA needs the Kubernetes API")?;
     // Held until the agent's tasks stopped.
     let held = tasks.pending.enter("the DRA driver");
     let dra = run_dra(

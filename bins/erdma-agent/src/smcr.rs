@@ -592,14 +592,10 @@ pub fn start_probe(
 /// The SMC-R hook for annotated pods once the probe ended (none without a probe), and its
 /// reaper; `/healthz` gets its decisions. The caller hands it to the device plugin's
 /// PreStartContainer or to the NRI plugin, as the plan says.
-#[allow(clippy::too_many_arguments)]
 pub async fn start(
     probe: Option<tokio::task::JoinHandle<Option<Arc<dyn SocketPolicy>>>>,
-    s: &crate::cli::Settings,
-    holders: &Arc<HolderCache>,
+    shared: crate::tasks::Shared<'_>,
     served: &watch::Receiver<NodeDevices>,
-    cluster: &Option<Cluster>,
-    metrics: &Arc<AgentMetrics>,
     health: &mut crate::health::HealthSources,
     tasks: &mut crate::tasks::Tasks,
 ) -> anyhow::Result<Option<Arc<SmcrHook>>> {
@@ -612,20 +608,21 @@ pub async fn start(
         .track("loading the SMC-R BPF policy", probe)
         .await
         .context("loading the SMC-R BPF policy")?;
+    let s = shared.settings;
     let smc = Smc::new(pod_options(s.smcr_keep_ipv6), policy);
     let hook = Arc::new(SmcrHook::new(
         HookConfig {
             resource: s.resource_name.clone(),
-            holders: holders.clone(),
-            cri_socket: s.cri_socket.clone(),
+            holders: shared.holders.clone(),
+            cri_socket: shared.plan.sockets.cri.clone(),
             host_root: "/".into(),
             proc_root: "/proc".into(),
             strict: s.smcr_strict,
         },
         Arc::new(smc),
         served.clone(),
-        cluster.clone(),
-        metrics.clone(),
+        shared.cluster.clone(),
+        shared.metrics.clone(),
     ));
     health.smcr = hook.decisions();
     tracing::info!(

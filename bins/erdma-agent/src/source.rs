@@ -294,11 +294,11 @@ pub fn metadata(s: &crate::cli::Settings) -> anyhow::Result<ImdsClient> {
 /// The instance ID for `--exposed-local-eris`: the flag's, or asked of the metadata service
 /// when the plan says so; `/healthz` gets it and why it is not known yet.
 pub fn start_instance_id(
-    plan: &crate::plan::AgentPlan,
-    s: &crate::cli::Settings,
+    shared: crate::tasks::Shared<'_>,
     health: &mut crate::health::HealthSources,
     tasks: &mut crate::tasks::Tasks,
 ) -> anyhow::Result<watch::Receiver<Option<String>>> {
+    let (plan, s) = (shared.plan, shared.settings);
     let (id_tx, id_rx) = watch::channel(s.instance_id.clone());
     let (err_tx, err_rx) = watch::channel(None);
     (health.instance_id, health.instance_id_error) = (id_rx.clone(), err_rx);
@@ -313,14 +313,13 @@ pub fn start_instance_id(
 /// The ERI source of the plan: the local devices, or this node's ERdmaDevice followed in the
 /// cluster; `/healthz` gets it.
 pub fn start(
-    plan: &crate::plan::AgentPlan,
-    s: &crate::cli::Settings,
-    cluster: &Option<Cluster>,
+    shared: crate::tasks::Shared<'_>,
     raw_rx: &watch::Receiver<NodeDevices>,
     health: &mut crate::health::HealthSources,
     tasks: &mut crate::tasks::Tasks,
 ) -> watch::Receiver<EriSource> {
-    let rx = match plan.eri_source {
+    let s = shared.settings;
+    let rx = match shared.plan.eri_source {
         crate::plan::EriSourcePlan::Local => {
             let (tx, rx) = watch::channel(EriSource::Local);
             tasks.keep(tx);
@@ -338,7 +337,7 @@ pub fn start(
                 retry: Duration::from_secs(30),
             };
             let follow = follow_cluster(
-                cluster.clone(),
+                shared.cluster.clone(),
                 cfg,
                 raw_rx.clone(),
                 tx,

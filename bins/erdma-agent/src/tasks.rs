@@ -197,3 +197,19 @@ async fn serve_metrics(addr: std::net::SocketAddr, what: Exposition, cancel: Can
 pub type Serving = std::pin::Pin<
     Box<dyn Future<Output = (anyhow::Result<()>, Option<crate::pending::PendingGuard>)>>,
 >;
+
+/// What the concerns' start functions share once the plan is made: the settings, the plan, the
+/// Kubernetes API (if any), the one owner of who holds which device, the agent's metrics.
+#[derive(Clone, Copy)]
+pub struct Shared<'a> {
+    /// The resolved settings.
+    pub settings: &'a Settings,
+    /// What runs on this node.
+    pub plan: &'a crate::plan::AgentPlan,
+    /// The Kubernetes API.
+    pub cluster: &'a Option<crate::cluster::Cluster>,
+    /// Who holds which device.
+    pub holders: &'a std::sync::Arc<erdma_kubelet::podresources::HolderCache>,
+    /// The agent's metrics.
+    pub metrics: &'a std::sync::Arc<crate::metrics::AgentMetrics>,
+}
