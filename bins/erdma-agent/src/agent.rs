@@ -2,7 +2,8 @@
 //! scans, published when changed), the driver manager (readiness gate), the ERI source and the
 //! instance ID, the publisher of the served snapshot, ERI netdev and SMC-R pnet host setup, the
 //! SMC-R pre-start hook, the kubelet device plugin and the watch for another plugin serving the
-//! same resource, `/metrics` and `/healthz`. Runs until `cancel` fires.
+//! same resource (or the DRA driver), `/metrics` and `/healthz`, as [`AgentPlan`] decides from
+//! the settings and what the node offers. Runs until `cancel` fires.
 //!
 //! Shutdown has one bound: once `cancel` fires, [`run`] returns within [`SHUTDOWN_GRACE`],
 //! whatever it was waiting on (an API call, a sysfs read, a task that does not stop), and logs

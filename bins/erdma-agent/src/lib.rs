@@ -9,6 +9,10 @@
 //! the kubelet device plugin and the watch for another plugin serving the same resource, or (per
 //! node, `--resource-api`) the DRA driver instead;
 //! `/metrics` and `/healthz`; SIGTERM/SIGINT → graceful shutdown.
+//!
+//! What runs on a node is decided once, from the settings and what the node offers, by
+//! [`plan::AgentPlan`]; [`agent::run`] only wires it: one start per concern, in the module that
+//! owns the concern, and one shutdown ([`tasks::Tasks`]).
 
 pub mod agent;
 pub mod cli;
