@@ -20,7 +20,7 @@ use erdma_deviceplugin::Metrics;
 use erdma_driver::DriverStatus;
 use erdma_host::{LiveInterfaceAddrs, RootedDevFs, RootedSysfs};
 use erdma_inventory::{Inventory, Sources};
-use erdma_kubelet::podresources::{Held, HolderCache, PodResourcesClient};
+use erdma_kubelet::podresources::{Held, Holders, PodResourcesClient};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -74,9 +74,11 @@ async fn serve(s: Settings, inventory: Inventory, mut tasks: Tasks) -> anyhow::R
         ..HealthSources::fixed(DriverStatus::unmanaged())
     };
 
-    // Who holds which device, through either resource API: one kept pod-resources answer for
-    // the reload guard, SMC-R and the NRI hooks, refreshed after each allocation.
-    let holders = HolderCache::new(
+    // Who holds which device, through either resource API: the one owner of the kubelet's
+    // pod-resources answer (the device plugin, the reload guard, SMC-R and the NRI hooks read its
+    // published snapshot), refreshed after each allocation, when the kubelet's socket comes back
+    // and every 10 s.
+    let holders = Holders::new(
         s.pod_resources_socket
             .as_deref()
             .map(PodResourcesClient::new)
@@ -84,7 +86,7 @@ async fn serve(s: Settings, inventory: Inventory, mut tasks: Tasks) -> anyhow::R
         Held::both(&s.resource_name, erdma_model::names::DRA_DRIVER),
     );
     let refresh = holders.clone().refresh_on_poke(tasks.cancel.clone());
-    tasks.spawn("the pod-resources cache", refresh);
+    tasks.spawn("the pod-resources owner", refresh);
 
     let shared = Shared {
         settings: &s,

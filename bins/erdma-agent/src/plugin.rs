@@ -45,10 +45,18 @@ pub async fn start(
     tasks: &mut Tasks,
 ) -> anyhow::Result<(Serving, Option<Arc<SmcrHook>>)> {
     let cfg = config(shared.plan, shared.settings);
-    let observer = erdma_deviceplugin::coexistence::Observer::new(&cfg);
-    let poke = shared.holders.clone();
-    let mut plugin =
-        Plugin::new(cfg, served.clone(), plugin_metrics).on_allocate(Arc::new(move || poke.poke()));
+    let observer =
+        erdma_deviceplugin::coexistence::Observer::new(&cfg).with_holders(shared.holders);
+    // With a pod-resources socket the plugin reads the one owner (and pokes it after each
+    // Allocate); without one, preferred allocation ignores slots in use, as configured, and an
+    // Allocate still pokes the owner that SMC-R, NRI and the reload guard read.
+    let mut plugin = Plugin::new(cfg.clone(), served.clone(), plugin_metrics);
+    plugin = if cfg.pod_resources_socket.is_some() {
+        plugin.with_holders(shared.holders.clone())
+    } else {
+        let poke = shared.holders.clone();
+        plugin.on_allocate(Arc::new(move || poke.poke()))
+    };
     let reclaimer = plugin.reclaimer();
     coexistence::start(observer, reclaimer, shared, served, health, tasks);
     let hook = smcr::start(smcr_probe, shared, served, health, tasks).await?;

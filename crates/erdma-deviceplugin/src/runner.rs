@@ -97,7 +97,7 @@ impl Plugin {
     }
 
     /// Reads who holds which device from `holders` (the process's one owner of the pod-resources
-    /// answer; the caller pokes it after each Allocate). Without it, a plugin with
+    /// answer), and pokes it after each Allocate. Without it, a plugin with
     /// `pod_resources_socket` starts an owner of its own.
     pub fn with_holders(mut self, holders: Arc<Holders>) -> Self {
         self.holders = Some(holders);
@@ -138,26 +138,16 @@ impl Plugin {
             self.metrics.clone(),
             cancel.clone(),
         ));
-        // Who holds which device: the owner handed over, else one of our own (poked after each
-        // Allocate) when a pod-resources socket is configured.
-        let mut on_allocate = self.on_allocate;
+        // Who holds which device: the owner handed over, else one of our own when a
+        // pod-resources socket is configured. Allocate pokes it (the kubelet's record changed).
+        let on_allocate = self.on_allocate;
         let holders = match (self.holders, &cfg.pod_resources_socket) {
             (Some(h), _) => Some(h),
-            (None, Some(socket)) => {
-                let h = Holders::start(
-                    PodResourcesClient::new(socket),
-                    Held::resource(&cfg.resource_name),
-                    cancel.clone(),
-                );
-                let (poke, then) = (h.clone(), on_allocate.take());
-                on_allocate = Some(Arc::new(move || {
-                    poke.poke();
-                    if let Some(f) = &then {
-                        f();
-                    }
-                }));
-                Some(h)
-            }
+            (None, Some(socket)) => Some(Holders::start(
+                PodResourcesClient::new(socket),
+                Held::resource(&cfg.resource_name),
+                cancel.clone(),
+            )),
             (None, None) => None,
         };
         let state = Arc::new(PluginState {

@@ -355,6 +355,9 @@ impl api::device_plugin_server::DevicePlugin for DevicePluginService {
         match result {
             Ok((responses, slots)) => {
                 self.state.metrics.observe_allocated(&slots);
+                if let Some(h) = &self.state.holders {
+                    h.poke();
+                }
                 if let Some(f) = &self.state.on_allocate {
                     f();
                 }
