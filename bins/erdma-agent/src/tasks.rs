@@ -88,6 +88,10 @@ impl Tasks {
     }
 }
 
+/// How long [`with_grace`] lets sysfs reads still in flight (not blocked) finish before it
+/// reports them as abandoned.
+const IN_FLIGHT_SETTLE: Duration = Duration::from_millis(200);
+
 /// `serving` until it ends or, once `cancel` fired, [`SHUTDOWN_GRACE`] passed: then `Ok`, after
 /// logging each thing still pending (`abandoned: ...`); sysfs reads still blocked are logged the
 /// same way however it ended.
@@ -114,6 +118,14 @@ pub async fn with_grace(
             Ok(())
         }
     };
+    // A read merely in flight (a first scan that a start-up error overtook) ends within
+    // milliseconds: it is waited for briefly, so that only what really stays behind is reported.
+    let settle = tokio::time::Instant::now() + IN_FLIGHT_SETTLE;
+    while inventory.pending_reads().iter().any(|r| !r.blocked)
+        && tokio::time::Instant::now() < settle
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     for read in inventory.pending_reads() {
         let how = if read.blocked {
             "blocked, its thread left behind: a driver stuck in it?"
