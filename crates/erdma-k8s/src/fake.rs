@@ -55,6 +55,14 @@
 //!   request is logged with its time, so a client's retry spacing can be read back. Open watch
 //!   streams are not interrupted.
 //!
+//! - The pod proxy (`GET /api/v1/namespaces/{ns}/pods/{name}[:{port}]/proxy/{path}`, as
+//!   `kubectl get --raw` and `Api::<Pod>` requests reach a pod's HTTP port through the API
+//!   server): forwarded as HTTP/1.0 to the address a test registers with
+//!   [`FakeApiServer::proxy_pod`], else to the pod's `status.podIP` and the port (80 when none);
+//!   the backend's status and body come back as they are. A missing pod is 404 `NotFound`, a pod
+//!   without an IP or a backend that cannot be reached 503 `ServiceUnavailable` with the API
+//!   server's `error trying to reach service: …` message.
+//!
 //! Not modelled: admission webhooks and semantic validation beyond deserialisation (immutable
 //! fields, name formats, CRD structural schemas and pruning), garbage collection by
 //! ownerReferences, field managers and apply conflicts, pagination (`limit`/`continue` are
@@ -175,6 +183,9 @@ pub struct FakeState {
     pub feature_gates: FeatureGates,
     /// The requests answered with (or held by) a [`Fault`].
     pub faulted: Vec<FaultedRequest>,
+    /// Where the pod proxy sends `namespace/pod:port` ([`FakeApiServer::proxy_pod`]); without
+    /// an entry, to the pod's `status.podIP` and the port.
+    pub pod_proxies: BTreeMap<String, std::net::SocketAddr>,
 }
 
 /// The API server's feature gates whose fields it drops from a `resource.k8s.io` object on
@@ -552,6 +563,75 @@ impl FakeApiServer {
         }
     }
 
+    /// Sends the pod proxy's requests for `namespace/pod` port `port` to `addr` (a test's fake
+    /// agent on a local port) instead of the pod's IP.
+    pub fn proxy_pod(&self, namespace: &str, pod: &str, port: u16, addr: std::net::SocketAddr) {
+        self.state()
+            .pod_proxies
+            .insert(format!("{namespace}/{pod}:{port}"), addr);
+    }
+
+    /// Answers a pod proxy request: `rest` is what follows `/api/v1/namespaces/`.
+    async fn pod_proxy(&self, rest: &str, query: &str) -> Option<Response<Body>> {
+        let (ns, rest) = rest.split_once("/pods/")?;
+        let (target, path) = rest.split_once("/proxy")?;
+        if ns.contains('/') || target.contains('/') || !(path.is_empty() || path.starts_with('/')) {
+            return None;
+        }
+        let (pod, port) = match target.split_once(':') {
+            Some((p, port)) => (p, port.parse::<u16>().ok()?),
+            None => (target, 80),
+        };
+        let (pod_obj, registered) = {
+            let st = self.state();
+            (
+                st.objects
+                    .get(&format!("/api/v1/namespaces/{ns}/pods"))
+                    .and_then(|m| m.get(pod))
+                    .cloned(),
+                st.pod_proxies.get(&format!("{ns}/{pod}:{port}")).copied(),
+            )
+        };
+        let Some(pod_obj) = pod_obj else {
+            return Some(status(
+                404,
+                "NotFound",
+                &format!("pods \"{pod}\" not found"),
+            ));
+        };
+        let addr = match registered {
+            Some(a) => a.to_string(),
+            None => match pod_obj.pointer("/status/podIP").and_then(Value::as_str) {
+                Some(ip) if !ip.is_empty() => format!("{ip}:{port}"),
+                _ => {
+                    return Some(status(
+                        503,
+                        "ServiceUnavailable",
+                        &format!("address not allowed: pod {ns}/{pod} has no IP"),
+                    ));
+                }
+            },
+        };
+        let path = if path.is_empty() { "/" } else { path };
+        let target = if query.is_empty() {
+            path.to_string()
+        } else {
+            format!("{path}?{query}")
+        };
+        Some(match http_get(&addr, &target).await {
+            Ok((code, content_type, body)) => Response::builder()
+                .status(code)
+                .header("content-type", content_type)
+                .body(BodyExt::boxed_unsync(Full::new(Bytes::from(body))))
+                .unwrap_or_else(|_| status(502, "InternalError", "bad backend answer")),
+            Err(e) => status(
+                503,
+                "ServiceUnavailable",
+                &format!("error trying to reach service: {e}"),
+            ),
+        })
+    }
+
     /// Sets (or with [`Fault::Off`] lifts) the fault every request is answered with; held
     /// requests go on when it changes.
     pub fn set_fault(&self, fault: Fault) {
@@ -782,6 +862,7 @@ impl FakeApiServer {
     {
         let method = req.method().as_str().to_string();
         let path = req.uri().path().to_string();
+        let raw_query = req.uri().query().unwrap_or("").to_string();
         let query: BTreeMap<String, String> = req
             .uri()
             .query()
@@ -847,6 +928,12 @@ impl FakeApiServer {
                     return status(403, "Forbidden", &attrs.forbidden_message());
                 }
             }
+        }
+        if method == "GET"
+            && let Some(rest) = path.strip_prefix("/api/v1/namespaces/")
+            && let Some(answer) = self.pod_proxy(rest, &raw_query).await
+        {
+            return answer;
         }
         if method == "GET" && path == "/openapi/v2" {
             return openapi_v2();
@@ -1586,6 +1673,48 @@ fn merge_list(have: &mut Vec<Value>, items: &[Value], key: &str, path: &str) {
     }
 }
 
+/// A plain HTTP/1.0 GET of `target` from `addr` (the pod proxy's backend): status, content type
+/// and body, or why there was none (10 s at most).
+async fn http_get(addr: &str, target: &str) -> Result<(u16, String, Vec<u8>), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("dial tcp {addr}: {e}"))?;
+        s.write_all(format!("GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await
+            .map_err(|e| format!("write tcp {addr}: {e}"))?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw)
+            .await
+            .map_err(|e| format!("read tcp {addr}: {e}"))?;
+        Ok::<_, String>(raw)
+    };
+    let raw = tokio::time::timeout(std::time::Duration::from_secs(10), exchange)
+        .await
+        .map_err(|_| format!("dial tcp {addr}: i/o timeout"))??;
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| format!("malformed HTTP response from {addr}"))?;
+    let head = String::from_utf8_lossy(&raw[..split]);
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("malformed HTTP response from {addr}"))?;
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case("content-type")
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "text/plain".into());
+    Ok((code, content_type, raw[split + 4..].to_vec()))
+}
+
 fn decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
@@ -1880,6 +2009,101 @@ fn not_found(route: &Route, name: &str) -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A one-shot HTTP backend on a local port answering every connection with `answer`.
+    async fn backend(answer: &'static str) -> std::net::SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = l.local_addr().expect("addr");
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let mut buf = [0u8; 1024];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let line = String::from_utf8_lossy(&buf[..n])
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_string();
+                let body = answer.replace("{request}", &line);
+                let _ = s
+                    .write_all(
+                        format!("HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{body}")
+                            .as_bytes(),
+                    )
+                    .await;
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn the_pod_proxy_reaches_a_registered_backend_and_answers_as_the_api_server_does() {
+        use k8s_openapi::api::core::v1::{Pod, PodStatus};
+        let api = FakeApiServer::new();
+        let pod = |name: &str, ip: Option<&str>| Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("erdma-system".into()),
+                ..Default::default()
+            },
+            status: Some(PodStatus {
+                pod_ip: ip.map(str::to_string),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        api.put(&pod("agent-a", Some("10.0.0.1")));
+        api.put(&pod("agent-b", None));
+        api.put(&pod("agent-c", Some("127.0.0.1")));
+        let addr = backend(r#"{"seen": "{request}"}"#).await;
+        api.proxy_pod("erdma-system", "agent-a", 9101, addr);
+        let client = api.client();
+        let get = |path: &str| {
+            let client = client.clone();
+            let req = hyper::Request::get(path).body(Vec::new()).expect("request");
+            async move { client.request_text(req).await }
+        };
+        let text = get("/api/v1/namespaces/erdma-system/pods/agent-a:9101/proxy/usage?x=1")
+            .await
+            .expect("proxied");
+        assert_eq!(text, r#"{"seen": "GET /usage?x=1 HTTP/1.0"}"#);
+        let missing = get("/api/v1/namespaces/erdma-system/pods/nope:9101/proxy/usage")
+            .await
+            .expect_err("no pod");
+        assert!(
+            missing.to_string().contains("pods \"nope\" not found"),
+            "{missing}"
+        );
+        let no_ip = get("/api/v1/namespaces/erdma-system/pods/agent-b:9101/proxy/usage")
+            .await
+            .expect_err("no IP");
+        assert!(no_ip.to_string().contains("has no IP"), "{no_ip}");
+        // The pod's own IP and a port nothing listens on: the API server's dial error.
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+            .port();
+        let refused = get(&format!(
+            "/api/v1/namespaces/erdma-system/pods/agent-c:{closed}/proxy/usage"
+        ))
+        .await
+        .expect_err("refused");
+        assert!(
+            refused
+                .to_string()
+                .contains("error trying to reach service: dial tcp 127.0.0.1:"),
+            "{refused}"
+        );
+        match refused {
+            kube::Error::Api(s) => assert_eq!(s.code, 503),
+            other => panic!("{other}"),
+        }
+    }
+
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::Api;
 
