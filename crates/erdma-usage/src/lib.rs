@@ -20,11 +20,14 @@
 //! - [`sysfs`]: a port's `hw_counters/` and `counters/` from sysfs.
 //! - [`attribution`]: usage per pod and device, and whose each device's traffic is (a pod's only
 //!   when it is the device's only holder; never a made-up split).
+//! - [`report`]: the agent's usage answer as it travels (`GET /usage`, JSON), built from
+//!   [`Usage`] and the pods' names; what `erdmactl top` and doctor read.
 pub mod attribution;
 pub mod cgroup;
 #[cfg(test)]
 mod kernel_tests;
 pub mod nldev;
+pub mod report;
 pub mod source;
 pub mod sysfs;
 
