@@ -10,7 +10,7 @@
 //! each thing it left unfinished as `abandoned: ...`.
 
 use crate::cli::Settings;
-use crate::health::{Exposition, HealthSources};
+use crate::health::{self, Exposition, HealthSources};
 use crate::metrics::AgentMetrics;
 use crate::plan::{AgentPlan, NodeOffers};
 use crate::resource_api::ResourceApi;
@@ -22,16 +22,13 @@ use erdma_host::{LiveInterfaceAddrs, RootedDevFs, RootedSysfs};
 use erdma_inventory::{Inventory, Sources};
 use erdma_kubelet::podresources::{Held, Holders, PodResourcesClient};
 use std::sync::Arc;
-use std::time::Duration;
+
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::pending::{Pending, PendingGuard};
 
-/// How long the agent's graceful shutdown may take once `cancel` fired: what has not finished by
-/// then is abandoned (and logged). The binary leaves its runtime half a second more, so that the
-/// process ends within 5 s of SIGTERM (the README's shutdown contract).
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(4);
+pub use crate::tasks::SHUTDOWN_GRACE;
 
 /// Runs the agent with `s` until `cancel` fires (SIGTERM/SIGINT in the binary) or the device
 /// plugin fails. Once `cancel` fired it returns within [`SHUTDOWN_GRACE`]: `Ok` when the
@@ -96,25 +93,34 @@ async fn serve(s: Settings, inventory: Inventory, mut tasks: Tasks) -> anyhow::R
         metrics: &agent_metrics,
     };
     let h = &mut health;
-    let driver = driver::start_manager(shared, h, &mut tasks);
-    let instance_id = source::start_instance_id(shared, h, &mut tasks)?;
+    let driver = driver::start_manager(shared, &mut h.driver, &mut tasks);
+    let id_views = (&mut h.instance_id, &mut h.instance_id_error);
+    let instance_id = source::start_instance_id(shared, id_views.0, id_views.1, &mut tasks)?;
     let Some(raw) = devices::start(first_scan, inventory, &s, &mut tasks).await? else {
         tasks.stop().await;
         return Ok(());
     };
-    let source = source::start(shared, &raw, h, &mut tasks);
+    let source = source::start(shared, &raw, &mut h.eri_source, &mut tasks);
     let inputs = devices::PublisherInputs {
         raw,
         driver,
         source: source.clone(),
         instance_id,
     };
-    let served = devices::start_publish(&s, inputs, h, &mut tasks);
-    hostsetup::start(shared, &served, &source, h, &mut tasks)?;
-    let nri_view = nri::start_view(&plan, h);
+    let served = devices::start_publish(&s, inputs, &mut h.served, &mut tasks);
+    let setup_views = (&mut h.netdev, &mut h.smc_pnet_warnings);
+    hostsetup::start(
+        shared,
+        &served,
+        &source,
+        setup_views.0,
+        setup_views.1,
+        &mut tasks,
+    )?;
+    let nri_view = nri::start_view(&plan, &mut h.nri);
     let (serving, smcr_for_nri) = match plan.resource_api {
         ResourceApi::Dra => {
-            let dra = resource_api::start_dra(shared, &served, h, &tasks)?;
+            let dra = resource_api::start_dra(shared, &served, &mut h.dra, &tasks)?;
             (dra, None)
         }
         ResourceApi::DevicePlugin => {
@@ -123,14 +129,12 @@ async fn serve(s: Settings, inventory: Inventory, mut tasks: Tasks) -> anyhow::R
         }
     };
     nri::start(shared, smcr_for_nri, &served, nri_view, &mut tasks);
-    tasks.start_metrics(
-        &s,
-        Exposition {
-            registry: Arc::new(registry),
-            plugin: plugin_metrics,
-            health,
-        },
-    );
+    let exposition = Exposition {
+        registry: Arc::new(registry),
+        plugin: plugin_metrics,
+        health,
+    };
+    health::start(&s, exposition, &mut tasks);
     tasks.start_release();
     let (result, _held) = serving.await;
     tasks.stop().await;

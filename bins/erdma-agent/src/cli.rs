@@ -2,6 +2,7 @@
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use erdma_model::rdma_limit::{Memlock, RdmaLimit};
 use erdma_model::{DriverMode, EriSelector};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -366,7 +367,7 @@ pub struct Settings {
     /// bpffs pin directory of the SMC-R BPF policy.
     pub bpf_pin_dir: PathBuf,
     /// How the resource is served on this node (`--resource-api`).
-    pub resource_api: crate::resource_api::Choice,
+    pub resource_api: Choice,
     /// The kubelet's root directory (DRA sockets).
     pub kubelet_root_dir: PathBuf,
     /// DRA: feed the claim cache from a ResourceClaim watch (`--dra-claim-watch`).
@@ -376,7 +377,7 @@ pub struct Settings {
     /// The runtime's NRI socket.
     pub nri_socket: PathBuf,
     /// NRI policy (memlock, default rdma limits).
-    pub nri_policy: crate::nri::Policy,
+    pub nri_policy: NriPolicy,
     /// Time one NRI call may take in the agent (`--nri-budget-ms`).
     pub nri_budget: std::time::Duration,
 }
@@ -500,7 +501,7 @@ impl Settings {
             .transpose()
             .map_err(|e| anyhow::anyhow!("--nri-rdma-max: {e}"))?;
         let nri_budget = match flags.nri_budget_ms.or(file.nri_budget_ms) {
-            None => crate::nri::BUDGET,
+            None => NRI_BUDGET,
             Some(0) => anyhow::bail!("--nri-budget-ms must be more than 0"),
             Some(ms) => std::time::Duration::from_millis(ms),
         };
@@ -669,7 +670,7 @@ impl Settings {
                 .bpf_pin_dir
                 .or(file.bpf_pin_dir)
                 .unwrap_or_else(|| DEFAULT_BPF_PIN_DIR.into()),
-            resource_api: crate::resource_api::Choice::parse(
+            resource_api: Choice::parse(
                 flags
                     .resource_api
                     .or(file.resource_api)
@@ -690,7 +691,7 @@ impl Settings {
                 .nri_socket
                 .or(file.nri_socket)
                 .unwrap_or_else(|| erdma_nri::DEFAULT_SOCKET.into()),
-            nri_policy: crate::nri::Policy {
+            nri_policy: NriPolicy {
                 memlock,
                 default_rdma_max,
             },
@@ -715,6 +716,42 @@ fn normalise_driver(d: &str) -> String {
         other => other.to_string(),
     }
 }
+
+/// `--resource-api`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// Always the device plugin.
+    DevicePlugin,
+    /// Always DRA.
+    Dra,
+    /// From the node label [`NODE_LABEL`] (absent: the device plugin).
+    NodeLabel,
+}
+
+impl Choice {
+    /// Parses the flag value.
+    pub fn parse(s: &str) -> Result<Choice, String> {
+        match s.trim() {
+            "device-plugin" => Ok(Choice::DevicePlugin),
+            "dra" => Ok(Choice::Dra),
+            "node-label" => Ok(Choice::NodeLabel),
+            other => Err(format!("{other:?} is not device-plugin, dra or node-label")),
+        }
+    }
+}
+
+/// The NRI plugin's policy settings.
+#[derive(Debug, Clone)]
+pub struct NriPolicy {
+    /// `RLIMIT_MEMLOCK` for containers holding the resource (`--nri-memlock`).
+    pub memlock: Memlock,
+    /// `rdma.max` when the pod does not set the annotation (`--nri-rdma-max`).
+    pub default_rdma_max: Option<RdmaLimit>,
+}
+
+/// Default time one NRI call may take in the agent (the runtime allows 2 s by default);
+/// `--nri-budget-ms` changes it.
+pub const NRI_BUDGET: std::time::Duration = std::time::Duration::from_millis(800);
 
 #[cfg(test)]
 mod tests {

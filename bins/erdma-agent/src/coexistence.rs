@@ -185,11 +185,11 @@ pub fn start(
     reclaimer: Reclaimer,
     shared: crate::tasks::Shared<'_>,
     served: &watch::Receiver<NodeDevices>,
-    health: &mut crate::health::HealthSources,
+    view: &mut watch::Receiver<Option<ConflictView>>,
     tasks: &mut crate::tasks::Tasks,
 ) {
     let (tx, rx) = watch::channel(None);
-    health.device_plugin_conflict = rx;
+    *view = rx;
     let cfg = Config {
         observer,
         reclaimer,

@@ -380,7 +380,7 @@ pub async fn start(
 pub fn start_publish(
     s: &crate::cli::Settings,
     inputs: PublisherInputs,
-    health: &mut crate::health::HealthSources,
+    view: &mut watch::Receiver<ServedView>,
     tasks: &mut crate::tasks::Tasks,
 ) -> watch::Receiver<NodeDevices> {
     let selection = DeviceSelection {
@@ -396,7 +396,7 @@ pub fn start_publish(
     });
     let (served_tx, served_rx) = watch::channel(first);
     let (view_tx, view_rx) = watch::channel(ServedView::default());
-    health.served = view_rx;
+    *view = view_rx;
     let cancel = tasks.cancel.clone();
     tasks.spawn(
         "publishing the served devices",

@@ -100,7 +100,7 @@ pub async fn observe(
 /// `/healthz` gets the status.
 pub fn start_manager(
     shared: crate::tasks::Shared<'_>,
-    health: &mut crate::health::HealthSources,
+    view: &mut watch::Receiver<DriverStatus>,
     tasks: &mut crate::tasks::Tasks,
 ) -> watch::Receiver<DriverStatus> {
     let holders = shared.holders;
@@ -123,6 +123,6 @@ pub fn start_manager(
         tasks.cancel.clone(),
     );
     tasks.spawn("reporting the driver state", observe);
-    health.driver = rx.clone();
+    *view = rx.clone();
     rx
 }

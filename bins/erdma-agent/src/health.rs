@@ -228,6 +228,14 @@ pub async fn serve_on(
     Ok(())
 }
 
+/// `/metrics`, `/healthz` and `/readyz` on `--metrics-addr`, unless it is `off`.
+pub fn start(s: &crate::cli::Settings, what: Exposition, tasks: &mut crate::tasks::Tasks) {
+    if let crate::cli::MetricsAddr::On(addr) = s.metrics_addr {
+        let cancel = tasks.cancel.clone();
+        tasks.spawn("serving /metrics", serve(addr, what, cancel));
+    }
+}
+
 /// Binds `addr` (`--metrics-addr`) and serves [`router`] there until `cancel` fires; a failed
 /// bind is logged and retried every 10 s while the devices are served.
 pub async fn serve(addr: std::net::SocketAddr, what: Exposition, cancel: CancellationToken) {

@@ -198,7 +198,8 @@ pub fn start(
     shared: crate::tasks::Shared<'_>,
     served: &watch::Receiver<NodeDevices>,
     source: &watch::Receiver<EriSource>,
-    health: &mut crate::health::HealthSources,
+    netdev_view: &mut watch::Receiver<std::collections::BTreeMap<String, String>>,
+    pnet_view: &mut watch::Receiver<Vec<String>>,
     tasks: &mut crate::tasks::Tasks,
 ) -> anyhow::Result<()> {
     let (plan, s) = (shared.plan, shared.settings);
@@ -208,7 +209,7 @@ pub fn start(
             "ERI netdev setup enabled (never touches the primary interface)"
         );
         let (tx, rx) = watch::channel(Default::default());
-        health.netdev = rx;
+        *netdev_view = rx;
         let report = NetdevReport {
             failures: shared.metrics.netdev_setup_failures.clone(),
             report: tx,
@@ -228,7 +229,7 @@ pub fn start(
     }
     if plan.smc_pnet {
         let (tx, rx) = watch::channel(Vec::new());
-        health.smc_pnet_warnings = rx;
+        *pnet_view = rx;
         let setup = run_smc_pnet(served.clone(), tx, tasks.cancel.clone());
         tasks.spawn("SMC pnet setup", setup);
     }

@@ -18,7 +18,7 @@ use crate::metrics::AgentMetrics;
 use crate::smcr::SmcrHook;
 use erdma_kubelet::podresources::{Holder, HolderCache, SETTLE_WITHIN, Snapshot};
 use erdma_model::container::ENV_RDMA_MAX;
-use erdma_model::rdma_limit::{Memlock, RDMA_MAX_ANNOTATION, RdmaLimit};
+use erdma_model::rdma_limit::{RDMA_MAX_ANNOTATION, RdmaLimit};
 use erdma_model::{NodeDevices, SlotId};
 use erdma_nri::api::{self, Event};
 use erdma_nri::plugin::Handler;
@@ -28,14 +28,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::watch;
 
-/// The NRI plugin's policy settings.
-#[derive(Debug, Clone)]
-pub struct Policy {
-    /// `RLIMIT_MEMLOCK` for containers holding the resource (`--nri-memlock`).
-    pub memlock: Memlock,
-    /// `rdma.max` when the pod does not set the annotation (`--nri-rdma-max`).
-    pub default_rdma_max: Option<RdmaLimit>,
-}
+pub use crate::cli::{NRI_BUDGET as BUDGET, NriPolicy as Policy};
 
 /// Something a user should see: an Event on the pod and a log line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -528,10 +521,6 @@ impl Handler for AgentNri {
     }
 }
 
-/// Default time one NRI call may take in the agent (the runtime allows 2 s by default);
-/// `--nri-budget-ms` changes it.
-pub const BUDGET: std::time::Duration = std::time::Duration::from_millis(800);
-
 /// Keeps a plugin session up: reconnects when the runtime restarts, backs off while the socket is
 /// missing, shows the state in `/healthz`.
 pub async fn run(
@@ -638,7 +627,7 @@ pub const EVENTS: &[Event] = &[
 /// The NRI part of `/healthz`, as the plan decided it; the sender goes to [`start`].
 pub fn start_view(
     plan: &crate::plan::AgentPlan,
-    health: &mut crate::health::HealthSources,
+    view: &mut watch::Receiver<Option<NriView>>,
 ) -> watch::Sender<Option<NriView>> {
     let (tx, rx) = watch::channel(Some(NriView {
         mode: plan.nri_mode.into(),
@@ -648,7 +637,7 @@ pub fn start_view(
         connected: false,
         last_error: None,
     }));
-    health.nri = rx;
+    *view = rx;
     tx
 }
 
@@ -694,6 +683,7 @@ mod tests {
     use erdma_host::fake::FixedInterfaceAddrs;
     use erdma_host::{RootedDevFs, RootedSysfs, fixtures};
     use erdma_inventory::{Inventory, Sources};
+    use erdma_model::rdma_limit::Memlock;
     use std::collections::BTreeMap;
 
     fn served() -> (erdma_host::fake::NodeTree, NodeDevices) {

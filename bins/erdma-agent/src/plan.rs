@@ -3,9 +3,29 @@
 //! NRI socket or not, the resource API chosen). [`crate::agent::run`] only wires the tasks the
 //! plan names; every policy decision between the settings and the tasks lives here.
 
-use crate::cli::{NriMode, Settings};
-use crate::resource_api::{Choice, ResourceApi};
+use crate::cli::{Choice, NriMode, Settings};
+use serde::Serialize;
 use std::path::PathBuf;
+
+/// The API in use on this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ResourceApi {
+    /// The kubelet device-plugin API.
+    DevicePlugin,
+    /// DRA.
+    Dra,
+}
+
+impl ResourceApi {
+    /// The label value / flag spelling.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ResourceApi::DevicePlugin => "device-plugin",
+            ResourceApi::Dra => "dra",
+        }
+    }
+}
 
 /// What the node offers at start, found by the agent before it plans.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

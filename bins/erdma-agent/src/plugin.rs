@@ -58,8 +58,9 @@ pub async fn start(
         plugin.on_allocate(Arc::new(move || poke.poke()))
     };
     let reclaimer = plugin.reclaimer();
-    coexistence::start(observer, reclaimer, shared, served, health, tasks);
-    let hook = smcr::start(smcr_probe, shared, served, health, tasks).await?;
+    let conflict = &mut health.device_plugin_conflict;
+    coexistence::start(observer, reclaimer, shared, served, conflict, tasks);
+    let hook = smcr::start(smcr_probe, shared, served, &mut health.smcr, tasks).await?;
     let for_nri = match hook {
         Some(hook) if shared.plan.nri => Some(hook),
         Some(hook) => {

@@ -23,48 +23,9 @@ pub const NODE_LABEL: &str = "erdma.alibabacloud.com/resource-api";
 /// Node condition naming the API in use.
 pub const CONDITION: &str = "ERdmaResourceAPI";
 
-/// `--resource-api`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Choice {
-    /// Always the device plugin.
-    DevicePlugin,
-    /// Always DRA.
-    Dra,
-    /// From the node label [`NODE_LABEL`] (absent: the device plugin).
-    NodeLabel,
-}
+pub use crate::cli::Choice;
 
-impl Choice {
-    /// Parses the flag value.
-    pub fn parse(s: &str) -> Result<Choice, String> {
-        match s.trim() {
-            "device-plugin" => Ok(Choice::DevicePlugin),
-            "dra" => Ok(Choice::Dra),
-            "node-label" => Ok(Choice::NodeLabel),
-            other => Err(format!("{other:?} is not device-plugin, dra or node-label")),
-        }
-    }
-}
-
-/// The API in use on this node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ResourceApi {
-    /// The kubelet device-plugin API.
-    DevicePlugin,
-    /// DRA.
-    Dra,
-}
-
-impl ResourceApi {
-    /// The label value / flag spelling.
-    pub fn name(&self) -> &'static str {
-        match self {
-            ResourceApi::DevicePlugin => "device-plugin",
-            ResourceApi::Dra => "dra",
-        }
-    }
-}
+pub use crate::plan::ResourceApi;
 
 /// What `/healthz` shows of the DRA driver.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -461,13 +422,13 @@ pub fn start_report(
 pub fn start_dra(
     shared: crate::tasks::Shared<'_>,
     served: &watch::Receiver<NodeDevices>,
-    health: &mut crate::health::HealthSources,
+    view: &mut watch::Receiver<Option<DraView>>,
     tasks: &crate::tasks::Tasks,
 ) -> anyhow::Result<crate::tasks::Serving> {
     use anyhow::Context;
     let (plan, s) = (shared.plan, shared.settings);
     let (dra_tx, dra_rx) = watch::channel(None);
-    health.dra = dra_rx;
+    *view = dra_rx;
     let settings = DraSettings {
         kubelet_root_dir: plan.sockets.kubelet_root_dir.clone(),
         cdi_dir: plan.sockets.dra_cdi.clone(),

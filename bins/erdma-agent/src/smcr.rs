@@ -596,7 +596,7 @@ pub async fn start(
     probe: Option<tokio::task::JoinHandle<Option<Arc<dyn SocketPolicy>>>>,
     shared: crate::tasks::Shared<'_>,
     served: &watch::Receiver<NodeDevices>,
-    health: &mut crate::health::HealthSources,
+    view: &mut watch::Receiver<Vec<Decision>>,
     tasks: &mut crate::tasks::Tasks,
 ) -> anyhow::Result<Option<Arc<SmcrHook>>> {
     use anyhow::Context;
@@ -624,7 +624,7 @@ pub async fn start(
         shared.cluster.clone(),
         shared.metrics.clone(),
     ));
-    health.smcr = hook.decisions();
+    *view = hook.decisions();
     tracing::info!(
         strict = s.smcr_strict,
         keep_ipv6 = s.smcr_keep_ipv6,

@@ -295,13 +295,14 @@ pub fn metadata(s: &crate::cli::Settings) -> anyhow::Result<ImdsClient> {
 /// when the plan says so; `/healthz` gets it and why it is not known yet.
 pub fn start_instance_id(
     shared: crate::tasks::Shared<'_>,
-    health: &mut crate::health::HealthSources,
+    id_view: &mut watch::Receiver<Option<String>>,
+    id_error_view: &mut watch::Receiver<Option<String>>,
     tasks: &mut crate::tasks::Tasks,
 ) -> anyhow::Result<watch::Receiver<Option<String>>> {
     let (plan, s) = (shared.plan, shared.settings);
     let (id_tx, id_rx) = watch::channel(s.instance_id.clone());
     let (err_tx, err_rx) = watch::channel(None);
-    (health.instance_id, health.instance_id_error) = (id_rx.clone(), err_rx);
+    (*id_view, *id_error_view) = (id_rx.clone(), err_rx);
     if plan.fetch_instance_id {
         let cancel = tasks.cancel.clone();
         let fetch = fetch_instance_id(metadata(s)?, id_tx, err_tx, Duration::from_secs(1), cancel);
@@ -315,7 +316,7 @@ pub fn start_instance_id(
 pub fn start(
     shared: crate::tasks::Shared<'_>,
     raw_rx: &watch::Receiver<NodeDevices>,
-    health: &mut crate::health::HealthSources,
+    view: &mut watch::Receiver<EriSource>,
     tasks: &mut crate::tasks::Tasks,
 ) -> watch::Receiver<EriSource> {
     let s = shared.settings;
@@ -347,6 +348,6 @@ pub fn start(
             rx
         }
     };
-    health.eri_source = rx.clone();
+    *view = rx.clone();
     rx
 }

@@ -4,9 +4,7 @@
 //! [`SHUTDOWN_GRACE`]. Also the tasks that belong to no concern: `/metrics` and the release of
 //! the pages only start-up used.
 
-use crate::agent::SHUTDOWN_GRACE;
-use crate::cli::{MetricsAddr, Settings};
-use crate::health::{self, Exposition};
+use crate::cli::Settings;
 use crate::pending::Pending;
 use erdma_inventory::Inventory;
 use std::any::Any;
@@ -73,20 +71,17 @@ impl Tasks {
         drop(self.kept);
     }
 
-    /// `/metrics`, `/healthz` and `/readyz` on `--metrics-addr`, unless it is `off`.
-    pub fn start_metrics(&mut self, s: &Settings, what: Exposition) {
-        if let MetricsAddr::On(addr) = s.metrics_addr {
-            let cancel = self.cancel.clone();
-            self.spawn("serving /metrics", serve_metrics(addr, what, cancel));
-        }
-    }
-
     /// The release of the pages only start-up used.
     pub fn start_release(&mut self) {
         let cancel = self.cancel.clone();
         self.spawn_unnamed(release_startup_pages(cancel));
     }
 }
+
+/// How long the agent's graceful shutdown may take once `cancel` fired: what has not finished by
+/// then is abandoned (and logged). The binary leaves its runtime half a second more, so that the
+/// process ends within 5 s of SIGTERM (the README's shutdown contract).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(4);
 
 /// How long [`with_grace`] lets sysfs reads still in flight (not blocked) finish before it
 /// reports them as abandoned.
@@ -175,31 +170,6 @@ async fn release_startup_pages(cancel: CancellationToken) {
         }
         first = false;
         wait = RELEASE_EVERY;
-    }
-}
-
-/// Serves /metrics, /healthz and /readyz; a busy or forbidden address is logged and retried every
-/// 10 s, never a reason to stop serving devices.
-async fn serve_metrics(addr: std::net::SocketAddr, what: Exposition, cancel: CancellationToken) {
-    loop {
-        match tokio::net::TcpListener::bind(addr).await {
-            Ok(listener) => {
-                tracing::info!(%addr, "serving /metrics and /healthz");
-                if let Err(e) = health::serve_on(listener, what.clone(), cancel.clone()).await {
-                    tracing::error!(%addr, "metrics server failed: {e}");
-                }
-                if cancel.is_cancelled() {
-                    return;
-                }
-            }
-            Err(e) => {
-                tracing::error!(%addr, "cannot bind --metrics-addr ({e}); retrying in 10 s, devices are served meanwhile")
-            }
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(std::time::Duration::from_secs(10)) => {}
-        }
     }
 }
 
