@@ -84,6 +84,17 @@ impl SandboxInfo {
     }
 }
 
+/// A pod as the runtime's sandbox metadata names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodIdentity {
+    /// Pod UID.
+    pub uid: String,
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+}
+
 /// The runtime socket: `explicit` if given (it must exist), else the first of
 /// [`DEFAULT_SOCKETS`] under `host_root` that exists.
 pub fn find_socket(explicit: Option<&Path>, host_root: &Path) -> Result<PathBuf, CriError> {
@@ -219,6 +230,37 @@ impl CriClient {
                     self.socket.display()
                 ))
             })
+    }
+
+    /// Every sandbox's pod (`ListPodSandbox` without a filter; ready or not): UID, namespace and
+    /// name, one entry per UID (a pod's sandboxes share it), sorted by UID. What maps the pod UID
+    /// of a cgroup path to the pod's name.
+    pub async fn pods(&mut self) -> Result<Vec<PodIdentity>, CriError> {
+        let fut = self
+            .client
+            .list_pod_sandbox(cri::ListPodSandboxRequest { filter: None });
+        let items = tokio::time::timeout(CALL_TIMEOUT, fut)
+            .await
+            .map_err(|_| self.call_err("ListPodSandbox", "timed out".into()))?
+            .map_err(|s| self.call_err("ListPodSandbox", s.to_string()))?
+            .into_inner()
+            .items;
+        let by_uid: BTreeMap<String, PodIdentity> = items
+            .into_iter()
+            .filter_map(|s| s.metadata)
+            .filter(|m| !m.uid.is_empty())
+            .map(|m| {
+                (
+                    m.uid.clone(),
+                    PodIdentity {
+                        uid: m.uid,
+                        namespace: m.namespace,
+                        name: m.name,
+                    },
+                )
+            })
+            .collect();
+        Ok(by_uid.into_values().collect())
     }
 
     /// The newest ready sandbox of pod `namespace/name`, with its network namespace, host-network

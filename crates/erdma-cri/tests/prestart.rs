@@ -220,6 +220,23 @@ async fn prestart_device_ids_lead_to_the_pods_netns_and_annotation() {
         cri.version().await.unwrap(),
         ("containerd".to_string(), "v2.1.0".to_string())
     );
+    // Every sandbox's pod, one per UID, ready or not (what maps a cgroup's pod UID to a name).
+    let pods: Vec<(String, String, String)> = cri
+        .pods()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.uid, p.namespace, p.name))
+        .collect();
+    let p = |u: &str, n: &str| (u.to_string(), "default".to_string(), n.to_string());
+    assert_eq!(
+        pods,
+        vec![
+            p("uid-new", "web-0"),
+            p("uid-old", "web-0"),
+            p("uid-x", "other")
+        ]
+    );
     let (owner, info) = s.resolve(&mut cri, &["erdma_0/8"]).await.unwrap();
     assert_eq!(
         (
