@@ -27,8 +27,8 @@
 //! built-in admission plugins that run before the webhooks (ServiceAccount, defaulting: `pod
 //! run --api-server` applies the ServiceAccount admission).
 
+use crate::error::{FakeKubeletError, Result};
 use crate::json_patch;
-use crate::{FakeKubeletError, Result};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;

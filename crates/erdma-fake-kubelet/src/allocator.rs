@@ -29,7 +29,7 @@
 //! capacity check, as a scheduler with another view of the device would: the driver's own
 //! guard at prepare is then what refuses it.
 
-use crate::{FakeKubeletError, Result};
+use crate::error::{FakeKubeletError, Result};
 use k8s_openapi::api::core::v1::{
     Container, ContainerExtendedResourceRequest, Pod, PodExtendedResourceClaimStatus,
     PodResourceClaim, PodSpec, PodStatus, ResourceClaim as ContainerClaim, ResourceRequirements,

@@ -32,8 +32,8 @@
 //!
 //! A ServiceAccount created later through the API gets no token (the fake has no TokenRequest).
 
+use crate::error::{FakeKubeletError, Result};
 use crate::podspec::manifest;
-use crate::{FakeKubeletError, Result};
 use erdma_k8s::fake::{FakeApiServer, FakeTls};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};

@@ -11,7 +11,7 @@
 //! mapping) gives the container only the devices of that request; without one, all of the claim's.
 
 use crate::dra::{self, DraDriverClient};
-use crate::{FakeKubeletError, Result};
+use crate::error::{FakeKubeletError, Result};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde::{Deserialize, Serialize};

@@ -1,7 +1,7 @@
 //! Kubelet admission for one container: choose devices, ask the plugin, record the allocation.
 
+use crate::error::{FakeKubeletError, Result};
 use crate::state::{self, AllocationRecord, ResourceState};
-use crate::{FakeKubeletError, Result};
 use erdma_kubelet::deviceplugin::v1beta1 as api;
 use erdma_kubelet::deviceplugin::v1beta1::device_plugin_client::DevicePluginClient;
 use erdma_kubelet::uds::{self, ClientAuthority};

@@ -1,8 +1,8 @@
 //! The long-running fake kubelet: Registration server, plugin dial-back, ListAndWatch consumer,
 //! restarts, pod-resources server.
 
+use crate::error::{FakeKubeletError, Result};
 use crate::state::{self, DeviceState, OptionsState, ResourceState, StateFile};
-use crate::{FakeKubeletError, Result};
 use erdma_kubelet::deviceplugin::v1beta1 as api;
 use erdma_kubelet::deviceplugin::v1beta1::device_plugin_client::DevicePluginClient;
 use erdma_kubelet::deviceplugin::v1beta1::registration_server::{Registration, RegistrationServer};

@@ -26,7 +26,7 @@
 //! Scheduling is not modelled: the allocation the scheduler would write into a ResourceClaim's
 //! status is written by the test.
 
-use crate::{FakeKubeletError, Result};
+use crate::error::{FakeKubeletError, Result};
 use erdma_kubelet::dra::v1 as dra;
 use erdma_kubelet::dra::v1::dra_plugin_client::DraPluginClient;
 use erdma_kubelet::dra_health::{v1 as health_v1, v1alpha1 as health_v1alpha1};

@@ -4,7 +4,7 @@
 //! its service socket whatever it lists, and records which health versions were opened and what
 //! the kubelet said about the registration.
 
-use crate::{FakeKubeletError, Result};
+use crate::error::{FakeKubeletError, Result};
 use erdma_kubelet::dra::v1 as dra;
 use erdma_kubelet::dra::v1::dra_plugin_server::{DraPlugin, DraPluginServer};
 use erdma_kubelet::dra_health::{v1 as health_v1, v1alpha1 as health_v1alpha1};

@@ -56,6 +56,7 @@ pub mod client;
 pub mod daemon;
 pub mod dra;
 pub mod dra_plugin;
+pub mod error;
 pub mod json_patch;
 pub mod manifest_pod;
 pub mod other_plugin;
@@ -67,6 +68,7 @@ pub mod state;
 
 pub use client::{AllocateOptions, AllocationOutput, allocate, allocate_reusing, release};
 pub use daemon::{FakeKubelet, FakeKubeletConfig};
+pub use error::{FakeKubeletError, Result};
 pub use other_plugin::OtherPlugin;
 pub use state::{AllocationRecord, DeviceState, OptionsState, ResourceState, StateFile};
 
@@ -78,48 +80,3 @@ pub const LEDGER_FILE: &str = "fake-kubelet-checkpoint.json";
 pub const LOCK_FILE: &str = "fake-kubelet.lock";
 /// File name of the daemon's PID file.
 pub const PID_FILE: &str = "fake-kubelet.pid";
-
-/// Errors of the fake kubelet.
-#[derive(Debug, thiserror::Error)]
-pub enum FakeKubeletError {
-    /// File I/O failed.
-    #[error("{what} {path}: {source}")]
-    Io {
-        /// What was being done.
-        what: &'static str,
-        /// The path.
-        path: std::path::PathBuf,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// A JSON file could not be parsed.
-    #[error("{path} is not valid JSON for the fake kubelet: {source}")]
-    Json {
-        /// The path.
-        path: std::path::PathBuf,
-        /// The cause.
-        source: serde_json::Error,
-    },
-    /// Socket helper error.
-    #[error(transparent)]
-    Uds(#[from] erdma_kubelet::uds::UdsError),
-    /// A gRPC call to the plugin failed.
-    #[error("{call} on {endpoint} failed: {status}")]
-    Rpc {
-        /// The RPC.
-        call: &'static str,
-        /// The plugin socket.
-        endpoint: String,
-        /// The status.
-        status: Box<tonic::Status>,
-    },
-    /// A container runtime (CRI) call failed.
-    #[error(transparent)]
-    Cri(#[from] erdma_cri::CriError),
-    /// The request cannot be satisfied.
-    #[error("{0}")]
-    Refused(String),
-}
-
-/// Result alias.
-pub type Result<T, E = FakeKubeletError> = std::result::Result<T, E>;

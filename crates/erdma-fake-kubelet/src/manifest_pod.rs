@@ -16,13 +16,13 @@
 //! `Init:Error`, then `Init:CrashLoopBackOff`), the lab kubelet fails the pod at once.
 
 use crate::client::{AllocateOptions, AllocationOutput};
+use crate::error::{FakeKubeletError, Result};
 use crate::pods::{self, CdiForm, InitContainerRecord, PodRecord, PodSpec};
 use crate::podspec::atomic;
 use crate::podspec::images::{self, ImageRecord};
 use crate::podspec::probe::{self, ProbeTarget};
 use crate::podspec::translate::{ContainerInputs, ContainerPlan, PodPlan, VolumePlan};
 use crate::podspec::volumes::{self, VolumeRecord};
-use crate::{FakeKubeletError, Result};
 use erdma_cri::CriClient;
 use erdma_cri::runtime::v1 as cri;
 use erdma_kubelet::uds::ClientAuthority;

@@ -2,7 +2,7 @@
 //! fixed device list for a resource on a socket name of the caller's choosing, registers it with
 //! the kubelet, and keeps its `ListAndWatch` stream open until stopped.
 
-use crate::{FakeKubeletError, Result};
+use crate::error::{FakeKubeletError, Result};
 use erdma_kubelet::deviceplugin::v1beta1 as api;
 use erdma_kubelet::deviceplugin::v1beta1::device_plugin_server::{
     DevicePlugin, DevicePluginServer,

@@ -6,10 +6,10 @@
 //! account's token (`DIR/<namespace>/<name>/token`, written by `apiserver
 //! --service-account-dir`, as the kubelet gets one from the TokenRequest API) are read.
 
+use crate::error::{FakeKubeletError, Result};
 use crate::podspec::manifest::ManifestPod;
 use crate::podspec::objects::{self, ApiObjects};
 use crate::podspec::serviceaccount::{self, Admitted};
-use crate::{FakeKubeletError, Result};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use kube::Api;
 use std::collections::BTreeMap;

@@ -19,10 +19,10 @@
 
 use crate::claims::{DraAccess, PreparedPodClaim};
 use crate::client::{AllocateOptions, AllocationOutput, MountOut};
+use crate::error::{FakeKubeletError, Result};
 use crate::podspec::images::ImageRecord;
 use crate::podspec::probe::ProbeRecord;
 use crate::podspec::volumes::VolumeRecord;
-use crate::{FakeKubeletError, Result};
 use erdma_cri::runtime::v1 as cri;
 use erdma_cri::{CriClient, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
 use erdma_kubelet::uds::ClientAuthority;

@@ -1,7 +1,8 @@
 //! The state file, the allocation ledger, and the lock that serialises their updates between
 //! the daemon and one-shot commands.
 
-use crate::{FakeKubeletError, LEDGER_FILE, LOCK_FILE, Result, STATE_FILE};
+use crate::error::{FakeKubeletError, Result};
+use crate::{LEDGER_FILE, LOCK_FILE, STATE_FILE};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::File;

@@ -2,7 +2,7 @@
 //! `DaemonSet`, `Deployment`, `StatefulSet` or `Job`, as JSON or YAML (one document or several,
 //! as `helm template` prints them; a `List` is opened).
 
-use crate::{FakeKubeletError, Result};
+use crate::error::{FakeKubeletError, Result};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};

@@ -15,7 +15,7 @@ use super::probe::{self, Probes};
 use super::quantity::Quantity;
 use super::volumes::{self, HostPathType};
 use crate::client::AllocationOutput;
-use crate::{FakeKubeletError, Result};
+use crate::error::{FakeKubeletError, Result};
 use erdma_cri::runtime::v1 as cri;
 use erdma_cri::{LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
 use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
