@@ -366,7 +366,7 @@ impl Driver {
         let cap = &self.cfg.capacity;
         let get = |name: &str, default: u64| -> Result<u64, String> {
             match r.consumed_capacity.as_ref().and_then(|m| m.get(name)) {
-                Some(q) => crate::quantity::parse(&q.0)
+                Some(q) => erdma_model::quantity::parse(&q.0)
                     .map_err(|e| format!("consumed capacity {name} of device {}: {e}", r.device)),
                 None => Ok(default),
             }

@@ -32,7 +32,6 @@ pub mod error;
 pub mod health;
 pub mod journal;
 pub mod publish;
-pub mod quantity;
 pub mod readback;
 pub mod server;
 pub mod slice;

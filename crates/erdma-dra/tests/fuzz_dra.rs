@@ -16,7 +16,7 @@
 
 use erdma_dra::cdi::RdmaLimits;
 use erdma_dra::checkpoint::{Checkpoint, PreparedClaim, PreparedDevice, Record, claims_by_device};
-use erdma_dra::quantity;
+use erdma_model::quantity;
 use proptest::prelude::*;
 use proptest::sample::Index;
 use std::collections::BTreeMap;

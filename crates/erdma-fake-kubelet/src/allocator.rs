@@ -55,29 +55,9 @@ fn kube_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> FakeKubeletE
     move |e| FakeKubeletError::Refused(format!("{what}: {e}"))
 }
 
-/// Parses a whole-number quantity (`200`, `4k`, `2M`, `1Gi`, ...).
+/// Parses a whole-number quantity (`200`, `4k`, `2M`, `1Gi`, ...) as erdma's DRA driver does.
 pub fn quantity(q: &str) -> Result<u64> {
-    let q = q.trim();
-    let split = q.find(|c: char| !c.is_ascii_digit()).unwrap_or(q.len());
-    let (num, suffix) = q.split_at(split);
-    let mult: u64 = match suffix {
-        "" => 1,
-        "k" => 1_000,
-        "M" => 1_000_000,
-        "G" => 1_000_000_000,
-        "Ki" => 1 << 10,
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        _ => {
-            return Err(FakeKubeletError::Refused(format!(
-                "quantity {q:?}: the lab allocator understands whole numbers with k, M, G, Ki, Mi, Gi"
-            )));
-        }
-    };
-    num.parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .ok_or_else(|| FakeKubeletError::Refused(format!("quantity {q:?} is not a whole number")))
+    erdma_model::quantity::parse(q).map_err(FakeKubeletError::Refused)
 }
 
 /// The driver a DeviceClass selects, from its one selector `device.driver == "<driver>"`.

@@ -19,6 +19,7 @@ pub mod names;
 pub mod node;
 pub mod pnet;
 pub mod port;
+pub mod quantity;
 pub mod rdma_limit;
 pub mod selection;
 pub mod settings;

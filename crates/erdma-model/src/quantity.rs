@@ -1,5 +1,6 @@
-//! Whole-number Kubernetes quantities (`4`, `8k`, `2Mi`), as used for capacities. Fractions and
-//! milli-units are refused: every capacity of this driver counts whole things.
+//! Whole-number Kubernetes quantities (`4`, `8k`, `2Mi`), as DRA capacities of erdma's driver use
+//! them: the driver that publishes them and the lab's allocator that consumes them read them with
+//! this one parser. Fractions and milli-units are refused: every capacity counts whole things.
 
 /// Parses a whole, non-negative quantity. The error says what was expected.
 pub fn parse(q: &str) -> Result<u64, String> {
