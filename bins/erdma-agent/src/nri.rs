@@ -17,7 +17,7 @@ use crate::cluster::{Cluster, PodRef};
 use crate::metrics::AgentMetrics;
 use crate::smcr::SmcrHook;
 use erdma_kubelet::podresources::{Holder, HolderCache, SETTLE_WITHIN, Snapshot};
-use erdma_model::container::ENV_RDMA_MAX;
+use erdma_model::container::{ENV_RDMA_MAX, RDMA_MAX_SEPARATOR};
 use erdma_model::rdma_limit::{RDMA_MAX_ANNOTATION, RdmaLimit};
 use erdma_model::{NodeDevices, SlotId};
 use erdma_nri::api::{self, Event};
@@ -120,7 +120,7 @@ fn env_value<'a>(c: &'a api::Container, key: &str) -> Option<&'a str> {
 /// `;`-separated): exactly one entry, for a device the container holds, with valid limits.
 fn claimed_limit(lines: &str, held: &[String]) -> Result<String, String> {
     let entries: Vec<&str> = lines
-        .split(';')
+        .split(RDMA_MAX_SEPARATOR)
         .map(str::trim)
         .filter(|e| !e.is_empty())
         .collect();
