@@ -21,3 +21,5 @@ pub const UNINSTALL: &str =
 pub const SUBMIT: &str = "Exit status: 0 submitted, or rendered with --dry-run; 2 invalid arguments, or the API refused the job.";
 /// `erdmactl smc status` / `smc pnet`.
 pub const SMC: &str = "Exit status: 0 listed; 1 this kernel has no SMC (the reason is printed: \"SMC unsupported: ...\"); 2 usage error, or the network namespace cannot be entered.";
+/// `erdmactl top pods` / `top devices`.
+pub const TOP: &str = "Exit status: 0 every agent asked was read; 1 an agent could not be read or cannot read RDMA usage (each such node is named on stderr with the reason; the others are printed); 2 usage error, or the cluster could not be read (kubeconfig, API).";

@@ -12,6 +12,7 @@ mod nccl;
 mod output;
 mod smc;
 mod submit;
+mod top;
 
 /// erdma command-line tool: inspect RDMA devices, analyse NCCL logs, diagnose nodes and pods.
 #[derive(Debug, Parser)]
@@ -36,6 +37,9 @@ enum Command {
     /// Diagnose eRDMA on a node (`--node`), a pod (`--pod`) or this machine: PASS/WARN/FAIL + fix.
     #[command(after_help = exit::DOCTOR)]
     Doctor(Box<doctor::Args>),
+    /// Per-pod RDMA usage (`top pods`: QPs, pinned memory, CQs, PDs) and per-device traffic
+    /// (`top devices`), read from the agents like `kubectl top`.
+    Top(top::Args),
     /// Render (`--dry-run -o yaml|json`) or apply the manifests: CRD, RBAC, controller, agent,
     /// webhook; options mirror the original chart's values.
     #[command(after_help = exit::INSTALL)]
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
         Command::Smc(args) => smc::run(&args),
         Command::Submit(args) => submit::run(&args),
         Command::Doctor(args) => doctor::run(&args),
+        Command::Top(args) => top::run(&args),
         Command::Install(args) => install::run(&args),
         Command::Uninstall(args) => install::uninstall(&args),
     };

@@ -60,8 +60,9 @@
 //!   server): forwarded as HTTP/1.0 to the address a test registers with
 //!   [`FakeApiServer::proxy_pod`], else to the pod's `status.podIP` and the port (80 when none);
 //!   the backend's status and body come back as they are. A missing pod is 404 `NotFound`, a pod
-//!   without an IP or a backend that cannot be reached 503 `ServiceUnavailable` with the API
-//!   server's `error trying to reach service: …` message.
+//!   without an IP 400 `BadRequest`, and a backend that cannot be reached 500 `InternalError`
+//!   with the API server's `error trying to reach service: …` message (the proxy handler's
+//!   error is not an API status, so the API server answers it as an internal error).
 //!
 //! Not modelled: admission webhooks and semantic validation beyond deserialisation (immutable
 //! fields, name formats, CRD structural schemas and pruning), garbage collection by
@@ -605,9 +606,9 @@ impl FakeApiServer {
                 Some(ip) if !ip.is_empty() => format!("{ip}:{port}"),
                 _ => {
                     return Some(status(
-                        503,
-                        "ServiceUnavailable",
-                        &format!("address not allowed: pod {ns}/{pod} has no IP"),
+                        400,
+                        "BadRequest",
+                        &format!("pod {ns}/{pod} has no IP address"),
                     ));
                 }
             },
@@ -625,8 +626,8 @@ impl FakeApiServer {
                 .body(BodyExt::boxed_unsync(Full::new(Bytes::from(body))))
                 .unwrap_or_else(|_| status(502, "InternalError", "bad backend answer")),
             Err(e) => status(
-                503,
-                "ServiceUnavailable",
+                500,
+                "InternalError",
                 &format!("error trying to reach service: {e}"),
             ),
         })
@@ -2039,7 +2040,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_pod_proxy_reaches_a_registered_backend_and_answers_as_the_api_server_does() {
+    async fn the_pod_proxy_reaches_a_registered_backend_and_answers_errors_as_statuses() {
         use k8s_openapi::api::core::v1::{Pod, PodStatus};
         let api = FakeApiServer::new();
         let pod = |name: &str, ip: Option<&str>| Pod {
@@ -2079,7 +2080,7 @@ mod tests {
         let no_ip = get("/api/v1/namespaces/erdma-system/pods/agent-b:9101/proxy/usage")
             .await
             .expect_err("no IP");
-        assert!(no_ip.to_string().contains("has no IP"), "{no_ip}");
+        assert!(no_ip.to_string().contains("has no IP address"), "{no_ip}");
         // The pod's own IP and a port nothing listens on: the API server's dial error.
         let closed = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -2099,7 +2100,7 @@ mod tests {
             "{refused}"
         );
         match refused {
-            kube::Error::Api(s) => assert_eq!(s.code, 503),
+            kube::Error::Api(s) => assert_eq!(s.code, 500),
             other => panic!("{other}"),
         }
     }
