@@ -84,6 +84,16 @@ async fn serve(s: Settings, inventory: Inventory, mut tasks: Tasks) -> anyhow::R
     );
     let refresh = holders.clone().refresh_on_poke(tasks.cancel.clone());
     tasks.spawn("the pod-resources owner", refresh);
+    // Per-pod RDMA usage, read when /metrics or /usage asks (collect-on-scrape).
+    let usage = plan.rdma_usage.then(|| {
+        let u = crate::usage::UsageService::real(
+            holders.clone(),
+            plan.sockets.cri.clone(),
+            s.node_name.clone(),
+        );
+        registry.register_collector(Box::new(crate::usage::UsageCollector(u.clone())));
+        u
+    });
 
     let shared = Shared {
         settings: &s,
@@ -133,6 +143,7 @@ async fn serve(s: Settings, inventory: Inventory, mut tasks: Tasks) -> anyhow::R
         registry: Arc::new(registry),
         plugin: plugin_metrics,
         health,
+        usage,
     };
     health::start(&s, exposition, &mut tasks);
     tasks.start_release();

@@ -209,6 +209,12 @@ pub struct Flags {
     /// GET of the claim per prepare and no watch [default: true].
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub dra_claim_watch: Option<bool>,
+    /// Per-pod RDMA usage: on each scrape of /metrics or GET /usage (results younger than 2 s
+    /// reused), read the kernel's RDMA objects and port counters over RDMA netlink and attribute
+    /// them to pods through /proc/<pid>/cgroup (needs the host PID namespace); `false`: no usage
+    /// metrics and /usage answers 503 [default: true].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub rdma_usage: Option<bool>,
 }
 
 pub use erdma_model::names::BPF_PIN_DIR as DEFAULT_BPF_PIN_DIR;
@@ -271,6 +277,7 @@ pub struct FileConfig {
     resource_api: Option<String>,
     kubelet_root_dir: Option<PathBuf>,
     dra_claim_watch: Option<bool>,
+    rdma_usage: Option<bool>,
 }
 
 /// A comma-separated string or a list.
@@ -372,6 +379,8 @@ pub struct Settings {
     pub kubelet_root_dir: PathBuf,
     /// DRA: feed the claim cache from a ResourceClaim watch (`--dra-claim-watch`).
     pub dra_claim_watch: bool,
+    /// Per-pod RDMA usage on scrape (`--rdma-usage`).
+    pub rdma_usage: bool,
     /// NRI plugin mode.
     pub nri: NriMode,
     /// The runtime's NRI socket.
@@ -686,6 +695,7 @@ impl Settings {
                 .dra_claim_watch
                 .or(file.dra_claim_watch)
                 .unwrap_or(true),
+            rdma_usage: flags.rdma_usage.or(file.rdma_usage).unwrap_or(true),
             nri,
             nri_socket: flags
                 .nri_socket

@@ -182,19 +182,67 @@ pub struct Exposition {
     pub plugin: Arc<Metrics>,
     /// The `/healthz` sources.
     pub health: HealthSources,
+    /// Per-pod RDMA usage (`--rdma-usage`): read before `/metrics` is rendered, and served at
+    /// `/usage`; `None` when off.
+    pub usage: Option<Arc<crate::usage::UsageService>>,
 }
 
-/// The routes: `/metrics`, `/healthz` and `/readyz`. `/healthz` answers 200 while the process
-/// runs (an outage elsewhere must not make Kubernetes restart the agent); `/readyz` answers 200
-/// once the agent serves through the node's resource API (the device plugin or the DRA driver
-/// registered with the kubelet), else 503 with what is missing.
+/// The routes: `/metrics`, `/healthz`, `/readyz` and `/usage`. `/healthz` answers 200 while the
+/// process runs (an outage elsewhere must not make Kubernetes restart the agent); `/readyz`
+/// answers 200 once the agent serves through the node's resource API (the device plugin or the
+/// DRA driver registered with the kubelet), else 503 with what is missing. With usage on,
+/// `/metrics` first brings the usage up to date ([`crate::usage::UsageService::current`]);
+/// `/usage` answers its JSON ([`erdma_usage::report::NodeUsage`]), 503 when it could not be read
+/// or usage is off.
 pub fn router(what: Exposition) -> axum::Router {
     use axum::http::StatusCode;
     use axum::http::header::CONTENT_TYPE;
     use axum::routing::get;
     let (h, r) = (what.clone(), what.clone());
+    let (registry, usage) = (what.registry.clone(), what.usage.clone());
+    let usage_json = what.usage.clone();
     axum::Router::new()
-        .route("/metrics", erdma_host::http::metrics_route(what.registry))
+        .route(
+            "/metrics",
+            get(move || {
+                let (registry, usage) = (registry.clone(), usage.clone());
+                async move {
+                    if let Some(u) = usage {
+                        u.current().await;
+                    }
+                    erdma_host::http::metrics_response(&registry)
+                }
+            }),
+        )
+        .route(
+            "/usage",
+            get(move || {
+                let usage = usage_json.clone();
+                async move {
+                    let (code, body) = match usage {
+                        Some(u) => {
+                            let now = u.current().await;
+                            let code = if now.available {
+                                StatusCode::OK
+                            } else {
+                                StatusCode::SERVICE_UNAVAILABLE
+                            };
+                            (code, serde_json::to_string(&*now).unwrap_or_default())
+                        }
+                        None => {
+                            let off = erdma_usage::report::NodeUsage::unavailable(
+                                None,
+                                0,
+                                "RDMA usage is off on this agent (--rdma-usage=false)".into(),
+                            );
+                            let body = serde_json::to_string(&off).unwrap_or_default();
+                            (StatusCode::SERVICE_UNAVAILABLE, body)
+                        }
+                    };
+                    (code, [(CONTENT_TYPE, "application/json")], body)
+                }
+            }),
+        )
         .route(
             "/healthz",
             get(move || {
@@ -286,6 +334,7 @@ mod tests {
                 registry: Arc::new(Registry::default()),
                 plugin: plugin.clone(),
                 health,
+                usage: None,
             },
             cancel.clone(),
         ));

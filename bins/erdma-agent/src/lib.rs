@@ -31,3 +31,4 @@ pub mod resource_api;
 pub mod smcr;
 pub mod source;
 pub mod tasks;
+pub mod usage;

@@ -128,6 +128,8 @@ pub struct AgentPlan {
     pub eri_source: EriSourcePlan,
     /// Watch for another device plugin serving the resource (device plugin only).
     pub coexistence: bool,
+    /// Per-pod RDMA usage on scrape and `GET /usage` (`--rdma-usage`, with the metrics server).
+    pub rdma_usage: bool,
     /// The sockets and directories.
     pub sockets: Sockets,
 }
@@ -208,6 +210,7 @@ impl AgentPlan {
                 EriSourcePlan::Cluster
             },
             coexistence: !dra,
+            rdma_usage: s.rdma_usage && matches!(s.metrics_addr, crate::cli::MetricsAddr::On(_)),
             sockets: Sockets {
                 kubelet_dir: s.kubelet_dir.clone(),
                 kubelet_root_dir: s.kubelet_root_dir.clone(),
@@ -381,6 +384,33 @@ mod tests {
         }
         // 8 cluster rows × 12 NRI rows of their API × 6 ERI rows.
         assert_eq!(checked, 8 * 12 * 6);
+    }
+
+    /// Usage: (--rdma-usage, --metrics-addr) → usage collected.
+    #[rustfmt::skip]
+    const USAGE: [(Option<&str>, &str, bool); 6] = [
+        (None,          "0.0.0.0:9101", true),
+        (Some("true"),  "0.0.0.0:9101", true),
+        (Some("false"), "0.0.0.0:9101", false),
+        (None,          "off",          false),
+        (Some("true"),  "off",          false),
+        (Some("false"), "off",          false),
+    ];
+
+    #[test]
+    fn rdma_usage_needs_the_flag_and_the_metrics_server() {
+        let offers = NodeOffers {
+            cluster: false,
+            nri_socket: false,
+            resource_api: Dp,
+        };
+        for (flag, addr, on) in USAGE {
+            let mut v = vec!["erdma-agent".to_string(), format!("--metrics-addr={addr}")];
+            v.extend(flag.map(|f| format!("--rdma-usage={f}")));
+            let s = Settings::resolve(Flags::try_parse_from(v).unwrap()).unwrap();
+            let p = AgentPlan::new(&s, &offers).unwrap();
+            assert_eq!(p.rdma_usage, on, "{flag:?} {addr}");
+        }
     }
 
     #[test]

@@ -338,6 +338,7 @@ async fn the_kubelets_dra_calls_are_counted_and_timed_on_metrics() {
             health: erdma_agent::health::HealthSources::fixed(
                 erdma_driver::DriverStatus::unmanaged(),
             ),
+            usage: None,
         },
         http.clone(),
     ));

@@ -310,6 +310,7 @@ async fn refused_reload_shows_in_healthz_metrics_and_on_the_node() {
                 driver: rx.clone(),
                 ..HealthSources::fixed(DriverStatus::unmanaged())
             },
+            usage: None,
         },
         cancel.clone(),
     ));

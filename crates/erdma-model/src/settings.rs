@@ -344,6 +344,13 @@ pub const AGENT_SETTINGS: &[Setting] = &[
         None,
         Value("true"),
     ),
+    charted(
+        "rdma-usage",
+        "agent.rdmaUsage.enabled",
+        "true",
+        None,
+        Value("true"),
+    ),
 ];
 
 /// The setting of agent flag `flag` (without `--`).

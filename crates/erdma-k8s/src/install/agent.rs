@@ -35,6 +35,9 @@ pub fn agent_args(v: &Values) -> Vec<String> {
             args.push("--dra-claim-watch=false".into());
         }
     }
+    if !a.rdma_usage.enabled {
+        args.push("--rdma-usage=false".into());
+    }
     if agent_prestart(v) {
         args.push("--deviceplugin-prestart-container".into());
         if !a.cri_socket.is_empty() {

@@ -262,6 +262,22 @@ pub struct AgentValues {
     pub extra_volume_mounts: Vec<VolumeMount>,
     /// (new) The agent's metrics and health port on the node (`--metrics-addr`).
     pub metrics_port: i32,
+    /// (new) Per-pod RDMA usage (`--rdma-usage`).
+    pub rdma_usage: RdmaUsageValues,
+}
+
+/// `agent.rdmaUsage.*` (new): per-pod RDMA usage in the agent's metrics and `GET /usage`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RdmaUsageValues {
+    /// Read the kernel's RDMA objects and counters on scrape; `false`: `--rdma-usage=false`.
+    pub enabled: bool,
+}
+
+impl Default for RdmaUsageValues {
+    fn default() -> Self {
+        RdmaUsageValues { enabled: true }
+    }
 }
 
 impl Default for AgentValues {
@@ -307,6 +323,7 @@ impl Default for AgentValues {
             extra_volumes: Vec::new(),
             extra_volume_mounts: Vec::new(),
             metrics_port: AGENT_METRICS_PORT,
+            rdma_usage: RdmaUsageValues::default(),
         }
     }
 }

@@ -1,0 +1,979 @@
+//! Per-pod RDMA usage (`--rdma-usage`, issue 32): read when asked, not on a timer. A scrape of
+//! `/metrics` or a `GET /usage` asks [`UsageService::current`]: a result younger than
+//! [`MAX_AGE`] is reused, else one collection runs (never two at once: a second asker waits for
+//! the first's result) off the async runtime (`spawn_blocking`; RDMA netlink has its own receive
+//! timeout):
+//!
+//! 1. the kernel's RDMA objects and port counters ([`erdma_usage::Snapshot`] over RDMA netlink),
+//!    each owner PID's pod UID and container from `<proc>/<pid>/cgroup`;
+//! 2. who was allocated which device: the pod-resources owner's published snapshot
+//!    ([`HolderCache::snapshot`], no I/O), device IDs `<device>/<slot>` or DRA devices;
+//! 3. pod UID ↔ namespace/name from the container runtime's sandbox list (CRI `ListPodSandbox`),
+//!    kept and listed again only when a UID or a holder is unknown to it, at most once per
+//!    [`NAMES_EVERY`];
+//! 4. [`erdma_usage::attribute`], then [`erdma_usage::report::build`]: the [`NodeUsage`] that
+//!    `GET /usage` answers and the usage metrics ([`UsageCollector`]) are made from.
+//!
+//! The metrics are written from the last result at each scrape (a prometheus-client collector,
+//! no family that accumulates), so a pod that ended leaves the exposition with its objects.
+//!
+//! Test hooks (environment, not settings): `ERDMA_AGENT_FAKE_RDMA` names a file describing the
+//! kernel's answer ([`parse_fake`]) used instead of RDMA netlink, `ERDMA_AGENT_PROC_ROOT` a
+//! directory used instead of `/proc`.
+
+use erdma_cri::PodIdentity;
+use erdma_kubelet::podresources::{Holder, HolderCache};
+use erdma_usage::report::{self, NodeUsage, PodName, TrafficKind};
+use erdma_usage::{
+    CqEntry, DeviceEntry, FakeSource, MrEntry, NetlinkSource, PdEntry, PodDevices, PodUid,
+    PortCounters, QpEntry, QpState, QpType, Snapshot, UsageSource,
+};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A result younger than this is reused.
+pub const MAX_AGE: Duration = Duration::from_secs(2);
+/// The sandbox list is asked again for an unknown pod at most this often.
+pub const NAMES_EVERY: Duration = Duration::from_secs(10);
+/// Most pods the metrics name (the rest are counted in `erdma_usage_pods_left_out`); with at
+/// most [`erdma_usage::nldev`]'s 8 QP states and the node's devices this bounds the series.
+pub const MAX_METRIC_PODS: usize = 256;
+
+/// The environment variable naming a fake kernel answer (tests).
+pub const FAKE_RDMA_ENV: &str = "ERDMA_AGENT_FAKE_RDMA";
+/// The environment variable naming a `/proc` to read instead of the real one (tests).
+pub const PROC_ROOT_ENV: &str = "ERDMA_AGENT_PROC_ROOT";
+
+/// Internal UID of a pod known by name only (allocated a device, its UID not in the runtime's
+/// list): `name:<namespace>/<name>`; the answer shows such a pod with an empty UID.
+const NAME_ONLY: &str = "name:";
+
+/// Lists the pods the container runtime knows.
+pub trait PodLister: Send + Sync {
+    /// Every pod: UID, namespace, name.
+    fn list(&self) -> Pin<Box<dyn Future<Output = Result<Vec<PodIdentity>, String>> + Send + '_>>;
+}
+
+/// The runtime's CRI socket (`--cri-socket`, else the usual places).
+pub struct CriLister {
+    /// `--cri-socket`.
+    pub socket: Option<PathBuf>,
+}
+
+impl PodLister for CriLister {
+    fn list(&self) -> Pin<Box<dyn Future<Output = Result<Vec<PodIdentity>, String>> + Send + '_>> {
+        Box::pin(async move {
+            let socket = erdma_cri::find_socket(self.socket.as_deref(), std::path::Path::new("/"))
+                .map_err(|e| e.to_string())?;
+            let mut c = erdma_cri::CriClient::connect(&socket, std::path::Path::new("/proc"))
+                .await
+                .map_err(|e| e.to_string())?;
+            c.pods().await.map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// A fixed list (tests).
+impl PodLister for Vec<PodIdentity> {
+    fn list(&self) -> Pin<Box<dyn Future<Output = Result<Vec<PodIdentity>, String>> + Send + '_>> {
+        let v = self.clone();
+        Box::pin(async move { Ok(v) })
+    }
+}
+
+/// Pod names by UID, and UIDs by name, from the runtime's last list.
+#[derive(Default)]
+struct Names {
+    by_uid: BTreeMap<PodUid, PodName>,
+    by_name: BTreeMap<PodName, PodUid>,
+    listed: Option<Instant>,
+}
+
+impl Names {
+    /// Lists the pods again when one of `uids` or `pods` is unknown and the last list is older
+    /// than [`NAMES_EVERY`].
+    async fn cover(
+        &mut self,
+        lister: &dyn PodLister,
+        uids: &BTreeSet<PodUid>,
+        pods: &BTreeSet<PodName>,
+    ) {
+        let missing = uids.iter().any(|u| !self.by_uid.contains_key(u))
+            || pods.iter().any(|p| !self.by_name.contains_key(p));
+        if !missing || self.listed.is_some_and(|t| t.elapsed() < NAMES_EVERY) {
+            return;
+        }
+        self.listed = Some(Instant::now());
+        match lister.list().await {
+            Ok(list) => {
+                self.by_uid.clear();
+                self.by_name.clear();
+                for p in list {
+                    let name = PodName {
+                        namespace: p.namespace,
+                        name: p.name,
+                    };
+                    self.by_name.insert(name.clone(), PodUid(p.uid.clone()));
+                    self.by_uid.insert(PodUid(p.uid), name);
+                }
+            }
+            Err(e) => tracing::debug!("RDMA usage: listing the runtime's pods: {e}"),
+        }
+    }
+}
+
+/// The last result.
+#[derive(Clone)]
+struct Collected {
+    at: Instant,
+    took: Duration,
+    usage: Arc<NodeUsage>,
+}
+
+/// Where usage is read from.
+pub struct UsageInputs {
+    /// The kernel (RDMA netlink, or a fake).
+    pub source: Arc<dyn UsageSource + Send + Sync>,
+    /// `/proc` of the host PID namespace.
+    pub proc_root: PathBuf,
+    /// Who holds which device: the pod-resources owner's last answer (no I/O).
+    pub holders: Arc<dyn Fn() -> Arc<Vec<Holder>> + Send + Sync>,
+    /// The runtime's pods.
+    pub pods: Arc<dyn PodLister>,
+    /// This node's name.
+    pub node: Option<String>,
+}
+
+/// Usage on request: see the module.
+pub struct UsageService {
+    inputs: UsageInputs,
+    names: tokio::sync::Mutex<Names>,
+    collecting: tokio::sync::Mutex<()>,
+    last: Mutex<Option<Collected>>,
+}
+
+impl UsageService {
+    /// A service reading `inputs`.
+    pub fn new(inputs: UsageInputs) -> Arc<Self> {
+        Arc::new(UsageService {
+            inputs,
+            names: tokio::sync::Mutex::new(Names::default()),
+            collecting: tokio::sync::Mutex::new(()),
+            last: Mutex::new(None),
+        })
+    }
+
+    /// The real inputs: RDMA netlink (or `ERDMA_AGENT_FAKE_RDMA`), `/proc` (or
+    /// `ERDMA_AGENT_PROC_ROOT`), the runtime at `cri_socket`.
+    pub fn real(
+        holders: Arc<HolderCache>,
+        cri_socket: Option<PathBuf>,
+        node: Option<String>,
+    ) -> Arc<Self> {
+        let source: Arc<dyn UsageSource + Send + Sync> = match std::env::var_os(FAKE_RDMA_ENV) {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                Arc::new(parse_fake(&text))
+            }
+            None => Arc::new(NetlinkSource::new()),
+        };
+        let proc_root = std::env::var_os(PROC_ROOT_ENV)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "/proc".into());
+        Self::new(UsageInputs {
+            source,
+            proc_root,
+            holders: Arc::new(move || holders.snapshot().holders.clone()),
+            pods: Arc::new(CriLister { socket: cri_socket }),
+            node,
+        })
+    }
+
+    fn fresh(&self) -> Option<Collected> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.as_ref().filter(|c| c.at.elapsed() < MAX_AGE).cloned()
+    }
+
+    /// The last result, whatever its age (what the metrics are written from).
+    fn latest(&self) -> Option<Collected> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The usage now: the last result when younger than [`MAX_AGE`], else a new collection (one
+    /// at a time).
+    pub async fn current(self: &Arc<Self>) -> Arc<NodeUsage> {
+        if let Some(c) = self.fresh() {
+            return c.usage;
+        }
+        let _one = self.collecting.lock().await;
+        if let Some(c) = self.fresh() {
+            return c.usage;
+        }
+        let start = Instant::now();
+        let usage = Arc::new(self.collect().await);
+        let c = Collected {
+            at: Instant::now(),
+            took: start.elapsed(),
+            usage: usage.clone(),
+        };
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+        usage
+    }
+
+    async fn collect(self: &Arc<Self>) -> NodeUsage {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let node = self.inputs.node.clone();
+        let held = (self.inputs.holders)();
+        let me = self.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let snap = Snapshot::read(me.inputs.source.as_ref())?;
+            let pid_pods = erdma_usage::cgroup::read_pid_pods(&me.inputs.proc_root, &snap.pids());
+            Ok::<_, erdma_usage::UsageError>((snap, pid_pods))
+        })
+        .await;
+        let (snap, pid_pods) = match read {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return NodeUsage::unavailable(node, now_ms, e.to_string()),
+            Err(e) => return NodeUsage::unavailable(node, now_ms, format!("the read failed: {e}")),
+        };
+        let allocated = allocated_by_name(&held, &snap);
+        let uids: BTreeSet<PodUid> = pid_pods.values().map(|(u, _)| u.clone()).collect();
+        let wanted: BTreeSet<PodName> = allocated.keys().cloned().collect();
+        let mut names = self.names.lock().await;
+        names.cover(self.inputs.pods.as_ref(), &uids, &wanted).await;
+        let mut by_uid = names.by_uid.clone();
+        let mut pod_devices = PodDevices::new();
+        for (pod, devs) in allocated {
+            let uid = names
+                .by_name
+                .get(&pod)
+                .cloned()
+                .unwrap_or_else(|| PodUid(format!("{NAME_ONLY}{pod}")));
+            by_uid.insert(uid.clone(), pod);
+            pod_devices.entry(uid).or_default().extend(devs);
+        }
+        drop(names);
+        let usage = erdma_usage::attribute(&snap, &pid_pods, &pod_devices);
+        let mut r = report::build(&usage, &by_uid, node, now_ms);
+        for p in &mut r.pods {
+            if p.uid.starts_with(NAME_ONLY) {
+                p.uid.clear();
+            }
+        }
+        r
+    }
+}
+
+/// Pod → the RDMA devices the kubelet allocated it: slot IDs `<device>/<index>` of the device
+/// plugin, and DRA devices by their ResourceSlice name (the RDMA device whose DNS-label form it
+/// is).
+fn allocated_by_name(held: &[Holder], snap: &Snapshot) -> BTreeMap<PodName, BTreeSet<String>> {
+    let dra_names: BTreeMap<String, String> = snap
+        .devices
+        .iter()
+        .filter_map(|d| Some((erdma_dra::slice::device_name(&d.name)?, d.name.clone())))
+        .collect();
+    let mut out: BTreeMap<PodName, BTreeSet<String>> = BTreeMap::new();
+    for h in held {
+        let devs = out
+            .entry(PodName {
+                namespace: h.namespace.clone(),
+                name: h.pod.clone(),
+            })
+            .or_default();
+        for id in &h.device_ids {
+            if let Ok(slot) = erdma_model::SlotId::parse(id) {
+                devs.insert(slot.device);
+            }
+        }
+        for c in &h.claimed {
+            if let Some(d) = dra_names.get(&c.device) {
+                devs.insert(d.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Writes the usage metrics from the service's last result at each scrape (registered in the
+/// one registry when `--rdma-usage` is on).
+#[derive(Clone)]
+pub struct UsageCollector(pub Arc<UsageService>);
+
+impl std::fmt::Debug for UsageCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UsageCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for UsageCollector {
+    fn encode(&self, encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        match self.0.latest() {
+            Some(c) => encode_usage(&c.usage, Some(c.took), encoder),
+            None => Ok(()),
+        }
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+/// One family: its samples as `(labels, value)`.
+fn family<M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    ty: MetricType,
+    samples: Vec<(Labels, M)>,
+) -> Result<(), std::fmt::Error> {
+    if samples.is_empty() {
+        return Ok(());
+    }
+    let mut m = encoder.encode_descriptor(name, help, None, ty)?;
+    for (labels, v) in samples {
+        v.encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn gauge(v: u64) -> ConstGauge<i64> {
+    ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+/// The usage metrics of `u` (see docs/operations.md for each family and its bound).
+pub fn encode_usage(
+    u: &NodeUsage,
+    took: Option<Duration>,
+    mut e: DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    family(
+        &mut e,
+        "erdma_usage_available",
+        "1 when the last usage read succeeded (RDMA netlink answered), else 0",
+        MetricType::Gauge,
+        vec![(vec![], gauge(u.available as u64))],
+    )?;
+    if let Some(t) = took {
+        family(
+            &mut e,
+            "erdma_usage_collection_seconds",
+            "How long the last usage read took",
+            MetricType::Gauge,
+            vec![(vec![], ConstGauge::new(t.as_secs_f64()))],
+        )?;
+    }
+    let shown = &u.pods[..u.pods.len().min(MAX_METRIC_PODS)];
+    family(
+        &mut e,
+        "erdma_usage_pods_left_out",
+        "Pods with RDMA usage left out of the per-pod metrics (more than 256)",
+        MetricType::Gauge,
+        vec![(vec![], gauge((u.pods.len() - shown.len()) as u64))],
+    )?;
+    let pod_labels = |p: &report::PodReport, dev: &str| -> Labels {
+        let (ns, name) = match (&p.namespace, &p.name) {
+            (Some(ns), Some(n)) => (ns.clone(), n.clone()),
+            _ => (String::new(), p.uid.clone()),
+        };
+        vec![
+            ("namespace", ns),
+            ("pod", name),
+            ("device", dev.to_string()),
+        ]
+    };
+    let mut qps = Vec::new();
+    let (mut mrs, mut mr_bytes, mut cqs, mut pds) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for p in shown {
+        for d in &p.devices {
+            let l = pod_labels(p, &d.device);
+            for (state, n) in &d.counts.qps_by_state {
+                let mut l = l.clone();
+                l.push(("state", state.clone()));
+                qps.push((l, gauge(*n)));
+            }
+            mrs.push((l.clone(), gauge(d.counts.mrs)));
+            mr_bytes.push((l.clone(), gauge(d.counts.mr_bytes)));
+            cqs.push((l.clone(), gauge(d.counts.cqs)));
+            pds.push((l, gauge(d.counts.pds)));
+        }
+    }
+    family(
+        &mut e,
+        "erdma_pod_qps",
+        "Queue pairs of a pod on a device, by QP state",
+        MetricType::Gauge,
+        qps,
+    )?;
+    family(
+        &mut e,
+        "erdma_pod_mrs",
+        "Memory regions of a pod on a device",
+        MetricType::Gauge,
+        mrs,
+    )?;
+    family(
+        &mut e,
+        "erdma_pod_mr_bytes",
+        "Bytes a pod registered in memory regions on a device (memory pinned for RDMA)",
+        MetricType::Gauge,
+        mr_bytes,
+    )?;
+    family(
+        &mut e,
+        "erdma_pod_cqs",
+        "Completion queues of a pod on a device",
+        MetricType::Gauge,
+        cqs,
+    )?;
+    family(
+        &mut e,
+        "erdma_pod_pds",
+        "Protection domains of a pod on a device",
+        MetricType::Gauge,
+        pds,
+    )?;
+
+    let (mut holders, mut traffic, mut traffic_pod) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut txb, mut rxb, mut txp, mut rxp, mut errs) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for d in &u.devices {
+        let dev = || vec![("device", d.device.clone())];
+        holders.push((dev(), gauge(d.holders.len() as u64)));
+        let kind = match d.traffic {
+            TrafficKind::Pod => "pod",
+            TrafficKind::Shared => "shared",
+            TrafficKind::Unused => "unused",
+        };
+        let mut l = dev();
+        l.push(("traffic", kind.to_string()));
+        traffic.push((l, gauge(1)));
+        if let Some(p) = &d.traffic_pod {
+            let (ns, name) = p.split_once('/').unwrap_or(("", p));
+            let mut l = dev();
+            l.extend([("namespace", ns.to_string()), ("pod", name.to_string())]);
+            traffic_pod.push((l, gauge(1)));
+        }
+        for port in &d.ports {
+            let l = || {
+                vec![
+                    ("device", d.device.clone()),
+                    ("port", port.port.to_string()),
+                ]
+            };
+            for (v, out) in [
+                (port.tx_bytes, &mut txb),
+                (port.rx_bytes, &mut rxb),
+                (port.tx_packets, &mut txp),
+                (port.rx_packets, &mut rxp),
+            ] {
+                if let Some(v) = v {
+                    out.push((l(), ConstCounter::new(v)));
+                }
+            }
+            for name in report::ERROR_COUNTERS {
+                if let Some(v) = port.counters.get(*name) {
+                    let mut l = l();
+                    l.push(("counter", name.to_string()));
+                    errs.push((l, ConstCounter::new(*v)));
+                }
+            }
+        }
+    }
+    family(
+        &mut e,
+        "erdma_device_holders",
+        "Pods allocated the device or seen using it",
+        MetricType::Gauge,
+        holders,
+    )?;
+    family(
+        &mut e,
+        "erdma_device_traffic",
+        "Whose the device's traffic is: 1 for the device's one kind (pod: one pod holds it alone; shared; unused)",
+        MetricType::Gauge,
+        traffic,
+    )?;
+    family(
+        &mut e,
+        "erdma_device_traffic_pod",
+        "1 for the pod that holds the device alone: the device's counters are its traffic",
+        MetricType::Gauge,
+        traffic_pod,
+    )?;
+    family(
+        &mut e,
+        "erdma_device_tx_bytes",
+        "Bytes sent by the port (drivers that count them: erdma, bnxt_re)",
+        MetricType::Counter,
+        txb,
+    )?;
+    family(
+        &mut e,
+        "erdma_device_rx_bytes",
+        "Bytes received by the port (drivers that count them: erdma, bnxt_re)",
+        MetricType::Counter,
+        rxb,
+    )?;
+    family(
+        &mut e,
+        "erdma_device_tx_packets",
+        "Packets sent by the port",
+        MetricType::Counter,
+        txp,
+    )?;
+    family(
+        &mut e,
+        "erdma_device_rx_packets",
+        "Packets received by the port",
+        MetricType::Counter,
+        rxp,
+    )?;
+    family(
+        &mut e,
+        "erdma_device_errors",
+        "The port's drop, retransmit, NAK and congestion counters, by the driver's counter name",
+        MetricType::Counter,
+        errs,
+    )?;
+
+    let (mut oq, mut ob) = (Vec::new(), Vec::new());
+    for o in &u.others {
+        let kind = match o.kind {
+            report::OtherKind::Host => "host",
+            report::OtherKind::Kernel => "kernel",
+            report::OtherKind::Unknown => "unknown",
+        };
+        let l = vec![("device", o.device.clone()), ("owner", kind.to_string())];
+        oq.push((l.clone(), gauge(o.counts.qps)));
+        ob.push((l, gauge(o.counts.mr_bytes)));
+    }
+    family(
+        &mut e,
+        "erdma_device_other_qps",
+        "Queue pairs not of a pod: owner host (a process outside pods), kernel (the RDMA core, smc, ...) or unknown",
+        MetricType::Gauge,
+        oq,
+    )?;
+    family(
+        &mut e,
+        "erdma_device_other_mr_bytes",
+        "Bytes registered in memory regions not of a pod, by owner kind",
+        MetricType::Gauge,
+        ob,
+    )?;
+    Ok(())
+}
+
+/// A fake kernel answer from text, one object a line (blank lines and `#` comments skipped):
+///
+/// ```text
+/// device <name> <ports>
+/// qp <device> <lqpn> <state: RESET|INIT|RTR|RTS|SQD|SQE|ERR> <pid|kernel:<name>|->
+/// mr <device> <bytes> <owner>
+/// cq <device> <owner>
+/// pd <device> <owner>
+/// counter <device> <port> <name> <value>
+/// ```
+///
+/// Device indexes follow the `device` lines' order; lines that do not parse are skipped.
+pub fn parse_fake(text: &str) -> FakeSource {
+    let mut f = FakeSource::default();
+    let mut index: BTreeMap<String, u32> = BTreeMap::new();
+    let owner = |s: &str| -> (Option<u32>, Option<String>) {
+        match s.strip_prefix("kernel:") {
+            Some(k) => (None, Some(k.to_string())),
+            None => (s.parse().ok(), None),
+        }
+    };
+    for line in text.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let idx = |d: &str| index.get(d).copied().unwrap_or(0);
+        match w.as_slice() {
+            ["device", name, ports] => {
+                let i = index.len() as u32;
+                index.insert(name.to_string(), i);
+                f.devices.push(DeviceEntry {
+                    index: i,
+                    name: name.to_string(),
+                    ports: ports.parse().unwrap_or(1),
+                });
+            }
+            ["qp", dev, lqpn, state, who] => {
+                let state = [
+                    QpState::Reset,
+                    QpState::Init,
+                    QpState::Rtr,
+                    QpState::Rts,
+                    QpState::Sqd,
+                    QpState::Sqe,
+                    QpState::Err,
+                ]
+                .into_iter()
+                .find(|s| s.as_str() == *state)
+                .unwrap_or(QpState::Unknown(255));
+                let (pid, kern_name) = owner(who);
+                f.qps.push(QpEntry {
+                    dev_index: idx(dev),
+                    dev_name: dev.to_string(),
+                    port: Some(1),
+                    lqpn: lqpn.parse().unwrap_or(0),
+                    state,
+                    qp_type: if kern_name.is_some() {
+                        QpType::Gsi
+                    } else {
+                        QpType::Rc
+                    },
+                    pid,
+                    kern_name,
+                });
+            }
+            ["mr", dev, bytes, who] => {
+                let (pid, kern_name) = owner(who);
+                f.mrs.push(MrEntry {
+                    dev_index: idx(dev),
+                    dev_name: dev.to_string(),
+                    mrn: None,
+                    mr_len: bytes.parse().unwrap_or(0),
+                    pdn: None,
+                    pid,
+                    kern_name,
+                });
+            }
+            ["cq", dev, who] => {
+                let (pid, kern_name) = owner(who);
+                f.cqs.push(CqEntry {
+                    dev_index: idx(dev),
+                    dev_name: dev.to_string(),
+                    cqn: None,
+                    cqe: None,
+                    users: None,
+                    pid,
+                    kern_name,
+                });
+            }
+            ["pd", dev, who] => {
+                let (pid, kern_name) = owner(who);
+                f.pds.push(PdEntry {
+                    dev_index: idx(dev),
+                    dev_name: dev.to_string(),
+                    pdn: None,
+                    users: None,
+                    pid,
+                    kern_name,
+                });
+            }
+            ["counter", dev, port, name, value] => {
+                let port: u32 = port.parse().unwrap_or(1);
+                let v: u64 = value.parse().unwrap_or(0);
+                match f
+                    .port_counters
+                    .iter_mut()
+                    .find(|c| c.dev_name == *dev && c.port == port)
+                {
+                    Some(c) => {
+                        c.counters.insert(name.to_string(), v);
+                    }
+                    None => f.port_counters.push(PortCounters {
+                        dev_index: idx(dev),
+                        dev_name: dev.to_string(),
+                        port,
+                        counters: [(name.to_string(), v)].into_iter().collect(),
+                    }),
+                }
+            }
+            _ => {}
+        }
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use erdma_kubelet::podresources::ClaimedDevice;
+
+    const UID_A: &str = "6a0b2c3d-1e2f-4a5b-8c7d-9e0f1a2b3c4d";
+    const UID_B: &str = "7b1c3d4e-2f30-4b6c-9d8e-0f1a2b3c4d5e";
+
+    /// A fake `/proc`: PID → pod UID (container `ab…`).
+    fn proc_tree(pids: &[(u32, &str)]) -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for (pid, uid) in pids {
+            let dir = d.path().join(pid.to_string());
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(
+                dir.join("cgroup"),
+                format!(
+                    "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice/cri-containerd-{}.scope\n",
+                    uid.replace('-', "_"),
+                    "ab".repeat(32)
+                ),
+            )
+            .unwrap();
+        }
+        d
+    }
+
+    const KERNEL: &str = "
+        # two devices, the RDMA core's objects on each
+        device erdma_0 1
+        device erdma_1 1
+        qp erdma_0 1 RTS kernel:ib_core
+        qp erdma_1 1 RTS kernel:ib_core
+        # pod A (pid 100) on erdma_0: 2 QPs RTS, 1 INIT, 1 MiB registered
+        qp erdma_0 17 RTS 100
+        qp erdma_0 18 RTS 100
+        qp erdma_0 19 INIT 100
+        mr erdma_0 1048576 100
+        cq erdma_0 100
+        pd erdma_0 100
+        # pod B (pid 200) and a host process (pid 7) on erdma_1
+        qp erdma_1 20 RTS 200
+        qp erdma_1 21 ERR 7
+        counter erdma_0 1 tx_bytes_cnt 4096
+        counter erdma_0 1 rx_bytes_cnt 8192
+        counter erdma_0 1 tx_packets_cnt 4
+        counter erdma_0 1 rx_packets_cnt 8
+        counter erdma_0 1 tx_bps_limit_drop_cnt 3
+        counter erdma_0 1 listen_create_cnt 1
+        counter erdma_1 1 tx_bytes_cnt 1
+        this line is not understood
+    ";
+
+    fn pods() -> Vec<PodIdentity> {
+        vec![
+            PodIdentity {
+                uid: UID_A.into(),
+                namespace: "ml".into(),
+                name: "trainer-0".into(),
+            },
+            PodIdentity {
+                uid: UID_B.into(),
+                namespace: "ml".into(),
+                name: "trainer-1".into(),
+            },
+        ]
+    }
+
+    /// A lister that counts its calls.
+    struct Counting(Vec<PodIdentity>, std::sync::atomic::AtomicUsize);
+
+    impl PodLister for Counting {
+        fn list(
+            &self,
+        ) -> Pin<Box<dyn Future<Output = Result<Vec<PodIdentity>, String>> + Send + '_>> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.0.list()
+        }
+    }
+
+    fn service(
+        kernel: &str,
+        proc_root: &std::path::Path,
+        holders: Vec<Holder>,
+        lister: Arc<dyn PodLister>,
+    ) -> Arc<UsageService> {
+        let holders = Arc::new(holders);
+        UsageService::new(UsageInputs {
+            source: Arc::new(parse_fake(kernel)),
+            proc_root: proc_root.to_path_buf(),
+            holders: Arc::new(move || holders.clone()),
+            pods: lister,
+            node: Some("node-1".into()),
+        })
+    }
+
+    fn metrics(u: &Arc<UsageService>) -> String {
+        let mut r = prometheus_client::registry::Registry::default();
+        r.register_collector(Box::new(UsageCollector(u.clone())));
+        crate::metrics::encode(&r)
+    }
+
+    #[test]
+    fn the_fake_kernel_text_parses() {
+        let f = parse_fake(KERNEL);
+        assert_eq!(f.devices.len(), 2);
+        assert_eq!(f.devices[1].index, 1);
+        assert_eq!(f.qps.len(), 7);
+        assert_eq!(f.qps[0].kern_name.as_deref(), Some("ib_core"));
+        assert_eq!(f.qps[4].state, QpState::Init);
+        assert_eq!(f.mrs[0].mr_len, 1 << 20);
+        assert_eq!(f.port_counters.len(), 2);
+        assert_eq!(f.port_counters[0].counters["tx_bytes_cnt"], 4096);
+    }
+
+    #[tokio::test]
+    async fn pods_devices_and_metrics_from_the_kernel_the_cgroups_and_the_kubelet() {
+        let proc_root = proc_tree(&[(100, UID_A), (200, UID_B)]);
+        let holders = vec![
+            Holder::of_ids("ml", "trainer-0", "main", vec!["erdma_0/3".into()]),
+            Holder::of_ids("ml", "trainer-1", "main", vec!["erdma_1/0".into()]),
+            // Allocated, not running yet, unknown to the runtime.
+            Holder::of_ids("ml", "waiting", "main", vec!["erdma_1/1".into()]),
+        ];
+        let u = service(KERNEL, proc_root.path(), holders, Arc::new(pods()));
+        let r = u.current().await;
+        assert!(r.available, "{:?}", r.error);
+        assert_eq!(r.node.as_deref(), Some("node-1"));
+        let a = r.pod("ml/trainer-0").unwrap();
+        assert_eq!(a.uid, UID_A);
+        let d = &a.devices[0];
+        assert_eq!((d.device.as_str(), d.allocated), ("erdma_0", true));
+        assert_eq!(
+            (
+                d.counts.qps,
+                d.counts.mrs,
+                d.counts.mr_bytes,
+                d.counts.cqs,
+                d.counts.pds
+            ),
+            (3, 1, 1 << 20, 1, 1)
+        );
+        // Known by name only: an empty UID.
+        let w = r.pod("ml/waiting").unwrap();
+        assert_eq!(w.uid, "");
+        let e0 = r.device("erdma_0").unwrap();
+        assert_eq!(e0.traffic, TrafficKind::Pod);
+        assert_eq!(e0.traffic_pod.as_deref(), Some("ml/trainer-0"));
+        assert_eq!(e0.ports[0].tx_bytes, Some(4096));
+        let e1 = r.device("erdma_1").unwrap();
+        assert_eq!(e1.traffic, TrafficKind::Shared);
+        assert_eq!(e1.holders, vec!["ml/trainer-1", "ml/waiting"]);
+        assert!(e1.host_users);
+
+        let m = metrics(&u);
+        for line in [
+            "erdma_usage_available 1",
+            r#"erdma_pod_qps{namespace="ml",pod="trainer-0",device="erdma_0",state="RTS"} 2"#,
+            r#"erdma_pod_qps{namespace="ml",pod="trainer-0",device="erdma_0",state="INIT"} 1"#,
+            r#"erdma_pod_mr_bytes{namespace="ml",pod="trainer-0",device="erdma_0"} 1048576"#,
+            r#"erdma_pod_cqs{namespace="ml",pod="trainer-0",device="erdma_0"} 1"#,
+            r#"erdma_pod_mrs{namespace="ml",pod="waiting",device="erdma_1"} 0"#,
+            r#"erdma_device_tx_bytes_total{device="erdma_0",port="1"} 4096"#,
+            r#"erdma_device_rx_bytes_total{device="erdma_0",port="1"} 8192"#,
+            r#"erdma_device_tx_packets_total{device="erdma_0",port="1"} 4"#,
+            r#"erdma_device_rx_packets_total{device="erdma_0",port="1"} 8"#,
+            r#"erdma_device_errors_total{device="erdma_0",port="1",counter="tx_bps_limit_drop_cnt"} 3"#,
+            r#"erdma_device_holders{device="erdma_1"} 2"#,
+            r#"erdma_device_traffic{device="erdma_0",traffic="pod"} 1"#,
+            r#"erdma_device_traffic{device="erdma_1",traffic="shared"} 1"#,
+            r#"erdma_device_traffic_pod{device="erdma_0",namespace="ml",pod="trainer-0"} 1"#,
+            r#"erdma_device_other_qps{device="erdma_1",owner="host"} 1"#,
+            r#"erdma_device_other_qps{device="erdma_0",owner="kernel"} 1"#,
+        ] {
+            assert!(m.contains(line), "{line} missing from\n{m}");
+        }
+        // Not an error counter: not exported.
+        assert!(!m.contains("listen_create_cnt"), "{m}");
+    }
+
+    #[tokio::test]
+    async fn results_are_reused_for_two_seconds_and_ended_pods_leave_the_metrics() {
+        let proc_root = proc_tree(&[(100, UID_A)]);
+        let kernel = "device erdma_0 1\nqp erdma_0 17 RTS 100\n";
+        let lister = Arc::new(Counting(pods(), Default::default()));
+        let u = service(kernel, proc_root.path(), vec![], lister.clone());
+        let first = u.current().await;
+        let again = u.current().await;
+        assert!(Arc::ptr_eq(&first, &again), "reused within MAX_AGE");
+        assert!(metrics(&u).contains(r#"pod="trainer-0""#));
+        assert_eq!(lister.1.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+        // The pod's process ended: its objects are gone from the kernel's answer.
+        std::fs::remove_dir_all(proc_root.path().join("100")).unwrap();
+        let u2 = service(
+            "device erdma_0 1\n",
+            proc_root.path(),
+            vec![],
+            lister.clone(),
+        );
+        u2.current().await;
+        let m = metrics(&u2);
+        assert!(!m.contains("trainer-0"), "{m}");
+        assert!(
+            m.contains(r#"erdma_device_traffic{device="erdma_0",traffic="unused"} 1"#),
+            "{m}"
+        );
+    }
+
+    #[tokio::test]
+    async fn concurrent_askers_share_one_collection() {
+        let proc_root = proc_tree(&[(100, UID_A)]);
+        let lister = Arc::new(Counting(vec![], Default::default()));
+        let u = service(
+            "device erdma_0 1\nqp erdma_0 17 RTS 100\n",
+            proc_root.path(),
+            vec![],
+            lister.clone(),
+        );
+        let (a, b) = tokio::join!(u.current(), u.current());
+        assert!(Arc::ptr_eq(&a, &b));
+        // The UID is unknown to the runtime: asked once, not again within NAMES_EVERY.
+        assert_eq!(lister.1.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(a.pods[0].uid, UID_A);
+        assert_eq!(a.pods[0].namespace, None);
+        let m = metrics(&u);
+        assert!(
+            m.contains(&format!(
+                r#"erdma_pod_qps{{namespace="",pod="{UID_A}",device="erdma_0",state="RTS"}} 1"#
+            )),
+            "{m}"
+        );
+    }
+
+    #[tokio::test]
+    async fn without_rdma_netlink_the_answer_says_why() {
+        let proc_root = tempfile::tempdir().unwrap();
+        let u = UsageService::new(UsageInputs {
+            source: Arc::new(FakeSource {
+                fail_errno: Some(1), // EPERM
+                ..Default::default()
+            }),
+            proc_root: proc_root.path().into(),
+            holders: Arc::new(|| Arc::new(Vec::new())),
+            pods: Arc::new(Vec::<PodIdentity>::new()),
+            node: None,
+        });
+        let r = u.current().await;
+        assert!(!r.available);
+        assert!(
+            r.error.as_deref().unwrap_or_default().contains("errno 1"),
+            "{:?}",
+            r.error
+        );
+        let m = metrics(&u);
+        assert!(m.contains("erdma_usage_available 0"), "{m}");
+        assert!(!m.contains("erdma_pod_"), "{m}");
+    }
+
+    #[test]
+    fn dra_claims_name_their_rdma_device() {
+        let mut snap = Snapshot::default();
+        snap.devices.push(DeviceEntry {
+            index: 0,
+            name: "erdma_0".into(),
+            ports: 1,
+        });
+        let mut h = Holder::of_ids("ml", "p", "c", vec![]);
+        h.claimed.push(ClaimedDevice {
+            claim_namespace: "ml".into(),
+            claim_name: "rdma".into(),
+            pool: "node-1".into(),
+            device: "erdma-0".into(),
+        });
+        let a = allocated_by_name(&[h], &snap);
+        let devs: Vec<_> = a.values().flatten().cloned().collect();
+        assert_eq!(devs, vec!["erdma_0".to_string()]);
+    }
+}
