@@ -374,7 +374,7 @@ pub async fn run_manifest_pod(
     }
     notes.insert(
         "cgroup_parent".into(),
-        "the runtime's default (the lab kubelet makes no pod cgroups; the container's resources are passed)".into(),
+        "the kubelet's cgroupfs name (/kubepods[/burstable|/besteffort]/pod<UID>), created by the runtime; the lab kubelet sets no pod-level limits on it (the container's resources are passed)".into(),
     );
     let mut record = PodRecord {
         pod: pod.clone(),

@@ -274,7 +274,11 @@ pub fn sandbox_config(spec: &PodSpec, uid: &str) -> Result<cri::PodSandboxConfig
         annotations: spec.annotations.clone(),
         port_mappings: Vec::new(),
         linux: Some(cri::LinuxPodSandboxConfig {
-            cgroup_parent: String::new(),
+            // no CPU or memory asked: a BestEffort pod's cgroup, as the kubelet names it
+            cgroup_parent: crate::podspec::translate::pod_cgroup_parent(
+                crate::podspec::translate::QosClass::BestEffort,
+                uid,
+            ),
             security_context: Some(cri::LinuxSandboxSecurityContext {
                 namespace_options: Some(cri::NamespaceOption {
                     network: network as i32,

@@ -254,7 +254,8 @@ fn the_chart_agent_daemonset_becomes_the_kubelets_sandbox_config() {
             ("prometheus.io/scrape", "true"),
         ]),
         linux: Some(cri::LinuxPodSandboxConfig {
-            cgroup_parent: String::new(),
+            // requests without equal limits: Burstable, under the kubelet's cgroupfs name
+            cgroup_parent: "/kubepods/burstable/poduid-agent".into(),
             security_context: Some(cri::LinuxSandboxSecurityContext {
                 namespace_options: Some(node_ns),
                 run_as_user: None,
@@ -539,6 +540,20 @@ spec:
 "#;
 
 #[test]
+fn the_pod_cgroup_is_the_kubelets_cgroupfs_name_by_qos_class() {
+    use erdma_fake_kubelet::podspec::translate::{QosClass, pod_cgroup_parent};
+    assert_eq!(pod_cgroup_parent(QosClass::Guaranteed, "u1"), "/kubepods/podu1");
+    assert_eq!(
+        pod_cgroup_parent(QosClass::Burstable, "u1"),
+        "/kubepods/burstable/podu1"
+    );
+    assert_eq!(
+        pod_cgroup_parent(QosClass::BestEffort, "u1"),
+        "/kubepods/besteffort/podu1"
+    );
+}
+
+#[test]
 fn a_pod_network_pod_with_pod_level_defaults_and_an_allocation() {
     let p = plan_of(WORKER, "5f0c-uid");
     assert_eq!(p.uid, "5f0c-uid");
@@ -562,7 +577,8 @@ fn a_pod_network_pod_with_pod_level_defaults_and_an_allocation() {
     assert_eq!(
         sb.linux,
         Some(cri::LinuxPodSandboxConfig {
-            cgroup_parent: String::new(),
+            // requests below the limits: Burstable
+            cgroup_parent: "/kubepods/burstable/pod5f0c-uid".into(),
             security_context: Some(cri::LinuxSandboxSecurityContext {
                 namespace_options: Some(pod_ns.clone()),
                 run_as_user: Some(cri::Int64Value { value: 1000 }),

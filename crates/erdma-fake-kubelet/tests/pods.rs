@@ -181,6 +181,12 @@ fn sandbox_config_sets_the_kubelet_labels_and_network_mode() {
     };
     assert_eq!(mode(&c), Some(cri::NamespaceMode::Pod as i32));
     assert_eq!(c.hostname, "pod-a");
+    // The pod's cgroup as the kubelet names it (cgroupfs driver; no CPU or memory asked:
+    // BestEffort), so /proc/<pid>/cgroup of its processes names the pod's UID.
+    assert_eq!(
+        c.linux.as_ref().map(|l| l.cgroup_parent.as_str()),
+        Some("/kubepods/besteffort/poduid-1")
+    );
     s.host_network = true;
     let c = pods::sandbox_config(&s, "uid-1").unwrap();
     assert_eq!(mode(&c), Some(cri::NamespaceMode::Node as i32));

@@ -236,6 +236,20 @@ pub enum QosClass {
     BestEffort,
 }
 
+/// The pod's cgroup, as the kubelet names it with the cgroupfs driver (`pkg/kubelet/cm`:
+/// `GetPodContainerName`, `GetPodCgroupNameSuffix`): `/kubepods/pod<UID>` for a Guaranteed pod,
+/// `/kubepods/burstable/pod<UID>` and `/kubepods/besteffort/pod<UID>` for the others. It is the
+/// sandbox's `cgroup_parent`; the runtime puts each container's cgroup right below it
+/// (containerd with cgroupfs: `<parent>/<container id>`), so a process's `/proc/<pid>/cgroup`
+/// names its pod's UID as on a kubelet's node (what the agent's usage attribution reads).
+pub fn pod_cgroup_parent(qos: QosClass, uid: &str) -> String {
+    match qos {
+        QosClass::Guaranteed => format!("/kubepods/pod{uid}"),
+        QosClass::Burstable => format!("/kubepods/burstable/pod{uid}"),
+        QosClass::BestEffort => format!("/kubepods/besteffort/pod{uid}"),
+    }
+}
+
 /// A checked pod, ready to be turned into CRI requests.
 #[derive(Debug, Clone)]
 pub struct PodPlan {
@@ -1334,7 +1348,7 @@ impl PodPlan {
             labels: self.pod_labels(),
             annotations,
             linux: Some(cri::LinuxPodSandboxConfig {
-                cgroup_parent: String::new(),
+                cgroup_parent: pod_cgroup_parent(self.qos_class(), &self.uid),
                 security_context: Some(cri::LinuxSandboxSecurityContext {
                     namespace_options: Some(self.namespace_options()),
                     run_as_user: psc
