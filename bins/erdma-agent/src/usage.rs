@@ -179,10 +179,7 @@ impl UsageService {
         node: Option<String>,
     ) -> Arc<Self> {
         let source: Arc<dyn UsageSource + Send + Sync> = match std::env::var_os(FAKE_RDMA_ENV) {
-            Some(path) => {
-                let text = std::fs::read_to_string(&path).unwrap_or_default();
-                Arc::new(parse_fake(&text))
-            }
+            Some(path) => Arc::new(FakeFile(path.into())),
             None => Arc::new(NetlinkSource::new()),
         };
         let proc_root = std::env::var_os(PROC_ROOT_ENV)
@@ -573,6 +570,37 @@ pub fn encode_usage(
         ob,
     )?;
     Ok(())
+}
+
+/// The kernel's answer as a file describes it ([`parse_fake`]), read again at each call (tests:
+/// `ERDMA_AGENT_FAKE_RDMA`).
+struct FakeFile(PathBuf);
+
+impl FakeFile {
+    fn now(&self) -> FakeSource {
+        parse_fake(&std::fs::read_to_string(&self.0).unwrap_or_default())
+    }
+}
+
+impl UsageSource for FakeFile {
+    fn devices(&self) -> Result<Vec<DeviceEntry>, erdma_usage::UsageError> {
+        self.now().devices()
+    }
+    fn qps(&self) -> Result<Vec<QpEntry>, erdma_usage::UsageError> {
+        self.now().qps()
+    }
+    fn mrs(&self) -> Result<Vec<MrEntry>, erdma_usage::UsageError> {
+        self.now().mrs()
+    }
+    fn cqs(&self) -> Result<Vec<CqEntry>, erdma_usage::UsageError> {
+        self.now().cqs()
+    }
+    fn pds(&self) -> Result<Vec<PdEntry>, erdma_usage::UsageError> {
+        self.now().pds()
+    }
+    fn port_counters(&self, dev: &str, port: u32) -> Result<PortCounters, erdma_usage::UsageError> {
+        self.now().port_counters(dev, port)
+    }
 }
 
 /// A fake kernel answer from text, one object a line (blank lines and `#` comments skipped):
