@@ -3,8 +3,11 @@
 use crate::devices;
 use crate::output::{self, Format};
 use crate::submit::{KubeArgs, kube_client, runtime};
+use crate::top;
 use erdma_doctor::cluster::{self, Exec, PodTarget};
+use erdma_doctor::usage::{Evidence, PodUsageView};
 use erdma_doctor::{Check, Report};
+use erdma_usage::report::NodeUsage;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -14,7 +17,8 @@ pub struct Args {
     /// Check this node: aliyun/erdma allocatable, agent pod, driver mode and readiness, other plugins.
     #[arg(long, value_name = "NODE")]
     pub node: Option<String>,
-    /// Check this pod: scheduling, admission, resources, IPC_LOCK, RDMA libraries, SMC-R; and its node.
+    /// Check this pod: scheduling, admission, resources, IPC_LOCK, RDMA libraries, SMC-R, whether
+    /// it uses RDMA (the agent's usage and its NCCL log); and its node.
     #[arg(long, value_name = "POD")]
     pub pod: Option<String>,
     /// Namespace of --pod (default: the kubeconfig context's namespace).
@@ -255,6 +259,51 @@ fn dropped_fields(v: &serde_json::Value) -> Option<String> {
     )
 }
 
+/// What the agent's `/usage` says of `pod` (`namespace/name`).
+pub fn usage_view(u: &NodeUsage, pod: &str) -> Option<PodUsageView> {
+    let p = u.pod(pod)?;
+    let mut v = PodUsageView {
+        containers_seen: p.containers.len(),
+        ..Default::default()
+    };
+    for d in &p.devices {
+        if d.allocated {
+            v.allocated.push(d.device.clone());
+        }
+        let c = &d.counts;
+        v.qps += c.qps;
+        v.qps_rts += c.qps_by_state.get("RTS").copied().unwrap_or(0);
+        v.mr_bytes += c.mr_bytes;
+        v.objects |= c.qps + c.mrs + c.cqs + c.pds > 0;
+    }
+    Some(v)
+}
+
+/// `pod.rdma_usage`: the pod's usage from its node's agent (through the pod proxy), judged with
+/// its log.
+async fn usage_check(client: &kube::Client, inputs: &cluster::UsageInputs) -> Check {
+    let usage = match &inputs.agent {
+        Some(a) => {
+            top::usage_proxy(
+                client,
+                a.metadata.namespace.as_deref().unwrap_or("default"),
+                a.metadata.name.as_deref().unwrap_or_default(),
+                top::agent_port(a),
+            )
+            .await
+        }
+        None => Err(format!("no erdma agent pod runs on node {}", inputs.node)),
+    };
+    erdma_doctor::usage::check(&Evidence {
+        pod: &inputs.pod,
+        node: &inputs.node,
+        held: &inputs.held,
+        usage: usage.map(|u| usage_view(&u, &inputs.pod)),
+        log: inputs.log.as_deref().map_err(Clone::clone),
+        ib_hca: inputs.ib_hca.as_deref(),
+    })
+}
+
 /// Runs the command: exit 0 when nothing failed, 1 when a check failed (or warned, with
 /// `--strict`); see [`crate::exit::DOCTOR`].
 /// `--agent-addr` as the help says: `HOST:PORT` (a name such as `localhost` is resolved), or
@@ -307,6 +356,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 };
                 let exec: Option<&dyn Exec> = if args.exec { Some(&exec) } else { None };
                 checks.extend(cluster::pod_checks(&client, &target, exec).await?);
+                if let Some(inputs) = cluster::usage_inputs(&client, &target).await? {
+                    checks.push(usage_check(&client, &inputs).await);
+                }
             }
             anyhow::Ok(())
         })?;

@@ -274,3 +274,91 @@ pub fn probe_libs(p: &Pod, held: &pod::Holding, exec: &dyn Exec) -> LibsProbe {
         Err(e) => LibsProbe::Failed(e),
     }
 }
+
+/// Lines of the eRDMA container's log `pod.rdma_usage` reads (NCCL prints its transport choice
+/// at start, libibverbs its warnings before that; a long run's tail may have lost them).
+pub const LOG_TAIL_LINES: i64 = 20_000;
+
+/// What `pod.rdma_usage` needs from the API for a pod that holds eRDMA and is scheduled.
+#[derive(Debug, Clone)]
+pub struct UsageInputs {
+    /// `namespace/name`.
+    pub pod: String,
+    /// The node.
+    pub node: String,
+    /// How the pod holds eRDMA (`aliyun/erdma=1`, `claim rdma (erdma-0)`).
+    pub held: String,
+    /// The node's agent pod (a Running one first), if any.
+    pub agent: Option<Pod>,
+    /// The eRDMA container's log tail, or why it could not be read.
+    pub log: Result<String, String>,
+    /// `NCCL_IB_HCA` of that container's spec (a literal value).
+    pub ib_hca: Option<String>,
+}
+
+/// The inputs of `pod.rdma_usage`, or `None` when the pod does not hold eRDMA or is not
+/// scheduled (the other pod checks say so).
+pub async fn usage_inputs(
+    client: &kube::Client,
+    target: &PodTarget<'_>,
+) -> Result<Option<UsageInputs>, FetchError> {
+    let (ns, name) = (target.namespace, target.name);
+    let api = Api::<Pod>::namespaced(client.clone(), ns);
+    let Some(p) = api
+        .get_opt(name)
+        .await
+        .map_err(api_err(format!("pod {ns}/{name}")))?
+    else {
+        return Ok(None);
+    };
+    let (claims, _) = pod_claims(client, ns, &p).await;
+    let held = pod::Holding::of(&p, &claims);
+    if held.containers.is_empty() {
+        return Ok(None);
+    }
+    let Some(node) = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty())
+    else {
+        return Ok(None);
+    };
+    let mut agents = agent_pods(client, &node, target.agent_selector).await?;
+    agents.sort_by_key(|a| a.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Running"));
+    let container = pod::erdma_container(&p, &held);
+    let ib_hca = container.and_then(|c| {
+        c.env
+            .iter()
+            .flatten()
+            .find(|e| e.name == "NCCL_IB_HCA")
+            .and_then(|e| e.value.clone())
+    });
+    let log = match container {
+        Some(c) => api
+            .logs(
+                name,
+                &kube::api::LogParams {
+                    container: Some(c.name.clone()),
+                    tail_lines: Some(LOG_TAIL_LINES),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| format!("kubectl logs -c {}: {e}", c.name)),
+        None => Err("the pod has no containers".into()),
+    };
+    Ok(Some(UsageInputs {
+        pod: format!("{ns}/{name}"),
+        node,
+        held: held
+            .containers
+            .iter()
+            .map(|(_, how)| how.as_str())
+            .collect::<Vec<_>>()
+            .join("; "),
+        agent: agents.into_iter().next(),
+        log,
+        ib_hca,
+    }))
+}

@@ -15,5 +15,6 @@ pub mod node;
 pub mod nri;
 pub mod pod;
 pub mod scheduling;
+pub mod usage;
 
 pub use check::{Check, Report, Status};

@@ -63,6 +63,9 @@
 //!   without an IP 400 `BadRequest`, and a backend that cannot be reached 500 `InternalError`
 //!   with the API server's `error trying to reach service: …` message (the proxy handler's
 //!   error is not an API status, so the API server answers it as an internal error).
+//! - Container logs (`GET /api/v1/namespaces/{ns}/pods/{name}/log?container=…&tailLines=…`): the
+//!   text a test sets with [`FakeApiServer::set_pod_log`] (its last `tailLines` lines); a pod
+//!   that does not exist is 404, a container without a log set answers an empty log.
 //!
 //! Not modelled: admission webhooks and semantic validation beyond deserialisation (immutable
 //! fields, name formats, CRD structural schemas and pruning), garbage collection by
@@ -187,6 +190,8 @@ pub struct FakeState {
     /// Where the pod proxy sends `namespace/pod:port` ([`FakeApiServer::proxy_pod`]); without
     /// an entry, to the pod's `status.podIP` and the port.
     pub pod_proxies: BTreeMap<String, std::net::SocketAddr>,
+    /// Container logs by `namespace/pod/container` ([`FakeApiServer::set_pod_log`]).
+    pub pod_logs: BTreeMap<String, String>,
 }
 
 /// The API server's feature gates whose fields it drops from a `resource.k8s.io` object on
@@ -572,6 +577,56 @@ impl FakeApiServer {
             .insert(format!("{namespace}/{pod}:{port}"), addr);
     }
 
+    /// Sets the log of `container` in `namespace/pod` (`kubectl logs` reads it).
+    pub fn set_pod_log(&self, namespace: &str, pod: &str, container: &str, text: &str) {
+        self.state()
+            .pod_logs
+            .insert(format!("{namespace}/{pod}/{container}"), text.to_string());
+    }
+
+    /// Answers a container log request: `rest` is what follows `/api/v1/namespaces/`.
+    fn pod_log(&self, rest: &str, query: &BTreeMap<String, String>) -> Option<Response<Body>> {
+        let (ns, rest) = rest.split_once("/pods/")?;
+        let pod = rest.strip_suffix("/log")?;
+        if ns.contains('/') || pod.contains('/') {
+            return None;
+        }
+        let st = self.state();
+        let pod_obj = st
+            .objects
+            .get(&format!("/api/v1/namespaces/{ns}/pods"))
+            .and_then(|m| m.get(pod))?;
+        let container = query.get("container").cloned().or_else(|| {
+            pod_obj
+                .pointer("/spec/containers/0/name")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })?;
+        let text = st
+            .pod_logs
+            .get(&format!("{ns}/{pod}/{container}"))
+            .cloned()
+            .unwrap_or_default();
+        let text = match query.get("tailLines").and_then(|t| t.parse::<usize>().ok()) {
+            Some(n) => {
+                let lines: Vec<&str> = text.lines().collect();
+                let mut t = lines[lines.len().saturating_sub(n)..].join("\n");
+                if !t.is_empty() {
+                    t.push('\n');
+                }
+                t
+            }
+            None => text,
+        };
+        Some(
+            Response::builder()
+                .status(200)
+                .header("content-type", "text/plain")
+                .body(BodyExt::boxed_unsync(Full::new(Bytes::from(text))))
+                .unwrap_or_else(|_| status(500, "InternalError", "response")),
+        )
+    }
+
     /// Answers a pod proxy request: `rest` is what follows `/api/v1/namespaces/`.
     async fn pod_proxy(&self, rest: &str, query: &str) -> Option<Response<Body>> {
         let (ns, rest) = rest.split_once("/pods/")?;
@@ -933,6 +988,12 @@ impl FakeApiServer {
         if method == "GET"
             && let Some(rest) = path.strip_prefix("/api/v1/namespaces/")
             && let Some(answer) = self.pod_proxy(rest, &raw_query).await
+        {
+            return answer;
+        }
+        if method == "GET"
+            && let Some(rest) = path.strip_prefix("/api/v1/namespaces/")
+            && let Some(answer) = self.pod_log(rest, &query)
         {
             return answer;
         }
@@ -2103,6 +2164,40 @@ mod tests {
             kube::Error::Api(s) => assert_eq!(s.code, 500),
             other => panic!("{other}"),
         }
+    }
+
+    #[tokio::test]
+    async fn container_logs_are_what_the_test_set_tailed() {
+        use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+        let api = FakeApiServer::new();
+        api.put(&Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("ml".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "main".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        api.set_pod_log("ml", "p", "main", "one\ntwo\nthree\n");
+        let pods: kube::Api<Pod> = kube::Api::namespaced(api.client(), "ml");
+        let lp = kube::api::LogParams {
+            container: Some("main".into()),
+            tail_lines: Some(2),
+            ..Default::default()
+        };
+        assert_eq!(pods.logs("p", &lp).await.expect("log"), "two\nthree\n");
+        assert_eq!(
+            pods.logs("p", &Default::default()).await.expect("log"),
+            "one\ntwo\nthree\n"
+        );
+        assert!(pods.logs("nope", &lp).await.is_err());
     }
 
     use k8s_openapi::api::core::v1::ConfigMap;
