@@ -1,7 +1,9 @@
-//! `/healthz`, `/readyz` and `/metrics`: one axum server. `/healthz` composes what each task
-//! publishes on its own watch channel (driver status, instance ID, ERI source, served set, ERI
+//! `/healthz`, `/readyz`, `/metrics` and `/usage`: one axum server. `/healthz` composes what each
+//! task publishes on its own watch channel (driver status, instance ID, ERI source, served set, ERI
 //! netdev and SMC-R pnet setup, SMC-R decisions, the NRI plugin, another device plugin); nobody writes into a
-//! shared view. `/metrics` renders the process's one prometheus-client registry.
+//! shared view. `/metrics` renders the process's one prometheus-client registry, after bringing
+//! the per-pod RDMA usage up to date when it is on; `/usage` answers that usage as JSON
+//! ([`crate::usage`]).
 
 use crate::coexistence::ConflictView;
 use crate::devices::ServedView;

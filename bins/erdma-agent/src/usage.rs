@@ -5,7 +5,8 @@
 //! timeout):
 //!
 //! 1. the kernel's RDMA objects and port counters ([`erdma_usage::Snapshot`] over RDMA netlink),
-//!    each owner PID's pod UID and container from `<proc>/<pid>/cgroup`;
+//!    each owner PID's pod UID and container from `<proc>/<pid>/cgroup`; a scrape waits at most
+//!    [`READ_BUDGET`] for it;
 //! 2. who was allocated which device: the pod-resources owner's published snapshot
 //!    ([`HolderCache::snapshot`], no I/O), device IDs `<device>/<slot>` or DRA devices;
 //! 3. pod UID ↔ namespace/name from the container runtime's sandbox list (CRI `ListPodSandbox`),
@@ -36,11 +37,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A result younger than this is reused.
 pub const MAX_AGE: Duration = Duration::from_secs(2);
+/// How long a scrape waits for the kernel's answer (RDMA netlink times out each receive after
+/// 2 s, and a read makes several): past it the answer says so, and the read, left to finish,
+/// keeps the next ones from starting until it has.
+pub const READ_BUDGET: Duration = Duration::from_secs(5);
 /// The sandbox list is asked again for an unknown pod at most this often.
 pub const NAMES_EVERY: Duration = Duration::from_secs(10);
 /// Most pods the metrics name (the rest are counted in `erdma_usage_pods_left_out`); with at
@@ -157,6 +163,8 @@ pub struct UsageService {
     inputs: UsageInputs,
     names: tokio::sync::Mutex<Names>,
     collecting: tokio::sync::Mutex<()>,
+    reading: AtomicBool,
+    budget: Duration,
     last: Mutex<Option<Collected>>,
 }
 
@@ -167,6 +175,8 @@ impl UsageService {
             inputs,
             names: tokio::sync::Mutex::new(Names::default()),
             collecting: tokio::sync::Mutex::new(()),
+            reading: AtomicBool::new(false),
+            budget: READ_BUDGET,
             last: Mutex::new(None),
         })
     }
@@ -232,17 +242,41 @@ impl UsageService {
             .unwrap_or(0);
         let node = self.inputs.node.clone();
         let held = (self.inputs.holders)();
+        // One kernel read at a time, even past the budget: a read still running when its scrape
+        // gave up keeps the next ones from starting another.
+        if self.reading.swap(true, Ordering::SeqCst) {
+            return NodeUsage::unavailable(
+                node,
+                now_ms,
+                "the previous read of the kernel's RDMA objects has not finished (RDMA netlink slow to answer)".into(),
+            );
+        }
         let me = self.clone();
         let read = tokio::task::spawn_blocking(move || {
-            let snap = Snapshot::read(me.inputs.source.as_ref())?;
-            let pid_pods = erdma_usage::cgroup::read_pid_pods(&me.inputs.proc_root, &snap.pids());
-            Ok::<_, erdma_usage::UsageError>((snap, pid_pods))
-        })
-        .await;
-        let (snap, pid_pods) = match read {
-            Ok(Ok(v)) => v,
-            Ok(Err(e)) => return NodeUsage::unavailable(node, now_ms, e.to_string()),
-            Err(e) => return NodeUsage::unavailable(node, now_ms, format!("the read failed: {e}")),
+            let r = Snapshot::read(me.inputs.source.as_ref()).map(|snap| {
+                let pids = snap.pids();
+                let pid_pods = erdma_usage::cgroup::read_pid_pods(&me.inputs.proc_root, &pids);
+                (snap, pid_pods)
+            });
+            me.reading.store(false, Ordering::SeqCst);
+            r
+        });
+        let (snap, pid_pods) = match tokio::time::timeout(self.budget, read).await {
+            Ok(Ok(Ok(v))) => v,
+            Ok(Ok(Err(e))) => return NodeUsage::unavailable(node, now_ms, e.to_string()),
+            Ok(Err(e)) => {
+                return NodeUsage::unavailable(node, now_ms, format!("the read failed: {e}"));
+            }
+            Err(_) => {
+                return NodeUsage::unavailable(
+                    node,
+                    now_ms,
+                    format!(
+                        "the kernel's RDMA objects were not read within {:?}",
+                        self.budget
+                    ),
+                );
+            }
         };
         let allocated = allocated_by_name(&held, &snap);
         let uids: BTreeSet<PodUid> = pid_pods.values().map(|(u, _)| u.clone()).collect();
@@ -983,6 +1017,73 @@ mod tests {
         let m = metrics(&u);
         assert!(m.contains("erdma_usage_available 0"), "{m}");
         assert!(!m.contains("erdma_pod_"), "{m}");
+    }
+
+    /// A kernel that answers only when told to.
+    struct Stuck(Mutex<std::sync::mpsc::Receiver<()>>);
+
+    impl UsageSource for Stuck {
+        fn devices(&self) -> Result<Vec<DeviceEntry>, erdma_usage::UsageError> {
+            let _ = self.0.lock().unwrap().recv();
+            Ok(vec![])
+        }
+        fn qps(&self) -> Result<Vec<QpEntry>, erdma_usage::UsageError> {
+            Ok(vec![])
+        }
+        fn mrs(&self) -> Result<Vec<MrEntry>, erdma_usage::UsageError> {
+            Ok(vec![])
+        }
+        fn cqs(&self) -> Result<Vec<CqEntry>, erdma_usage::UsageError> {
+            Ok(vec![])
+        }
+        fn pds(&self) -> Result<Vec<PdEntry>, erdma_usage::UsageError> {
+            Ok(vec![])
+        }
+        fn port_counters(
+            &self,
+            dev: &str,
+            _: u32,
+        ) -> Result<PortCounters, erdma_usage::UsageError> {
+            Err(erdma_usage::UsageError::NoSuchDevice(dev.into()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slow_kernel_costs_a_scrape_the_budget_and_never_two_reads() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let proc_root = tempfile::tempdir().unwrap();
+        let mut u = UsageService::new(UsageInputs {
+            source: Arc::new(Stuck(Mutex::new(rx))),
+            proc_root: proc_root.path().into(),
+            holders: Arc::new(|| Arc::new(Vec::new())),
+            pods: Arc::new(Vec::<PodIdentity>::new()),
+            node: None,
+        });
+        Arc::get_mut(&mut u).unwrap().budget = Duration::from_millis(50);
+        let r = u.current().await;
+        assert!(!r.available);
+        assert!(
+            r.error.as_deref().unwrap().contains("not read within 50ms"),
+            "{r:?}"
+        );
+        // Past the reuse window, the stuck read still runs: no second one starts.
+        *u.last.lock().unwrap() = None;
+        let r = u.current().await;
+        assert!(
+            r.error.as_deref().unwrap().contains("has not finished"),
+            "{r:?}"
+        );
+        // The kernel answers: the read ends and the next one runs.
+        tx.send(()).unwrap();
+        tx.send(()).unwrap();
+        for _ in 0..100 {
+            if !u.reading.load(Ordering::SeqCst) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        *u.last.lock().unwrap() = None;
+        assert!(u.current().await.available);
     }
 
     #[test]
