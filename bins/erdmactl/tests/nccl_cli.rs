@@ -169,3 +169,76 @@ fn require_erdma_judges_each_run_and_a_repeated_file_is_read_once() {
     let jobs = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap()["jobs"].clone();
     assert_eq!(jobs(&once), jobs(&twice));
 }
+
+#[test]
+fn compare_adds_each_runs_rdma_usage() {
+    let dir = tempfile::tempdir().expect("dir");
+    // A: the TCP run, one agent's /usage with an allocated but unused device.
+    let a = dir.path().join("a.json");
+    std::fs::write(
+        &a,
+        r#"{"node": "n1", "collectedAtUnixMs": 1, "available": true,
+            "pods": [{"namespace": "ml", "name": "tcp-0", "uid": "u0",
+                      "devices": [{"device": "erdma_0", "allocated": true, "qps": 0,
+                                   "mrs": 0, "mrBytes": 0, "cqs": 0, "pds": 0}]}]}"#,
+    )
+    .expect("write");
+    // B: the eRDMA run, saved by `top pods -o json` over two nodes.
+    let b = dir.path().join("b.json");
+    let pod = |name: &str| {
+        serde_json::json!({"namespace": "ml", "name": name, "uid": name,
+            "devices": [{"device": "erdma_0", "allocated": true, "qps": 12,
+                         "qpsByState": {"RTS": 10, "INIT": 2}, "mrs": 4,
+                         "mrBytes": 3u64 << 29, "cqs": 3, "pds": 1}]})
+    };
+    let list = serde_json::json!({"kind": "UsageList", "unreachable": [], "items": [
+        {"node": "n1", "collectedAtUnixMs": 1, "available": true, "pods": [pod("w-0")]},
+        {"node": "n2", "collectedAtUnixMs": 1, "available": true, "pods": [pod("w-1")]}]});
+    std::fs::write(&b, list.to_string()).expect("write");
+    let (a, b) = (a.display().to_string(), b.display().to_string());
+    let logs = [
+        testdata("synthetic/tcp-2node.log"),
+        testdata("synthetic/erdma-2node-gdr.log"),
+    ];
+    let (code, out) = run(&[
+        "compare",
+        "-o",
+        "json",
+        &logs[0],
+        &logs[1],
+        "--usage-a",
+        &a,
+        "--usage-b",
+        &b,
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
+    assert_eq!(v["a"]["rdma"]["qps"], 0);
+    assert_eq!(v["a"]["rdma"]["pods"], 1);
+    assert_eq!(v["b"]["rdma"]["nodes"], 2);
+    assert_eq!(v["b"]["rdma"]["pods"], 2);
+    assert_eq!(v["b"]["rdma"]["qps"], 24);
+    assert_eq!(v["b"]["rdma"]["qps_rts"], 20);
+    assert_eq!(v["b"]["rdma"]["mr_bytes"], 3u64 << 30);
+    assert_eq!(v["b"]["rdma"]["cqs"], 6);
+    let (_, out) = run(&["compare", &logs[0], &logs[1], "--usage-b", &b]);
+    assert!(
+        out.contains("   RDMA (")
+            && out
+                .contains("): 2 pods on 2 nodes, 24 QPs (20 RTS), 3.0GiB registered, 6 CQs, 2 PDs"),
+        "{out}"
+    );
+    // Without usage files the JSON has no rdma key.
+    let (_, out) = run(&["compare", "-o", "json", &logs[0], &logs[1]]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
+    assert!(v["a"].get("rdma").is_none());
+    // An unreadable usage file is an input error.
+    let (code, _) = run(&[
+        "compare",
+        &logs[0],
+        &logs[1],
+        "--usage-a",
+        "/nonexistent.json",
+    ]);
+    assert_eq!(code, 2);
+}

@@ -27,6 +27,31 @@ pub struct Side {
     pub transports: Vec<String>,
     /// Figures found.
     pub perf: PerfSummary,
+    /// The run's RDMA objects from the node agents' usage saved while it ran
+    /// (`erdmactl nccl compare --usage-a/--usage-b`); absent without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rdma: Option<RunRdma>,
+}
+
+/// A run's RDMA objects, summed over the pods of a usage file (`erdmactl top pods -o json`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RunRdma {
+    /// The usage file.
+    pub source: String,
+    /// Nodes in it.
+    pub nodes: usize,
+    /// Pods in it.
+    pub pods: usize,
+    /// Queue pairs.
+    pub qps: u64,
+    /// Queue pairs in RTS (ready to send).
+    pub qps_rts: u64,
+    /// Bytes registered in memory regions (pinned).
+    pub mr_bytes: u64,
+    /// Completion queues.
+    pub cqs: u64,
+    /// Protection domains.
+    pub pds: u64,
 }
 
 /// One matched message size.
@@ -107,6 +132,7 @@ fn side(name: &str, report: &AnalyzeReport, perf: PerfSummary) -> Side {
             })
             .unwrap_or_default(),
         perf,
+        rdma: None,
     }
 }
 

@@ -74,6 +74,51 @@ pub struct CompareArgs {
     /// Compare nccl-tests in-place columns instead of out-of-place.
     #[arg(long)]
     pub in_place: bool,
+    /// A's RDMA usage saved while it ran (`erdmactl top pods -o json > FILE`, or one agent's
+    /// `/usage`): its QPs, registered bytes, CQs and PDs are added to A's side.
+    #[arg(long, value_name = "FILE")]
+    pub usage_a: Option<PathBuf>,
+    /// B's RDMA usage, as --usage-a.
+    #[arg(long, value_name = "FILE")]
+    pub usage_b: Option<PathBuf>,
+}
+
+/// The sum of a usage file's pods: `top pods -o json` (`{"kind": "UsageList", "items": [...]}`),
+/// a list of node usages, or one agent's `/usage` answer.
+fn run_rdma(path: &Path) -> anyhow::Result<compare::RunRdma> {
+    use erdma_usage::report::NodeUsage;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read usage file {}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "usage file {} is not JSON (save it with erdmactl top pods -o json)",
+            path.display()
+        )
+    })?;
+    let nodes: Vec<NodeUsage> = match v {
+        serde_json::Value::Array(items) => serde_json::from_value(items.into())?,
+        serde_json::Value::Object(ref o) if o.contains_key("items") => {
+            serde_json::from_value(o["items"].clone())?
+        }
+        other => vec![serde_json::from_value(other)?],
+    };
+    let mut r = compare::RunRdma {
+        source: path.display().to_string(),
+        nodes: nodes.len(),
+        ..Default::default()
+    };
+    for n in &nodes {
+        r.pods += n.pods.len();
+        for d in n.pods.iter().flat_map(|p| &p.devices) {
+            let c = &d.counts;
+            r.qps += c.qps;
+            r.qps_rts += c.qps_by_state.get("RTS").copied().unwrap_or(0);
+            r.mr_bytes += c.mr_bytes;
+            r.cqs += c.cqs;
+            r.pds += c.pds;
+        }
+    }
+    Ok(r)
 }
 
 /// The largest `--max-line-bytes`: a line without a newline (`/dev/zero`) is buffered up to it.
@@ -194,7 +239,13 @@ fn compare_cmd(c: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode>
     }
     let (an, ar, ap) = one(&c.a)?;
     let (bn, br, bp) = one(&c.b)?;
-    let report = compare::compare(&an, &ar, ap, &bn, &br, bp, c.in_place);
+    let mut report = compare::compare(&an, &ar, ap, &bn, &br, bp, c.in_place);
+    if let Some(p) = &c.usage_a {
+        report.a.rdma = Some(run_rdma(p).with_context(|| format!("--usage-a {}", p.display()))?);
+    }
+    if let Some(p) = &c.usage_b {
+        report.b.rdma = Some(run_rdma(p).with_context(|| format!("--usage-b {}", p.display()))?);
+    }
     let text = match c.output {
         Format::Table => render::compare(&report),
         f => output::render(&report, f)?,

@@ -198,6 +198,20 @@ pub fn compare(c: &CompareReport) -> String {
         if !s.transports.is_empty() {
             let _ = writeln!(out, "   transports: {}", s.transports.join(", "));
         }
+        if let Some(r) = &s.rdma {
+            let _ = writeln!(
+                out,
+                "   RDMA ({}): {} pods on {} nodes, {} QPs ({} RTS), {} registered, {} CQs, {} PDs",
+                r.source,
+                r.pods,
+                r.nodes,
+                r.qps,
+                r.qps_rts,
+                crate::top::human_bytes(r.mr_bytes as f64),
+                r.cqs,
+                r.pds
+            );
+        }
     }
     out.push('\n');
     if c.rows.is_empty() {
