@@ -38,6 +38,8 @@ const SUBCOMMANDS: &[&[&str]] = &[
     &["smc", "pnet"],
     &["nccl", "analyze"],
     &["nccl", "compare"],
+    &["top", "pods"],
+    &["top", "devices"],
 ];
 
 #[test]
