@@ -1,5 +1,5 @@
 //! `--request-timeout` (issue 30, item 3): an API server that accepts connections and never
-//! answers ends `doctor`, `submit`, `install` and `uninstall` with exit 2 and a message naming the
+//! answers ends `doctor`, `submit`, `install`, `uninstall` and `top` with exit 2 and a message naming the
 //! flag, instead of hanging for minutes. (The process guard below only keeps a regression from
 //! hanging the test run; nothing here measures time.)
 
@@ -32,6 +32,8 @@ fn a_silent_api_server_ends_each_command_with_exit_2_naming_the_timeout() {
         [&["doctor", "--node", "n1"][..], &t].concat(),
         [&["install", "--credentials-type", "ecs_ram_role"][..], &t].concat(),
         [&["uninstall"][..], &t].concat(),
+        [&["top", "pods", "-A"][..], &t].concat(),
+        [&["top", "devices", "--node", "n1"][..], &t].concat(),
         [
             &["submit", "pytorch", "--name", "j", "--image", "i"][..],
             &t,
