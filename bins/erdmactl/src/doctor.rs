@@ -2,7 +2,7 @@
 
 use crate::devices;
 use crate::output::{self, Format};
-use crate::submit::{KubeArgs, kube_client, runtime};
+use crate::submit::{KubeArgs, kube_client, kube_client_with_retry, runtime};
 use crate::top;
 use erdma_doctor::cluster::{self, Exec, PodTarget};
 use erdma_doctor::usage::{Evidence, PodUsageView};
@@ -357,7 +357,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 let exec: Option<&dyn Exec> = if args.exec { Some(&exec) } else { None };
                 checks.extend(cluster::pod_checks(&client, &target, exec).await?);
                 if let Some(inputs) = cluster::usage_inputs(&client, &target).await? {
-                    checks.push(usage_check(&client, &inputs).await);
+                    let proxy = kube_client_with_retry(&args.kube, false).await?;
+                    checks.push(usage_check(&proxy, &inputs).await);
                 }
             }
             anyhow::Ok(())

@@ -195,6 +195,13 @@ impl PytorchArgs {
 
 /// A Kubernetes client from the user's kubeconfig (explicit file, context, or the usual inference).
 pub async fn kube_client(kube: &KubeArgs) -> anyhow::Result<kube::Client> {
+    kube_client_with_retry(kube, true).await
+}
+
+/// [`kube_client`], with kube's retries of 429/503/504 answers on or off: off for requests
+/// through the API server's pod proxy, where a 503 is the proxied server's own answer (an agent
+/// that cannot read usage), not an API server asking to be retried.
+pub async fn kube_client_with_retry(kube: &KubeArgs, retry: bool) -> anyhow::Result<kube::Client> {
     let options = kube::config::KubeConfigOptions {
         context: kube.context.clone(),
         ..Default::default()
@@ -215,6 +222,7 @@ pub async fn kube_client(kube: &KubeArgs) -> anyhow::Result<kube::Client> {
         )?,
     };
     let mut config = config;
+    config.default_retry = retry;
     let request_timeout = (!kube.request_timeout.is_zero()).then_some(kube.request_timeout);
     if let Some(t) = request_timeout {
         config.connect_timeout = Some(t.min(std::time::Duration::from_secs(10)));

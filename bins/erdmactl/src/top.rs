@@ -5,7 +5,7 @@
 
 use crate::exit;
 use crate::output::{self, Format};
-use crate::submit::{KubeArgs, kube_client, runtime};
+use crate::submit::{KubeArgs, kube_client, kube_client_with_retry, runtime};
 use erdma_usage::report::{DeviceReport, NodeUsage, PodReport, TrafficKind};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -183,7 +183,7 @@ fn parse_usage(body: &str) -> Result<NodeUsage, String> {
     })?;
     if !u.available {
         return Err(format!(
-            "the agent cannot read RDMA usage: {}",
+            "{CANNOT_READ}: {}",
             u.error.as_deref().unwrap_or("no reason given")
         ));
     }
@@ -221,6 +221,12 @@ pub async fn usage_direct(addr: &str, timeout: Duration) -> Result<NodeUsage, St
         .and_then(|c| c.parse().ok())
         .ok_or_else(|| format!("{addr}: not an HTTP response"))?;
     if code != 200 {
+        // The agent answers 503 with its usage JSON when it cannot read usage: its reason.
+        if let Err(why) = parse_usage(body)
+            && why.starts_with(CANNOT_READ)
+        {
+            return Err(why);
+        }
         return Err(format!(
             "the agent answered HTTP {code} to /usage: {}",
             first_line(body)
@@ -236,7 +242,12 @@ fn first_line(s: &str) -> &str {
         .unwrap_or("")
 }
 
+/// The start of the error of an agent that cannot read usage.
+const CANNOT_READ: &str = "the agent cannot read RDMA usage";
+
 /// GET `/usage` of agent pod `namespace/pod` on `port` through the API server's pod proxy.
+/// `client` should not retry 503s (see [`crate::submit::kube_client_with_retry`]): the agent
+/// answers 503 with its usage JSON when it cannot read usage.
 pub async fn usage_proxy(
     client: &kube::Client,
     namespace: &str,
@@ -245,20 +256,40 @@ pub async fn usage_proxy(
 ) -> Result<NodeUsage, String> {
     let path = format!("/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy/usage");
     let req = hyper::Request::get(&path)
-        .body(Vec::new())
+        .body(kube::client::Body::from(Vec::new()))
         .map_err(|e| e.to_string())?;
-    match client.request_text(req).await {
-        Ok(body) => parse_usage(&body),
-        Err(kube::Error::Api(s)) if s.code == 403 => Err(format!(
-            "the API server refused the pod proxy ({}): allow get on pods/proxy to your user",
-            s.message
-        )),
-        Err(kube::Error::Api(s)) => Err(format!(
-            "the API server's pod proxy answered {}: {}",
-            s.code, s.message
-        )),
-        Err(e) => Err(e.to_string()),
+    let res = client.send(req).await.map_err(|e| e.to_string())?;
+    let code = res.status().as_u16();
+    let body = res
+        .into_body()
+        .collect_bytes()
+        .await
+        .map_err(|e| format!("reading the answer: {e}"))?;
+    let body = String::from_utf8_lossy(&body);
+    if code == 200 {
+        return parse_usage(&body);
     }
+    if let Err(why) = parse_usage(&body)
+        && why.starts_with(CANNOT_READ)
+    {
+        return Err(why);
+    }
+    let status = serde_json::from_str::<serde_json::Value>(body.trim())
+        .ok()
+        .filter(|v| v["kind"] == "Status");
+    let message = status
+        .as_ref()
+        .and_then(|v| v["message"].as_str())
+        .unwrap_or_else(|| first_line(&body))
+        .to_string();
+    if code == 403 && status.is_some() {
+        return Err(format!(
+            "the API server refused the pod proxy ({message}): allow get on pods/proxy to your user"
+        ));
+    }
+    Err(format!(
+        "the API server's pod proxy answered {code}: {message}"
+    ))
 }
 
 fn is_running(p: &Pod) -> bool {
@@ -868,6 +899,7 @@ async fn run_async(a: &TopArgs, devices: bool) -> anyhow::Result<ExitCode> {
         ),
         None => {
             let c = kube_client(&a.kube).await?;
+            let proxy = kube_client_with_retry(&a.kube, false).await?;
             let ns = if a.all_namespaces {
                 Namespaces::All
             } else {
@@ -877,7 +909,7 @@ async fn run_async(a: &TopArgs, devices: bool) -> anyhow::Result<ExitCode> {
                         .unwrap_or_else(|| c.default_namespace().to_string()),
                 )
             };
-            (Some(c), ns)
+            (Some((c, proxy)), ns)
         }
     };
     let mut failed = false;
@@ -892,10 +924,16 @@ async fn run_async(a: &TopArgs, devices: bool) -> anyhow::Result<ExitCode> {
                 }],
                 Vec::new(),
             ),
-            (None, Some(c)) => targets(c, a).await?,
+            (None, Some((c, _))) => targets(c, a).await?,
             (None, None) => unreachable!("a client without --agent-addr"),
         };
-        let s = sample(client.as_ref(), &targets, &not_found, timeout).await;
+        let s = sample(
+            client.as_ref().map(|(_, proxy)| proxy),
+            &targets,
+            &not_found,
+            timeout,
+        )
+        .await;
         report_unreachable(&s);
         failed |= !s.unreachable.is_empty();
         if devices && prev.is_none() {

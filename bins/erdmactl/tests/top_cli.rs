@@ -30,10 +30,15 @@ fn agent(bodies: Vec<String>) -> (SocketAddr, Arc<AtomicUsize>) {
             let req = String::from_utf8_lossy(&buf[..n]).to_string();
             let answer = if req.starts_with("GET /usage ") {
                 let i = count.fetch_add(1, Ordering::SeqCst).min(bodies.len() - 1);
-                format!(
-                    "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{}",
-                    bodies[i]
-                )
+                if bodies[i].starts_with("HTTP/1.0 ") {
+                    // A whole answer (another status).
+                    bodies[i].clone()
+                } else {
+                    format!(
+                        "HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n{}",
+                        bodies[i]
+                    )
+                }
             } else {
                 "HTTP/1.0 404 Not Found\r\n\r\nnot found\n".to_string()
             };
@@ -288,10 +293,9 @@ fn an_unreachable_agent_is_named_on_stderr_and_exits_1() {
         )),
         "{err}"
     );
-    // An agent that cannot read usage fails too, with its reason.
+    // An agent that cannot read usage fails too, with its reason (it answers 503 with its JSON).
     let (addr, _) = agent(vec![
-        r#"{"collectedAtUnixMs": 1, "available": false, "error": "RDMA netlink unavailable"}"#
-            .into(),
+        "HTTP/1.0 503 Service Unavailable\r\n\r\n{\"collectedAtUnixMs\": 1, \"available\": false, \"error\": \"RDMA netlink unavailable\"}".into(),
     ]);
     let a = erdmactl()
         .args(["top", "pods", "--agent-addr", &addr.to_string()])
@@ -422,6 +426,14 @@ fn top_through_the_api_servers_pod_proxy() {
         .proxy_pod("erdma-system", "erdma-agent-b", 9101, closed_port());
     c.api
         .put(&agent_pod("erdma-agent-c", "node-c", "10.0.0.3", "Pending"));
+    // node-d's agent has usage off: 503 with its JSON, reported at once (no retries).
+    let (d_addr, d_served) = agent(vec![
+        "HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\n\r\n{\"collectedAtUnixMs\": 0, \"available\": false, \"error\": \"RDMA usage is off on this agent (--rdma-usage=false)\"}".to_string(),
+    ]);
+    c.api
+        .put(&agent_pod("erdma-agent-d", "node-d", "10.0.0.4", "Running"));
+    c.api
+        .proxy_pod("erdma-system", "erdma-agent-d", 9101, d_addr);
     let a = erdmactl()
         .args(["top", "pods", "-A", "--kubeconfig"])
         .arg(&c.kubeconfig)
@@ -456,6 +468,13 @@ fn top_through_the_api_servers_pod_proxy() {
         ),
         "{err}"
     );
+    assert!(
+        err.contains(
+            "erdmactl: node node-d: agent erdma-system/erdma-agent-d: the agent cannot read RDMA usage: RDMA usage is off on this agent (--rdma-usage=false)"
+        ),
+        "{err}"
+    );
+    assert_eq!(d_served.load(Ordering::SeqCst), 1, "a 503 is not retried");
     let proxied = c.api.requests_matching("GET", "/proxy/usage");
     assert!(
         proxied
