@@ -134,7 +134,7 @@ impl Cause {
                     "{} allocated to the pod, but no process of it opened an RDMA device and NCCL found none (NET/IB : No device found): /dev/infiniband is not in the container",
                     allocated.join(", ")
                 ),
-                "the device plugin's Allocate (or the DRA driver's CDI spec) did not reach the container: check the agent's log for the pod, that the runtime applies CDI (containerd enable_cdi) and the container's /dev/infiniband (kubectl exec … ls /dev/infiniband)".into(),
+                "the device plugin's Allocate (or the DRA driver's CDI spec) did not reach the container: check the agent's log for the pod, that the runtime applies CDI (containerd enable_cdi) and the container's /dev/infiniband (kubectl exec … ls /dev/infiniband). If the device nodes are there, the image's libibverbs lacks the erdma provider instead: it skips such devices silently unless IBV_SHOW_WARNINGS=1 is set (then it names them)".into(),
             ),
             Cause::Unknown => (
                 "the log and the usage show no cause".into(),
