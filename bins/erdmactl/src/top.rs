@@ -855,6 +855,37 @@ fn print_block(text: &str, watch: bool, first: bool) -> anyhow::Result<()> {
     }
 }
 
+/// One round: the agents to read (listed again each round) and their answers.
+async fn read(
+    a: &TopArgs,
+    clients: Option<(&kube::Client, &kube::Client)>,
+    timeout: Duration,
+) -> anyhow::Result<Sample> {
+    let (found, not_found) = match (&a.agent_addr, clients) {
+        (Some(addr), _) => (
+            vec![Target {
+                node: addr.clone(),
+                via: Via::Direct(addr.clone()),
+            }],
+            Vec::new(),
+        ),
+        (None, Some((c, _))) => targets(c, a).await?,
+        (None, None) => anyhow::bail!("no Kubernetes client and no --agent-addr"),
+    };
+    Ok(sample(clients.map(|(_, proxy)| proxy), &found, &not_found, timeout).await)
+}
+
+/// Whether an agent answered `s` with the same read as `prev` (same collection time).
+fn stale(prev: &Sample, s: &Sample) -> bool {
+    s.nodes.iter().any(|n| {
+        n.collected_at_unix_ms != 0
+            && prev
+                .nodes
+                .iter()
+                .any(|p| p.node == n.node && p.collected_at_unix_ms == n.collected_at_unix_ms)
+    })
+}
+
 /// Runs `erdmactl top …`; see [`crate::exit::TOP`].
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let (a, devices) = match &args.what {
@@ -915,25 +946,18 @@ async fn run_async(a: &TopArgs, devices: bool) -> anyhow::Result<ExitCode> {
     let mut failed = false;
     let mut prev: Option<Sample> = None;
     let mut blocks = 0u64;
+    let clients = client.as_ref().map(|(c, proxy)| (c, proxy));
     loop {
-        let (targets, not_found) = match (&a.agent_addr, &client) {
-            (Some(addr), _) => (
-                vec![Target {
-                    node: addr.clone(),
-                    via: Via::Direct(addr.clone()),
-                }],
-                Vec::new(),
-            ),
-            (None, Some((c, _))) => targets(c, a).await?,
-            (None, None) => unreachable!("a client without --agent-addr"),
-        };
-        let s = sample(
-            client.as_ref().map(|(_, proxy)| proxy),
-            &targets,
-            &not_found,
-            timeout,
-        )
-        .await;
+        let mut s = read(a, clients, timeout).await?;
+        // An agent reads the kernel at most every 2 s and answers the same read until then: a
+        // second sample that soon would have no rate. Read again (a few times at most) until
+        // every agent has read anew.
+        let mut again = 0;
+        while devices && again < 3 && prev.as_ref().is_some_and(|p| stale(p, &s)) {
+            tokio::time::sleep(a.interval.min(Duration::from_secs(1))).await;
+            s = read(a, clients, timeout).await?;
+            again += 1;
+        }
         report_unreachable(&s);
         failed |= !s.unreachable.is_empty();
         if devices && prev.is_none() {

@@ -520,3 +520,30 @@ fn top_through_the_api_servers_pod_proxy() {
         stderr(&a)
     );
 }
+
+#[test]
+fn an_agent_answering_its_previous_read_is_asked_again_for_rates() {
+    // The agent reads the kernel at most every 2 s: the second answer is the first one again.
+    let (addr, served) = agent(vec![
+        usage("node-a", 10_000, 1_000, 0),
+        usage("node-a", 10_000, 1_000, 0),
+        usage("node-a", 12_000, 3_000, 0),
+    ]);
+    let a = erdmactl()
+        .args([
+            "top",
+            "devices",
+            "--interval",
+            "50ms",
+            "-o",
+            "json",
+            "--agent-addr",
+            &addr.to_string(),
+        ])
+        .assert()
+        .code(0);
+    assert_eq!(served.load(Ordering::SeqCst), 3);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&a)).unwrap();
+    assert_eq!(v["items"][0]["txBytesPerSecond"], 1_000.0);
+    assert_eq!(v["items"][0]["intervalSeconds"], 2.0);
+}
