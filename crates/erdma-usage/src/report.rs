@@ -252,11 +252,12 @@ impl std::fmt::Display for PodName {
 }
 
 /// Hardware counter names of bytes sent, as drivers name them: `erdma` (`tx_bytes_cnt`; its
-/// out-of-tree build `hw_tx_bytes_cnt`), `bnxt_re` (`tx_bytes`). Soft-RoCE (`rxe`) and `mlx5`
-/// count no bytes in `hw_counters/`.
-pub const TX_BYTES: &[&str] = &["tx_bytes_cnt", "hw_tx_bytes_cnt", "tx_bytes"];
-/// Names of bytes received: `erdma`, its out-of-tree build, `bnxt_re`.
-pub const RX_BYTES: &[&str] = &["rx_bytes_cnt", "hw_rx_bytes_cnt", "rx_bytes"];
+/// out-of-tree build `hw_tx_bytes_cnt`), `bnxt_re` (`tx_bytes`), Soft-RoCE (`rxe`: `sent_bytes`,
+/// in its `hw_counters/` on the lab's 7.3 kernel, beside `sent_pkts`). `mlx5` counts no bytes in
+/// `hw_counters/`.
+pub const TX_BYTES: &[&str] = &["tx_bytes_cnt", "hw_tx_bytes_cnt", "tx_bytes", "sent_bytes"];
+/// Names of bytes received: `erdma`, its out-of-tree build, `bnxt_re`, `rxe` (`rcvd_bytes`).
+pub const RX_BYTES: &[&str] = &["rx_bytes_cnt", "hw_rx_bytes_cnt", "rx_bytes", "rcvd_bytes"];
 /// Names of packets sent: `erdma`, its out-of-tree build, `rxe` (`sent_pkts`), `bnxt_re`.
 pub const TX_PACKETS: &[&str] = &[
     "tx_packets_cnt",
@@ -609,6 +610,36 @@ mod tests {
         let min: NodeUsage =
             serde_json::from_str(r#"{"collectedAtUnixMs": 1, "available": false}"#).unwrap();
         assert!(min.pods.is_empty());
+    }
+
+    #[test]
+    fn rxe_byte_counters() {
+        // rxe's hw_counters as the lab's 7.3 kernel has them (rdma statistic, sysfs).
+        let c = PortCounters {
+            dev_index: 0,
+            dev_name: "rxe0".into(),
+            port: 1,
+            counters: [
+                ("sent_pkts", 160_473),
+                ("rcvd_pkts", 170_768),
+                ("sent_bytes", 168_743_056),
+                ("rcvd_bytes", 179_908_004),
+                ("ack_deferred", 2_465),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        };
+        let p = PortReport::from(&c);
+        assert_eq!(
+            (p.tx_bytes, p.rx_bytes, p.tx_packets, p.rx_packets),
+            (
+                Some(168_743_056),
+                Some(179_908_004),
+                Some(160_473),
+                Some(170_768)
+            )
+        );
     }
 
     #[test]
