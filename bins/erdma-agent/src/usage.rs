@@ -232,6 +232,9 @@ impl UsageService {
             usage: usage.clone(),
         };
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+        // The read's snapshot and maps are freed by now: their pages go back, so that a node
+        // scraped every few seconds keeps the idle agent's resident set.
+        erdma_host::resident::give_back_free_heap();
         usage
     }
 

@@ -203,6 +203,13 @@ fn set_arena_max() -> bool {
     false
 }
 
+/// Gives the heap's free memory back to the kernel (glibc's `malloc_trim`; false elsewhere or
+/// when nothing was given back): after a burst of allocations that is over (a usage read), so
+/// that the resident set returns to the idle loop's.
+pub fn give_back_free_heap() -> bool {
+    trim_heap()
+}
+
 #[cfg(target_env = "gnu")]
 fn trim_heap() -> bool {
     // SAFETY: malloc_trim only returns free memory of glibc's arenas to the kernel.
