@@ -542,7 +542,10 @@ spec:
 #[test]
 fn the_pod_cgroup_is_the_kubelets_cgroupfs_name_by_qos_class() {
     use erdma_fake_kubelet::podspec::translate::{QosClass, pod_cgroup_parent};
-    assert_eq!(pod_cgroup_parent(QosClass::Guaranteed, "u1"), "/kubepods/podu1");
+    assert_eq!(
+        pod_cgroup_parent(QosClass::Guaranteed, "u1"),
+        "/kubepods/podu1"
+    );
     assert_eq!(
         pod_cgroup_parent(QosClass::Burstable, "u1"),
         "/kubepods/burstable/podu1"
