@@ -16,6 +16,7 @@
 use crate::cluster::{Cluster, PodRef};
 use crate::metrics::AgentMetrics;
 use crate::smcr::SmcrHook;
+use erdma_host::socket_watch::SocketWatch;
 use erdma_kubelet::podresources::{Holder, HolderCache, SETTLE_WITHIN, Snapshot};
 use erdma_model::container::{ENV_RDMA_MAX, RDMA_MAX_SEPARATOR};
 use erdma_model::rdma_limit::{RDMA_MAX_ANNOTATION, RdmaLimit};
@@ -532,7 +533,8 @@ pub async fn run(
         std::time::Duration::from_millis(500),
         std::time::Duration::from_secs(30),
     );
-    let mut appeared: Option<SocketWatch> = None;
+    // The runtime (re)started: connect then, not at the end of the back-off (up to 30 s).
+    let mut appeared = SocketWatch::new(&cfg.socket, "NRI socket");
     loop {
         let started = std::time::Instant::now();
         let r = erdma_nri::plugin::run_session(&cfg, handler.clone(), &cancel).await;
@@ -552,68 +554,15 @@ pub async fn run(
             }
             Err(e) => tracing::warn!("{e}; retrying in {delay:?} or when the socket is created"),
         }
-        if appeared.is_none() {
-            appeared = SocketWatch::new(&cfg.socket);
-        }
-        let created = async {
-            match &appeared {
-                Some(w) => w.created.notified().await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
-            _ = created => {
+            _ = appeared.created() => {
                 // the runtime (re)started: connect now, and retry quickly while it comes up
                 tracing::info!(socket = %cfg.socket.display(), "NRI socket created; connecting");
                 backoff.reset();
             }
         }
-    }
-}
-
-/// Wakes the plugin when the runtime's NRI socket is created (the runtime started again), so it
-/// connects then instead of at the end of its back-off (which grows to 30 s while the runtime is
-/// down). Without a watchable directory (it does not exist yet) the back-off alone decides, and
-/// the watch is tried again at the next wait.
-struct SocketWatch {
-    _watcher: notify::RecommendedWatcher,
-    created: Arc<tokio::sync::Notify>,
-}
-
-impl SocketWatch {
-    fn new(socket: &std::path::Path) -> Option<Self> {
-        use notify::{EventKind, RecursiveMode, Watcher, event::ModifyKind};
-        let dir = socket.parent().filter(|d| d.is_dir())?;
-        let name = socket.file_name()?.to_os_string();
-        let created = Arc::new(tokio::sync::Notify::new());
-        let wake = created.clone();
-        let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-            let Ok(ev) = res else { return };
-            let made = matches!(
-                ev.kind,
-                EventKind::Create(_) | EventKind::Modify(ModifyKind::Name(_))
-            );
-            if made
-                && ev
-                    .paths
-                    .iter()
-                    .any(|p| p.file_name() == Some(name.as_os_str()))
-            {
-                wake.notify_one();
-            }
-        })
-        .map_err(|e| tracing::debug!("NRI socket watch unavailable: {e}"))
-        .ok()?;
-        watcher
-            .watch(dir, RecursiveMode::NonRecursive)
-            .map_err(|e| tracing::debug!(dir = %dir.display(), "NRI socket watch failed: {e}"))
-            .ok()?;
-        Some(Self {
-            _watcher: watcher,
-            created,
-        })
     }
 }
 

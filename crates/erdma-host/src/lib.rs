@@ -23,6 +23,8 @@ pub mod logs;
 pub mod plugin_dir;
 pub mod resident;
 pub mod rooted;
+#[cfg(feature = "socket-watch")]
+pub mod socket_watch;
 pub mod sysfs;
 pub mod watched;
 

@@ -19,6 +19,7 @@
 //! connection and publishes it the same way.
 
 use super::client::{Held, Holder, ListError, PodResourcesClient, TIMEOUT};
+use erdma_host::socket_watch::SocketWatch;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -330,7 +331,7 @@ impl Holders {
         self.refreshers.fetch_add(1, Ordering::SeqCst);
         let _running = Running(&self.refreshers);
         let mut asks = self.asks.subscribe();
-        let mut watch = SocketWatch::new(self.socket());
+        let mut watch = SocketWatch::new(self.socket(), "pod-resources socket");
         let mut inode = socket_id(self.socket());
         let mut retry = RETRY_AFTER_FAILURE;
         loop {
@@ -350,15 +351,6 @@ impl Holders {
             };
             let served = s.served;
             loop {
-                if watch.is_none() {
-                    watch = SocketWatch::new(self.socket());
-                }
-                let created = async {
-                    match &watch {
-                        Some(w) => w.created.notified().await,
-                        None => std::future::pending().await,
-                    }
-                };
                 tokio::select! {
                     _ = cancel.cancelled() => return,
                     r = asks.changed() => {
@@ -377,7 +369,7 @@ impl Holders {
                             }
                         }
                     }
-                    _ = created => {
+                    _ = watch.created() => {
                         tracing::debug!(socket = %self.socket().display(), "pod-resources socket created; refreshing");
                         tokio::select! {
                             _ = cancel.cancelled() => return,
@@ -406,49 +398,4 @@ fn socket_id(path: &Path) -> Option<(u64, u64)> {
     std::fs::symlink_metadata(path)
         .ok()
         .map(|m| (m.dev(), m.ino()))
-}
-
-/// Wakes the refresher when the pod-resources socket is created (the kubelet started again).
-/// Without a watchable directory (it does not exist yet) the safety refresh alone notices, and
-/// the watch is tried again at the next wait.
-struct SocketWatch {
-    _watcher: notify::RecommendedWatcher,
-    created: Arc<tokio::sync::Notify>,
-}
-
-impl SocketWatch {
-    fn new(socket: &Path) -> Option<Self> {
-        use notify::{EventKind, RecursiveMode, Watcher, event::ModifyKind};
-        let dir = socket.parent().filter(|d| d.is_dir())?;
-        let name = socket.file_name()?.to_os_string();
-        let created = Arc::new(tokio::sync::Notify::new());
-        let wake = created.clone();
-        let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-            let Ok(ev) = res else { return };
-            let made = matches!(
-                ev.kind,
-                EventKind::Create(_) | EventKind::Modify(ModifyKind::Name(_))
-            );
-            if made
-                && ev
-                    .paths
-                    .iter()
-                    .any(|p| p.file_name() == Some(name.as_os_str()))
-            {
-                wake.notify_one();
-            }
-        })
-        .map_err(|e| tracing::debug!("pod-resources socket watch unavailable: {e}"))
-        .ok()?;
-        watcher
-            .watch(dir, RecursiveMode::NonRecursive)
-            .map_err(
-                |e| tracing::debug!(dir = %dir.display(), "pod-resources socket watch failed: {e}"),
-            )
-            .ok()?;
-        Some(Self {
-            _watcher: watcher,
-            created,
-        })
-    }
 }
