@@ -2,15 +2,16 @@
 //! agent (a fake serving `/usage`, reached through the fake API server's pod proxy) and its log
 //! (the fake API server's container logs) give `pod.rdma_usage`.
 
+mod fake_cluster;
+
 use assert_cmd::Command;
-use erdma_k8s::fake::FakeApiServer;
+use fake_cluster::Cluster;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EnvVar, Pod, PodSpec, PodStatus, ResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
 
 /// A fake agent answering every `/usage` with `body`.
 fn agent(body: String) -> SocketAddr {
@@ -43,36 +44,9 @@ fn usage(qps: u64, containers: &[&str]) -> String {
     .to_string()
 }
 
-struct Cluster {
-    api: FakeApiServer,
-    kubeconfig: PathBuf,
-    cancel: tokio_util::sync::CancellationToken,
-    _rt: tokio::runtime::Runtime,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.cancel.cancel();
-    }
-}
-
 fn cluster(agent_body: String, log: &str, ib_hca: Option<&str>) -> Cluster {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let api = FakeApiServer::new();
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    let cancel = tokio_util::sync::CancellationToken::new();
-    rt.spawn(api.clone().serve_http(listener, cancel.clone()));
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    erdma_k8s::fake::kubeconfig(&kubeconfig, addr).unwrap();
+    let cluster = fake_cluster::start();
+    let api = &cluster.api;
     let meta = |ns: &str, name: &str| kube::api::ObjectMeta {
         name: Some(name.into()),
         namespace: Some(ns.into()),
@@ -132,13 +106,7 @@ fn cluster(agent_body: String, log: &str, ib_hca: Option<&str>) -> Cluster {
         }),
     });
     api.set_pod_log("ml", "trainer-0", "trainer", log);
-    Cluster {
-        api,
-        kubeconfig,
-        cancel,
-        _rt: rt,
-        _dir: dir,
-    }
+    cluster
 }
 
 /// `pod.rdma_usage` of `doctor --pod ml/trainer-0 -o json`, and the exit status.

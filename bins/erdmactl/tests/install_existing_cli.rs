@@ -4,51 +4,18 @@
 //! applied; the original's release in kube-system is upgraded in place; `--allow-existing`
 //! installs anyway with a warning.
 
-use erdma_k8s::fake::FakeApiServer;
+mod fake_cluster;
+
+use fake_cluster::Cluster;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 use serde_json::{Value, json};
-use std::path::PathBuf;
 use std::process::Output;
 
 /// The fake API server on a loopback port, and a kubeconfig (context `fake`) pointing at it.
-struct Cluster {
-    api: FakeApiServer,
-    kubeconfig: PathBuf,
-    cancel: tokio_util::sync::CancellationToken,
-    _rt: tokio::runtime::Runtime,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.cancel.cancel();
-    }
-}
 
 fn cluster() -> Cluster {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let api = FakeApiServer::new();
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    let cancel = tokio_util::sync::CancellationToken::new();
-    rt.spawn(api.clone().serve_http(listener, cancel.clone()));
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    erdma_k8s::fake::kubeconfig(&kubeconfig, addr).unwrap();
-    Cluster {
-        api,
-        kubeconfig,
-        cancel,
-        _rt: rt,
-        _dir: dir,
-    }
+    fake_cluster::start()
 }
 
 fn erdmactl(args: &[&str]) -> Output {

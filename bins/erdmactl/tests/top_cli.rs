@@ -1,12 +1,13 @@
 //! `erdmactl top pods|devices` as a binary: against fake agents serving `/usage` on local ports,
 //! read directly (`--agent-addr`) and through the fake API server's pod proxy.
 
+mod fake_cluster;
+
 use assert_cmd::Command;
-use erdma_k8s::fake::FakeApiServer;
+use fake_cluster::Cluster;
 use k8s_openapi::api::core::v1::{Container, ContainerPort, Pod, PodSpec, PodStatus};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -339,43 +340,8 @@ fn usage_errors_exit_2() {
         .code(2);
 }
 
-struct Cluster {
-    api: FakeApiServer,
-    kubeconfig: PathBuf,
-    cancel: tokio_util::sync::CancellationToken,
-    _rt: tokio::runtime::Runtime,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.cancel.cancel();
-    }
-}
-
 fn cluster() -> Cluster {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let api = FakeApiServer::new();
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    let cancel = tokio_util::sync::CancellationToken::new();
-    rt.spawn(api.clone().serve_http(listener, cancel.clone()));
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    erdma_k8s::fake::kubeconfig(&kubeconfig, addr).unwrap();
-    Cluster {
-        api,
-        kubeconfig,
-        cancel,
-        _rt: rt,
-        _dir: dir,
-    }
+    fake_cluster::start()
 }
 
 fn agent_pod(name: &str, node: &str, ip: &str, phase: &str) -> Pod {
