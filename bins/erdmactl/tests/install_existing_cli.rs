@@ -13,7 +13,6 @@ use serde_json::{Value, json};
 use std::process::Output;
 
 /// The fake API server on a loopback port, and a kubeconfig (context `fake`) pointing at it.
-
 fn cluster() -> Cluster {
     fake_cluster::start()
 }
