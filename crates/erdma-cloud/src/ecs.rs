@@ -5,6 +5,7 @@
 use crate::credentials::{CredentialError, CredentialProvider};
 use crate::encode::{iso8601, nonce};
 use crate::http::{HttpClient, HttpError, Timeouts, send};
+use crate::ratelimit::{Limiter, RateLimit};
 use crate::signer::{self, SignatureVersion, V3Input};
 use bytes::Bytes;
 use http_body_util::Full;
@@ -16,6 +17,12 @@ use std::time::{Duration, SystemTime};
 
 /// ECS API version.
 pub const ECS_VERSION: &str = "2014-05-26";
+/// `DescribeInstances`: at most this many IDs in `InstanceIds` (and instances per page).
+pub const MAX_INSTANCE_IDS: usize = 100;
+/// `DescribeNetworkInterfaces`: at most this many `NetworkInterfaceId.N`.
+pub const MAX_ENI_IDS: usize = 100;
+/// `DescribeInstanceTypes`: at most this many `InstanceTypes.N`.
+pub const MAX_INSTANCE_TYPES: usize = 10;
 
 /// The ECS endpoint of `region`: the VPC endpoint, or the public one when `public` (the original's
 /// `PUBLIC_NETWORK=true`).
@@ -163,6 +170,11 @@ impl EcsError {
         }
     }
 
+    /// Whether ECS refused the call for its rate (`Throttling`, `Throttling.User`, ...).
+    pub fn is_throttling(&self) -> bool {
+        matches!(self, Self::Api { code, .. } if code.starts_with("Throttling"))
+    }
+
     /// The API error code, when the API answered with one.
     pub fn code(&self) -> Option<&str> {
         match self {
@@ -185,6 +197,36 @@ pub struct EcsConfig {
     pub retry: RetryPolicy,
 }
 
+/// How one attempt of an ECS call ended (for [`EcsObserver`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Answered 2xx.
+    Ok,
+    /// Refused with a `Throttling*` code.
+    Throttled,
+    /// Any other failure.
+    Error,
+}
+
+impl Outcome {
+    /// `ok`, `throttled`, `error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Throttled => "throttled",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// Told of every attempt and retry of a client's calls (the controller's metrics).
+pub trait EcsObserver: Send + Sync + std::fmt::Debug {
+    /// One attempt of `action` ended.
+    fn answered(&self, action: &str, outcome: Outcome);
+    /// `action` is tried again after a retryable failure.
+    fn retried(&self, action: &str);
+}
+
 /// The ECS client.
 #[derive(Debug, Clone)]
 pub struct EcsClient {
@@ -192,6 +234,8 @@ pub struct EcsClient {
     authority: String,
     creds: Arc<CredentialProvider>,
     http: HttpClient,
+    limiter: Arc<Limiter>,
+    observer: Option<Arc<dyn EcsObserver>>,
 }
 
 impl EcsClient {
@@ -216,7 +260,25 @@ impl EcsClient {
             authority,
             creds,
             http: crate::http::client(),
+            limiter: Arc::new(Limiter::new(RateLimit {
+                per_second: 0.0,
+                burst: 1,
+            })),
+            observer: None,
         })
+    }
+
+    /// The same client with a token bucket of `limit` per action (default: none), shared by its
+    /// clones.
+    pub fn with_rate_limit(mut self, limit: RateLimit) -> Self {
+        self.limiter = Arc::new(Limiter::new(limit));
+        self
+    }
+
+    /// The same client reporting every attempt and retry to `observer`.
+    pub fn with_observer(mut self, observer: Arc<dyn EcsObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// The same client with other deadlines per attempt (default: [`Timeouts::default`], the
@@ -243,11 +305,30 @@ impl EcsClient {
     pub async fn call(&self, action: &str, params: &[(String, String)]) -> Result<Value, EcsError> {
         let mut attempt = 1;
         loop {
-            match self.call_once(action, params).await {
+            self.limiter.acquire(action).await;
+            let answer = self.call_once(action, params).await;
+            if let Some(o) = &self.observer {
+                o.answered(
+                    action,
+                    match &answer {
+                        Ok(_) => Outcome::Ok,
+                        Err(e) if e.is_throttling() => Outcome::Throttled,
+                        Err(_) => Outcome::Error,
+                    },
+                );
+            }
+            match answer {
                 Ok(v) => return Ok(v),
                 Err(e) if e.is_retryable() && attempt < self.cfg.retry.max_attempts.max(1) => {
                     let wait = self.cfg.retry.backoff(attempt);
+                    if e.is_throttling() {
+                        // The account's quota for this API is spent: every caller waits.
+                        self.limiter.pause(action, wait);
+                    }
                     tracing::warn!(action, attempt, error = %e, wait_ms = wait.as_millis() as u64, "ECS call failed, retrying");
+                    if let Some(o) = &self.observer {
+                        o.retried(action);
+                    }
                     tokio::time::sleep(wait).await;
                     attempt += 1;
                 }
@@ -407,18 +488,30 @@ impl EcsClient {
         })
     }
 
-    /// `DescribeInstances` by instance IDs.
+    /// `DescribeInstances` by instance IDs: one call per [`MAX_INSTANCE_IDS`] IDs (all pages).
     pub async fn describe_instances_by_id(&self, ids: &[&str]) -> Result<Vec<Instance>, EcsError> {
-        let ids = serde_json::to_string(ids).unwrap_or_default();
-        self.describe_instances(vec![("InstanceIds".into(), ids)])
-            .await
+        let mut out = Vec::new();
+        for chunk in ids.chunks(MAX_INSTANCE_IDS) {
+            let ids = serde_json::to_string(chunk).unwrap_or_default();
+            out.extend(
+                self.describe_instances(vec![("InstanceIds".into(), ids)])
+                    .await?,
+            );
+        }
+        Ok(out)
     }
 
-    /// `DescribeInstances` by private IPv4 addresses.
+    /// `DescribeInstances` by private IPv4 addresses (all pages).
     pub async fn describe_instances_by_ip(&self, ips: &[&str]) -> Result<Vec<Instance>, EcsError> {
-        let ips = serde_json::to_string(ips).unwrap_or_default();
-        self.describe_instances(vec![("PrivateIpAddresses".into(), ips)])
-            .await
+        let mut out = Vec::new();
+        for chunk in ips.chunks(MAX_INSTANCE_IDS) {
+            let ips = serde_json::to_string(chunk).unwrap_or_default();
+            out.extend(
+                self.describe_instances(vec![("PrivateIpAddresses".into(), ips)])
+                    .await?,
+            );
+        }
+        Ok(out)
     }
 
     async fn describe_instances(
@@ -430,10 +523,26 @@ impl EcsClient {
         #[serde(rename_all = "PascalCase")]
         struct R {
             instances: Wrapped<RawInstance>,
+            #[serde(default)]
+            next_token: String,
         }
-        let params = self.regional(params);
-        let r: R = Self::decode(A, self.call(A, &params).await?)?;
-        Ok(r.instances.items.into_iter().map(Instance::from).collect())
+        let mut out = Vec::new();
+        let mut token = String::new();
+        for _page in 0..100 {
+            let mut p = self.regional(params.clone());
+            // The API's default page is 10 instances; 100 is its maximum.
+            p.push(("MaxResults".into(), MAX_INSTANCE_IDS.to_string()));
+            if !token.is_empty() {
+                p.push(("NextToken".into(), token.clone()));
+            }
+            let r: R = Self::decode(A, self.call(A, &p).await?)?;
+            out.extend(r.instances.items.into_iter().map(Instance::from));
+            if r.next_token.is_empty() {
+                break;
+            }
+            token = r.next_token;
+        }
+        Ok(out)
     }
 
     /// `DescribeInstanceTypes` for one type.
@@ -441,18 +550,40 @@ impl EcsClient {
         &self,
         instance_type: &str,
     ) -> Result<Option<InstanceType>, EcsError> {
+        Ok(self
+            .describe_instance_types(&[instance_type])
+            .await?
+            .into_iter()
+            .find(|t| t.instance_type_id == instance_type))
+    }
+
+    /// `DescribeInstanceTypes` for these types: one call per [`MAX_INSTANCE_TYPES`] names.
+    pub async fn describe_instance_types(
+        &self,
+        types: &[&str],
+    ) -> Result<Vec<InstanceType>, EcsError> {
         const A: &str = "DescribeInstanceTypes";
         #[derive(Deserialize)]
         #[serde(rename_all = "PascalCase")]
         struct R {
             instance_types: Wrapped<InstanceType>,
         }
-        let params = vec![("InstanceTypes.1".to_string(), instance_type.to_string())];
-        let r: R = Self::decode(A, self.call(A, &params).await?)?;
-        Ok(r.instance_types
-            .items
-            .into_iter()
-            .find(|t| t.instance_type_id == instance_type))
+        let mut out = Vec::new();
+        for chunk in types.chunks(MAX_INSTANCE_TYPES) {
+            let params: Vec<(String, String)> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (format!("InstanceTypes.{}", i + 1), t.to_string()))
+                .collect();
+            let r: R = Self::decode(A, self.call(A, &params).await?)?;
+            out.extend(
+                r.instance_types
+                    .items
+                    .into_iter()
+                    .filter(|t| chunk.contains(&t.instance_type_id.as_str())),
+            );
+        }
+        Ok(out)
     }
 
     /// `DescribeNetworkInterfaces` of an instance (all pages).
@@ -464,20 +595,21 @@ impl EcsClient {
             .await
     }
 
-    /// `DescribeNetworkInterfaces` by ENI IDs (all pages).
+    /// `DescribeNetworkInterfaces` by ENI IDs: one call per [`MAX_ENI_IDS`] IDs (all pages).
     pub async fn describe_network_interfaces_by_id(
         &self,
         ids: &[&str],
     ) -> Result<Vec<NetworkInterface>, EcsError> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
+        let mut out = Vec::new();
+        for chunk in ids.chunks(MAX_ENI_IDS) {
+            let params = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (format!("NetworkInterfaceId.{}", i + 1), id.to_string()))
+                .collect();
+            out.extend(self.describe_network_interfaces(params).await?);
         }
-        let params = ids
-            .iter()
-            .enumerate()
-            .map(|(i, id)| (format!("NetworkInterfaceId.{}", i + 1), id.to_string()))
-            .collect();
-        self.describe_network_interfaces(params).await
+        Ok(out)
     }
 
     /// `DescribeNetworkInterfaces` of the ENIs carrying every one of `tags` (all pages),
@@ -487,10 +619,23 @@ impl EcsClient {
         &self,
         tags: &BTreeMap<String, String>,
     ) -> Result<Vec<NetworkInterface>, EcsError> {
+        self.describe_network_interfaces_tagged_in(tags, None).await
+    }
+
+    /// [`EcsClient::describe_network_interfaces_tagged`] narrowed to ENIs in `status`
+    /// (`Available`: the detached ones).
+    pub async fn describe_network_interfaces_tagged_in(
+        &self,
+        tags: &BTreeMap<String, String>,
+        status: Option<&str>,
+    ) -> Result<Vec<NetworkInterface>, EcsError> {
         let mut params = Vec::new();
         for (i, (k, v)) in tags.iter().enumerate() {
             params.push((format!("Tag.{}.Key", i + 1), k.clone()));
             params.push((format!("Tag.{}.Value", i + 1), v.clone()));
+        }
+        if let Some(s) = status {
+            params.push(("Status".into(), s.to_string()));
         }
         self.describe_network_interfaces(params).await
     }
@@ -511,7 +656,7 @@ impl EcsClient {
         let mut token = String::new();
         for _page in 0..100 {
             let mut p = self.regional(params.clone());
-            p.push(("MaxResults".into(), "100".into()));
+            p.push(("MaxResults".into(), MAX_ENI_IDS.to_string()));
             if !token.is_empty() {
                 p.push(("NextToken".into(), token.clone()));
             }
@@ -664,6 +809,16 @@ struct RawInstance {
     vpc_attributes: RawVpc,
     #[serde(default, deserialize_with = "strings")]
     security_group_ids: Vec<String>,
+    #[serde(default)]
+    network_interfaces: Option<Wrapped<RawInstanceEni>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct RawInstanceEni {
+    network_interface_id: String,
+    #[serde(default, rename = "Type")]
+    kind: String,
 }
 
 #[derive(Deserialize, Default)]
@@ -694,6 +849,8 @@ pub struct Instance {
     pub private_ips: Vec<String>,
     /// Security groups.
     pub security_group_ids: Vec<String>,
+    /// The IDs of the ENIs attached to it (`NetworkInterfaces`), primary first.
+    pub eni_ids: Vec<String>,
 }
 
 impl From<RawInstance> for Instance {
@@ -706,6 +863,11 @@ impl From<RawInstance> for Instance {
             vpc_id: r.vpc_attributes.vpc_id,
             private_ips: r.vpc_attributes.private_ip_address,
             security_group_ids: r.security_group_ids,
+            eni_ids: {
+                let mut enis = r.network_interfaces.map(|w| w.items).unwrap_or_default();
+                enis.sort_by_key(|e| e.kind != "Primary");
+                enis.into_iter().map(|e| e.network_interface_id).collect()
+            },
         }
     }
 }

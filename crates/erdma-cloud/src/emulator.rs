@@ -21,7 +21,14 @@
 //!   the official signers' vectors in `tests/signature_vectors.rs`. Timestamps older than 15 min
 //!   are refused (`InvalidTimeStamp.Expired`).
 //!
-//! What it does not model: quotas, pagination limits other than `MaxResults`, real IP allocation,
+//! - Scale: `DescribeInstances` pages 10 instances by default and 100 at most (`MaxResults`,
+//!   `NextToken`) and lists each instance's ENIs (`NetworkInterfaces`); it and
+//!   `DescribeNetworkInterfaces` refuse more than 100 IDs (the SDK documents 100 as the limit of
+//!   `InstanceIds` and `NetworkInterfaceId.N`). [`EmuState::throttle`] answers a call over an
+//!   action's rate `400 Throttling.User` `Request was denied due to user flow control.`, as ECS
+//!   answers an account over its per-API quota.
+//!
+//! What it does not model: quotas other than the per-action rate, real IP allocation,
 //! Detach/Delete, nonce reuse (`SignatureNonceUsed`), value validation beyond the IDs it keeps.
 
 use crate::encode::{iso8601, parse_iso8601, percent_decode};
@@ -156,7 +163,22 @@ pub struct EmuState {
     pub oidc_tokens: BTreeMap<String, String>,
     /// STS credentials lifetime.
     pub sts_lifetime: Duration,
+    /// Per-action flow control of the ECS actions (`None`: none): beyond it a call is answered
+    /// HTTP 400 `Throttling.User`, as ECS answers an account over its quota for an API.
+    pub throttle: Option<Throttle>,
+    /// Calls answered `Throttling.User` by [`EmuState::throttle`], per action.
+    pub throttled: BTreeMap<String, u64>,
+    buckets: BTreeMap<String, (f64, Instant)>,
     counter: u64,
+}
+
+/// A token bucket per action: `per_second` sustained, `burst` at once.
+#[derive(Debug, Clone, Copy)]
+pub struct Throttle {
+    /// Calls per second per action.
+    pub per_second: f64,
+    /// Calls at once after a quiet period.
+    pub burst: u32,
 }
 
 impl EmuState {
@@ -261,6 +283,29 @@ impl EmuState {
     /// The accepted calls of `action`.
     pub fn calls_of(&self, action: &str) -> Vec<&Call> {
         self.calls.iter().filter(|c| c.action == action).collect()
+    }
+
+    /// Takes a token of `action`'s bucket; false when the call is over the quota.
+    fn admit(&mut self, action: &str) -> bool {
+        let Some(t) = self.throttle else {
+            return true;
+        };
+        let burst = f64::from(t.burst.max(1));
+        let now = Instant::now();
+        let (tokens, last) = self
+            .buckets
+            .entry(action.to_string())
+            .or_insert((burst, now));
+        *tokens = (*tokens + now.saturating_duration_since(*last).as_secs_f64() * t.per_second)
+            .min(burst);
+        *last = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            *self.throttled.entry(action.to_string()).or_default() += 1;
+            false
+        }
     }
 
     fn settle(&mut self) {
@@ -469,10 +514,17 @@ async fn handle(state: Arc<Mutex<EmuState>>, req: Request<Incoming>) -> Response
         .inject
         .iter()
         .position(|i| i.action.as_deref().is_none_or(|a| a == action));
+    let is_ecs = crate::apispec::ACTIONS.contains(&action.as_str());
     let resp = if let Some(i) = injected.and_then(|i| st.inject.remove(i)) {
         error(i.status, &i.code, "injected by the emulator")
     } else if let Some(resp) = checked {
         resp
+    } else if is_ecs && !st.admit(&action) {
+        error(
+            400,
+            "Throttling.User",
+            "Request was denied due to user flow control.",
+        )
     } else {
         st.settle();
         dispatch(&mut st, &action, &p)
@@ -760,6 +812,18 @@ fn tags(p: &BTreeMap<String, String>) -> Vec<(String, String)> {
     out
 }
 
+/// `NextToken` (the index of the page's first item here) and `MaxResults` (below 10: 10, above
+/// `max`: `max`, as the API documents it).
+fn page(p: &BTreeMap<String, String>, default: usize, max: usize) -> (usize, usize) {
+    let size: usize = p
+        .get("MaxResults")
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(default)
+        .clamp(default, max);
+    let start: usize = p.get("NextToken").and_then(|t| t.parse().ok()).unwrap_or(0);
+    (start, size)
+}
+
 fn eni_json(e: &EmuEni) -> Value {
     let mut v = json!({
         "NetworkInterfaceId": e.id, "Status": e.status, "Type": e.kind, "MacAddress": e.mac,
@@ -799,22 +863,53 @@ fn dispatch(
                 .get("PrivateIpAddresses")
                 .map(|s| serde_json::from_str(s).unwrap_or_default())
                 .unwrap_or_default();
-            let found: Vec<Value> = st
+            if ids.len() > 100 || ips.len() > 100 {
+                return error(
+                    400,
+                    "InvalidParameter",
+                    "The specified parameter \"InstanceIds\" is not valid.",
+                );
+            }
+            let all: Vec<&EmuInstance> = st
                 .instances
                 .values()
                 .filter(|i| ids.is_empty() || ids.contains(&i.id))
                 .filter(|i| ips.is_empty() || ips.contains(&i.private_ip))
+                .collect();
+            let (start, max) = page(p, 10, 100);
+            let mut enis: BTreeMap<&str, Vec<&EmuEni>> = BTreeMap::new();
+            for i in all.iter().skip(start).take(max) {
+                enis.insert(&i.id, Vec::new());
+            }
+            for e in st.enis.values() {
+                if let Some(v) = enis.get_mut(e.instance_id.as_str()) {
+                    v.push(e);
+                }
+            }
+            let found: Vec<Value> = all
+                .iter()
+                .skip(start)
+                .take(max)
                 .map(|i| json!({
                     "InstanceId": i.id, "InstanceType": i.instance_type, "RegionId": "emu-region",
                     "ZoneId": "emu-zone-a",
                     "VpcAttributes": {"VSwitchId": i.vswitch_id, "VpcId": "vpc-emu",
                         "PrivateIpAddress": {"IpAddress": [i.private_ip]}},
                     "SecurityGroupIds": {"SecurityGroupId": i.security_groups},
+                    "NetworkInterfaces": {"NetworkInterface": enis.get(i.id.as_str()).map(|v| v.iter().map(|e| json!({
+                        "NetworkInterfaceId": e.id, "Type": e.kind, "MacAddress": e.mac,
+                    })).collect::<Vec<_>>()).unwrap_or_default()},
                 }))
                 .collect();
+            let next = if start + max < all.len() {
+                (start + max).to_string()
+            } else {
+                String::new()
+            };
             answer(
                 200,
-                json!({"RequestId": "emu", "TotalCount": found.len(), "Instances": {"Instance": found}}),
+                json!({"RequestId": "emu", "TotalCount": all.len(), "NextToken": next,
+                "Instances": {"Instance": found}}),
             )
         }
         "DescribeInstanceTypes" => {
@@ -839,21 +934,28 @@ fn dispatch(
         }
         "DescribeNetworkInterfaces" => {
             let ids = list(p, "NetworkInterfaceId");
+            if ids.len() > 100 {
+                return error(
+                    400,
+                    "InvalidParameter",
+                    "The specified parameter \"NetworkInterfaceId.N\" is not valid.",
+                );
+            }
             let inst = p.get("InstanceId");
+            let status = p.get("Status");
             let wanted_tags = tags(p);
-            let all: Vec<&EmuEni> = st
-                .enis
-                .values()
-                .filter(|e| ids.is_empty() || ids.contains(&e.id))
+            let all: Vec<&EmuEni> = if ids.is_empty() {
+                st.enis.values().collect()
+            } else {
+                ids.iter().filter_map(|id| st.enis.get(id)).collect()
+            };
+            let all: Vec<&EmuEni> = all
+                .into_iter()
                 .filter(|e| inst.is_none_or(|i| &e.instance_id == i))
+                .filter(|e| status.is_none_or(|s| &e.status == s))
                 .filter(|e| wanted_tags.iter().all(|(k, v)| e.tags.get(k) == Some(v)))
                 .collect();
-            let max: usize = p
-                .get("MaxResults")
-                .and_then(|m| m.parse().ok())
-                .unwrap_or(10)
-                .clamp(1, 500);
-            let start: usize = p.get("NextToken").and_then(|t| t.parse().ok()).unwrap_or(0);
+            let (start, max) = page(p, 10, 500);
             let page: Vec<Value> = all
                 .iter()
                 .skip(start)

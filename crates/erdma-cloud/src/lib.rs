@@ -17,10 +17,12 @@ pub mod http;
 pub mod imds;
 #[cfg(feature = "emulator")]
 pub mod imds_emulator;
+pub mod ratelimit;
 pub mod signer;
 
 pub use credentials::{CredentialProvider, CredentialSource, Credentials, Secret};
 pub use ecs::{EcsClient, EcsConfig, EcsError, RetryPolicy};
+pub use ratelimit::RateLimit;
 pub use signer::SignatureVersion;
 
 /// User agent of every request (the original's, with our name).
