@@ -27,9 +27,10 @@ export ERDMA_LAB_HEALTH_GATE=${ERDMA_LAB_HEALTH_GATE:-ci}
 # The scenarios that run on every runtime: those whose checks go through what changed between
 # containerd 1.7 and 2.x (CRI devices and device cgroup, CDI injection, verbose sandbox status,
 # NRI, image import and manifest pods; rdma-usage: the container cgroups the runtime makes under
-# the kubelet's pod cgroup, which the agent's usage attribution reads). inventory and numa run no
+# the kubelet's pod cgroup, which the agent's usage attribution reads; doctor-usage: the CRI log
+# files the runtime writes, which the API server serves as `kubectl logs`). inventory and numa run no
 # container, health's pod only stays up: they run on the default runtime only.
-RUNTIME_SCENARIOS="allocation allocation-modes smcr-prestart nri dra chart chart-webhook faults rdma-usage"
+RUNTIME_SCENARIOS="allocation allocation-modes smcr-prestart nri dra chart chart-webhook faults rdma-usage doctor-usage"
 MATRIX_RUNTIMES="containerd-2.1"
 passed=0 failed=0 ignored_ran=0 ignored_where=() results=()
 run() {

@@ -131,6 +131,9 @@ lab_workdir() {
   WORK=${ERDMA_LAB_WORK:-$(mktemp -d /tmp/erdma-lab.XXXXXX)}
   mkdir -p "$WORK/share/out"; rm -rf "$WORK/share/guest" "$WORK/share/out"/*
   cp -r "$LAB/guest" "$WORK/share/guest"
+  # A real NCCL log of a run on sockets, which the doctor-usage scenario's pods print (the lab
+  # has no GPU to run NCCL).
+  mkdir -p "$WORK/share/nccl"; cp "$REPO/testdata/nccl/real/h200x2-nccl2.28.9/nccl-socket.log" "$WORK/share/nccl/"
   if [ -n "$RUNTIME_LAYER" ]; then echo "$RUNTIME" > "$WORK/share/guest/runtime-name"; fi
 }
 

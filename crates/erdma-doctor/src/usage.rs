@@ -214,7 +214,11 @@ pub fn cause(log: &str, usage: &PodUsageView, ib_hca: Option<&str>) -> Cause {
     Cause::Unknown
 }
 
-fn mib(bytes: u64) -> String {
+fn size(bytes: u64) -> String {
+    if bytes < 1 << 20 {
+        // a small registration (one page of a ping-pong) would read "0.0 MiB"
+        return format!("{:.1} KiB", bytes as f64 / 1024.0);
+    }
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
@@ -240,7 +244,7 @@ pub fn check(e: &Evidence<'_>) -> Check {
                 "the agent on node {node} sees {pod} hold {} QPs ({} in RTS) and {} of registered memory{}",
                 usage.qps,
                 usage.qps_rts,
-                mib(usage.mr_bytes),
+                size(usage.mr_bytes),
                 if usage.allocated.is_empty() {
                     String::new()
                 } else {
@@ -424,5 +428,13 @@ mod tests {
         assert!(!hca_allows("^erdma", "erdma_0"));
         assert!(hca_allows("^mlx5", "erdma_0"));
         assert!(!hca_allows("^=erdma_0", "erdma_0"));
+    }
+
+    #[test]
+    fn registered_memory_reads_in_kib_below_a_mib() {
+        assert_eq!(size(4096), "4.0 KiB");
+        assert_eq!(size((1 << 20) - 512), "1023.5 KiB");
+        assert_eq!(size(1 << 20), "1.0 MiB");
+        assert_eq!(size(3 << 20), "3.0 MiB");
     }
 }

@@ -82,6 +82,8 @@ pub struct ApiServerOptions {
     /// The feature gates that drop `resource.k8s.io` fields on write (`--emulated-version`,
     /// `--feature-gates`; default: the newest release's).
     pub feature_gates: erdma_k8s::fake::FeatureGates,
+    /// Where containers' CRI logs are read for `kubectl logs` (the kubelet's pod log root).
+    pub pod_log_dir: Option<PathBuf>,
 }
 
 /// A service account's token as written.
@@ -376,6 +378,10 @@ pub async fn start(opts: &ApiServerOptions, cancel: CancellationToken) -> Result
     let api = FakeApiServer::new();
     api.set_feature_gates(opts.feature_gates.clone());
     let mut report = Vec::new();
+    if let Some(dir) = &opts.pod_log_dir {
+        api.serve_pod_logs_from(dir);
+        report.push(format!("serving container logs from {}", dir.display()));
+    }
     api.put(&k8s_openapi::api::core::v1::Node {
         metadata: meta(&opts.node, None),
         ..Default::default()

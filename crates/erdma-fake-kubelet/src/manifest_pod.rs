@@ -661,27 +661,7 @@ pub fn log_tail(path: &Path, n: usize) -> String {
         Ok(b) => String::from_utf8_lossy(&b).into_owned(),
         Err(e) => return format!("Its log {} cannot be read: {e}", path.display()),
     };
-    let mut lines: Vec<String> = Vec::new();
-    let mut partial = String::new();
-    for raw in text.lines() {
-        let mut parts = raw.splitn(4, ' ');
-        let (Some(_time), Some(stream), Some(tag)) = (parts.next(), parts.next(), parts.next())
-        else {
-            lines.push(raw.to_string());
-            continue;
-        };
-        if !matches!(stream, "stdout" | "stderr") {
-            lines.push(raw.to_string());
-            continue;
-        }
-        partial.push_str(parts.next().unwrap_or(""));
-        if tag != "P" {
-            lines.push(std::mem::take(&mut partial));
-        }
-    }
-    if !partial.is_empty() {
-        lines.push(partial);
-    }
+    let lines = erdma_k8s::fake::cri_log_lines(&text);
     if lines.is_empty() {
         return format!("Its log {} is empty", path.display());
     }

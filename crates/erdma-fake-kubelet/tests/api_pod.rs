@@ -107,6 +107,7 @@ async fn the_charts_controller_deployment_runs_as_in_a_cluster() {
             objects: vec![file.clone()],
             enforce_rbac: false,
             feature_gates: Default::default(),
+            pod_log_dir: None,
         },
         cancel.clone(),
     )

@@ -57,6 +57,7 @@ fn options(dir: &Path, objects: Vec<PathBuf>) -> ApiServerOptions {
         objects,
         enforce_rbac: true,
         feature_gates: Default::default(),
+        pod_log_dir: None,
     }
 }
 

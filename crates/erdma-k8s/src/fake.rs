@@ -192,6 +192,9 @@ pub struct FakeState {
     pub pod_proxies: BTreeMap<String, std::net::SocketAddr>,
     /// Container logs by `namespace/pod/container` ([`FakeApiServer::set_pod_log`]).
     pub pod_logs: BTreeMap<String, String>,
+    /// Where containers' CRI logs are read for a container without a log set
+    /// ([`FakeApiServer::serve_pod_logs_from`]).
+    pub pod_log_dir: Option<std::path::PathBuf>,
 }
 
 /// The API server's feature gates whose fields it drops from a `resource.k8s.io` object on
@@ -584,6 +587,14 @@ impl FakeApiServer {
             .insert(format!("{namespace}/{pod}/{container}"), text.to_string());
     }
 
+    /// Serves the log of a container without a log set from the CRI log files under `dir`, laid
+    /// out as the kubelet lays them out (`<dir>/<namespace>_<pod>_<uid>/<container>/<restart>.log`,
+    /// `/var/log/pods`): the newest pod directory of that name and the container's latest
+    /// restart, as `kubectl logs` shows the current container.
+    pub fn serve_pod_logs_from(&self, dir: &std::path::Path) {
+        self.state().pod_log_dir = Some(dir.to_path_buf());
+    }
+
     /// Answers a container log request: `rest` is what follows `/api/v1/namespaces/`.
     fn pod_log(&self, rest: &str, query: &BTreeMap<String, String>) -> Option<Response<Body>> {
         let (ns, rest) = rest.split_once("/pods/")?;
@@ -606,6 +617,10 @@ impl FakeApiServer {
             .pod_logs
             .get(&format!("{ns}/{pod}/{container}"))
             .cloned()
+            .or_else(|| {
+                let dir = st.pod_log_dir.as_deref()?;
+                Some(cri_log_lines(&read_cri_log(dir, ns, pod, &container)?).join("\n") + "\n")
+            })
             .unwrap_or_default();
         let text = match query.get("tailLines").and_then(|t| t.parse::<usize>().ok()) {
             Some(n) => {
@@ -1735,6 +1750,63 @@ fn merge_list(have: &mut Vec<Value>, items: &[Value], key: &str, path: &str) {
     }
 }
 
+/// The text of a CRI container log (`<RFC 3339 time> <stream> <P|F> <text>` per line, a `P`
+/// line continued by the next), one entry per logged line, as the kubelet serves `kubectl logs`.
+/// A line not in that format is kept as it is.
+pub fn cri_log_lines(text: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut partial = String::new();
+    for raw in text.lines() {
+        let mut parts = raw.splitn(4, ' ');
+        let (Some(_time), Some(stream), Some(tag)) = (parts.next(), parts.next(), parts.next())
+        else {
+            lines.push(raw.to_string());
+            continue;
+        };
+        if !matches!(stream, "stdout" | "stderr") {
+            lines.push(raw.to_string());
+            continue;
+        }
+        partial.push_str(parts.next().unwrap_or(""));
+        if tag != "P" {
+            lines.push(std::mem::take(&mut partial));
+        }
+    }
+    if !partial.is_empty() {
+        lines.push(partial);
+    }
+    lines
+}
+
+/// The raw CRI log of `container` of `namespace/pod` under the kubelet's log directory `dir`:
+/// the newest `<namespace>_<pod>_<uid>` directory, its container's highest `<restart>.log`.
+fn read_cri_log(dir: &std::path::Path, ns: &str, pod: &str, container: &str) -> Option<String> {
+    let prefix = format!("{ns}_{pod}_");
+    let newest = |entries: std::fs::ReadDir, keep: &dyn Fn(&str) -> Option<u64>| {
+        entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let rank = keep(&name)?;
+                let mtime = e.metadata().ok()?.modified().ok()?;
+                Some(((rank, mtime), e.path()))
+            })
+            .max_by_key(|(k, _)| *k)
+            .map(|(_, p)| p)
+    };
+    let pod_dir = newest(std::fs::read_dir(dir).ok()?, &|n: &str| {
+        n.strip_prefix(&prefix)
+            .filter(|uid| !uid.contains('_'))
+            .map(|_| 0)
+    })?;
+    let log = newest(
+        std::fs::read_dir(pod_dir.join(container)).ok()?,
+        &|n: &str| n.strip_suffix(".log")?.parse::<u64>().ok(),
+    )?;
+    let bytes = std::fs::read(log).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// A plain HTTP/1.0 GET of `target` from `addr` (the pod proxy's backend): status, content type
 /// and body, or why there was none (10 s at most).
 async fn http_get(addr: &str, target: &str) -> Result<(u16, String, Vec<u8>), String> {
@@ -2198,6 +2270,65 @@ mod tests {
             "one\ntwo\nthree\n"
         );
         assert!(pods.logs("nope", &lp).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn container_logs_from_the_kubelets_cri_log_files() {
+        use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+        let api = FakeApiServer::new();
+        api.put(&Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("ml".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "main".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let d = tempfile::tempdir().expect("tempdir");
+        let c = d.path().join("ml_p_0b8e2a4c").join("main");
+        std::fs::create_dir_all(&c).expect("mkdir");
+        // the first run and the restart that is current; another pod whose name has p as prefix
+        std::fs::write(c.join("0.log"), "2026-01-01T00:00:00Z stdout F old\n").expect("write");
+        std::fs::write(
+            c.join("1.log"),
+            "2026-01-01T00:00:01.000000001Z stdout F one\n\
+             2026-01-01T00:00:01.000000002Z stderr P tw\n\
+             2026-01-01T00:00:01.000000003Z stderr F o\n\
+             2026-01-01T00:00:01.000000004Z stdout F three four\n",
+        )
+        .expect("write");
+        let other = d.path().join("ml_p_x_9f").join("main");
+        std::fs::create_dir_all(&other).expect("mkdir");
+        std::fs::write(
+            other.join("0.log"),
+            "2026-01-01T00:00:00Z stdout F not mine\n",
+        )
+        .expect("write");
+        api.serve_pod_logs_from(d.path());
+        let pods: kube::Api<Pod> = kube::Api::namespaced(api.client(), "ml");
+        assert_eq!(
+            pods.logs("p", &Default::default()).await.expect("log"),
+            "one\ntwo\nthree four\n"
+        );
+        let lp = kube::api::LogParams {
+            container: Some("main".into()),
+            tail_lines: Some(1),
+            ..Default::default()
+        };
+        assert_eq!(pods.logs("p", &lp).await.expect("log"), "three four\n");
+        api.set_pod_log("ml", "p", "main", "set\n");
+        assert_eq!(
+            pods.logs("p", &lp).await.expect("log"),
+            "set\n",
+            "a log set wins"
+        );
     }
 
     use k8s_openapi::api::core::v1::ConfigMap;

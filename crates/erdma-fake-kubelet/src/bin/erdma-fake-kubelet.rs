@@ -214,6 +214,10 @@ struct ApiserverArgs {
     /// written then lose the gates' fields, as the API server drops them.
     #[arg(long, default_value = "", value_name = "NAME=BOOL,...")]
     feature_gates: String,
+    /// Serve `kubectl logs` from the containers' CRI log files under DIR, as the kubelet lays
+    /// them out and serves them (`pod run --log-root`, /var/log/pods by default).
+    #[arg(long, value_name = "DIR")]
+    pod_log_dir: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -635,6 +639,7 @@ async fn apiserver(a: ApiserverArgs) -> anyhow::Result<()> {
         objects: a.objects,
         enforce_rbac: a.enforce_rbac,
         feature_gates: feature_gates(&a.emulated_version, &a.feature_gates)?,
+        pod_log_dir: a.pod_log_dir,
     };
     let cancel = tokio_util::sync::CancellationToken::new();
     let started = erdma_fake_kubelet::apiserver::start(&opts, cancel.clone()).await?;
