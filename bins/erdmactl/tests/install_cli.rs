@@ -307,7 +307,8 @@ fn webhook_rrsa_and_node_selection() {
             "--metrics-addr=0.0.0.0:9101"
         ]
     );
-    // With the webhook, smcr-init does SMC-R: no CRI, netns or bpffs mounts for the agent.
+    // With the webhook, smcr-init does SMC-R: no netns or bpffs mounts for the agent; the CRI
+    // socket's directory only because per-pod RDMA usage (on by default) names pods from it.
     let paths: Vec<&str> = pod["volumes"]
         .as_array()
         .unwrap()
@@ -320,7 +321,8 @@ fn webhook_rrsa_and_node_selection() {
             "/var/lib/kubelet/device-plugins",
             "/var/lib/kubelet/pod-resources",
             "/dev",
-            "/var/run/nri"
+            "/var/run/nri",
+            "/run/containerd"
         ]
     );
     let cfg: Value = serde_json::from_str(

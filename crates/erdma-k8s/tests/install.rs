@@ -184,6 +184,60 @@ fn daemonset_args(v: &Values) -> Vec<String> {
         .expect("args")
 }
 
+/// The agent reads the CRI for the SMC-R pre-start hook (webhook off) and to name the pods of
+/// its per-pod RDMA usage; only with neither is the runtime's socket left out of the pod.
+#[test]
+fn the_cri_socket_is_mounted_where_prestart_or_usage_needs_it() {
+    let cri_volume = |v: &Values| -> Option<String> {
+        let objs = render(v).expect("renders");
+        let ds = objs
+            .iter()
+            .find(|o| o["kind"] == "DaemonSet")
+            .expect("agent");
+        let volumes = ds["spec"]["template"]["spec"]["volumes"]
+            .as_array()
+            .cloned();
+        volumes
+            .unwrap_or_default()
+            .iter()
+            .find(|vol| vol["name"] == "cri-socket")
+            .map(|vol| {
+                vol["hostPath"]["path"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
+            })
+    };
+    let flag = "--cri-socket=/run/k3s/containerd/containerd.sock".to_string();
+    for (webhook, usage, mounted) in [
+        (false, false, true),
+        (false, true, true),
+        (true, true, true),
+        (true, false, false),
+    ] {
+        let mut v = values();
+        v.config.enable_webhook = webhook;
+        v.agent.rdma_usage.enabled = usage;
+        assert_eq!(
+            cri_volume(&v).as_deref(),
+            mounted.then_some("/run/containerd"),
+            "webhook {webhook}, usage {usage}"
+        );
+        v.agent.cri_socket = "/run/k3s/containerd/containerd.sock".into();
+        assert_eq!(
+            cri_volume(&v).as_deref(),
+            mounted.then_some("/run/k3s/containerd"),
+            "webhook {webhook}, usage {usage}, k3s"
+        );
+        assert_eq!(
+            daemonset_args(&v).contains(&flag),
+            mounted,
+            "webhook {webhook}, usage {usage}: {:?}",
+            daemonset_args(&v)
+        );
+    }
+}
+
 #[test]
 fn extra_args_come_after_the_charts_own_and_an_empty_one_is_refused() {
     let mut v = values();

@@ -2,8 +2,8 @@
 
 use super::*;
 
-/// The agent's arguments (the original's flag names, then the port its probes use and, in
-/// pre-start mode, an explicit `agent.criSocket`), then `agent.extraArgs` as given.
+/// The agent's arguments (the original's flag names, then the port its probes use and, where the
+/// agent reads the CRI, an explicit `agent.criSocket`), then `agent.extraArgs` as given.
 /// `--exposed-local-eris` only where it applies: local discovery, or `agent.filterClusterERIs`.
 pub fn agent_args(v: &Values) -> Vec<String> {
     let a = &v.agent;
@@ -40,9 +40,9 @@ pub fn agent_args(v: &Values) -> Vec<String> {
     }
     if agent_prestart(v) {
         args.push("--deviceplugin-prestart-container".into());
-        if !a.cri_socket.is_empty() {
-            args.push(format!("--cri-socket={}", a.cri_socket));
-        }
+    }
+    if agent_reads_cri(v) && !a.cri_socket.is_empty() {
+        args.push(format!("--cri-socket={}", a.cri_socket));
     }
     let di = &a.driver_installer;
     for (flag, value) in [
@@ -129,7 +129,13 @@ pub(super) fn agent_prestart(v: &Values) -> bool {
     !v.config.enable_webhook
 }
 
-/// The directory holding the CRI socket the agent uses in pre-start mode.
+/// Whether the agent talks to the runtime over CRI: the SMC-R pre-start hook (webhook off), and
+/// per-pod RDMA usage, which names the pods its processes belong to from the runtime's sandboxes.
+pub(super) fn agent_reads_cri(v: &Values) -> bool {
+    agent_prestart(v) || v.agent.rdma_usage.enabled
+}
+
+/// The directory holding the CRI socket the agent uses (see [`agent_reads_cri`]).
 pub(super) fn cri_socket_dir(v: &Values) -> String {
     std::path::Path::new(&v.agent.cri_socket)
         .parent()
@@ -178,7 +184,7 @@ pub fn agent_host_paths(v: &Values) -> Vec<AgentHostPath> {
             true,
         ));
     }
-    if agent_prestart(v) {
+    if agent_reads_cri(v) {
         let cri = cri_socket_dir(v);
         let kind = if cri == DEFAULT_CRI_SOCKET_DIR {
             "DirectoryOrCreate"
@@ -186,6 +192,8 @@ pub fn agent_host_paths(v: &Values) -> Vec<AgentHostPath> {
             "Directory"
         };
         p.push(AgentHostPath::same("cri-socket", &cri, kind, true));
+    }
+    if agent_prestart(v) {
         p.push(AgentHostPath {
             propagation: Some("HostToContainer"),
             ..AgentHostPath::same("netns", "/var/run/netns", "DirectoryOrCreate", true)

@@ -226,7 +226,7 @@ pub struct AgentValues {
     /// (new) Apply `exposedLocalERIs` in cluster mode too (`--filter-cluster-eris`).
     #[serde(rename = "filterClusterERIs")]
     pub filter_cluster_eris: bool,
-    /// `--cri-socket` for the SMC-R pre-start hook (webhook off); empty: containerd's
+    /// `--cri-socket` for the SMC-R pre-start hook (webhook off) and per-pod RDMA usage; empty: containerd's
     /// `/run/containerd/containerd.sock`. Its directory is mounted into the agent, so it must
     /// have one of its own (not directly in `/run` or `/var/run`).
     pub cri_socket: String,
