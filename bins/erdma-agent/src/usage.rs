@@ -13,18 +13,25 @@
 //!    kept and listed again only when a UID or a holder is unknown to it, at most once per
 //!    [`NAMES_EVERY`];
 //! 4. [`erdma_usage::attribute`], then [`erdma_usage::report::build`]: the [`NodeUsage`] that
-//!    `GET /usage` answers and the usage metrics ([`UsageCollector`]) are made from.
+//!    `GET /usage` answers and the usage metrics ([`UsageCollector`]) are made from;
+//! 5. for each listed pod that asks for SMC-R (its sandbox's annotation, from the runtime once
+//!    per pod UID, with the sandbox's network namespace), its SMC sockets by mode ([`smc`]:
+//!    `smc_diag` inside the pod's namespace), at most [`MAX_SMC_PODS`] pods and
+//!    [`SMC_BUDGET`] per read.
 //!
 //! The metrics are written from the last result at each scrape (a prometheus-client collector,
 //! no family that accumulates), so a pod that ended leaves the exposition with its objects.
 //!
 //! Test hooks (environment, not settings): `ERDMA_AGENT_FAKE_RDMA` names a file describing the
 //! kernel's answer ([`parse_fake`]) used instead of RDMA netlink, `ERDMA_AGENT_PROC_ROOT` a
-//! directory used instead of `/proc`.
+//! directory used instead of `/proc`, `ERDMA_AGENT_FAKE_SMC` a file describing SMC sockets
+//! ([`smc::parse_fake`]).
 
-use erdma_cri::PodIdentity;
+pub mod smc;
+
+use erdma_cri::{PodIdentity, SandboxInfo};
 use erdma_kubelet::podresources::{Holder, HolderCache};
-use erdma_usage::report::{self, NodeUsage, PodName, TrafficKind};
+use erdma_usage::report::{self, NodeUsage, PodName, SmcSummary, TrafficKind};
 use erdma_usage::{
     CqEntry, DeviceEntry, FakeSource, MrEntry, NetlinkSource, PdEntry, PodDevices, PodUid,
     PortCounters, QpEntry, QpState, QpType, Snapshot, UsageSource,
@@ -52,6 +59,13 @@ pub const NAMES_EVERY: Duration = Duration::from_secs(10);
 /// Most pods the metrics name (the rest are counted in `erdma_usage_pods_left_out`); with at
 /// most [`erdma_usage::nldev`]'s 8 QP states and the node's devices this bounds the series.
 pub const MAX_METRIC_PODS: usize = 256;
+/// Most pods whose SMC sockets one read dumps (the rest carry an error saying so).
+pub const MAX_SMC_PODS: usize = 64;
+/// Most pods one read asks the runtime about (their sandbox: the SMC-R annotation and network
+/// namespace, kept per pod UID); the rest wait for the next read.
+pub const MAX_SMC_LOOKUPS: usize = 8;
+/// How long a read waits for the runtime's sandbox answers, and separately for the SMC dumps.
+pub const SMC_BUDGET: Duration = Duration::from_secs(2);
 
 /// The environment variable naming a fake kernel answer (tests).
 pub const FAKE_RDMA_ENV: &str = "ERDMA_AGENT_FAKE_RDMA";
@@ -66,23 +80,54 @@ const NAME_ONLY: &str = "name:";
 pub trait PodLister: Send + Sync {
     /// Every pod: UID, namespace, name.
     fn list(&self) -> Pin<Box<dyn Future<Output = Result<Vec<PodIdentity>, String>> + Send + '_>>;
+
+    /// The ready sandbox of pod `namespace/name`: its UID, annotations and network namespace;
+    /// `None` from a lister that cannot look sandboxes up (then no pod gets an SMC summary).
+    fn sandbox<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Option<SandboxInfo>, String>> + Send + 'a>> {
+        let _ = (namespace, name);
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// The runtime's CRI socket (`--cri-socket`, else the usual places).
 pub struct CriLister {
     /// `--cri-socket`.
     pub socket: Option<PathBuf>,
+    /// The host's `/proc` (for a sandbox the runtime names by its PID only).
+    pub proc_root: PathBuf,
+}
+
+impl CriLister {
+    async fn client(&self) -> Result<erdma_cri::CriClient, String> {
+        let socket = erdma_cri::find_socket(self.socket.as_deref(), std::path::Path::new("/"))
+            .map_err(|e| e.to_string())?;
+        erdma_cri::CriClient::connect(&socket, &self.proc_root)
+            .await
+            .map_err(|e| e.to_string())
+    }
 }
 
 impl PodLister for CriLister {
     fn list(&self) -> Pin<Box<dyn Future<Output = Result<Vec<PodIdentity>, String>> + Send + '_>> {
+        Box::pin(async move { self.client().await?.pods().await.map_err(|e| e.to_string()) })
+    }
+
+    fn sandbox<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Option<SandboxInfo>, String>> + Send + 'a>> {
         Box::pin(async move {
-            let socket = erdma_cri::find_socket(self.socket.as_deref(), std::path::Path::new("/"))
-                .map_err(|e| e.to_string())?;
-            let mut c = erdma_cri::CriClient::connect(&socket, std::path::Path::new("/proc"))
+            self.client()
+                .await?
+                .pod_sandbox(namespace, name)
                 .await
-                .map_err(|e| e.to_string())?;
-            c.pods().await.map_err(|e| e.to_string())
+                .map(Some)
+                .map_err(|e| e.to_string())
         })
     }
 }
@@ -136,6 +181,19 @@ impl Names {
     }
 }
 
+/// What the runtime said of a pod's sandbox, kept per pod UID.
+#[derive(Debug, Clone)]
+enum SmcTarget {
+    /// The pod does not ask for SMC-R: no summary.
+    NotAsked,
+    /// It asks; its network namespace.
+    Netns(PathBuf),
+    /// It asks but uses the node's network namespace.
+    HostNetwork,
+    /// The runtime could not say (asked again after [`NAMES_EVERY`]).
+    Unknown { error: String, at: Instant },
+}
+
 /// The last result.
 #[derive(Clone)]
 struct Collected {
@@ -166,11 +224,19 @@ pub struct UsageService {
     reading: AtomicBool,
     budget: Duration,
     last: Mutex<Option<Collected>>,
+    smc: Arc<dyn smc::SmcReader>,
+    smc_targets: tokio::sync::Mutex<BTreeMap<String, SmcTarget>>,
+    smc_reading: AtomicBool,
 }
 
 impl UsageService {
-    /// A service reading `inputs`.
+    /// A service reading `inputs` (SMC sockets with `smc_diag`, or `ERDMA_AGENT_FAKE_SMC`).
     pub fn new(inputs: UsageInputs) -> Arc<Self> {
+        Self::with_smc(inputs, smc::from_env())
+    }
+
+    /// A service reading `inputs`, and pods' SMC sockets with `smc`.
+    pub fn with_smc(inputs: UsageInputs, smc: Arc<dyn smc::SmcReader>) -> Arc<Self> {
         Arc::new(UsageService {
             inputs,
             names: tokio::sync::Mutex::new(Names::default()),
@@ -178,6 +244,9 @@ impl UsageService {
             reading: AtomicBool::new(false),
             budget: READ_BUDGET,
             last: Mutex::new(None),
+            smc,
+            smc_targets: tokio::sync::Mutex::new(BTreeMap::new()),
+            smc_reading: AtomicBool::new(false),
         })
     }
 
@@ -197,9 +266,12 @@ impl UsageService {
             .unwrap_or_else(|| "/proc".into());
         Self::new(UsageInputs {
             source,
-            proc_root,
             holders: Arc::new(move || holders.snapshot().holders.clone()),
-            pods: Arc::new(CriLister { socket: cri_socket }),
+            pods: Arc::new(CriLister {
+                socket: cri_socket,
+                proc_root: proc_root.clone(),
+            }),
+            proc_root,
             node,
         })
     }
@@ -305,7 +377,141 @@ impl UsageService {
                 p.uid.clear();
             }
         }
+        self.add_smc(&mut r).await;
         r
+    }
+
+    /// Step 5 of the module: the SMC summary of each listed pod that asks for SMC-R.
+    async fn add_smc(self: &Arc<Self>, r: &mut NodeUsage) {
+        let mut targets = self.smc_targets.lock().await;
+        let listed: BTreeSet<&str> = r.pods.iter().map(|p| p.uid.as_str()).collect();
+        targets.retain(|uid, _| listed.contains(uid.as_str()));
+        // The runtime is asked about pods it has not answered for yet, a few per read.
+        let wanted: Vec<(String, String, String)> = r
+            .pods
+            .iter()
+            .filter(|p| !p.uid.is_empty())
+            .filter(|p| match targets.get(&p.uid) {
+                None => true,
+                Some(SmcTarget::Unknown { at, .. }) => at.elapsed() >= NAMES_EVERY,
+                Some(_) => false,
+            })
+            .filter_map(|p| Some((p.uid.clone(), p.namespace.clone()?, p.name.clone()?)))
+            .take(MAX_SMC_LOOKUPS)
+            .collect();
+        let lister = self.inputs.pods.clone();
+        let _ = tokio::time::timeout(SMC_BUDGET, async {
+            for (uid, ns, name) in wanted {
+                let t = match lister.sandbox(&ns, &name).await {
+                    Ok(None) => SmcTarget::NotAsked,
+                    Ok(Some(sb)) if sb.uid != uid => SmcTarget::Unknown {
+                        error: format!(
+                            "the runtime's ready sandbox of {ns}/{name} is of pod UID {}, not {uid}",
+                            sb.uid
+                        ),
+                        at: Instant::now(),
+                    },
+                    Ok(Some(sb)) => {
+                        let asks = erdma_smc::annotation::SmcRequest::from_annotations(
+                            &sb.annotations,
+                        )
+                        .enabled();
+                        match (asks, sb.host_network, sb.netns) {
+                            (false, _, _) => SmcTarget::NotAsked,
+                            (true, true, _) | (true, false, None) => SmcTarget::HostNetwork,
+                            (true, false, Some(ns)) => SmcTarget::Netns(ns),
+                        }
+                    }
+                    Err(e) => SmcTarget::Unknown {
+                        error: format!("the container runtime did not say (SMC-R annotation, network namespace): {e}"),
+                        at: Instant::now(),
+                    },
+                };
+                targets.insert(uid, t);
+            }
+        })
+        .await;
+        let mut dumps: Vec<(String, PathBuf)> = Vec::new();
+        for p in &mut r.pods {
+            let error = |e: String| {
+                Some(SmcSummary {
+                    error: Some(e),
+                    ..Default::default()
+                })
+            };
+            p.smc = match targets.get(&p.uid) {
+                None | Some(SmcTarget::NotAsked) => None,
+                Some(SmcTarget::HostNetwork) => error(
+                    "the pod uses the node's network namespace: SMC-R is not set up for host-network pods".into(),
+                ),
+                Some(SmcTarget::Unknown { error: e, .. }) => error(e.clone()),
+                Some(SmcTarget::Netns(_)) if dumps.len() >= MAX_SMC_PODS => error(format!(
+                    "not read: at most {MAX_SMC_PODS} pods' SMC sockets are read at a time"
+                )),
+                Some(SmcTarget::Netns(ns)) => {
+                    dumps.push((p.uid.clone(), ns.clone()));
+                    None
+                }
+            };
+        }
+        if dumps.is_empty() {
+            return;
+        }
+        let unread = |why: String, r: &mut NodeUsage| {
+            for p in &mut r.pods {
+                if dumps.iter().any(|(u, _)| *u == p.uid) {
+                    p.smc = Some(SmcSummary {
+                        error: Some(why.clone()),
+                        ..Default::default()
+                    });
+                }
+            }
+        };
+        // As with the RDMA read: one dump at a time, even past the budget.
+        if self.smc_reading.swap(true, Ordering::SeqCst) {
+            unread(
+                "the previous read of SMC sockets has not finished".into(),
+                r,
+            );
+            return;
+        }
+        let me = self.clone();
+        let todo = dumps.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let out: Vec<(String, Result<SmcSummary, smc::ReadError>)> = todo
+                .into_iter()
+                .map(|(uid, ns)| (uid, me.smc.sockets(&ns).map(|s| smc::summarise(&s))))
+                .collect();
+            me.smc_reading.store(false, Ordering::SeqCst);
+            out
+        });
+        let results = match tokio::time::timeout(SMC_BUDGET, read).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => return unread(format!("the SMC read failed: {e}"), r),
+            Err(_) => {
+                return unread(
+                    format!("the pod's SMC sockets were not read within {SMC_BUDGET:?}"),
+                    r,
+                );
+            }
+        };
+        for (uid, res) in results {
+            let summary = match res {
+                Ok(s) => s,
+                Err(e) => {
+                    if matches!(e, smc::ReadError::Gone(_)) {
+                        targets.remove(&uid);
+                    }
+                    SmcSummary {
+                        error: Some(e.message().to_string()),
+                        ..Default::default()
+                    }
+                }
+            };
+            if let Some(p) = r.pods.iter_mut().find(|p| p.uid == uid) {
+                p.smc = Some(summary);
+            }
+        }
     }
 }
 
@@ -1087,6 +1293,200 @@ mod tests {
         }
         *u.last.lock().unwrap() = None;
         assert!(u.current().await.available);
+    }
+
+    /// The runtime's pods with their sandboxes (annotations, network namespace).
+    struct Sandboxes(Vec<SandboxInfo>, std::sync::atomic::AtomicUsize);
+
+    impl PodLister for Sandboxes {
+        fn list(
+            &self,
+        ) -> Pin<Box<dyn Future<Output = Result<Vec<PodIdentity>, String>> + Send + '_>> {
+            let v = self
+                .0
+                .iter()
+                .map(|s| PodIdentity {
+                    uid: s.uid.clone(),
+                    namespace: s.namespace.clone(),
+                    name: s.name.clone(),
+                })
+                .collect();
+            Box::pin(async move { Ok(v) })
+        }
+
+        fn sandbox<'a>(
+            &'a self,
+            namespace: &'a str,
+            name: &'a str,
+        ) -> Pin<Box<dyn Future<Output = Result<Option<SandboxInfo>, String>> + Send + 'a>>
+        {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let found = self
+                .0
+                .iter()
+                .find(|s| s.namespace == namespace && s.name == name)
+                .cloned();
+            Box::pin(async move {
+                found
+                    .map(Some)
+                    .ok_or_else(|| "no ready sandbox".to_string())
+            })
+        }
+    }
+
+    fn sandbox(uid: &str, name: &str, smcr: Option<&str>, netns: Option<&str>) -> SandboxInfo {
+        SandboxInfo {
+            id: format!("sb-{name}"),
+            namespace: "ml".into(),
+            name: name.into(),
+            uid: uid.into(),
+            host_network: netns.is_none(),
+            netns: netns.map(PathBuf::from),
+            annotations: smcr
+                .map(|v| {
+                    (
+                        erdma_smc::annotation::SMCR_ANNOTATION.to_string(),
+                        v.to_string(),
+                    )
+                })
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    struct FakeSmc(String);
+
+    impl smc::SmcReader for FakeSmc {
+        fn sockets(
+            &self,
+            netns: &std::path::Path,
+        ) -> Result<Vec<erdma_smc::diag::SmcSocket>, smc::ReadError> {
+            smc::parse_fake(&self.0, netns)
+        }
+    }
+
+    #[tokio::test]
+    async fn pods_that_ask_for_smcr_get_their_smc_sockets_summed_up() {
+        const UID_C: &str = "8c2d4e5f-3041-4c7d-8e9f-1a2b3c4d5e6f";
+        const UID_D: &str = "9d3e5f60-4152-4d8e-9fa0-2b3c4d5e6f70";
+        let proc_root = proc_tree(&[(100, UID_A)]);
+        let holders = vec![
+            Holder::of_ids("ml", "trainer-0", "main", vec!["erdma_0/0".into()]),
+            Holder::of_ids("ml", "trainer-1", "main", vec!["erdma_0/1".into()]),
+            Holder::of_ids("ml", "host-net", "main", vec!["erdma_0/2".into()]),
+            Holder::of_ids("ml", "no-smc", "main", vec!["erdma_0/3".into()]),
+        ];
+        let lister = Arc::new(Sandboxes(
+            vec![
+                sandbox(UID_A, "trainer-0", Some("true"), Some("/run/netns/a")),
+                sandbox(UID_B, "trainer-1", Some("true"), Some("/run/netns/b")),
+                sandbox(UID_C, "host-net", Some("true"), None),
+                sandbox(UID_D, "no-smc", Some("false"), Some("/run/netns/d")),
+            ],
+            Default::default(),
+        ));
+        let kernel = "device erdma_0 1\nqp erdma_0 1 RTS kernel:smc\nqp erdma_0 17 RTS 100\n";
+        let smc = "/run/netns/a ACTIVE SMCR erdma_0\n/run/netns/a ACTIVE SMCR erdma_0\n\
+                   /run/netns/a LISTEN SMCR\n/run/netns/a ACTIVE TCP 0x03010000\n\
+                   /run/netns/b unsupported\n/run/netns/d ACTIVE SMCR erdma_0\n";
+        let u = UsageService::with_smc(
+            UsageInputs {
+                source: Arc::new(parse_fake(kernel)),
+                proc_root: proc_root.path().to_path_buf(),
+                holders: Arc::new(move || Arc::new(holders.clone())),
+                pods: lister.clone(),
+                node: None,
+            },
+            Arc::new(FakeSmc(smc.into())),
+        );
+        let r = u.current().await;
+        let a = r
+            .pod("ml/trainer-0")
+            .unwrap()
+            .smc
+            .as_ref()
+            .expect("a summary");
+        assert_eq!(
+            (a.smcr, a.fallback_tcp, a.listening, a.error.as_deref()),
+            (2, 1, 1, None)
+        );
+        assert_eq!(a.devices, vec!["erdma_0"]);
+        assert_eq!(a.fallback_reasons[0].label(), "PEERNOSMC");
+        // No SMC in the kernel: named, the rest of the answer is whole.
+        let b = r.pod("ml/trainer-1").unwrap().smc.as_ref().unwrap();
+        assert!(
+            b.error.as_deref().unwrap().starts_with("SMC unsupported"),
+            "{b:?}"
+        );
+        assert_eq!(b.connections(), 0);
+        let c = r.pod("ml/host-net").unwrap().smc.as_ref().unwrap();
+        assert!(
+            c.error.as_deref().unwrap().contains("host-network"),
+            "{c:?}"
+        );
+        assert_eq!(
+            r.pod("ml/no-smc").unwrap().smc,
+            None,
+            "not asked: no summary"
+        );
+        assert!(r.available);
+        assert_eq!(lister.1.load(std::sync::atomic::Ordering::SeqCst), 4);
+        // The sandboxes are asked once per pod.
+        *u.last.lock().unwrap() = None;
+        let again = u.current().await;
+        assert_eq!(lister.1.load(std::sync::atomic::Ordering::SeqCst), 4);
+        assert_eq!(
+            again
+                .pod("ml/trainer-0")
+                .unwrap()
+                .smc
+                .as_ref()
+                .unwrap()
+                .smcr,
+            2
+        );
+    }
+
+    #[tokio::test]
+    async fn a_gone_namespace_is_looked_up_again_and_lookups_are_bounded() {
+        let proc_root = tempfile::tempdir().unwrap();
+        let n = MAX_SMC_LOOKUPS + 2;
+        let boxes: Vec<SandboxInfo> = (0..n)
+            .map(|i| {
+                sandbox(
+                    &format!("uid-{i}"),
+                    &format!("p{i}"),
+                    Some("true"),
+                    Some(&format!("/run/netns/{i}")),
+                )
+            })
+            .collect();
+        let holders: Vec<Holder> = (0..n)
+            .map(|i| Holder::of_ids("ml", &format!("p{i}"), "c", vec![format!("erdma_0/{i}")]))
+            .collect();
+        let lister = Arc::new(Sandboxes(boxes, Default::default()));
+        let u = UsageService::with_smc(
+            UsageInputs {
+                source: Arc::new(parse_fake("device erdma_0 1\n")),
+                proc_root: proc_root.path().to_path_buf(),
+                holders: Arc::new(move || Arc::new(holders.clone())),
+                pods: lister.clone(),
+                node: None,
+            },
+            Arc::new(FakeSmc("/run/netns/0 gone\n".into())),
+        );
+        let r = u.current().await;
+        let asked = |l: &Sandboxes| l.1.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(asked(&lister), MAX_SMC_LOOKUPS);
+        let with = r.pods.iter().filter(|p| p.smc.is_some()).count();
+        assert_eq!(with, MAX_SMC_LOOKUPS, "the rest wait for the next read");
+        let p0 = r.pod("ml/p0").unwrap().smc.as_ref().unwrap();
+        assert!(p0.error.as_deref().unwrap().contains("gone"), "{p0:?}");
+        *u.last.lock().unwrap() = None;
+        let r = u.current().await;
+        // The two not asked yet, and p0 whose namespace was gone.
+        assert_eq!(asked(&lister), MAX_SMC_LOOKUPS + 3);
+        assert!(r.pods.iter().all(|p| p.smc.is_some()));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Per-pod RDMA usage through the real `erdma-agent` binary: a fake kernel answer
 //! (`ERDMA_AGENT_FAKE_RDMA`), a fake `/proc` (`ERDMA_AGENT_PROC_ROOT`), the fake kubelet's
-//! pod-resources answer and a fake container runtime; `/metrics` and `/usage` scraped over HTTP.
+//! pod-resources answer, a fake container runtime and fake SMC sockets (`ERDMA_AGENT_FAKE_SMC`);
+//! `/metrics` and `/usage` scraped over HTTP.
 
 use erdma_cri::fake::FakeRuntime;
 use erdma_cri::runtime::v1 as cri;
@@ -61,7 +62,8 @@ async fn http_get(port: u16, path: &str) -> (u16, String) {
     (status, body)
 }
 
-fn sandbox(uid: &str, name: &str) -> (cri::PodSandboxStatus, String) {
+/// A ready sandbox that asks for SMC-R, its process `pid` (the runtime's verbose info).
+fn sandbox(uid: &str, name: &str, pid: u32) -> (cri::PodSandboxStatus, String) {
     (
         cri::PodSandboxStatus {
             id: format!("sb-{name}"),
@@ -76,10 +78,15 @@ fn sandbox(uid: &str, name: &str) -> (cri::PodSandboxStatus, String) {
             network: None,
             linux: None,
             labels: BTreeMap::new(),
-            annotations: BTreeMap::new(),
+            annotations: [(
+                "network.alibabacloud.com/erdma-smcr".to_string(),
+                "true".to_string(),
+            )]
+            .into_iter()
+            .collect(),
             runtime_handler: String::new(),
         },
-        "{}".into(),
+        format!(r#"{{"pid": {pid}}}"#),
     )
 }
 
@@ -114,6 +121,7 @@ async fn the_agent_serves_usage_per_pod_in_metrics_and_usage() {
             .add_service(RuntimeServiceServer::new(FakeRuntime(vec![sandbox(
                 UID,
                 "trainer-0",
+                4242,
             )])))
             .serve_with_incoming_shutdown(uds::incoming(l), stop.clone().cancelled_owned()),
     );
@@ -126,6 +134,17 @@ async fn the_agent_serves_usage_per_pod_in_metrics_and_usage() {
             "0::/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{}.scope\n",
             UID.replace('-', "_"),
             "cd".repeat(32)
+        ),
+    )
+    .unwrap();
+    // Its SMC sockets: two on SMC-R over erdma_0, one fell back (the peer offered no SMC).
+    let netns = proc_root.join("4242/ns/net");
+    let smc = dir.path().join("smc.txt");
+    std::fs::write(
+        &smc,
+        format!(
+            "{0} ACTIVE SMCR erdma_0\n{0} ACTIVE SMCR erdma_0\n{0} LISTEN SMCR\n{0} ACTIVE TCP 0x03010000\n",
+            netns.display()
         ),
     )
     .unwrap();
@@ -164,6 +183,7 @@ async fn the_agent_serves_usage_per_pod_in_metrics_and_usage() {
             ])
             .env("ERDMA_AGENT_FAKE_RDMA", &kernel)
             .env("ERDMA_AGENT_PROC_ROOT", &proc_root)
+            .env("ERDMA_AGENT_FAKE_SMC", &smc)
             .env_remove("NODE_NAME")
             .env_remove("KUBECONFIG")
             .stdout(Stdio::null())
@@ -206,6 +226,15 @@ async fn the_agent_serves_usage_per_pod_in_metrics_and_usage() {
         usage.device("erdma_1").unwrap().traffic,
         TrafficKind::Shared
     );
+    // The pod asks for SMC-R: its SMC sockets, read in its network namespace.
+    let s = p.smc.as_ref().expect("an SMC summary");
+    assert_eq!(
+        (s.smcr, s.fallback_tcp, s.listening, s.error.as_deref()),
+        (2, 1, 1, None),
+        "{s:?}"
+    );
+    assert_eq!(s.devices, vec!["erdma_0"]);
+    assert_eq!(s.fallback_reasons[0].name, "PEERNOSMC");
 
     // /metrics: the same read, as metrics.
     let (status, m) = http_get(port, "/metrics").await;

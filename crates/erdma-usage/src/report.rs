@@ -14,7 +14,12 @@
 //!            "containers": ["ab12…"],
 //!            "devices": [{"device": "erdma_0", "allocated": true, "qps": 3,
 //!                         "qpsByState": {"RTS": 2, "INIT": 1}, "mrs": 2,
-//!                         "mrBytes": 1052672, "cqs": 2, "pds": 1}]}],
+//!                         "mrBytes": 1052672, "cqs": 2, "pds": 1}],
+//!            "smc": {"smcr": 3, "smcd": 0, "fallbackTcp": 1, "listening": 1,
+//!                    "fallbackReasons": [{"code": "0x03010000", "name": "PEERNOSMC",
+//!                                         "meaning": "peer did not offer SMC: …",
+//!                                         "connections": 1}],
+//!                    "devices": ["erdma_0"]}}],
 //!  "devices": [{"device": "erdma_0", "holders": ["ml/trainer-0"], "traffic": "pod",
 //!               "trafficPod": "ml/trainer-0",
 //!               "ports": [{"port": 1, "txBytes": 4096, "rxBytes": 8192, "txPackets": 4,
@@ -73,6 +78,74 @@ pub struct PodReport {
     /// Per device: the pod's objects.
     #[serde(default)]
     pub devices: Vec<PodDeviceReport>,
+    /// The pod's SMC sockets (`smc_diag` in its network namespace), for a pod that asks for
+    /// SMC-R; absent for other pods and from agents older than this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smc: Option<SmcSummary>,
+}
+
+/// A pod's SMC sockets by mode, as `smc_diag` (what `smcss` and `erdmactl smc status` read)
+/// reports them in the pod's network namespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SmcSummary {
+    /// Why the sockets could not be read (no SMC in the kernel, the pod's sandbox or network
+    /// namespace not found, ...); the counts are then zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Connections on SMC-R (RDMA).
+    #[serde(default)]
+    pub smcr: u64,
+    /// Connections on SMC-D.
+    #[serde(default)]
+    pub smcd: u64,
+    /// Connections that fell back to TCP.
+    #[serde(default)]
+    pub fallback_tcp: u64,
+    /// Listening sockets (not counted as connections).
+    #[serde(default)]
+    pub listening: u64,
+    /// Why connections fell back, one entry per reason, most connections first.
+    #[serde(default)]
+    pub fallback_reasons: Vec<SmcFallbackReason>,
+    /// The RDMA devices the SMC-R connections' links use (`erdma_0`), sorted.
+    #[serde(default)]
+    pub devices: Vec<String>,
+}
+
+impl SmcSummary {
+    /// Connections (not listening) in any mode.
+    pub fn connections(&self) -> u64 {
+        self.smcr + self.smcd + self.fallback_tcp
+    }
+}
+
+/// One reason SMC connections fell back to TCP (`SMC_CLC_DECL_*`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SmcFallbackReason {
+    /// The code as `smcss` prints it (`0x03030002`).
+    pub code: String,
+    /// Its name as `erdmactl smc status` prints it (`NOSMCRDEV`, `UNKNOWN`).
+    pub name: String,
+    /// What the peer reported, when it sent a diagnosis (`TIMEOUT_CL`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<String>,
+    /// What it means and the usual cause.
+    #[serde(default)]
+    pub meaning: String,
+    /// Connections that fell back for it.
+    pub connections: u64,
+}
+
+impl SmcFallbackReason {
+    /// `NAME` or `NAME (peer: PEER)`, as `erdmactl smc status` prints it.
+    pub fn label(&self) -> String {
+        match &self.peer {
+            Some(p) => format!("{} (peer: {p})", self.name),
+            None => self.name.clone(),
+        }
+    }
 }
 
 impl PodReport {
@@ -385,6 +458,7 @@ pub fn build(
                         counts: c.into(),
                     })
                     .collect(),
+                smc: None,
             }
         })
         .collect();
@@ -610,6 +684,44 @@ mod tests {
         let min: NodeUsage =
             serde_json::from_str(r#"{"collectedAtUnixMs": 1, "available": false}"#).unwrap();
         assert!(min.pods.is_empty());
+    }
+
+    #[test]
+    fn smc_summary_on_the_wire() {
+        let (u, names) = world();
+        let mut r = build(&u, &names, None, 1);
+        let j = serde_json::to_value(&r).unwrap();
+        assert!(j["pods"][0].get("smc").is_none(), "absent when not read");
+        r.pods[0].smc = Some(SmcSummary {
+            smcr: 3,
+            fallback_tcp: 1,
+            listening: 1,
+            fallback_reasons: vec![SmcFallbackReason {
+                code: "0x05030000".into(),
+                name: "PEERDECL".into(),
+                peer: Some("TIMEOUT_CL".into()),
+                meaning: "peer declined".into(),
+                connections: 1,
+            }],
+            devices: vec!["erdma_0".into()],
+            ..Default::default()
+        });
+        let j = serde_json::to_value(&r).unwrap();
+        let smc = &j["pods"][0]["smc"];
+        assert_eq!(smc["smcr"], 3);
+        assert_eq!(smc["fallbackTcp"], 1);
+        assert_eq!(smc["fallbackReasons"][0]["peer"], "TIMEOUT_CL");
+        assert_eq!(smc["devices"][0], "erdma_0");
+        assert!(smc.get("error").is_none());
+        let back: NodeUsage = serde_json::from_value(j).unwrap();
+        assert_eq!(back, r);
+        let s = back.pods[0].smc.as_ref().unwrap();
+        assert_eq!(s.connections(), 4);
+        assert_eq!(s.fallback_reasons[0].label(), "PEERDECL (peer: TIMEOUT_CL)");
+        // An error alone is a whole summary.
+        let e: SmcSummary =
+            serde_json::from_str(r#"{"error": "SMC unsupported: no smc_diag"}"#).unwrap();
+        assert_eq!((e.connections(), e.error.is_some()), (0, true));
     }
 
     #[test]
