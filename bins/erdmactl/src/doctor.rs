@@ -5,9 +5,10 @@ use crate::output::{self, Format};
 use crate::submit::{KubeArgs, kube_client, kube_client_with_retry, runtime};
 use crate::top;
 use erdma_doctor::cluster::{self, Exec, PodTarget};
+use erdma_doctor::smc_usage;
 use erdma_doctor::usage::{Evidence, PodUsageView};
 use erdma_doctor::{Check, Report};
-use erdma_usage::report::NodeUsage;
+use erdma_usage::report::{NodeUsage, OtherKind};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -279,9 +280,49 @@ pub fn usage_view(u: &NodeUsage, pod: &str) -> Option<PodUsageView> {
     Some(v)
 }
 
+/// What the agent's `/usage` says of the SMC connections of `pod`, with the kernel's `smc`
+/// queue pairs on the devices of its links.
+pub fn smc_view(u: &NodeUsage, pod: &str) -> smc_usage::Answer {
+    let Some(p) = u.pod(pod) else {
+        return smc_usage::Answer::NotListed;
+    };
+    let Some(s) = &p.smc else {
+        return smc_usage::Answer::NoSummary;
+    };
+    let mut link_groups = std::collections::BTreeMap::new();
+    for o in &u.others {
+        if o.kind == OtherKind::Kernel
+            && o.owners.iter().any(|w| w == "smc")
+            && s.devices.contains(&o.device)
+        {
+            link_groups.insert(o.device.clone(), o.counts.qps_by_state.clone());
+        }
+    }
+    smc_usage::Answer::Summary(smc_usage::SmcView {
+        error: s.error.clone(),
+        smcr: s.smcr,
+        smcd: s.smcd,
+        fallback_tcp: s.fallback_tcp,
+        listening: s.listening,
+        reasons: s
+            .fallback_reasons
+            .iter()
+            .map(|r| smc_usage::Reason {
+                label: r.label(),
+                name: r.name.clone(),
+                peer: r.peer.clone(),
+                meaning: r.meaning.clone(),
+                connections: r.connections,
+            })
+            .collect(),
+        devices: s.devices.clone(),
+        link_groups,
+    })
+}
+
 /// `pod.rdma_usage`: the pod's usage from its node's agent (through the pod proxy), judged with
-/// its log.
-async fn usage_check(client: &kube::Client, inputs: &cluster::UsageInputs) -> Check {
+/// its log; and `pod.smcr.connections` for a pod that asks for SMC-R, from the same answer.
+async fn usage_checks(client: &kube::Client, inputs: &cluster::UsageInputs) -> Vec<Check> {
     let usage = match &inputs.agent {
         Some(a) => {
             top::usage_proxy(
@@ -294,14 +335,25 @@ async fn usage_check(client: &kube::Client, inputs: &cluster::UsageInputs) -> Ch
         }
         None => Err(format!("no erdma agent pod runs on node {}", inputs.node)),
     };
-    erdma_doctor::usage::check(&Evidence {
+    let mut out = vec![erdma_doctor::usage::check(&Evidence {
         pod: &inputs.pod,
         node: &inputs.node,
         held: &inputs.held,
-        usage: usage.map(|u| usage_view(&u, &inputs.pod)),
+        usage: usage
+            .as_ref()
+            .map(|u| usage_view(u, &inputs.pod))
+            .map_err(Clone::clone),
         log: inputs.log.as_deref().map_err(Clone::clone),
         ib_hca: inputs.ib_hca.as_deref(),
-    })
+    })];
+    if inputs.smcr {
+        out.push(smc_usage::check(&smc_usage::Evidence {
+            pod: &inputs.pod,
+            node: &inputs.node,
+            usage: usage.map(|u| smc_view(&u, &inputs.pod)),
+        }));
+    }
+    out
 }
 
 /// Runs the command: exit 0 when nothing failed, 1 when a check failed (or warned, with
@@ -358,7 +410,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 checks.extend(cluster::pod_checks(&client, &target, exec).await?);
                 if let Some(inputs) = cluster::usage_inputs(&client, &target).await? {
                     let proxy = kube_client_with_retry(&args.kube, false).await?;
-                    checks.push(usage_check(&proxy, &inputs).await);
+                    checks.extend(usage_checks(&proxy, &inputs).await);
                 }
             }
             anyhow::Ok(())

@@ -1,6 +1,7 @@
 //! `erdmactl doctor --pod` and the agent's `/usage`: a pod that holds aliyun/erdma, its node's
 //! agent (a fake serving `/usage`, reached through the fake API server's pod proxy) and its log
-//! (the fake API server's container logs) give `pod.rdma_usage`.
+//! (the fake API server's container logs) give `pod.rdma_usage`; for a pod that asks for SMC-R,
+//! the SMC summary in the same answer gives `pod.smcr.connections`.
 
 mod fake_cluster;
 
@@ -45,6 +46,15 @@ fn usage(qps: u64, containers: &[&str]) -> String {
 }
 
 fn cluster(agent_body: String, log: &str, ib_hca: Option<&str>) -> Cluster {
+    cluster_with(agent_body, log, ib_hca, None)
+}
+
+fn cluster_with(
+    agent_body: String,
+    log: &str,
+    ib_hca: Option<&str>,
+    smcr: Option<&str>,
+) -> Cluster {
     let cluster = fake_cluster::start();
     let api = &cluster.api;
     let meta = |ns: &str, name: &str| kube::api::ObjectMeta {
@@ -78,8 +88,17 @@ fn cluster(agent_body: String, log: &str, ib_hca: Option<&str>) -> Cluster {
     let erdma = [("aliyun/erdma".to_string(), Quantity("1".into()))]
         .into_iter()
         .collect();
+    let mut trainer = meta("ml", "trainer-0");
+    trainer.annotations = smcr.map(|v| {
+        [(
+            "network.alibabacloud.com/erdma-smcr".to_string(),
+            v.to_string(),
+        )]
+        .into_iter()
+        .collect()
+    });
     api.put(&Pod {
-        metadata: meta("ml", "trainer-0"),
+        metadata: trainer,
         spec: Some(PodSpec {
             node_name: Some("node-a".into()),
             containers: vec![Container {
@@ -111,6 +130,11 @@ fn cluster(agent_body: String, log: &str, ib_hca: Option<&str>) -> Cluster {
 
 /// `pod.rdma_usage` of `doctor --pod ml/trainer-0 -o json`, and the exit status.
 fn rdma_usage(c: &Cluster) -> (serde_json::Value, i32) {
+    check_of(c, "pod.rdma_usage")
+}
+
+/// Check `id` of `doctor --pod ml/trainer-0 -o json` (null when absent), and the exit status.
+fn check_of(c: &Cluster, id: &str) -> (serde_json::Value, i32) {
     let out = Command::cargo_bin("erdmactl")
         .unwrap()
         .env_remove("KUBECONFIG")
@@ -134,9 +158,13 @@ fn rdma_usage(c: &Cluster) -> (serde_json::Value, i32) {
         .as_array()
         .unwrap()
         .iter()
-        .find(|c| c["id"] == "pod.rdma_usage")
+        .find(|c| c["id"] == id)
         .cloned()
-        .unwrap_or_else(|| panic!("no pod.rdma_usage: {v}"));
+        .unwrap_or(serde_json::Value::Null);
+    assert!(
+        id != "pod.rdma_usage" || !check.is_null(),
+        "no pod.rdma_usage: {v}"
+    );
     (check, out.status.code().unwrap())
 }
 
@@ -190,4 +218,62 @@ fn a_pod_holding_qps_passes() {
         check["message"],
         "the agent on node node-a sees ml/trainer-0 hold 4 QPs (4 in RTS) and 4.0 MiB of registered memory on erdma_0"
     );
+}
+
+/// The agent's answer with an SMC summary of the pod, and the kernel's `smc` QPs on erdma_0.
+fn usage_with_smc(smc: serde_json::Value) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(&usage(0, &["c0"])).unwrap();
+    v["pods"][0]["smc"] = smc;
+    v["others"] = serde_json::json!([
+        {"kind": "kernel", "device": "erdma_0", "qps": 3, "qpsByState": {"RTS": 2, "ERR": 1},
+         "mrs": 2, "mrBytes": 65536, "cqs": 2, "pds": 1, "owners": ["smc"]},
+        {"kind": "kernel", "device": "erdma_1", "qps": 1, "qpsByState": {"RTS": 1},
+         "mrs": 0, "mrBytes": 0, "cqs": 1, "pds": 1, "owners": ["ib_core"]}
+    ]);
+    v.to_string()
+}
+
+#[test]
+fn smcr_connections_beside_the_link_groups_rdma_usage() {
+    let smc = serde_json::json!({"smcr": 2, "smcd": 0, "fallbackTcp": 1, "listening": 1,
+        "fallbackReasons": [{"code": "0x03010000", "name": "PEERNOSMC",
+                             "meaning": "peer did not offer SMC", "connections": 1}],
+        "devices": ["erdma_0"]});
+    let c = cluster_with(usage_with_smc(smc), "", None, Some("true"));
+    let (check, _) = check_of(&c, "pod.smcr.connections");
+    assert_eq!(check["status"], "PASS", "{check}");
+    assert_eq!(
+        check["message"],
+        "ml/trainer-0: 2 connections on SMC-R over erdma_0, 1 fell back to TCP (reason: PEERNOSMC ×1); link group RDMA usage erdma_0: 3 smc QPs (1 ERR, 2 RTS)"
+    );
+}
+
+#[test]
+fn smcr_connections_that_all_fell_back_warn_with_the_reason() {
+    let smc = serde_json::json!({"smcr": 0, "fallbackTcp": 2,
+        "fallbackReasons": [{"code": "0x03030002", "name": "NOSMCRDEV",
+                             "meaning": "no SMC-R device", "connections": 2}]});
+    let c = cluster_with(usage_with_smc(smc), "", None, Some("true"));
+    let (check, _) = check_of(&c, "pod.smcr.connections");
+    assert_eq!(check["status"], "WARN", "{check}");
+    assert_eq!(
+        check["message"],
+        "ml/trainer-0: all 2 SMC connections fell back to TCP (reason: NOSMCRDEV ×2)"
+    );
+    assert!(check["hint"].as_str().unwrap().contains("pnet"), "{check}");
+}
+
+#[test]
+fn smcr_connections_from_an_agent_without_the_summary_warn() {
+    // An older agent: no `smc` field.
+    let c = cluster_with(usage(0, &["c0"]), "", None, Some("true"));
+    let (check, _) = check_of(&c, "pod.smcr.connections");
+    assert_eq!(check["status"], "WARN", "{check}");
+    assert_eq!(
+        check["message"],
+        "the agent on node node-a reports no SMC connections of ml/trainer-0"
+    );
+    // A pod that does not ask for SMC-R gets no such check.
+    let c = cluster(usage(0, &["c0"]), "", None);
+    assert!(check_of(&c, "pod.smcr.connections").0.is_null());
 }

@@ -294,6 +294,8 @@ pub struct UsageInputs {
     pub log: Result<String, String>,
     /// `NCCL_IB_HCA` of that container's spec (a literal value).
     pub ib_hca: Option<String>,
+    /// The pod asks for SMC-R (its annotation is true): `pod.smcr.connections` runs too.
+    pub smcr: bool,
 }
 
 /// The inputs of `pod.rdma_usage`, or `None` when the pod does not hold eRDMA or is not
@@ -360,5 +362,11 @@ pub async fn usage_inputs(
         agent: agents.into_iter().next(),
         log,
         ib_hca,
+        smcr: p
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(erdma_model::names::SMCR_ANNOTATION))
+            .is_some_and(|v| erdma_model::names::parse_smcr(v) == Ok(true)),
     }))
 }

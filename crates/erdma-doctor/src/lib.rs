@@ -15,6 +15,7 @@ pub mod node;
 pub mod nri;
 pub mod pod;
 pub mod scheduling;
+pub mod smc_usage;
 pub mod usage;
 
 pub use check::{Check, Report, Status};
