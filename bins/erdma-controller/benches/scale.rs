@@ -12,7 +12,8 @@
 //!
 //! Environment: `ERDMA_SCALE_RATE` (calls per second per action at the emulator, default 50;
 //! the controller is configured with the same rate), `ERDMA_SCALE_DEADLINE_S` (per phase,
-//! default 600), `ERDMA_SCALE_ATTACH_MS` (the emulator's attach latency, default 1000).
+//! default 600), `ERDMA_SCALE_ATTACH_MS` (the emulator's attach latency, default 1000),
+//! `ERDMA_SCALE_CONTROLLER` (another controller binary to run, e.g. an earlier commit's).
 
 use erdma_cloud::emulator::{EcsEmulator, EmuInstance, EmuInstanceType, Throttle};
 use erdma_k8s::ERdmaDevice;
@@ -197,7 +198,10 @@ impl Controller {
             l.local_addr().expect("its address")
         };
         let log = std::fs::File::create(dir.join(log)).expect("controller log");
-        let child = Command::new(env!("CARGO_BIN_EXE_erdma-controller"))
+        // ERDMA_SCALE_CONTROLLER: another build of the binary (an earlier commit's, to compare).
+        let bin = std::env::var("ERDMA_SCALE_CONTROLLER")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_erdma-controller").to_string());
+        let child = Command::new(bin)
             .arg("--config-path")
             .arg(dir.join("config.json"))
             .arg("--credential-path")
@@ -346,7 +350,7 @@ async fn run(n: usize, rate: f64, deadline: Duration, attach: Duration) {
     erdma_k8s::fake::kubeconfig(&dir.path().join("kubeconfig"), addr).expect("kubeconfig");
     let cfg = serde_json::json!({
         "region": "emu-region", "enableWebhook": false,
-        "ecsRequestsPerSecond": rate, "ecsBurst": rate.max(1.0) as u32,
+        "ecsRequestsPerSecond": rate as u32, "ecsBurst": rate.max(1.0) as u32,
     });
     std::fs::write(dir.path().join("config.json"), cfg.to_string()).expect("config");
     std::fs::write(
@@ -485,7 +489,7 @@ async fn run(n: usize, rate: f64, deadline: Duration, attach: Duration) {
         println!("{n} nodes, restart: {a}: {k} calls");
     }
     let requests: Vec<String> = api.state().requests[api1..].to_vec();
-    let watches = requests.iter().filter(|r| r.contains("watch=")).count();
+    let watches = requests.iter().filter(|r| r.contains("watch")).count();
     println!(
         "{n} nodes, restart: {} API requests ({watches} watches); every object reconciled: {done}",
         requests.len()

@@ -43,6 +43,12 @@ fn kube_request_timeout() -> u64 {
 fn ecs_connect_timeout() -> u64 {
     erdma_cloud::http::DEFAULT_CONNECT_TIMEOUT.as_secs()
 }
+fn ecs_rate() -> u32 {
+    10
+}
+fn concurrent() -> u16 {
+    64
+}
 fn ecs_read_timeout() -> u64 {
     erdma_cloud::http::DEFAULT_READ_TIMEOUT.as_secs()
 }
@@ -104,6 +110,16 @@ pub struct Config {
     /// backoff as a transport error, then the reconcile fails and is requeued.
     #[serde(default = "ecs_read_timeout")]
     pub ecs_read_timeout_seconds: u64,
+    /// ECS: calls per second per action (a token bucket each; default 10, controller-runtime's
+    /// client-side rate; 0: none). A `Throttling` answer pauses the action for the back-off.
+    #[serde(default = "ecs_rate")]
+    pub ecs_requests_per_second: u32,
+    /// ECS: calls per action that may go at once after a quiet period (default 10).
+    #[serde(default = "ecs_rate")]
+    pub ecs_burst: u32,
+    /// Reconciles that run at once per controller (Node, ERdmaDevice; default 64).
+    #[serde(default = "concurrent")]
+    pub concurrent_reconciles: u16,
 }
 
 impl Default for Config {
@@ -150,6 +166,14 @@ impl Config {
         erdma_cloud::http::Timeouts {
             connect: seconds(self.ecs_connect_timeout_seconds),
             read: seconds(self.ecs_read_timeout_seconds),
+        }
+    }
+
+    /// The per-action ECS rate (`ecsRequestsPerSecond`, `ecsBurst`).
+    pub fn ecs_rate_limit(&self) -> erdma_cloud::RateLimit {
+        erdma_cloud::RateLimit {
+            per_second: f64::from(self.ecs_requests_per_second),
+            burst: self.ecs_burst.max(1),
         }
     }
 

@@ -471,7 +471,9 @@ async fn run(
             },
             Arc::new(CredentialProvider::new(source)),
         )?
-        .with_timeouts(cfg.ecs_timeouts());
+        .with_timeouts(cfg.ecs_timeouts())
+        .with_rate_limit(cfg.ecs_rate_limit())
+        .with_observer(metrics.clone());
         let mut ctx = Ctx::new(client.clone(), ecs, cfg.clone());
         ctx.metrics = metrics.clone();
         let ctx = Arc::new(ctx);

@@ -20,6 +20,22 @@ pub struct ReconcileLabels {
     pub result: &'static str,
 }
 
+/// Labels of the ECS attempt counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EcsLabels {
+    /// The ECS action.
+    pub action: String,
+    /// `ok`, `throttled` or `error`.
+    pub outcome: &'static str,
+}
+
+/// Labels of the ECS retry counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabels {
+    /// The ECS action.
+    pub action: String,
+}
+
 /// The controller's metrics in one prometheus-client registry; cheap to update from any task.
 pub struct Metrics {
     registry: Arc<Registry>,
@@ -31,6 +47,8 @@ pub struct Metrics {
     pub injected: Counter,
     /// 1 while this replica leads.
     pub leader: Gauge,
+    ecs: Family<EcsLabels, Counter>,
+    ecs_retries: Family<ActionLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -65,6 +83,18 @@ impl Default for Metrics {
             "1 while this replica is the leader",
             leader.clone(),
         );
+        let ecs = Family::<EcsLabels, Counter>::default();
+        let ecs_retries = Family::<ActionLabels, Counter>::default();
+        registry.register(
+            "erdma_ecs_requests",
+            "ECS call attempts by action and outcome (ok, throttled, error)",
+            ecs.clone(),
+        );
+        registry.register(
+            "erdma_ecs_retries",
+            "ECS calls tried again after a retryable failure, by action",
+            ecs_retries.clone(),
+        );
         for controller in ["node", "erdmadevice"] {
             for result in ["ok", "error"] {
                 // Listed at 0 before the first pass.
@@ -77,7 +107,28 @@ impl Default for Metrics {
             reviews,
             injected,
             leader,
+            ecs,
+            ecs_retries,
         }
+    }
+}
+
+impl erdma_cloud::ecs::EcsObserver for Metrics {
+    fn answered(&self, action: &str, outcome: erdma_cloud::ecs::Outcome) {
+        self.ecs
+            .get_or_create(&EcsLabels {
+                action: action.to_string(),
+                outcome: outcome.as_str(),
+            })
+            .inc();
+    }
+
+    fn retried(&self, action: &str) {
+        self.ecs_retries
+            .get_or_create(&ActionLabels {
+                action: action.to_string(),
+            })
+            .inc();
     }
 }
 

@@ -16,7 +16,7 @@
 
 use crate::config::Config;
 use crate::eri::{self, CardPlan, SelectError};
-use erdma_cloud::ecs::{CreateEni, Instance};
+use erdma_cloud::ecs::{CreateEni, Instance, InstanceType};
 use erdma_cloud::{EcsClient, EcsError};
 use erdma_k8s::agent::AGENT_PREFIX;
 use erdma_k8s::crd::{
@@ -34,7 +34,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -43,6 +43,10 @@ use tokio_util::sync::CancellationToken;
 pub const NOT_READY_REQUEUE: Duration = Duration::from_secs(30);
 /// How often an `ERdmaDevice` with non-Ready devices is looked at again.
 pub const PENDING_REQUEUE: Duration = Duration::from_secs(10);
+
+/// Set on an `ERdmaDevice` once its ERIs carry the terway tags, so a restarted controller does
+/// not tag them again (the back-fill is for objects written before, e.g. by the original).
+pub const ANNOTATION_TAGGED: &str = "erdma.alibabacloud.com/terway-tagged";
 
 /// Shared state of the reconcilers.
 pub struct Ctx {
@@ -58,6 +62,9 @@ pub struct Ctx {
     pub recorder: Recorder,
     /// Counters.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// `DescribeInstanceTypes` answers by type (`None`: ECS does not know it); types do not
+    /// change, so each is asked once per process.
+    pub types: Mutex<HashMap<String, Option<InstanceType>>>,
 }
 
 impl Ctx {
@@ -77,7 +84,26 @@ impl Ctx {
             tagged: Mutex::new(HashSet::new()),
             recorder,
             metrics: Arc::default(),
+            types: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The instance type, from the cache or ECS.
+    async fn instance_type(&self, name: &str) -> Result<Option<InstanceType>, EcsError> {
+        if let Some(t) = self
+            .types
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+        {
+            return Ok(t.clone());
+        }
+        let t = self.ecs.describe_instance_type(name).await?;
+        self.types
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), t.clone());
+        Ok(t)
     }
 
     async fn event<K: Resource<DynamicType = ()>>(
@@ -213,8 +239,8 @@ pub async fn reconcile_node(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Re
         None => {
             let instance = resolve_instance(&node, &ctx.ecs).await?;
             match select_eris(&node, &instance, &ctx).await {
-                Ok(spec) => {
-                    create_device_object(&node, &instance, spec, &devices, &ctx).await?;
+                Ok((spec, tagged)) => {
+                    create_device_object(&node, &instance, spec, tagged, &devices, &ctx).await?;
                     Ok(Action::await_change())
                 }
                 Err(ReconcileError::Select(e @ SelectError::NotSupported(_))) => {
@@ -235,15 +261,15 @@ pub async fn reconcile_node(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Re
     }
 }
 
+/// The spec, and whether every selected ERI carries the terway tags.
 async fn select_eris(
     node: &Node,
     instance: &Instance,
     ctx: &Ctx,
-) -> Result<ERdmaDeviceSpec, ReconcileError> {
+) -> Result<(ERdmaDeviceSpec, bool), ReconcileError> {
     let id = &instance.instance_id;
     let t = ctx
-        .ecs
-        .describe_instance_type(&instance.instance_type)
+        .instance_type(&instance.instance_type)
         .await?
         .ok_or_else(|| SelectError::NotSupported(instance.instance_type.clone()))?;
     let enis = ctx.ecs.describe_network_interfaces_of(id).await?;
@@ -254,11 +280,28 @@ async fn select_eris(
         let mut ours = BTreeMap::new();
         ours.insert(TAG_CREATOR.to_string(), TAG_CREATOR_VALUE.to_string());
         ours.insert(TAG_INSTANCE_ID.to_string(), id.clone());
-        let detached = ctx.ecs.describe_network_interfaces_tagged(&ours).await?;
+        let detached = ctx
+            .ecs
+            .describe_network_interfaces_tagged_in(&ours, Some("Available"))
+            .await?;
         plan = eri::plan(id, &t, &enis, &detached, ctx.cfg.manage_non_owned_enis)?;
     }
     let mut devices = Vec::new();
+    // ERIs that already carry the terway tags (every one created or reused from this
+    // controller's creations) need no TagResources call.
+    let want = eri::terway_tags(id);
+    let has_tags =
+        |e: &erdma_cloud::ecs::NetworkInterface| want.iter().all(|(k, v)| e.tags.get(k) == Some(v));
+    let mut untagged: Vec<String> = Vec::new();
     for (card, step) in plan {
+        match &step {
+            CardPlan::Reuse(e) | CardPlan::Attach(e) | CardPlan::ConvertPrimary(e, _)
+                if !has_tags(e) =>
+            {
+                untagged.push(e.id.clone())
+            }
+            _ => {}
+        }
         let d = match step {
             CardPlan::Reuse(e) => DeviceInfo {
                 instance_id: id.clone(),
@@ -312,14 +355,20 @@ async fn select_eris(
         };
         devices.push(d);
     }
-    let ids: Vec<&str> = devices.iter().map(|d| d.id.as_str()).collect();
-    if let Err(e) = ctx.ecs.tag_enis(&ids, &eri::terway_tags(id)).await {
+    let ids: Vec<&str> = untagged.iter().map(String::as_str).collect();
+    let tagged = if ids.is_empty() {
+        true
+    } else if let Err(e) = ctx.ecs.tag_enis(&ids, &want).await {
         tracing::warn!(instance = %id, error = %e, "tagging ERIs for terway failed (best-effort)");
+        false
     } else {
+        true
+    };
+    if tagged {
         ctx.tagged
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .extend(ids.iter().map(|s| s.to_string()));
+            .extend(devices.iter().map(|d| d.id.clone()));
     }
     let jumbo_frame = match ctx.ecs.jumbo_frame_enabled(id).await {
         Ok(j) => j,
@@ -328,22 +377,32 @@ async fn select_eris(
             false
         }
     };
-    Ok(ERdmaDeviceSpec {
-        devices,
-        jumbo_frame,
-    })
+    Ok((
+        ERdmaDeviceSpec {
+            devices,
+            jumbo_frame,
+        },
+        tagged,
+    ))
 }
 
 async fn create_device_object(
     node: &Node,
     instance: &Instance,
     spec: ERdmaDeviceSpec,
+    tagged: bool,
     api: &Api<ERdmaDevice>,
     ctx: &Ctx,
 ) -> Result<(), ReconcileError> {
     let name = node.name_any();
     let mut obj = ERdmaDevice::new(&name, spec);
     obj.metadata.labels = Some(erdma_device_labels(&name, &instance.instance_id));
+    if tagged {
+        obj.metadata.annotations = Some(BTreeMap::from([(
+            ANNOTATION_TAGGED.to_string(),
+            "true".to_string(),
+        )]));
+    }
     obj.metadata.owner_references = Some(vec![OwnerReference {
         api_version: "v1".into(),
         kind: "Node".into(),
@@ -382,6 +441,9 @@ async fn create_device_object(
 }
 
 async fn backfill_tags(ctx: &Ctx, obj: &ERdmaDevice) {
+    if obj.annotations().contains_key(ANNOTATION_TAGGED) {
+        return;
+    }
     let todo: Vec<(String, String)> = {
         let tagged = ctx.tagged.lock().unwrap_or_else(|p| p.into_inner());
         obj.spec
@@ -406,6 +468,27 @@ async fn backfill_tags(ctx: &Ctx, obj: &ERdmaDevice) {
             Err(e) => {
                 tracing::warn!(eni = %eni, error = %e, "back-filling terway tags failed (best-effort)")
             }
+        }
+    }
+    let done = {
+        let tagged = ctx.tagged.lock().unwrap_or_else(|p| p.into_inner());
+        obj.spec
+            .devices
+            .iter()
+            .all(|d| !d.id.starts_with("eni-") || tagged.contains(&d.id))
+    };
+    if done {
+        let api: Api<ERdmaDevice> = Api::all(ctx.client.clone());
+        let patch = serde_json::json!({"metadata": {"annotations": {ANNOTATION_TAGGED: "true"}}});
+        if let Err(e) = api
+            .patch(
+                &obj.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            tracing::debug!(error = %e, "recording the terway tags on the ERdmaDevice failed");
         }
     }
 }
@@ -569,7 +652,10 @@ pub async fn run_controllers(ctx: Arc<Ctx>, cancel: CancellationToken) {
     } else {
         watcher::Config::default().labels(&sel)
     };
+    let bounded = kube::runtime::controller::Config::default()
+        .concurrency(ctx.cfg.concurrent_reconciles.max(1));
     let nodes = Controller::new(Api::<Node>::all(ctx.client.clone()), wc)
+        .with_config(bounded.clone())
         .graceful_shutdown_on(cancel.clone().cancelled_owned())
         .run(
             reconcile_node,
@@ -590,6 +676,7 @@ pub async fn run_controllers(ctx: Arc<Ctx>, cancel: CancellationToken) {
         Api::<ERdmaDevice>::all(ctx.client.clone()),
         watcher::Config::default(),
     )
+    .with_config(bounded)
     .graceful_shutdown_on(cancel.clone().cancelled_owned())
     .run(
         reconcile_device,

@@ -563,7 +563,7 @@ async fn ecs_throttling_is_retried_and_failures_surface_without_partial_objects(
     w.api.remove::<ERdmaDevice>(None, "node-t");
     w.emu
         .state()
-        .inject_error(Some("DescribeInstanceTypes"), 503, "ServiceUnavailable", 10);
+        .inject_error(Some("DescribeInstances"), 503, "ServiceUnavailable", 10);
     let err = reconcile_node(Arc::new(n.clone()), c.clone())
         .await
         .unwrap_err();
