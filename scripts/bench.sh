@@ -8,6 +8,7 @@
 #   nri           cargo bench -p erdma-nri --bench nri (CreateContainer with erdma's adjustment vs none)
 #   dra           cargo bench -p erdma-dra --bench prepare (NodePrepareResources vs an empty call)
 #   nccl          crates/erdma-nccl/bench/bench-analyze.sh (1 GiB log, against grep -c)
+#   scale         cargo bench -p erdma-controller --bench scale (1 000 and 5 000 nodes at once, throttling ECS)
 #   images        scripts/build-images.sh (the three images' sizes and digests, built twice)
 #   lab-demo      lab/demo.sh (the demo report: ib_write_bw, ibv_rc_pingpong, timings)
 #   lab-run       lab/run.sh (all scenarios; REPORT lines: health flips, kubelet restart)
@@ -22,7 +23,7 @@
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO" || exit 2
-ALL="inventory deviceplugin agent nri dra nccl images lab-demo lab-run smcr"
+ALL="inventory deviceplugin agent nri dra nccl scale images lab-demo lab-run smcr"
 LAB="lab-demo lab-run smcr"
 only=(); no_lab=0; write=1; keep=""
 while [ $# -gt 0 ]; do
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
     --no-lab) no_lab=1; shift ;;
     --no-write) write=0; shift ;;
     --keep) keep=${2:?--keep needs a directory}; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -72,6 +73,7 @@ command_of() {
     nri) echo "cargo bench -p erdma-nri --bench nri" ;;
     dra) echo "cargo bench -p erdma-dra --bench prepare" ;;
     nccl) echo "crates/erdma-nccl/bench/bench-analyze.sh" ;;
+    scale) echo "cargo bench -p erdma-controller --bench scale" ;;
     images) echo "scripts/build-images.sh --out $RUN/images.out" ;;
     lab-demo) echo "ERDMA_LAB_WORK=$RUN/lab-demo.work lab/demo.sh" ;;
     lab-run) echo "ERDMA_LAB_PROFILE=release ERDMA_LAB_WORK=$RUN/lab-run.work lab/run.sh" ;;
