@@ -453,6 +453,58 @@ def render_smcr(s):
     return out
 
 
+def render_scale(s):
+    v = lambda k: s.v("scale." + k)  # noqa: E731
+    out = [f"Configuration: {c}." for c in conf_lines(s.text, "scale")]
+    sizes = sorted({int(m) for m in re.findall(r"^BENCH scale\.n(\d+)\.nodes=", s.text, re.M)})
+    if not sizes:
+        s.problems.append("no scale figures")
+        return out
+    out += ["", "| What | " + " | ".join(f"{n:,} nodes".replace(",", " ") for n in sizes) + " |",
+            "| --- |" + " --- |" * len(sizes)]
+
+    def row(what, key, unit="", digits=None):
+        cells = [f"{fmt(v(f'n{n}.{key}'), digits)} {unit}".strip() if v(f"n{n}.{key}") is not None else "–" for n in sizes]
+        out.append(f"| {what} | " + " | ".join(cells) + " |")
+
+    row("time until every ERdmaDevice is Ready", "ready_s", "s")
+    row("floor: one action's calls at the emulator's rate, plus one attach", "floor_s", "s")
+    row("nodes left behind at the deadline", "left_behind", "", 0)
+    row("ECS calls per new node (all actions, refused ones included)", "calls_per_node")
+    row("floor of ECS calls per new node", "floor_calls_per_node")
+    actions = sorted({m for m in re.findall(r"^BENCH scale\.n\d+\.calls\.(\w+)=", s.text, re.M)})
+    for a in actions:
+        row(f"&nbsp;&nbsp;`{a}` per node", f"calls.{a}")
+    row("calls refused `Throttling.User`", "throttled", "", 0)
+    row("retries (the controller's `erdma_ecs_retries`)", "retries", "", 0)
+    row("controller peak RSS (VmHWM)", "rss_peak_mib", "MiB")
+    row("controller CPU (user + system)", "cpu_s", "s")
+    row("restart, every node Ready: time until every object was reconciled", "restart.reconciled_s", "s")
+    row("restart: ECS calls", "restart.ecs_calls", "", 0)
+    row("restart: ECS writes", "restart.ecs_writes", "", 0)
+    row("restart: ECS describes (floor: one per 100 nodes)", "restart.ecs_describes", "", 0)
+    row("restart: API server requests (not watches)", "restart.api_requests_not_watch", "", 0)
+    row("restart: controller peak RSS", "restart.rss_peak_mib", "MiB")
+    row("restart: controller CPU", "restart.cpu_s", "s")
+    gates = []
+    small, big = sizes[0], sizes[-1]
+    cpn, floor = v(f"n{small}.calls_per_node"), v(f"n{small}.floor_calls_per_node")
+    gates.append(("ECS calls per new node / floor", small, cpn / floor if cpn and floor else None, 1.1, "×"))
+    t, tf = v(f"n{small}.ready_s"), v(f"n{small}.floor_s")
+    gates.append(("time to all Ready / floor", small, t / tf if t and tf else None, 1.2, "×"))
+    for n in sizes:
+        gates.append(("nodes left behind", n, v(f"n{n}.left_behind"), 0, "nodes"))
+    gates.append(("controller peak RSS", big, v(f"n{big}.rss_peak_mib"), 64, "MiB"))
+    gates.append(("restart with every node Ready: ECS writes", big, v(f"n{big}.restart.ecs_writes"), 0, "calls"))
+    d, df = v(f"n{big}.restart.ecs_describes"), v(f"n{big}.restart.describe_floor")
+    gates.append(("restart: ECS describes / one per 100 nodes", big, d / df if d is not None and df else None, 1, "×"))
+    out += ["", "| Gate | Nodes | Measured | Target | Gate |", "| --- | --- | --- | --- | --- |"]
+    for what, n, value, limit, unit in gates:
+        out.append(f"| {what} | {n} | {fmt(value)} {unit} | ≤ {fmt(limit)} {unit} | {s.gate(f'{what} ({n} nodes)', value, limit, '≤', unit)} |")
+    out += ["", "Idle agents' API requests beyond their watches: measured by the agent section (its cluster-client line), not by this one."]
+    return out
+
+
 RENDER = {
     "inventory": render_inventory,
     "deviceplugin": render_deviceplugin,
@@ -460,6 +512,7 @@ RENDER = {
     "dra": render_dra,
     "nri": render_nri,
     "nccl": render_nccl,
+    "scale": render_scale,
     "lab-demo": render_lab_demo,
     "lab-run": render_lab_run,
     "smcr": render_smcr,
