@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Benchmark of `erdmactl nccl analyze` on a generated 1 GiB log, against `grep -c NCCL` on the same
-# file in the same run (both read it from the page cache after a warm-up read).
+# file in the same run (both read it from the page cache after a warm-up read, both write to a pipe).
 #   crates/erdma-nccl/bench/bench-analyze.sh [SIZE_MIB]
 # Builds erdmactl in release mode first and times the binary cargo reports for that build (so it
 # honours CARGO_TARGET_DIR and never times a stale copy). Prints throughput (MB/s, 10^6 bytes),
 # max RSS and the time ratio, then `BENCH nccl.KEY=VALUE UNIT` lines for scripts/bench.sh. The log
 # goes to /tmp and is deleted afterwards; never commit it. Exits 1 when the target is missed
-# (issue 18: at least 0.5x the throughput of `grep -c NCCL` in the same run, max RSS < 50 MiB).
+# (issue 34: at least the throughput of `grep -c NCCL` in the same run, max RSS < 50 MiB).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 size_mib="${1:-1024}"
@@ -36,8 +36,9 @@ cat "$log" > /dev/null   # warm the page cache
 measure() {  # best of 3 by wall time: prints "wall_s cpu_s max_rss_kib"
     local best=""
     for _ in 1 2 3; do
-        # Not /dev/null: GNU grep stops at the first match when its output is /dev/null.
-        /usr/bin/time -f "%e %U %S %M" -o "$tmp/time" "$@" > "$tmp/out"
+        # A pipe, as in `erdmactl nccl analyze ... | jq`; not /dev/null: GNU grep stops at the
+        # first match when its output is /dev/null.
+        /usr/bin/time -f "%e %U %S %M" -o "$tmp/time" "$@" | cat > "$tmp/out"
         read -r e u s m < "$tmp/time"
         line="$e $(python3 -c "print($u + $s)") $m"
         if [ -z "$best" ] || python3 -c "import sys; sys.exit(0 if $e < ${best%% *} else 1)"; then best="$line"; fi
@@ -53,7 +54,7 @@ python3 - "$bytes" "$g_s" "$g_cpu" "$g_kib" "$a_s" "$a_cpu" "$a_kib" "$t_s" "$t_
 import sys
 b, gs, gc, gk, a_s, ac, ak, ts, tc, tk = (float(x) for x in sys.argv[1:])
 mb = b / 1e6
-print(f"file: {b:.0f} bytes ({b / 2**30:.2f} GiB); best of 3 runs each, page cache warm")
+print(f"file: {b:.0f} bytes ({b / 2**30:.2f} GiB); best of 3 runs each, page cache warm, output to a pipe")
 print(f"{'command':32} {'wall s':>7} {'MB/s':>6} {'cpu s':>7} {'MB/cpu-s':>9} {'max RSS MiB':>12}")
 rows = (("grep", "grep -c NCCL", gs, gc, gk), ("json", "erdmactl nccl analyze -o json", a_s, ac, ak),
         ("table", "erdmactl nccl analyze (table)", ts, tc, tk))
@@ -69,8 +70,8 @@ for key, name, w, c, k in rows:
 print(f"BENCH nccl.ratio_wall={a_s / gs:.2f} x")
 print(f"BENCH nccl.ratio_cpu={ac / gc:.2f} x")
 print(f"BENCH nccl.throughput_vs_grep={gs / a_s:.3f} x")
-# Issue 18: at least half of grep's throughput in the same run (wall), and bounded memory.
-ok = gs / a_s >= 0.5 and max(ak, tk) / 1024 < 50
-print(f"target (>= 0.5x grep throughput in the same run, < 50 MiB RSS): {gs / a_s:.2f}x,", "met" if ok else "NOT met")
+# Issue 34: at least grep's throughput in the same run (wall), and bounded memory.
+ok = gs / a_s >= 1.0 and max(ak, tk) / 1024 < 50
+print(f"target (>= 1.0x grep throughput in the same run, < 50 MiB RSS): {gs / a_s:.2f}x,", "met" if ok else "NOT met")
 sys.exit(0 if ok else 1)
 PY

@@ -15,6 +15,7 @@ use crate::report::{self, AnalyzeReport, FileSummary};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, BufRead};
+use std::sync::mpsc;
 
 /// Most processes tracked; lines of further processes count towards the file only.
 pub const MAX_PROCESSES: usize = 65_536;
@@ -22,6 +23,26 @@ pub const MAX_PROCESSES: usize = 65_536;
 pub const MAX_ITEMS: usize = 64;
 /// Longest sample message kept per problem.
 pub const MAX_SAMPLE: usize = 400;
+
+/// Kept lines handed from the reading stage to the analysing one, per batch (bytes, at least).
+const BATCH_BYTES: usize = 64 * 1024;
+/// Batches sent and not yet analysed, at most: the reader waits beyond (bounded memory).
+const BATCHES_IN_FLIGHT: usize = 4;
+
+/// Lines that may matter, copied out of the read buffer by the reading stage.
+#[derive(Debug, Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    lines: Vec<Kept>,
+}
+
+/// One kept line of a [`Batch`]: it ends at `end` and starts where the previous one ended.
+#[derive(Debug, Clone, Copy)]
+struct Kept {
+    no: u64,
+    end: usize,
+    marker: Option<usize>,
+}
 
 /// Options of an analysis.
 #[derive(Debug, Clone, Copy)]
@@ -85,13 +106,9 @@ impl Analyzer {
                 self.line(file, no, &text_of(line));
             })?;
         } else {
-            let mut nccl = 0u64;
-            reader.for_each_marked_line(|line, marker| {
-                no += 1;
-                nccl += u64::from(self.marked_line(file, no, line, marker));
-            })?;
+            let (lines, nccl) = self.read_marked(file, &mut reader)?;
             let f = &mut self.files[file];
-            f.lines += no;
+            f.lines += lines;
             f.nccl_lines += nccl;
         }
         let f = &mut self.files[file];
@@ -138,6 +155,101 @@ impl Analyzer {
             split.prefix_text().as_bytes(),
             false,
         );
+    }
+
+    /// The fast path of [`Analyzer::add_input`] in two stages: this thread reads, finds the lines
+    /// and their markers, counts them and keeps the few whose first bytes may matter (the same
+    /// pre-filter as [`Analyzer::marked_line`]), copied into batches; a second thread analyses
+    /// them in order. The pre-filter drops most lines, so the stages cost about the same and a
+    /// log is read at the speed of the slower one. Without a second thread (it cannot be
+    /// started) everything runs here. Returns the lines and the NCCL lines read.
+    fn read_marked<R: BufRead>(
+        &mut self,
+        file: usize,
+        reader: &mut LineReader<R>,
+    ) -> io::Result<(u64, u64)> {
+        let (full_tx, full_rx) = mpsc::sync_channel::<Batch>(BATCHES_IN_FLIGHT);
+        let (empty_tx, empty_rx) = mpsc::channel::<Batch>();
+        // The reading stage's own copy: the analysing stage uses the analyser's.
+        let foreign = diagnose::ForeignMatcher::default();
+        let mut no = 0u64;
+        let mut nccl = 0u64;
+        let this = &mut *self;
+        let staged = std::thread::scope(|s| {
+            let analyse = move || {
+                for mut batch in full_rx {
+                    this.analyse(file, &batch);
+                    batch.bytes.clear();
+                    batch.lines.clear();
+                    // The reader has stopped when this fails: nothing to recycle.
+                    let _ = empty_tx.send(batch);
+                }
+            };
+            let stage = std::thread::Builder::new()
+                .name("nccl-analyse".into())
+                .spawn_scoped(s, analyse);
+            let Ok(stage) = stage else {
+                return None;
+            };
+            let mut batch = Batch::default();
+            let read = reader.for_each_marked_line(|line, marker| {
+                no += 1;
+                let keep = match marker.and_then(|n| crate::line::split_at_marker(line, n)) {
+                    Some(raw) => {
+                        nccl += 1;
+                        raw.level != Level::Info || event::may_classify(raw.message)
+                    }
+                    None => foreign.may_match(line),
+                };
+                if keep {
+                    batch.bytes.extend_from_slice(line);
+                    batch.lines.push(Kept {
+                        no,
+                        end: batch.bytes.len(),
+                        marker,
+                    });
+                    if batch.bytes.len() >= BATCH_BYTES {
+                        let next = empty_rx.try_recv().unwrap_or_default();
+                        // Fails only when the analysing stage panicked: the join below says so.
+                        let _ = full_tx.send(std::mem::replace(&mut batch, next));
+                    }
+                }
+            });
+            if !batch.lines.is_empty() {
+                let _ = full_tx.send(batch);
+            }
+            drop(full_tx);
+            if let Err(panic) = stage.join() {
+                std::panic::resume_unwind(panic);
+            }
+            Some(read)
+        });
+        match staged {
+            Some(read) => read.map(|()| (no, nccl)),
+            None => {
+                // No second thread: both stages here, line by line.
+                reader.for_each_marked_line(|line, marker| {
+                    no += 1;
+                    nccl += u64::from(self.marked_line(file, no, line, marker));
+                })?;
+                Ok((no, nccl))
+            }
+        }
+    }
+
+    /// The analysing stage of [`Analyzer::read_marked`]: the kept lines of one batch, in order.
+    fn analyse(&mut self, file: usize, batch: &Batch) {
+        let mut start = 0;
+        for k in &batch.lines {
+            let line = &batch.bytes[start..k.end];
+            start = k.end;
+            match k.marker.and_then(|n| crate::line::split_at_marker(line, n)) {
+                Some(raw) => {
+                    self.nccl_line(file, k.no, raw.level, &text_of(raw.message), raw.pre, true)
+                }
+                None => self.foreign_line(file, k.no, &text_of(line)),
+            }
+        }
     }
 
     /// [`Analyzer::line`] on raw bytes whose ` NCCL ` marker is known ([`crate::line::marker`]),

@@ -9,59 +9,85 @@
 /// Slots of the cache (a power of two).
 const SLOTS: usize = 8192;
 /// Longest prefix kept; longer ones (launcher noise) are parsed every time.
-const MAX_KEY: usize = 128;
+const MAX_KEY: usize = 118;
 
-/// Direct-mapped cache: prefix bytes and file → process index. Memory: at most
-/// `SLOTS * MAX_KEY` bytes of keys.
+/// Direct-mapped cache: prefix bytes and file → process index. A slot holds its key inline (two
+/// cache lines, one for the usual short prefix), so a look-up reads one place in memory: 1 MiB at
+/// most, allocated at the first insertion.
 #[derive(Debug, Default)]
 pub struct PrefixCache {
-    slots: Vec<Option<Slot>>,
+    slots: Vec<Slot>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
 struct Slot {
-    file: usize,
-    process: usize,
-    key: Vec<u8>,
+    process: u32,
+    file: u32,
+    /// Key length plus one; 0 for an empty slot.
+    len: u8,
+    key: [u8; MAX_KEY],
 }
+
+const EMPTY: Slot = Slot {
+    process: 0,
+    file: 0,
+    len: 0,
+    key: [0; MAX_KEY],
+};
 
 impl PrefixCache {
     /// Forgets every prefix (a process index they name was superseded: a process restarted).
     pub fn clear(&mut self) {
-        self.slots.iter_mut().for_each(|s| *s = None);
+        self.slots.iter_mut().for_each(|s| s.len = 0);
     }
 
     /// The process remembered for `pre` in `file`.
+    #[inline]
     pub fn get(&self, file: usize, pre: &[u8]) -> Option<usize> {
-        let slot = self.slots.get(slot_of(pre))?.as_ref()?;
-        (slot.file == file && slot.key == pre).then_some(slot.process)
+        let slot = self.slots.get(slot_of(pre))?;
+        let len = usize::from(slot.len);
+        (len == pre.len() + 1
+            && u32::try_from(file) == Ok(slot.file)
+            && same(&slot.key[..pre.len()], pre))
+        .then_some(slot.process as usize)
     }
 
     /// Remembers that `pre` in `file` belongs to `process` (replacing what the slot held).
     pub fn put(&mut self, file: usize, pre: &[u8], process: usize) {
+        let (Ok(len), Ok(file), Ok(process)) = (
+            u8::try_from(pre.len() + 1),
+            u32::try_from(file),
+            u32::try_from(process),
+        ) else {
+            return;
+        };
         if pre.len() > MAX_KEY {
             return;
         }
         if self.slots.is_empty() {
-            self.slots.resize_with(SLOTS, || None);
+            self.slots.resize(SLOTS, EMPTY);
         }
         let slot = &mut self.slots[slot_of(pre)];
-        match slot {
-            Some(s) => {
-                s.file = file;
-                s.process = process;
-                s.key.clear();
-                s.key.extend_from_slice(pre);
-            }
-            None => {
-                *slot = Some(Slot {
-                    file,
-                    process,
-                    key: pre.to_vec(),
-                });
-            }
+        slot.len = len;
+        slot.key[..pre.len()].copy_from_slice(pre);
+        slot.file = file;
+        slot.process = process;
+    }
+}
+
+/// `a == b` for two slices of the same length, 8 bytes at a time without a call (prefixes are
+/// a few dozen bytes; `memcmp`'s call and dispatch cost more than the comparison).
+#[inline]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let mut x = a.chunks_exact(8);
+    let mut y = b.chunks_exact(8);
+    for (p, q) in (&mut x).zip(&mut y) {
+        if p.first_chunk::<8>() != q.first_chunk::<8>() {
+            return false;
         }
     }
+    x.remainder().iter().zip(y.remainder()).all(|(p, q)| p == q)
 }
 
 /// Slot of a key: a multiplicative hash of its 8-byte words (the varying part of a prefix, pid
@@ -101,6 +127,30 @@ mod tests {
         c.put(0, &other, 9);
         assert_eq!(c.get(0, &other), Some(9));
         assert_eq!(c.get(0, b"vm:1:1 [0]"), None);
+    }
+
+    proptest::proptest! {
+        /// The cache answers a key's last insertion in its file, or nothing (a collision).
+        #[test]
+        fn answers_the_last_put_or_nothing(
+            ops in proptest::collection::vec((0usize..3, proptest::collection::vec(proptest::sample::select(vec![b'a', b'b', b':', b'1']), 0..130), 0usize..100), 0..200),
+        ) {
+            let mut c = PrefixCache::default();
+            let mut last = std::collections::HashMap::new();
+            for (file, key, process) in &ops {
+                c.put(*file, key, *process);
+                if key.len() <= MAX_KEY {
+                    last.insert((*file, key.clone()), *process);
+                }
+                let got = c.get(*file, key);
+                proptest::prop_assert_eq!(got, last.get(&(*file, key.clone())).copied().filter(|_| key.len() <= MAX_KEY));
+            }
+            for (file, key, _) in &ops {
+                if let Some(p) = c.get(*file, key) {
+                    proptest::prop_assert_eq!(Some(&p), last.get(&(*file, key.clone())));
+                }
+            }
+        }
     }
 
     #[test]
