@@ -47,7 +47,7 @@ fn ecs_rate() -> u32 {
     10
 }
 fn concurrent() -> u16 {
-    64
+    128
 }
 fn ecs_read_timeout() -> u64 {
     erdma_cloud::http::DEFAULT_READ_TIMEOUT.as_secs()
@@ -117,7 +117,8 @@ pub struct Config {
     /// ECS: calls per action that may go at once after a quiet period (default 10).
     #[serde(default = "ecs_rate")]
     pub ecs_burst: u32,
-    /// Reconciles that run at once per controller (Node, ERdmaDevice; default 64).
+    /// Reconciles that run at once per controller (Node, ERdmaDevice; default 128: enough for
+    /// the describes of a batch window to fill a call of 100 IDs).
     #[serde(default = "concurrent")]
     pub concurrent_reconciles: u16,
 }

@@ -2,6 +2,7 @@
 //! selection, the Node and ERdmaDevice reconcilers, leader election, webhook certificates and the
 //! SMC-R mutating webhook.
 
+pub mod batch;
 pub mod cert;
 pub mod config;
 pub mod eri;

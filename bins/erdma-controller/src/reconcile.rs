@@ -14,9 +14,12 @@
 //!   Requeue every 10 s while anything is not Ready. When the node is gone, strip the original's
 //!   finalizer and delete the object.
 
+use crate::batch::{BatchError, Batcher};
 use crate::config::Config;
 use crate::eri::{self, CardPlan, SelectError};
-use erdma_cloud::ecs::{CreateEni, Instance, InstanceType};
+use erdma_cloud::ecs::{
+    CreateEni, Instance, InstanceType, MAX_ENI_IDS, MAX_INSTANCE_IDS, NetworkInterface,
+};
 use erdma_cloud::{EcsClient, EcsError};
 use erdma_k8s::agent::AGENT_PREFIX;
 use erdma_k8s::crd::{
@@ -65,7 +68,17 @@ pub struct Ctx {
     /// `DescribeInstanceTypes` answers by type (`None`: ECS does not know it); types do not
     /// change, so each is asked once per process.
     pub types: Mutex<HashMap<String, Option<InstanceType>>>,
+    /// `DescribeInstances` by ID, batched across reconciles.
+    instances: Batcher<String, Instance>,
+    /// `DescribeNetworkInterfaces` by ID, batched across reconciles.
+    enis: Batcher<String, NetworkInterface>,
+    /// The detached ERIs this controller created (any instance), one lookup for every reconcile
+    /// of a window.
+    detached: Batcher<(), Arc<Vec<NetworkInterface>>>,
 }
+
+/// How long a batch gathers asks before its call.
+pub const BATCH_WINDOW: Duration = Duration::from_millis(100);
 
 impl Ctx {
     /// A context.
@@ -85,7 +98,62 @@ impl Ctx {
             recorder,
             metrics: Arc::default(),
             types: Mutex::new(HashMap::new()),
+            instances: Batcher::new(BATCH_WINDOW, MAX_INSTANCE_IDS),
+            enis: Batcher::new(BATCH_WINDOW, MAX_ENI_IDS),
+            detached: Batcher::new(BATCH_WINDOW, 1),
         }
+    }
+
+    /// The instance `id` (batched `DescribeInstances`).
+    async fn instance(&self, id: &str) -> Result<Option<Instance>, BatchError> {
+        self.instances
+            .get(id.to_string(), |ids| async move {
+                let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+                let found = self.ecs.describe_instances_by_id(&ids).await?;
+                Ok(found
+                    .into_iter()
+                    .map(|i| (i.instance_id.clone(), i))
+                    .collect())
+            })
+            .await
+    }
+
+    /// The ENIs `ids` that ECS knows (batched `DescribeNetworkInterfaces`).
+    async fn enis_by_id(&self, ids: &[&str]) -> Result<Vec<NetworkInterface>, BatchError> {
+        let asks = ids.iter().map(|id| {
+            self.enis.get(id.to_string(), |ids| async move {
+                let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+                let found = self.ecs.describe_network_interfaces_by_id(&ids).await?;
+                Ok(found.into_iter().map(|e| (e.id.clone(), e)).collect())
+            })
+        });
+        let mut out = Vec::new();
+        for a in futures::future::join_all(asks).await {
+            out.extend(a?);
+        }
+        Ok(out)
+    }
+
+    /// The detached ERIs created by this controller for `instance` (one batched lookup of all).
+    async fn detached_of(&self, instance: &str) -> Result<Vec<NetworkInterface>, BatchError> {
+        let all = self
+            .detached
+            .get((), |_| async move {
+                let ours =
+                    BTreeMap::from([(TAG_CREATOR.to_string(), TAG_CREATOR_VALUE.to_string())]);
+                let found = self
+                    .ecs
+                    .describe_network_interfaces_tagged_in(&ours, Some("Available"))
+                    .await?;
+                Ok(HashMap::from([((), Arc::new(found))]))
+            })
+            .await?
+            .unwrap_or_default();
+        Ok(all
+            .iter()
+            .filter(|e| e.tags.get(TAG_INSTANCE_ID).map(String::as_str) == Some(instance))
+            .cloned()
+            .collect())
     }
 
     /// The instance type, from the cache or ECS.
@@ -139,6 +207,9 @@ pub enum ReconcileError {
     /// An ECS call failed.
     #[error(transparent)]
     Ecs(#[from] EcsError),
+    /// A batched ECS call failed.
+    #[error(transparent)]
+    Batch(#[from] BatchError),
     /// ERI selection impossible.
     #[error(transparent)]
     Select(#[from] SelectError),
@@ -172,7 +243,8 @@ pub fn instance_from_provider_id(provider_id: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-async fn resolve_instance(node: &Node, ecs: &EcsClient) -> Result<Instance, ReconcileError> {
+async fn resolve_instance(node: &Node, ctx: &Ctx) -> Result<Instance, ReconcileError> {
+    let ecs = &ctx.ecs;
     let name = node.name_any();
     if let Some(id) = node
         .spec
@@ -180,8 +252,7 @@ async fn resolve_instance(node: &Node, ecs: &EcsClient) -> Result<Instance, Reco
         .and_then(|s| s.provider_id.as_deref())
         .and_then(instance_from_provider_id)
     {
-        let found = ecs.describe_instances_by_id(&[&id]).await?;
-        if let Some(i) = found.into_iter().find(|i| i.instance_id == id) {
+        if let Some(i) = ctx.instance(&id).await? {
             return Ok(i);
         }
         tracing::warn!(node = %name, instance = %id, "providerID names an instance ECS does not know; trying the InternalIP");
@@ -237,7 +308,7 @@ pub async fn reconcile_node(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Re
             Ok(Action::await_change())
         }
         None => {
-            let instance = resolve_instance(&node, &ctx.ecs).await?;
+            let instance = resolve_instance(&node, &ctx).await?;
             match select_eris(&node, &instance, &ctx).await {
                 Ok((spec, tagged)) => {
                     create_device_object(&node, &instance, spec, tagged, &devices, &ctx).await?;
@@ -272,18 +343,17 @@ async fn select_eris(
         .instance_type(&instance.instance_type)
         .await?
         .ok_or_else(|| SelectError::NotSupported(instance.instance_type.clone()))?;
-    let enis = ctx.ecs.describe_network_interfaces_of(id).await?;
+    let enis = if instance.eni_ids.is_empty() {
+        ctx.ecs.describe_network_interfaces_of(id).await?
+    } else {
+        let ids: Vec<&str> = instance.eni_ids.iter().map(String::as_str).collect();
+        ctx.enis_by_id(&ids).await?
+    };
     let mut plan = eri::plan(id, &t, &enis, &[], ctx.cfg.manage_non_owned_enis)?;
     if eri::creates(&plan) {
         // Before creating, look for ERIs this controller created for the instance earlier and
         // that were detached since (a restart or re-registration must not leak ENIs).
-        let mut ours = BTreeMap::new();
-        ours.insert(TAG_CREATOR.to_string(), TAG_CREATOR_VALUE.to_string());
-        ours.insert(TAG_INSTANCE_ID.to_string(), id.clone());
-        let detached = ctx
-            .ecs
-            .describe_network_interfaces_tagged_in(&ours, Some("Available"))
-            .await?;
+        let detached = ctx.detached_of(id).await?;
         plan = eri::plan(id, &t, &enis, &detached, ctx.cfg.manage_non_owned_enis)?;
     }
     let mut devices = Vec::new();
@@ -560,7 +630,7 @@ pub async fn reconcile_device(
         return Ok(Action::await_change());
     }
     let ids: Vec<&str> = obj.spec.devices.iter().map(|d| d.id.as_str()).collect();
-    let enis = ctx.ecs.describe_network_interfaces_by_id(&ids).await?;
+    let enis = ctx.enis_by_id(&ids).await?;
     let old: Vec<DeviceStatus> = obj
         .status
         .as_ref()
@@ -638,6 +708,7 @@ pub async fn reconcile_device(
 pub fn error_backoff(err: &ReconcileError) -> Duration {
     match err {
         ReconcileError::Ecs(e) if e.is_retryable() => Duration::from_secs(15),
+        ReconcileError::Batch(e) if e.is_retryable() => Duration::from_secs(15),
         ReconcileError::Kube(..) => Duration::from_secs(5),
         _ => Duration::from_secs(60),
     }

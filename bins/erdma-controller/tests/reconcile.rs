@@ -425,7 +425,12 @@ async fn a_detached_eri_created_earlier_for_the_instance_is_attached_not_recreat
             .into_iter()
             .find(|c| c.params.contains_key("Tag.1.Key"))
             .expect("looked the tagged ERIs up");
-        assert_eq!(lookup.params["Tag.2.Value"], "i-r");
+        // One lookup of every detached ERI of this controller, filtered per instance here.
+        assert_eq!(
+            lookup.params["Tag.1.Value"],
+            "alibabacloud-erdma-controller"
+        );
+        assert_eq!(lookup.params["Status"], "Available");
     }
     // The device reconciler attaches it on card 1.
     reconcile_device(Arc::new(o), c).await.unwrap();
@@ -568,7 +573,7 @@ async fn ecs_throttling_is_retried_and_failures_surface_without_partial_objects(
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, ReconcileError::Ecs(e) if e.is_retryable()),
+        matches!(&err, ReconcileError::Batch(e) if e.is_retryable()),
         "{err}"
     );
     assert_eq!(error_backoff(&err), Duration::from_secs(15));
