@@ -394,16 +394,17 @@ impl Analyzer {
                     label.push('/');
                     label.push_str(c.kind);
                 }
-                if !p.transports.contains_key(label.as_str()) && p.transports.len() < MAX_ITEMS {
-                    p.transports
-                        .insert(label.clone(), TransportCount::default());
-                }
-                if let Some(t) = p.transports.get_mut(label.as_str()) {
+                let count = |t: &mut TransportCount| {
                     t.connections += 1;
                     t.gdr += u64::from(c.gdr);
                     if let Some(d) = c.net_dev {
                         insert_capped(&mut t.net_devs, d);
                     }
+                };
+                if let Some(t) = p.transports.get_mut(label.as_str()) {
+                    count(t);
+                } else if p.transports.len() < MAX_ITEMS {
+                    count(p.transports.entry(label.clone()).or_default());
                 }
             }
             Event::GdrDecision { net, enabled, hca } => {
