@@ -193,16 +193,32 @@ fn may_classify_rest(msg: &[u8]) -> bool {
         Some(b'D') if msg.starts_with(b"Duplicate GPU detected") => return true,
         _ => {}
     }
-    // The first token is short: a plain loop finds its end and whether it holds a `:`.
-    let mut colon = false;
-    let mut space = None;
-    for (i, &b) in msg.iter().enumerate() {
-        if b == b' ' {
-            space = Some(i);
-            break;
+    // The first token is short: where it ends within 16 bytes, two compares of those bytes say
+    // where and whether it holds a `:`; else a plain loop.
+    let head = msg.first_chunk::<16>().map(|h| {
+        (
+            crate::scan::mask16(h, *b"    "),
+            crate::scan::mask16(h, *b"::::"),
+        )
+    });
+    let (colon, space) = match head {
+        Some((spaces, colons)) if spaces != 0 => {
+            let space = spaces.trailing_zeros() as usize;
+            (colons & ((1 << space) - 1) != 0, Some(space))
         }
-        colon |= b == b':';
-    }
+        _ => {
+            let mut colon = false;
+            let mut space = None;
+            for (i, &b) in msg.iter().enumerate() {
+                if b == b' ' {
+                    space = Some(i);
+                    break;
+                }
+                colon |= b == b':';
+            }
+            (colon, space)
+        }
+    };
     let Some(space) = space.filter(|_| colon) else {
         return false;
     };
@@ -685,6 +701,30 @@ mod tests {
             if !may_classify(&msg) {
                 proptest::prop_assert_eq!(classify(&text, false), Event::Other);
             }
+        }
+
+        /// The first token's end and `:` found 16 bytes at a time are those of a byte loop.
+        #[test]
+        fn may_classify_rest_equals_the_byte_loop(
+            pieces in proptest::collection::vec(proptest::sample::select(vec![
+                &b"init.cc:12"[..], b"abcdefghijklmnop", b":", b" ", b"\t", b"->", b"-", b"5", b"x",
+                "\u{a0}".as_bytes(), &[0xff], b"B", b"D",
+            ]), 0..10),
+        ) {
+            let msg = pieces.concat();
+            let space = msg.iter().position(|&b| b == b' ');
+            let colon = msg[..space.unwrap_or(msg.len())].contains(&b':');
+            let expect = match space.filter(|_| colon) {
+                None => false,
+                Some(space) => match msg[space..].iter().find(|b| !matches!(b, b'\t'..=b'\r' | b' ')) {
+                    Some(b'-') => true,
+                    Some(b) => !b.is_ascii(),
+                    None => false,
+                },
+            };
+            let prefixed = msg.starts_with(b"Bootstrap : no socket interface found")
+                || msg.starts_with(b"Duplicate GPU detected");
+            proptest::prop_assert_eq!(may_classify_rest(&msg), expect || prefixed);
         }
 
         #[test]

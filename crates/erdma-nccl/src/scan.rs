@@ -107,6 +107,12 @@ pub fn any_of4(hay: &[u8], set: [u8; 4], mut f: impl FnMut(usize) -> bool) -> bo
     false
 }
 
+/// Bit mask of the bytes of `chunk` equal to one of `set` (bit i: byte i).
+#[inline]
+pub fn mask16(chunk: &[u8; 16], set: [u8; 4]) -> u32 {
+    mask4(chunk, set)
+}
+
 /// Bit mask of the bytes of a 16-byte chunk equal to one of `set`.
 #[cfg(target_arch = "x86_64")]
 #[inline]
