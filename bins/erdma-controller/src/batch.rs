@@ -1,6 +1,6 @@
 //! Describe calls batched across reconciles: ECS's describes take lists of IDs (100 a call), so
-//! the reconciles that ask within one short window share a call. The first caller of a window
-//! leads: it waits the window, then calls for everything asked so far (at most `max` keys a
+//! the reconciles that ask within one window share a call. The first caller of a window
+//! leads: it waits the window (or until `max` keys are asked), then calls for everything asked so far (at most `max` keys a
 //! call, until nothing is left) and hands each caller its answer. No task is spawned: when the
 //! leader is dropped (shutdown), the callers it was serving get [`BatchError::Abandoned`].
 
@@ -44,6 +44,7 @@ pub struct Batcher<K, V> {
     window: Duration,
     max: usize,
     state: Mutex<State<K, V>>,
+    full: tokio::sync::Notify,
 }
 
 impl<K, V> std::fmt::Debug for Batcher<K, V> {
@@ -76,6 +77,7 @@ impl<K: Clone + Eq + Hash, V: Clone> Batcher<K, V> {
                 pending: Vec::new(),
                 leading: false,
             }),
+            full: tokio::sync::Notify::new(),
         }
     }
 
@@ -89,11 +91,14 @@ impl<K: Clone + Eq + Hash, V: Clone> Batcher<K, V> {
         let lead = {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
             st.pending.push((key, tx));
+            if st.pending.len() >= self.max {
+                self.full.notify_one();
+            }
             !std::mem::replace(&mut st.leading, true)
         };
         if lead {
             let guard = Lead(&self.state);
-            tokio::time::sleep(self.window).await;
+            let _ = tokio::time::timeout(self.window, self.full.notified()).await;
             loop {
                 let batch: Vec<(K, oneshot::Sender<Answer<V>>)> = {
                     let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());

@@ -78,7 +78,11 @@ pub struct Ctx {
 }
 
 /// How long a batch gathers asks before its call.
-pub const BATCH_WINDOW: Duration = Duration::from_millis(100);
+/// New nodes come at the rate of the write calls (tens a second), so a second gathers enough
+/// IDs to fill most calls; a full batch (100) goes at once.
+pub const BATCH_WINDOW: Duration = Duration::from_secs(1);
+/// How soon an ERdmaDevice whose ERI is attaching is looked at again (ECS attaches in seconds).
+pub const ATTACHING_REQUEUE: Duration = Duration::from_secs(2);
 
 impl Ctx {
     /// A context.
@@ -697,7 +701,13 @@ pub async fn reconcile_device(
     let pending = new
         .iter()
         .any(|s| s.state() != Some(DeviceState::Ready) && !s.message.starts_with(AGENT_PREFIX));
-    Ok(if pending {
+    let attaching = new.iter().any(|s| {
+        s.state() == Some(DeviceState::Pending)
+            && (s.message == "attaching" || s.message == "ENI is Attaching")
+    });
+    Ok(if attaching {
+        Action::requeue(ATTACHING_REQUEUE)
+    } else if pending {
         Action::requeue(PENDING_REQUEUE)
     } else {
         Action::await_change()

@@ -297,7 +297,7 @@ async fn new_node_with_existing_eris_reuses_them_by_internal_ip() {
 #[tokio::test]
 async fn multiple_network_cards_create_attach_and_wait_for_attaching() {
     let w = world().await;
-    w.emu.state().attach_latency = Duration::from_millis(150);
+    w.emu.state().attach_latency = Duration::from_millis(2500);
     let primary = instance(&w, "i-g", "ecs.ebmgn8v.48xlarge", "10.0.0.3", Some(true));
     let n = node("gpu-1", Some("emu-region.i-g"), "10.0.0.3", true, 10);
     w.api.put(&n);
@@ -331,9 +331,9 @@ async fn multiple_network_cards_create_attach_and_wait_for_attaching() {
         assert_eq!(eni.tags["terway.alibabacloud.com/excluded"], "true");
         assert_eq!(eni.tags["instance-id"], "i-g");
     }
-    // First pass: primary converted (Ready), card 1 attached (Pending), requeue in 10 s.
+    // First pass: primary converted (Ready), card 1 attached (Pending), requeue in 2 s.
     let a = reconcile_device(Arc::new(o), c.clone()).await.unwrap();
-    assert_eq!(a, Action::requeue(Duration::from_secs(10)));
+    assert_eq!(a, Action::requeue(Duration::from_secs(2)));
     let o = cr(&w, "gpu-1").unwrap();
     assert_eq!(
         states(&o),
@@ -353,7 +353,7 @@ async fn multiple_network_cards_create_attach_and_wait_for_attaching() {
         o.status.as_ref().unwrap().devices[1].message,
         "ENI is Attaching"
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(2600)).await;
     assert_eq!(
         reconcile_device(Arc::new(o), c.clone()).await.unwrap(),
         Action::await_change()
