@@ -18,7 +18,8 @@ use crate::batch::{BatchError, Batcher};
 use crate::config::Config;
 use crate::eri::{self, CardPlan, SelectError};
 use erdma_cloud::ecs::{
-    CreateEni, Instance, InstanceType, MAX_ENI_IDS, MAX_INSTANCE_IDS, NetworkInterface,
+    CreateEni, Instance, InstanceType, MAX_ENI_IDS, MAX_INSTANCE_IDS, MAX_INSTANCE_TYPES,
+    NetworkInterface,
 };
 use erdma_cloud::{EcsClient, EcsError};
 use erdma_k8s::agent::AGENT_PREFIX;
@@ -68,6 +69,8 @@ pub struct Ctx {
     /// `DescribeInstanceTypes` answers by type (`None`: ECS does not know it); types do not
     /// change, so each is asked once per process.
     pub types: Mutex<HashMap<String, Option<InstanceType>>>,
+    /// `DescribeInstanceTypes` of the types not cached yet, batched.
+    type_asks: Batcher<String, InstanceType>,
     /// `DescribeInstances` by ID, batched across reconciles.
     instances: Batcher<String, Instance>,
     /// `DescribeNetworkInterfaces` by ID, batched across reconciles.
@@ -102,6 +105,7 @@ impl Ctx {
             recorder,
             metrics: Arc::default(),
             types: Mutex::new(HashMap::new()),
+            type_asks: Batcher::new(Duration::from_millis(100), MAX_INSTANCE_TYPES),
             instances: Batcher::new(BATCH_WINDOW, MAX_INSTANCE_IDS),
             enis: Batcher::new(BATCH_WINDOW, MAX_ENI_IDS),
             detached: Batcher::new(BATCH_WINDOW, 1),
@@ -161,7 +165,7 @@ impl Ctx {
     }
 
     /// The instance type, from the cache or ECS.
-    async fn instance_type(&self, name: &str) -> Result<Option<InstanceType>, EcsError> {
+    async fn instance_type(&self, name: &str) -> Result<Option<InstanceType>, ReconcileError> {
         if let Some(t) = self
             .types
             .lock()
@@ -170,7 +174,22 @@ impl Ctx {
         {
             return Ok(t.clone());
         }
-        let t = self.ecs.describe_instance_type(name).await?;
+        // Reconciles that miss at once share one call.
+        let t = self
+            .type_asks
+            .get(name.to_string(), |names| async move {
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                let found = self.ecs.describe_instance_types(&names).await?;
+                Ok(found
+                    .into_iter()
+                    .map(|t| (t.instance_type_id.clone(), t))
+                    .collect())
+            })
+            .await
+            .map_err(|e| match e {
+                BatchError::Ecs(e) => ReconcileError::Batch(BatchError::Ecs(e)),
+                BatchError::Abandoned => ReconcileError::Batch(BatchError::Abandoned),
+            })?;
         self.types
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -21,6 +21,8 @@ pub const ECS_VERSION: &str = "2014-05-26";
 pub const MAX_INSTANCE_IDS: usize = 100;
 /// `DescribeNetworkInterfaces`: at most this many `NetworkInterfaceId.N`.
 pub const MAX_ENI_IDS: usize = 100;
+/// `DescribeNetworkInterfaces`: the largest page (`MaxResults`).
+pub const MAX_ENI_PAGE: usize = 500;
 /// `DescribeInstanceTypes`: at most this many `InstanceTypes.N`.
 pub const MAX_INSTANCE_TYPES: usize = 10;
 
@@ -656,7 +658,12 @@ impl EcsClient {
         let mut token = String::new();
         for _page in 0..100 {
             let mut p = self.regional(params.clone());
-            p.push(("MaxResults".into(), MAX_ENI_IDS.to_string()));
+            // By IDs a page holds them all; a filtered listing takes the API's largest page.
+            let by_id = params
+                .iter()
+                .any(|(k, _)| k.starts_with("NetworkInterfaceId."));
+            let page = if by_id { MAX_ENI_IDS } else { MAX_ENI_PAGE };
+            p.push(("MaxResults".into(), page.to_string()));
             if !token.is_empty() {
                 p.push(("NextToken".into(), token.clone()));
             }
