@@ -158,8 +158,8 @@ impl Analyzer {
     }
 
     /// The fast path of [`Analyzer::add_input`] in two stages: this thread reads, finds the lines
-    /// and their markers, counts them and keeps the few whose first bytes may matter (the same
-    /// pre-filter as [`Analyzer::marked_line`]), copied into batches; a second thread analyses
+    /// and their markers, counts them and keeps the NCCL lines whose first bytes may matter (the
+    /// INFO pre-filter of [`Analyzer::marked_line`]) and the other lines, copied into batches; a second thread analyses
     /// them in order. The pre-filter drops most lines, so the stages cost about the same and a
     /// log is read at the speed of the slower one. Without a second thread (it cannot be
     /// started) everything runs here. Returns the lines and the NCCL lines read.
@@ -170,8 +170,6 @@ impl Analyzer {
     ) -> io::Result<(u64, u64)> {
         let (full_tx, full_rx) = mpsc::sync_channel::<Batch>(BATCHES_IN_FLIGHT);
         let (empty_tx, empty_rx) = mpsc::channel::<Batch>();
-        // The reading stage's own copy: the analysing stage uses the analyser's.
-        let foreign = diagnose::ForeignMatcher::default();
         let mut no = 0u64;
         let mut nccl = 0u64;
         let this = &mut *self;
@@ -199,7 +197,8 @@ impl Analyzer {
                         nccl += 1;
                         raw.level != Level::Info || event::may_classify(raw.message)
                     }
-                    None => foreign.may_match(line),
+                    // Looked at by the analysing stage, which has less to do.
+                    None => true,
                 };
                 if keep {
                     batch.bytes.extend_from_slice(line);
@@ -247,7 +246,11 @@ impl Analyzer {
                 Some(raw) => {
                     self.nccl_line(file, k.no, raw.level, &text_of(raw.message), raw.pre, true)
                 }
-                None => self.foreign_line(file, k.no, &text_of(line)),
+                None => {
+                    if self.foreign.may_match(line) {
+                        self.foreign_line(file, k.no, &text_of(line));
+                    }
+                }
             }
         }
     }
