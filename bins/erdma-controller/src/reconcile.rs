@@ -112,6 +112,16 @@ impl Ctx {
         }
     }
 
+    /// The same context with batches that gather for `window` instead of [`BATCH_WINDOW`]
+    /// (tests that reconcile one object at a time have no one to share a call with).
+    pub fn with_batch_window(mut self, window: Duration) -> Self {
+        self.instances = Batcher::new(window, MAX_INSTANCE_IDS);
+        self.enis = Batcher::new(window, MAX_ENI_IDS);
+        self.detached = Batcher::new(window, 1);
+        self.type_asks = Batcher::new(window.min(Duration::from_millis(100)), MAX_INSTANCE_TYPES);
+        self
+    }
+
     /// The instance `id` (batched `DescribeInstances`).
     async fn instance(&self, id: &str) -> Result<Option<Instance>, BatchError> {
         self.instances

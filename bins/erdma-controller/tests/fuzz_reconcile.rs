@@ -87,7 +87,10 @@ async fn world() -> World {
     )
     .expect("ECS client");
     let user = erdma_k8s::rbac::service_account_user(&values.namespace, &values.controller_sa());
-    let ctx = Arc::new(Ctx::new(api.client_as(&user), ecs, Config::default()));
+    // One reconcile at a time: a batch window would only add its wait to every case.
+    let ctx = Arc::new(
+        Ctx::new(api.client_as(&user), ecs, Config::default()).with_batch_window(Duration::ZERO),
+    );
     World {
         api,
         emu,

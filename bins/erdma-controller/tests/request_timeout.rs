@@ -196,7 +196,14 @@ async fn a_silent_ecs_endpoint_fails_the_reconcile_naming_the_action_and_deadlin
     ] {
         assert!(msg.contains(part), "{part:?} missing: {msg}");
     }
-    assert!(matches!(err, ReconcileError::Ecs(_)), "{err:?}");
+    // DescribeInstances is batched across reconciles: its ECS error comes through the batch.
+    assert!(
+        matches!(
+            &err,
+            ReconcileError::Batch(erdma_controller::batch::BatchError::Ecs(_))
+        ),
+        "{err:?}"
+    );
     assert_eq!(
         error_backoff(&err),
         Duration::from_secs(15),

@@ -40,8 +40,9 @@ async fn emulator() -> (EcsEmulator, String) {
             security_groups: vec!["sg-1".into(), "sg-2".into()],
             jumbo_frame: Some(true),
         });
-        // More ENIs than one page (the client asks for 100 per page), so NextToken is sent.
-        for i in 0..130 {
+        // More ENIs than one page (the client asks for the API's largest page), so NextToken is
+        // sent.
+        for i in 0..erdma_cloud::ecs::MAX_ENI_PAGE as i64 + 30 {
             st.add_secondary_eni("i-big", i % 2, "Standard", "InUse", &[]);
         }
     }
@@ -88,7 +89,11 @@ async fn every_path(c: &EcsClient, primary: &str, n: usize) {
     );
     assert!(c.jumbo_frame_enabled("i-big").await.unwrap());
     let all = c.describe_network_interfaces_of("i-big").await.unwrap();
-    assert!(all.len() > 100, "paged listing returned {}", all.len());
+    assert!(
+        all.len() > erdma_cloud::ecs::MAX_ENI_PAGE,
+        "paged listing returned {}",
+        all.len()
+    );
     let mut tags = BTreeMap::new();
     tags.insert("creator".to_string(), "erdma".to_string());
     tags.insert("erdma.aliyun.com/instance".to_string(), "i-big".to_string());
