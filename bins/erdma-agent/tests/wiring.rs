@@ -895,14 +895,15 @@ async fn another_plugin_for_aliyun_erdma_is_reported_not_fought_and_replaced_aft
     );
     assert!(message.contains(TERWAY), "{message}");
     assert!(message.contains("\"enable_erdma\": false"), "{message}");
-    let events = api.list::<Event>(Some("default"));
-    assert!(
-        events
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("ERdmaDevicePluginConflict")
-                && e.type_.as_deref() == Some("Warning")),
-        "{events:?}"
-    );
+    // The Event is posted beside the condition, not before it: wait for it too.
+    let api3 = api.clone();
+    until("the ERdmaDevicePluginConflict Warning Event", || {
+        api3.list::<Event>(Some("default")).iter().any(|e| {
+            e.reason.as_deref() == Some("ERdmaDevicePluginConflict")
+                && e.type_.as_deref() == Some("Warning")
+        })
+    })
+    .await;
     // The kubelet's device list now comes from terway: seen on the second look, which proves the
     // agent kept observing meanwhile.
     let conflict = conflict_rx.clone();
@@ -934,14 +935,14 @@ async fn another_plugin_for_aliyun_erdma_is_reported_not_fought_and_replaced_aft
         node_condition(&api2, COND).is_some_and(|(st, _, _)| st == "False")
     })
     .await;
-    let events = api.list::<Event>(Some("default"));
-    assert!(
-        events.iter().any(
-            |e| e.reason.as_deref() == Some("ERdmaDevicePluginConflictResolved")
+    let api4 = api.clone();
+    until("the ERdmaDevicePluginConflictResolved Normal Event", || {
+        api4.list::<Event>(Some("default")).iter().any(|e| {
+            e.reason.as_deref() == Some("ERdmaDevicePluginConflictResolved")
                 && e.type_.as_deref() == Some("Normal")
-        ),
-        "{events:?}"
-    );
+        })
+    })
+    .await;
     let view = conflict_rx.borrow().clone().unwrap();
     assert!(!view.conflict);
     assert_eq!(view.reclaims, 1);
