@@ -12,13 +12,14 @@
 //! interfaces, which a benchmark must not touch).
 //!
 //! Three agents, one after the other:
-//! 1. 64 devices × 200 slots: process start → registered with every slot (target ≤ 50 ms; the
+//! 1. 64 devices × 200 slots: process start → registered with every slot (target ≤ 25 ms; the
 //!    median of five starts, four of them with their own fake kubelet and stopped once
 //!    registered: one start on a shared 2-core machine is one draw of its noise), idle
 //!    CPU over 60 s (target ≤ 0.1 % of a core), RSS; the idle window starts 13 s after the
 //!    process start, 3 s after the agent gave back the pages only its start-up used;
 //! 2. 8 devices × 200 slots: the same start (five) and idle figures (idle CPU target ≤ 0.1 %, idle RSS
-//!    target ≤ 8 MiB), then 20 device flips through the event path (the uverbs node of `erdma_0`
+//!    target ≤ 6 MiB, peak RSS — `VmHWM` at the end of the idle window, so start-up included —
+//!    target ≤ 10 MiB), then 20 device flips through the event path (the uverbs node of `erdma_0`
 //!    removed and created again in the fixture's `/dev/infiniband`, which the agent watches with
 //!    inotify; target: every flip ≤ 250 ms), then 10 kubelet restarts (target ≤ 1 s each);
 //! 3. 8 devices × 1 200 slots: idle RSS, for the RSS growth per 1 000 slots against run 2.
@@ -325,6 +326,13 @@ struct Measured {
     idle_rss_mib: f64,
     /// VmRSS when registered, before the agent gives back the pages only start-up used.
     start_rss_mib: f64,
+    /// Anonymous memory (heap, stacks) of the RSS when registered.
+    start_rss_anon_mib: f64,
+    /// File-backed pages of the RSS when registered.
+    start_rss_file_mib: f64,
+    /// Peak RSS (VmHWM) at the end of the idle window: the most the process held from its
+    /// start through its start-up and the idle window.
+    peak_rss_mib: f64,
     /// Anonymous memory (heap, stacks) of the idle RSS.
     idle_rss_anon_mib: f64,
     /// File-backed pages (the binary's and libraries' touched pages) of the idle RSS.
@@ -340,6 +348,17 @@ fn report(tag: &str, m: &Measured) {
     bench(&format!("{tag}.idle_cpu"), m.idle_cpu_pct, "%");
     bench(&format!("{tag}.idle_rss"), m.idle_rss_mib, "MiB");
     bench(&format!("{tag}.start_rss"), m.start_rss_mib, "MiB");
+    bench(
+        &format!("{tag}.start_rss_anon"),
+        m.start_rss_anon_mib,
+        "MiB",
+    );
+    bench(
+        &format!("{tag}.start_rss_file"),
+        m.start_rss_file_mib,
+        "MiB",
+    );
+    bench(&format!("{tag}.peak_rss"), m.peak_rss_mib, "MiB");
     bench(&format!("{tag}.idle_rss_anon"), m.idle_rss_anon_mib, "MiB");
     bench(&format!("{tag}.idle_rss_file"), m.idle_rss_file_mib, "MiB");
     bench(
@@ -446,8 +465,21 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
     let mut m = Measured {
         start_ms: ms(pct(starts.clone(), 0.5)),
         start_rss_mib: proc_field(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0,
+        start_rss_anon_mib: proc_field(pid, "RssAnon:").unwrap_or(0) as f64 / 1024.0,
+        start_rss_file_mib: proc_field(pid, "RssFile:").unwrap_or(0) as f64 / 1024.0,
         ..Default::default()
     };
+    let where_start: Vec<String> = rss_by_mapping(pid)
+        .iter()
+        .take(8)
+        .map(|(name, kib)| format!("{name} {kib} KiB"))
+        .collect();
+    println!(
+        "{} x {}: RSS by mapping when registered: {}",
+        run.devices,
+        run.slots,
+        where_start.join(", ")
+    );
     let each: Vec<String> = starts.iter().map(|d| format!("{:.2}", ms(*d))).collect();
     println!(
         "{} x {}: agent start -> registered: {:.2} ms (median of {} start(s): {} ms)",
@@ -484,6 +516,8 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
         _ => f64::NAN,
     };
     m.idle_rss_mib = proc_field(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0;
+    // Read before the flips and restarts: the peak of the start-up and the idle window.
+    m.peak_rss_mib = proc_field(pid, "VmHWM:").unwrap_or(0) as f64 / 1024.0;
     m.idle_rss_anon_mib = proc_field(pid, "RssAnon:").unwrap_or(0) as f64 / 1024.0;
     m.idle_rss_file_mib = proc_field(pid, "RssFile:").unwrap_or(0) as f64 / 1024.0;
     m.idle_threads = proc_field(pid, "Threads:").unwrap_or(0);
@@ -499,7 +533,7 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
         where_rss.join(", ")
     );
     println!(
-        "{} x {}: idle over {} s: CPU {:.3} % of a core ({:.3} % from /proc/PID/stat ticks; {} thread(s) ended), RSS {:.2} MiB (anon {:.2}, file {:.2}), {} threads",
+        "{} x {}: idle over {} s: CPU {:.3} % of a core ({:.3} % from /proc/PID/stat ticks; {} thread(s) ended), RSS {:.2} MiB (anon {:.2}, file {:.2}), peak RSS (VmHWM) {:.2} MiB, {} threads",
         run.devices,
         run.slots,
         run.idle.as_secs(),
@@ -509,6 +543,7 @@ async fn run_agent(bin: &str, run: &Run) -> Measured {
         m.idle_rss_mib,
         m.idle_rss_anon_mib,
         m.idle_rss_file_mib,
+        m.peak_rss_mib,
         m.idle_threads
     );
 
