@@ -106,7 +106,7 @@ async fn serve(s: Settings, inventory: Inventory, mut tasks: Tasks) -> anyhow::R
     let driver = driver::start_manager(shared, &mut h.driver, &mut tasks);
     let id_views = (&mut h.instance_id, &mut h.instance_id_error);
     let instance_id = source::start_instance_id(shared, id_views.0, id_views.1, &mut tasks)?;
-    let Some(raw) = devices::start(first_scan, inventory, &s, &mut tasks).await? else {
+    let Some((raw, complete)) = devices::start(first_scan, inventory, &s, &mut tasks).await? else {
         tasks.stop().await;
         return Ok(());
     };
@@ -131,9 +131,14 @@ async fn serve(s: Settings, inventory: Inventory, mut tasks: Tasks) -> anyhow::R
     let (serving, smcr_for_nri) = match plan.resource_api {
         ResourceApi::Dra => {
             let dra = resource_api::start_dra(shared, &served, &mut h.dra, &tasks)?;
+            complete.now();
             (dra, None)
         }
         ResourceApi::DevicePlugin => {
+            // The GID tables are read once the kubelet has the devices (see
+            // `devices::start_first_scan`: nothing it is told depends on them).
+            let registered = plugin_metrics.clone();
+            complete.after(async move { registered.registered().await }, &mut tasks);
             let pm = plugin_metrics.clone();
             plugin::start(shared, &served, pm, smcr_probe, h, &mut tasks).await?
         }

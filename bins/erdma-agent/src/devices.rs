@@ -12,7 +12,8 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-/// Full scans (every GID, MAC, NUMA node, link) run at start, on an address event, and at least
+/// Full scans (every GID, MAC, NUMA node, link) run right after the identity pass the agent
+/// registers from ([`start_first_scan`]), on an address event, and at least
 /// this often as a safety net; in between, the cheap [`Inventory::refresh`] re-reads port state,
 /// link state and char-device presence, and notices devices that came or went (which then get a
 /// full read of their own).
@@ -313,23 +314,36 @@ fn log_changes(old: &NodeDevices, new: &NodeDevices) {
     }
 }
 
-/// The first inventory scan, started at once on a thread of its own: it reads every device's
-/// sysfs files (tens of ms for 64 devices), beside the API client and the SMC-R probe, and is
-/// awaited by [`start`] when it is needed.
+/// The first inventory scan, started at once on a thread of its own beside the API client and
+/// the SMC-R probe, and awaited by [`start`] when it is needed: the identity pass
+/// ([`Inventory::scan_identity`]: every device's identity, ports, netdev, char devices and
+/// health, without the GID tables), which is all the device plugin registers and answers from.
+/// A full scan completes it once the device plugin registered ([`Complete`]), published as any
+/// later scan is.
+///
+/// What the identity snapshot lacks until then — the GID tables, the GID index, IPv4 addresses
+/// taken from the GIDs, the findings the GID tables give — is read by nothing the agent serves:
+/// the kubelet's ListAndWatch (slots, health, NUMA node), Allocate and PreStartContainer (char
+/// devices, device names, PNET ID from the MAC), the ERdmaDevice match (netdev MAC), the DRA
+/// attributes, ERI netdev and SMC-R pnet setup all come from fields the identity pass reads as
+/// the full scan does (the inventory's `identity_pass` tests hold them equal). The completion
+/// changes no health and no advertised device, so the kubelet gets no update from it (the device
+/// plugin sends one only when what it advertises changed).
 pub fn start_first_scan(inventory: &Inventory) -> tokio::task::JoinHandle<NodeDevices> {
     let inv = inventory.clone();
-    tokio::task::spawn_blocking(move || inv.scan())
+    tokio::task::spawn_blocking(move || inv.scan_identity())
 }
 
 /// The device state owner: waits for the first scan (each sysfs read with a time limit; a
 /// shutdown does not wait for it: `None`, logged as abandoned), then re-reads on link and
-/// `/dev` events and the safety poll. The raw inventory's channel.
+/// `/dev` events and the safety poll. The raw inventory's channel, and [`Complete`]: the first
+/// scan is the identity pass, and the full scan that completes it runs when that is called.
 pub async fn start(
     first_scan: tokio::task::JoinHandle<NodeDevices>,
     inventory: Inventory,
     s: &crate::cli::Settings,
     tasks: &mut crate::tasks::Tasks,
-) -> anyhow::Result<Option<watch::Receiver<NodeDevices>>> {
+) -> anyhow::Result<Option<(watch::Receiver<NodeDevices>, Complete)>> {
     use anyhow::Context;
     let scanned = {
         let _waiting = tasks.pending.enter("the initial inventory scan");
@@ -361,6 +375,7 @@ pub async fn start(
         wake.refresh.clone(),
     ));
     let cancel = tasks.cancel.clone();
+    let complete = Complete(wake.rescan.clone());
     tasks.spawn(
         "the device inventory",
         run(
@@ -372,7 +387,42 @@ pub async fn start(
             cancel,
         ),
     );
-    Ok(Some(raw_rx))
+    Ok(Some((raw_rx, complete)))
+}
+
+/// Starts the full scan that completes the identity pass the agent started from
+/// ([`start_first_scan`]). The agent calls it once the resource API registered with the kubelet
+/// (or [`COMPLETE_AT_LATEST`] after the start): on a node of few cores, the full scan's reads
+/// beside the registration would only delay it.
+#[derive(Debug, Clone)]
+pub struct Complete(Arc<Notify>);
+
+/// The latest the full scan starts after the identity pass, registered or not.
+pub const COMPLETE_AT_LATEST: Duration = Duration::from_secs(1);
+
+impl Complete {
+    /// Starts the full scan now (a stored permit: the reader takes it at its next wait).
+    pub fn now(&self) {
+        self.0.notify_one();
+    }
+
+    /// Starts the full scan once `registered` returns, or [`COMPLETE_AT_LATEST`] passed.
+    pub fn after(
+        self,
+        registered: impl Future<Output = ()> + Send + 'static,
+        tasks: &mut crate::tasks::Tasks,
+    ) {
+        let cancel = tasks.cancel.clone();
+        tasks.spawn("completing the first inventory", async move {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = registered => {}
+                _ = tokio::time::sleep(COMPLETE_AT_LATEST) => {}
+            }
+            tracing::debug!("completing the identity pass with a full scan");
+            self.now();
+        });
+    }
 }
 
 /// The publisher of the served snapshot, computed once now so that the first list of the

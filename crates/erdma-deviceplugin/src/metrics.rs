@@ -64,6 +64,8 @@ pub struct Metrics {
     pub inventory_snapshots: Counter,
     /// Whether the plugin is registered with the kubelet now.
     registered: AtomicBool,
+    /// Woken at each successful registration ([`Metrics::registered`]).
+    registered_now: tokio::sync::Notify,
     allocated: Mutex<BTreeSet<erdma_model::SlotId>>,
 }
 
@@ -154,6 +156,7 @@ impl Metrics {
             list_and_watch_updates,
             inventory_snapshots,
             registered: AtomicBool::new(false),
+            registered_now: tokio::sync::Notify::new(),
             allocated: Mutex::new(BTreeSet::new()),
         }
     }
@@ -209,6 +212,9 @@ impl Metrics {
             })
             .inc();
         self.registered.store(ok, Ordering::Relaxed);
+        if ok {
+            self.registered_now.notify_waiters();
+        }
     }
 
     /// Records a Register attempt and what prompted it (a [`TriggerLabel`] value).
@@ -228,6 +234,20 @@ impl Metrics {
     /// Whether the last registration succeeded and still stands.
     pub fn is_registered(&self) -> bool {
         self.registered.load(Ordering::Relaxed)
+    }
+
+    /// Returns once the plugin is registered with the kubelet (at once when it is now).
+    pub async fn registered(&self) {
+        loop {
+            let woken = self.registered_now.notified();
+            tokio::pin!(woken);
+            // Listening before the check: a registration in between is not missed.
+            woken.as_mut().enable();
+            if self.is_registered() {
+                return;
+            }
+            woken.await;
+        }
     }
 
     /// The OpenMetrics text exposition.

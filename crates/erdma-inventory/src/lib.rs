@@ -6,7 +6,8 @@
 //! be used carries the reasons in its [`erdma_model::Health`].
 //!
 //! The walk, per device, is: identity (driver, PCI function, kind) → attributes → ports and GIDs →
-//! protocol mode → paired netdev → character devices → health.
+//! protocol mode → paired netdev → character devices → health. [`Inventory::scan_identity`] is
+//! the same walk without the GID tables, for a start that registers before they are read.
 //!
 //! Every attribute read has a time limit ([`erdma_host::watched`]): a scan or a refresh runs on a
 //! thread of its own, and an attribute that does not answer (a driver stuck in it) becomes a
@@ -70,7 +71,34 @@ impl Inventory {
     pub fn scan(&self) -> NodeDevices {
         let sources = self.sources.clone();
         self.watched
-            .run(move || node::scan(&sources))
+            .run(move || node::scan(&sources, node::Pass::Full))
+            .unwrap_or_else(given_up)
+    }
+
+    /// The identity pass: [`Inventory::scan`] without the GID tables, what a device plugin needs
+    /// to register — the devices, their ports (state, link layer, rate), NUMA nodes, modes,
+    /// paired netdevs (MAC, link state), PNET IDs, character devices and health — without the
+    /// reads of the GID tables (three files per entry: the address, its type, its netdev; most
+    /// of a scan on a node whose ports carry full tables). Blocks as [`Inventory::scan`] does.
+    ///
+    /// Deferred to the full scan that should follow (what differs from [`Inventory::scan`] of
+    /// the same tree):
+    /// - every port's `gids` is empty, so [`erdma_model::RdmaDevice::gid_index`] is `None`;
+    /// - a netdev without an IPv4 address in this namespace has no addresses, where the full
+    ///   scan takes them from the IPv4-mapped GIDs (`ipv4_source` `Gids`);
+    /// - the findings the GID tables give (a malformed GID file; RoCE-compat eRDMA with only
+    ///   RoCE v1 GIDs) are missing.
+    ///
+    /// Everything else is the full scan's, device for device: in particular a device whose
+    /// netdev can be paired only through a GID entry's `ndev` (no interface has the MAC of its
+    /// `node_guid`, no `device/net`, no `parent`) is read whole here, so its netdev and health
+    /// never differ. Nothing a device plugin advertises or answers (slots, health, NUMA
+    /// topology, character devices, the container's environment: device names and PNET ID)
+    /// depends on what is deferred.
+    pub fn scan_identity(&self) -> NodeDevices {
+        let sources = self.sources.clone();
+        self.watched
+            .run(move || node::scan(&sources, node::Pass::Identity))
             .unwrap_or_else(given_up)
     }
 
@@ -89,7 +117,7 @@ impl Inventory {
                 let taken = previous.lock().unwrap_or_else(|e| e.into_inner()).take();
                 taken
                     .and_then(|p| node::refresh(&sources, p))
-                    .unwrap_or_else(|| node::scan(&sources))
+                    .unwrap_or_else(|| node::scan(&sources, node::Pass::Full))
             })
             .unwrap_or_else(given_up)
     }

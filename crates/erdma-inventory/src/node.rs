@@ -26,7 +26,16 @@ struct NodeContext {
     ifaces: Interfaces,
 }
 
-pub(crate) fn scan(sources: &Sources) -> NodeDevices {
+/// How much of each device a scan reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pass {
+    /// Everything but the GID tables (see [`crate::Inventory::scan_identity`]).
+    Identity,
+    /// Everything.
+    Full,
+}
+
+pub(crate) fn scan(sources: &Sources, pass: Pass) -> NodeDevices {
     let sysfs = sources.sysfs.as_ref();
     sysfs.refresh();
     sysfs.close_rereads();
@@ -88,7 +97,7 @@ pub(crate) fn scan(sources: &Sources) -> NodeDevices {
     };
 
     let names: Vec<String> = names.into_iter().take(MAX_DEVICES).collect();
-    node.devices = scan_devices(sources, &ctx, &names, workers_for(names.len()));
+    node.devices = scan_devices(sources, &ctx, &names, workers_for(names.len()), pass);
     node.devices.sort_by_key(|d| natural_key(&d.name));
     node
 }
@@ -122,9 +131,12 @@ fn scan_devices(
     ctx: &NodeContext,
     names: &[String],
     workers: usize,
+    pass: Pass,
 ) -> Vec<RdmaDevice> {
     let scan_all = |part: &[String]| -> Vec<RdmaDevice> {
-        part.iter().map(|n| scan_device(sources, ctx, n)).collect()
+        part.iter()
+            .map(|n| scan_device(sources, ctx, n, pass))
+            .collect()
     };
     if workers <= 1 || names.len() < 2 {
         return scan_all(names);
@@ -169,7 +181,7 @@ fn natural_key(name: &str) -> (String, u64, String) {
     )
 }
 
-fn scan_device(sources: &Sources, ctx: &NodeContext, name: &str) -> RdmaDevice {
+fn scan_device(sources: &Sources, ctx: &NodeContext, name: &str, pass: Pass) -> RdmaDevice {
     let sysfs = sources.sysfs.as_ref();
     let base = PathBuf::from(DEVICE_CLASS).join(name);
     let mut notes = Notes::default();
@@ -190,7 +202,7 @@ fn scan_device(sources: &Sources, ctx: &NodeContext, name: &str) -> RdmaDevice {
     dev.fw_ver = notes
         .attr(sysfs, &base.join("fw_ver"), true)
         .filter(|s| !s.is_empty());
-    dev.ports = ports::read_ports(sysfs, &base, &mut notes);
+    dev.ports = ports::read_ports(sysfs, &base, pass == Pass::Full, &mut notes);
     dev.gid_index = dev.first_port().and_then(|p| p.ipv4_rocev2_gid_index());
     dev.mode = mode::detect(
         &dev.kind,
@@ -210,6 +222,12 @@ fn scan_device(sources: &Sources, ctx: &NodeContext, name: &str) -> RdmaDevice {
         &ctx.ifaces,
         &mut notes,
     );
+    if pass == Pass::Identity && dev.netdev.is_none() {
+        // Pairing fell through to its last way, a GID entry's `ndev`, which needs the GID
+        // tables: this device is read whole, so that its netdev (and its health) is the full
+        // pass's.
+        return scan_device(sources, ctx, name, Pass::Full);
+    }
     if let Some(mtu) = dev.netdev.as_ref().and_then(|n| n.mtu) {
         for port in &mut dev.ports {
             if port.link_layer == Some(LinkLayer::Ethernet) {
@@ -427,9 +445,9 @@ mod tests {
         };
         let names = sysfs.list_dir(Path::new(DEVICE_CLASS)).unwrap();
         assert_eq!(names.len(), 37);
-        let one = scan_devices(&sources, &ctx, &names, 1);
+        let one = scan_devices(&sources, &ctx, &names, 1, Pass::Full);
         for workers in [2, 3, 4, 36, 37, 80] {
-            let split = scan_devices(&sources, &ctx, &names, workers);
+            let split = scan_devices(&sources, &ctx, &names, workers, Pass::Full);
             let got: Vec<&str> = split.iter().map(|d| d.name.as_str()).collect();
             assert_eq!(got, names, "{workers} workers: order");
             assert_eq!(

@@ -11,8 +11,14 @@ use std::path::Path;
 /// Most GID entries read per port (the kernel's largest tables are 1024 entries, rxe's).
 pub(crate) const MAX_GIDS: usize = 4096;
 
-/// Reads every port under `base/ports`.
-pub(crate) fn read_ports(sysfs: &dyn Sysfs, base: &Path, notes: &mut Notes) -> Vec<Port> {
+/// Reads every port under `base/ports`; their GID tables only `with_gids` (the identity pass
+/// leaves them empty: see [`crate::Inventory::scan_identity`]).
+pub(crate) fn read_ports(
+    sysfs: &dyn Sysfs,
+    base: &Path,
+    with_gids: bool,
+    notes: &mut Notes,
+) -> Vec<Port> {
     let ports_dir = base.join("ports");
     let names = match sysfs.list_dir(&ports_dir) {
         Ok(n) => n,
@@ -31,11 +37,17 @@ pub(crate) fn read_ports(sysfs: &dyn Sysfs, base: &Path, notes: &mut Notes) -> V
     numbers.sort_unstable();
     numbers
         .into_iter()
-        .map(|n| read_port(sysfs, &ports_dir.join(n.to_string()), n, notes))
+        .map(|n| read_port(sysfs, &ports_dir.join(n.to_string()), n, with_gids, notes))
         .collect()
 }
 
-fn read_port(sysfs: &dyn Sysfs, dir: &Path, number: u32, notes: &mut Notes) -> Port {
+fn read_port(
+    sysfs: &dyn Sysfs,
+    dir: &Path,
+    number: u32,
+    with_gids: bool,
+    notes: &mut Notes,
+) -> Port {
     let state = notes.parsed(sysfs, &dir.join("state"), false, PortState::parse);
     let phys_state = notes.parsed(sysfs, &dir.join("phys_state"), false, PhysState::parse);
     let link_layer = notes
@@ -45,7 +57,11 @@ fn read_port(sysfs: &dyn Sysfs, dir: &Path, number: u32, notes: &mut Notes) -> P
         .attr(sysfs, &dir.join("rate"), true)
         .filter(|r| !r.is_empty());
     let rate_gbps = rate.as_deref().and_then(parse_rate_gbps);
-    let gids = read_gids(sysfs, dir, notes);
+    let gids = if with_gids {
+        read_gids(sysfs, dir, notes)
+    } else {
+        Vec::new()
+    };
     Port {
         number,
         state,
