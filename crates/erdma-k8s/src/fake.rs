@@ -9,7 +9,8 @@
 //!   [`FIELD_LABELS`] every label the API server accepts is honoured (`=`, `==`, `!=`) and any
 //!   other is refused with 400 `BadRequest`, as the API server's field label conversion refuses
 //!   it; for other resources only `metadata.name` is honoured and other terms are ignored,
-//!   (not modelled). Lists and watches alike.
+//!   (not modelled). Lists and watches alike. Lists in pages (`limit`, `continue`, as
+//!   `Api::list` and the watcher's initial list ask; see `list_answer`).
 //!   POST (409 `AlreadyExists`), PUT, PATCH, DELETE with finalizers (sets `deletionTimestamp`;
 //!   removal when the last finalizer goes), resourceVersion/uid/creationTimestamp.
 //! - Optimistic concurrency: PUT or PATCH carrying a stale `metadata.resourceVersion` gets 409
@@ -1071,9 +1072,46 @@ impl FakeApiServer {
                 }
             }
         }
+        // Pages as the API server serves `limit` and `continue`: items in key order (namespace,
+        // name), at most `limit` of them, and while more remain a `continue` token (base64url of
+        // `{"v","rv","start"}`, as etcd3's storage encodes it) with `remainingItemCount`; the
+        // token's resourceVersion is that of the first page. Not modelled: the snapshot (later
+        // pages show the objects as they are now, not as of that resourceVersion).
+        let key = |v: &Value| {
+            let s = |p: &str| {
+                v.pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            format!("{}/{}", s("/metadata/namespace"), s("/metadata/name"))
+        };
+        items.sort_by_cached_key(key);
+        let mut rv = st.rv.to_string();
+        if let Some(token) = query.get("continue").filter(|t| !t.is_empty()) {
+            let Some((from_rv, start)) = decode_continue(token) else {
+                return status(
+                    400,
+                    "BadRequest",
+                    "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+                );
+            };
+            rv = from_rv;
+            items.retain(|v| key(v) >= start);
+        }
+        let limit: usize = query.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
+        let mut meta = json!({"resourceVersion": rv});
+        if limit > 0 && items.len() > limit {
+            let rest = items.split_off(limit);
+            meta["continue"] = json!(encode_continue(
+                &rv,
+                &format!("{}\0", key(&items[limit - 1]))
+            ));
+            meta["remainingItemCount"] = json!(rest.len());
+        }
         ok(
             200,
-            &json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": st.rv.to_string()}, "items": items}),
+            &json!({"apiVersion": "v1", "kind": "List", "metadata": meta, "items": items}),
         )
     }
 
@@ -2114,6 +2152,30 @@ fn openapi_v2() -> Response<Body> {
             document,
         ))))
         .unwrap_or_else(|_| Response::new(BodyExt::boxed_unsync(Full::new(Bytes::new()))))
+}
+
+/// A list's `continue` token: base64url (no padding) of `{"v":"meta.k8s.io/v1","rv":RV,"start":KEY}`.
+fn encode_continue(rv: &str, start: &str) -> String {
+    use base64::Engine;
+    let rv: i64 = rv.parse().unwrap_or(0);
+    let body = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": start}).to_string();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(body)
+}
+
+/// The resourceVersion and start key of a `continue` token, if it is one.
+fn decode_continue(token: &str) -> Option<(String, String)> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token.trim_end_matches('='))
+        .ok()?;
+    let v: Value = serde_json::from_slice(&raw).ok()?;
+    if v.get("v")?.as_str()? != "meta.k8s.io/v1" {
+        return None;
+    }
+    Some((
+        v.get("rv")?.as_i64()?.to_string(),
+        v.get("start")?.as_str()?.to_string(),
+    ))
 }
 
 fn ok(code: u16, v: &Value) -> Response<Body> {

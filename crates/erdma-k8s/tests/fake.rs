@@ -848,3 +848,61 @@ async fn disabled_feature_gates_drop_their_fields_on_create_and_update_unless_in
         .expect("applied");
     assert_eq!(c.spec.extended_resource_name, None);
 }
+
+/// Lists come in pages as the API server serves `limit` and `continue`: at most `limit` items in
+/// key order, a `continue` token and `remainingItemCount` while more remain, every page at the
+/// first page's resourceVersion, the last page without a token; a token that is not one is
+/// 400; without `limit` one answer holds everything.
+#[tokio::test]
+async fn lists_come_in_pages_of_limit_with_a_continue_token() {
+    let api = FakeApiServer::new();
+    for i in (0..7).rev() {
+        api.put(&node(&format!("n{i}"), &[("Ready", "True")]));
+    }
+    let nodes: Api<Node> = Api::all(api.client());
+    let mut names = Vec::new();
+    let mut token: Option<String> = None;
+    let mut rvs = Vec::new();
+    let mut pages = 0;
+    loop {
+        let mut lp = kube::api::ListParams::default().limit(3);
+        if let Some(t) = &token {
+            lp = lp.continue_token(t);
+        }
+        let page = nodes.list(&lp).await.expect("a page");
+        pages += 1;
+        assert!(page.items.len() <= 3);
+        names.extend(
+            page.items
+                .iter()
+                .map(|n| n.metadata.name.clone().unwrap_or_default()),
+        );
+        rvs.push(page.metadata.resource_version.clone());
+        token = page.metadata.continue_.clone().filter(|t| !t.is_empty());
+        match &token {
+            Some(_) => assert_eq!(
+                page.metadata.remaining_item_count,
+                Some(7 - names.len() as i64)
+            ),
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(names, ["n0", "n1", "n2", "n3", "n4", "n5", "n6"]);
+    assert!(rvs.iter().all(|rv| *rv == rvs[0]), "{rvs:?}");
+    let bad = nodes
+        .list(
+            &kube::api::ListParams::default()
+                .limit(3)
+                .continue_token("not-a-token"),
+        )
+        .await
+        .expect_err("an invalid token");
+    assert_eq!(api_code(bad), 400);
+    let all = nodes
+        .list(&kube::api::ListParams::default())
+        .await
+        .expect("a list");
+    assert_eq!(all.items.len(), 7);
+    assert_eq!(all.metadata.continue_, None);
+}
