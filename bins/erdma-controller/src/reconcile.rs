@@ -31,12 +31,13 @@ use erdma_k8s::labels::{
     erdma_device_labels,
 };
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -78,6 +79,74 @@ pub struct Ctx {
     /// The detached ERIs this controller created (any instance), one lookup for every reconcile
     /// of a window.
     detached: Batcher<(), Arc<Vec<NetworkInterface>>>,
+    /// The informers' caches while the controllers run ([`run_controllers`]); `None` otherwise
+    /// (a reconcile called on its own then asks the API server).
+    caches: std::sync::RwLock<Option<Caches>>,
+}
+
+/// The controllers' caches of Nodes and ERdmaDevices (stripped: [`strip_node`],
+/// [`strip_device`]), so that a reconcile reads the other kind without a request.
+#[derive(Clone)]
+struct Caches {
+    nodes: Store<Node>,
+    devices: Store<ERdmaDevice>,
+}
+
+/// How long a reconcile waits for a cache's first list before it asks the API server instead.
+const CACHE_WAIT: Duration = Duration::from_secs(30);
+
+/// `Some(found)` from `store` once it holds its first list (waited for up to [`CACHE_WAIT`]);
+/// `None` when it has none by then.
+async fn cached<K>(store: &Store<K>, name: &str) -> Option<Option<Arc<K>>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    tokio::time::timeout(CACHE_WAIT, store.wait_until_ready())
+        .await
+        .ok()?
+        .ok()?;
+    Some(store.get(&ObjectRef::new(name)))
+}
+
+/// A Node as the Node reconciler reads it, and no more (an informer's cache of 5 000 kubelet
+/// Nodes is mostly managed fields, images, capacity and system info): name, uid,
+/// resourceVersion, creation and deletion time, `spec.providerID`, the `Ready` condition's
+/// status and the InternalIP addresses.
+pub fn strip_node(node: &mut Node) {
+    let meta = std::mem::take(&mut node.metadata);
+    node.metadata = ObjectMeta {
+        name: meta.name,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        creation_timestamp: meta.creation_timestamp,
+        deletion_timestamp: meta.deletion_timestamp,
+        ..Default::default()
+    };
+    node.spec = node.spec.take().map(|s| NodeSpec {
+        provider_id: s.provider_id,
+        ..Default::default()
+    });
+    node.status = node.status.take().map(|s| NodeStatus {
+        conditions: s.conditions.map(|cs| {
+            cs.into_iter()
+                .filter(|c| c.type_ == "Ready")
+                .map(|c| NodeCondition {
+                    type_: c.type_,
+                    status: c.status,
+                    ..Default::default()
+                })
+                .collect()
+        }),
+        addresses: s
+            .addresses
+            .map(|a| a.into_iter().filter(|a| a.type_ == "InternalIP").collect()),
+        ..Default::default()
+    });
+}
+
+/// An ERdmaDevice as the reconcilers read it: without its managed fields.
+pub fn strip_device(obj: &mut ERdmaDevice) {
+    obj.metadata.managed_fields = None;
 }
 
 /// How long a batch gathers asks before its call.
@@ -109,7 +178,47 @@ impl Ctx {
             instances: Batcher::new(BATCH_WINDOW, MAX_INSTANCE_IDS),
             enis: Batcher::new(BATCH_WINDOW, MAX_ENI_IDS),
             detached: Batcher::new(BATCH_WINDOW, 1),
+            caches: std::sync::RwLock::new(None),
         }
+    }
+
+    fn caches(&self) -> Option<Caches> {
+        self.caches
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Whether the node `name` exists: the cache's answer when it has the node, else the API
+    /// server's (a cache that has not seen a node yet must not make its ERdmaDevice go).
+    async fn node_exists(&self, name: &str) -> Result<bool, ReconcileError> {
+        if let Some(c) = self.caches()
+            && let Some(Some(_)) = cached(&c.nodes, name).await
+        {
+            return Ok(true);
+        }
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        Ok(nodes
+            .get_opt(name)
+            .await
+            .map_err(kube_err(format!("get Node {name}")))?
+            .is_some())
+    }
+
+    /// The ERdmaDevice `name`: the cache's when it has it, else the API server's (a new node's
+    /// object may have been created a moment ago and not be cached yet).
+    async fn device(&self, name: &str) -> Result<Option<Arc<ERdmaDevice>>, ReconcileError> {
+        if let Some(c) = self.caches()
+            && let Some(Some(obj)) = cached(&c.devices, name).await
+        {
+            return Ok(Some(obj));
+        }
+        let api: Api<ERdmaDevice> = Api::all(self.client.clone());
+        Ok(api
+            .get_opt(name)
+            .await
+            .map_err(kube_err(format!("get ERdmaDevice {name}")))?
+            .map(Arc::new))
     }
 
     /// The same context with batches that gather for `window` instead of [`BATCH_WINDOW`]
@@ -331,11 +440,7 @@ pub async fn reconcile_node(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Re
         }
         tracing::warn!(node = %name, age_s = age, "node still not Ready after the timeout; provisioning anyway");
     }
-    match devices
-        .get_opt(&name)
-        .await
-        .map_err(kube_err(format!("get ERdmaDevice {name}")))?
-    {
+    match ctx.device(&name).await? {
         Some(existing) => {
             backfill_tags(&ctx, &existing).await;
             Ok(Action::await_change())
@@ -648,13 +753,7 @@ pub async fn reconcile_device(
         .get(LABEL_NODE_NAME)
         .cloned()
         .unwrap_or_else(|| name.clone());
-    let nodes: Api<Node> = Api::all(ctx.client.clone());
-    if nodes
-        .get_opt(&node_name)
-        .await
-        .map_err(kube_err(format!("get Node {node_name}")))?
-        .is_none()
-    {
+    if !ctx.node_exists(&node_name).await? {
         tracing::info!(object = %name, node = %node_name, "node is gone; deleting its ERdmaDevice");
         delete_device_object(&api, &name).await?;
         return Ok(Action::await_change());
@@ -764,7 +863,29 @@ pub async fn run_controllers(ctx: Arc<Ctx>, cancel: CancellationToken) {
     };
     let bounded = kube::runtime::controller::Config::default()
         .concurrency(ctx.cfg.concurrent_reconciles.max(1));
-    let nodes = Controller::new(Api::<Node>::all(ctx.client.clone()), wc)
+    // Informers as Controller::new builds them, with each object stripped to what the
+    // reconcilers read before it is cached; the caches are shared with the reconcilers.
+    let (node_cache, node_writer) = reflector::store();
+    let node_events = reflector(
+        node_writer,
+        watcher(Api::<Node>::all(ctx.client.clone()), wc).modify(strip_node),
+    )
+    .applied_objects();
+    let (device_cache, device_writer) = reflector::store();
+    let device_events = reflector(
+        device_writer,
+        watcher(
+            Api::<ERdmaDevice>::all(ctx.client.clone()),
+            watcher::Config::default(),
+        )
+        .modify(strip_device),
+    )
+    .applied_objects();
+    *ctx.caches.write().unwrap_or_else(|p| p.into_inner()) = Some(Caches {
+        nodes: node_cache.clone(),
+        devices: device_cache.clone(),
+    });
+    let nodes = Controller::for_stream(node_events, node_cache)
         .with_config(bounded.clone())
         .graceful_shutdown_on(cancel.clone().cancelled_owned())
         .run(
@@ -782,11 +903,8 @@ pub async fn run_controllers(ctx: Arc<Ctx>, cancel: CancellationToken) {
             }
             async {}
         });
-    let devices = Controller::new(
-        Api::<ERdmaDevice>::all(ctx.client.clone()),
-        watcher::Config::default(),
-    )
-    .with_config(bounded)
+    let devices = Controller::for_stream(device_events, device_cache)
+        .with_config(bounded)
     .graceful_shutdown_on(cancel.clone().cancelled_owned())
     .run(
         reconcile_device,
@@ -804,6 +922,7 @@ pub async fn run_controllers(ctx: Arc<Ctx>, cancel: CancellationToken) {
         async {}
     });
     futures::join!(nodes, devices);
+    *ctx.caches.write().unwrap_or_else(|p| p.into_inner()) = None;
 }
 
 #[cfg(test)]
