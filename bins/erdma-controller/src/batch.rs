@@ -1,8 +1,9 @@
 //! Describe calls batched across reconciles: ECS's describes take lists of IDs (100 a call), so
 //! the reconciles that ask within one window share a call. The first caller of a window
-//! leads: it waits the window (or until `max` keys are asked), then calls for everything asked so far (at most `max` keys a
-//! call, until nothing is left) and hands each caller its answer. No task is spawned: when the
-//! leader is dropped (shutdown), the callers it was serving get [`BatchError::Abandoned`].
+//! leads: it waits the window (or until `max` asks are waiting), then calls for everything asked
+//! so far (at most `max` distinct keys a call, until nothing is left) and hands each caller its
+//! answer. No task is spawned: when the leader is dropped (shutdown), the callers it was serving
+//! get [`BatchError::Abandoned`].
 
 use erdma_cloud::EcsError;
 use std::collections::HashMap;
@@ -37,6 +38,8 @@ type Answer<V> = Result<Option<V>, BatchError>;
 struct State<K, V> {
     pending: Vec<(K, oneshot::Sender<Answer<V>>)>,
     leading: bool,
+    /// While the leader gathers: wakes it when a call's worth of asks is waiting.
+    full: Option<oneshot::Sender<()>>,
 }
 
 /// One kind of batched describe: key `K` (an ID), answer `V`.
@@ -44,7 +47,6 @@ pub struct Batcher<K, V> {
     window: Duration,
     max: usize,
     state: Mutex<State<K, V>>,
-    full: tokio::sync::Notify,
 }
 
 impl<K, V> std::fmt::Debug for Batcher<K, V> {
@@ -62,9 +64,37 @@ impl<K, V> Drop for Lead<'_, K, V> {
     fn drop(&mut self) {
         let mut st = self.0.lock().unwrap_or_else(|p| p.into_inner());
         st.leading = false;
+        st.full = None;
         // Whoever is still waiting gets Abandoned (their senders drop here).
         st.pending.clear();
     }
+}
+
+/// Takes from `pending` the asks of its first `max` distinct keys (every ask of those keys,
+/// wherever it stands): the keys to call for and the asks they answer. An ask repeated while
+/// waiting (two reconciles of one object, or a lookup without a key) costs no room in a call.
+#[allow(clippy::type_complexity)]
+fn take_batch<K: Clone + Eq + Hash, T>(
+    pending: &mut Vec<(K, T)>,
+    max: usize,
+) -> (Vec<K>, Vec<(K, T)>) {
+    let mut keys: Vec<K> = Vec::new();
+    let mut chosen: std::collections::HashSet<K> = std::collections::HashSet::new();
+    let mut batch = Vec::new();
+    let mut rest = Vec::with_capacity(pending.len());
+    for (k, t) in pending.drain(..) {
+        if chosen.contains(&k) {
+            batch.push((k, t));
+        } else if keys.len() < max {
+            chosen.insert(k.clone());
+            keys.push(k.clone());
+            batch.push((k, t));
+        } else {
+            rest.push((k, t));
+        }
+    }
+    *pending = rest;
+    (keys, batch)
 }
 
 impl<K: Clone + Eq + Hash, V: Clone> Batcher<K, V> {
@@ -76,8 +106,8 @@ impl<K: Clone + Eq + Hash, V: Clone> Batcher<K, V> {
             state: Mutex::new(State {
                 pending: Vec::new(),
                 leading: false,
+                full: None,
             }),
-            full: tokio::sync::Notify::new(),
         }
     }
 
@@ -88,31 +118,38 @@ impl<K: Clone + Eq + Hash, V: Clone> Batcher<K, V> {
         Fut: Future<Output = Result<HashMap<K, V>, EcsError>>,
     {
         let (tx, rx) = oneshot::channel();
+        // Leading: `Some(gathering)`, where `gathering` wakes the leader when a call's worth
+        // is waiting (`None`: it already is).
         let lead = {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
             st.pending.push((key, tx));
-            if st.pending.len() >= self.max {
-                self.full.notify_one();
+            let full = st.pending.len() >= self.max;
+            if full && let Some(wake) = st.full.take() {
+                let _ = wake.send(());
             }
-            !std::mem::replace(&mut st.leading, true)
+            if std::mem::replace(&mut st.leading, true) {
+                None
+            } else if full {
+                Some(None)
+            } else {
+                let (wake, gathering) = oneshot::channel();
+                st.full = Some(wake);
+                Some(Some(gathering))
+            }
         };
-        if lead {
+        if let Some(gathering) = lead {
             let guard = Lead(&self.state);
-            let _ = tokio::time::timeout(self.window, self.full.notified()).await;
+            if let Some(gathering) = gathering {
+                let _ = tokio::time::timeout(self.window, gathering).await;
+                self.state.lock().unwrap_or_else(|p| p.into_inner()).full = None;
+            }
             loop {
-                let batch: Vec<(K, oneshot::Sender<Answer<V>>)> = {
+                let (keys, batch) = {
                     let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-                    let n = st.pending.len().min(self.max);
-                    st.pending.drain(..n).collect()
+                    take_batch(&mut st.pending, self.max)
                 };
                 if batch.is_empty() {
                     break;
-                }
-                let mut keys: Vec<K> = Vec::with_capacity(batch.len());
-                for (k, _) in &batch {
-                    if !keys.contains(k) {
-                        keys.push(k.clone());
-                    }
                 }
                 match call(keys).await {
                     Ok(found) => {
@@ -170,8 +207,52 @@ mod tests {
         );
         assert_eq!(
             calls.load(Ordering::SeqCst),
-            3,
-            "7 asks of 6 keys, 3 a call"
+            2,
+            "7 asks of 6 distinct keys, 3 keys a call (the repeated key rides along)"
         );
+    }
+
+    #[tokio::test]
+    async fn a_lookup_without_key_is_shared_by_every_ask_waiting_for_it() {
+        // max 1 on a single key: the first ask goes at once, and the asks that come while
+        // its call is out share the next call, however many they are.
+        let b: Batcher<(), u32> = Batcher::new(Duration::from_secs(3600), 1);
+        let calls = AtomicUsize::new(0);
+        let gate = tokio::sync::Semaphore::new(0);
+        let call = |_keys: Vec<()>| {
+            let n = calls.fetch_add(1, Ordering::SeqCst) as u32;
+            let gate = &gate;
+            async move {
+                if n == 0 {
+                    // The first call is answered only once the other asks are waiting.
+                    let _ = gate.acquire().await;
+                }
+                Ok(HashMap::from([((), n)]))
+            }
+        };
+        let first = b.get((), call);
+        let rest = async {
+            tokio::task::yield_now().await;
+            let asks = futures::future::join_all((0..50).map(|_| b.get((), call)));
+            let release = async {
+                tokio::task::yield_now().await;
+                gate.add_permits(1);
+            };
+            futures::join!(asks, release).0
+        };
+        let (first, rest) = futures::join!(first, rest);
+        assert_eq!(first.unwrap(), Some(0));
+        assert!(rest.iter().all(|a| matches!(a, Ok(Some(1)))), "{rest:?}");
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "51 asks, 2 calls");
+    }
+
+    #[test]
+    fn a_batch_takes_every_ask_of_its_keys_and_leaves_the_rest_in_order() {
+        let mut pending: Vec<(u32, char)> =
+            vec![(1, 'a'), (2, 'b'), (1, 'c'), (3, 'd'), (2, 'e'), (4, 'f')];
+        let (keys, batch) = take_batch(&mut pending, 2);
+        assert_eq!(keys, vec![1, 2]);
+        assert_eq!(batch, vec![(1, 'a'), (2, 'b'), (1, 'c'), (2, 'e')]);
+        assert_eq!(pending, vec![(3, 'd'), (4, 'f')]);
     }
 }

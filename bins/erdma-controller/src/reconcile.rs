@@ -26,6 +26,7 @@ use erdma_k8s::agent::AGENT_PREFIX;
 use erdma_k8s::crd::{
     DeviceInfo, DeviceState, DeviceStatus, ERdmaDevice, ERdmaDeviceSpec, ERdmaDeviceStatus,
 };
+use erdma_k8s::events::Events;
 use erdma_k8s::labels::{
     FINALIZER, LABEL_NODE_NAME, MANAGER, TAG_CREATOR, TAG_CREATOR_VALUE, TAG_INSTANCE_ID,
     erdma_device_labels,
@@ -35,7 +36,6 @@ use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -63,8 +63,8 @@ pub struct Ctx {
     pub cfg: Config,
     /// ENIs whose terway tags were back-filled by this process.
     pub tagged: Mutex<HashSet<String>>,
-    /// Event recorder.
-    pub recorder: Recorder,
+    /// Events (kube's recorder for those that may repeat).
+    pub events: Events,
     /// Counters.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// `DescribeInstanceTypes` answers by type (`None`: ECS does not know it); types do not
@@ -82,6 +82,11 @@ pub struct Ctx {
     /// The informers' caches while the controllers run ([`run_controllers`]); `None` otherwise
     /// (a reconcile called on its own then asks the API server).
     caches: std::sync::RwLock<Option<Caches>>,
+    /// Per ERdmaDevice whose status this process wrote with a device not Ready: the
+    /// resourceVersion the write gave the object, and until when that version needs no look
+    /// (the write's own watch event would otherwise describe an ERI that cannot be attached
+    /// yet, or retry at once a call ECS just throttled).
+    own_writes: Mutex<HashMap<String, (String, tokio::time::Instant)>>,
 }
 
 /// The controllers' caches of Nodes and ERdmaDevices (stripped: [`strip_node`],
@@ -153,25 +158,23 @@ pub fn strip_device(obj: &mut ERdmaDevice) {
 /// New nodes come at the rate of the write calls (tens a second), so a second gathers enough
 /// IDs to fill most calls; a full batch (100) goes at once.
 pub const BATCH_WINDOW: Duration = Duration::from_secs(1);
+/// The `action` of the controller's Events.
+const EVENT_ACTION: &str = "Provision";
+
 /// How soon an ERdmaDevice whose ERI is attaching is looked at again (ECS attaches in seconds).
 pub const ATTACHING_REQUEUE: Duration = Duration::from_secs(2);
 
 impl Ctx {
     /// A context.
     pub fn new(client: Client, ecs: EcsClient, cfg: Config) -> Self {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: MANAGER.into(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        );
+        let instance = std::env::var("POD_NAME").unwrap_or_else(|_| MANAGER.to_string());
+        let events = Events::new(client.clone(), MANAGER, &instance);
         Self {
             client,
             ecs,
             cfg,
             tagged: Mutex::new(HashSet::new()),
-            recorder,
+            events,
             metrics: Arc::default(),
             types: Mutex::new(HashMap::new()),
             type_asks: Batcher::new(Duration::from_millis(100), MAX_INSTANCE_TYPES),
@@ -179,7 +182,35 @@ impl Ctx {
             enis: Batcher::new(BATCH_WINDOW, MAX_ENI_IDS),
             detached: Batcher::new(BATCH_WINDOW, 1),
             caches: std::sync::RwLock::new(None),
+            own_writes: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// This process wrote the status of `name` (giving it `version`) and looks again in `wait`.
+    fn wrote_status(&self, name: &str, version: Option<String>, wait: Duration) {
+        let mut w = self.own_writes.lock().unwrap_or_else(|p| p.into_inner());
+        match version {
+            Some(v) => {
+                w.insert(name.to_string(), (v, tokio::time::Instant::now() + wait));
+            }
+            None => {
+                w.remove(name);
+            }
+        }
+    }
+
+    /// How long to wait before looking at `name` at `version`: `Some` while `version` is this
+    /// process's own status write and its wait ([`wrote_status`](Self::wrote_status)) is not
+    /// over. Any other version (a change by someone else) and a past wait are looked at at once.
+    fn own_write_wait(&self, name: &str, version: Option<&str>) -> Option<Duration> {
+        let mut w = self.own_writes.lock().unwrap_or_else(|p| p.into_inner());
+        let (v, until) = w.get(name)?;
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        if version == Some(v.as_str()) && !left.is_zero() {
+            return Some(left);
+        }
+        w.remove(name);
+        None
     }
 
     fn caches(&self) -> Option<Caches> {
@@ -316,6 +347,7 @@ impl Ctx {
         Ok(t)
     }
 
+    /// An Event that may repeat (a failure retried): a series through the recorder.
     async fn event<K: Resource<DynamicType = ()>>(
         &self,
         obj: &K,
@@ -323,18 +355,25 @@ impl Ctx {
         reason: &str,
         note: String,
     ) {
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.into(),
-            note: Some(note),
-            action: "Provision".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
+        let r = obj.object_ref(&());
+        if let Err(e) = self
+            .events
+            .publish(&r, warning, reason, EVENT_ACTION, &note)
+            .await
+        {
+            tracing::debug!(error = %e, reason, "could not publish an Event");
+        }
+    }
+
+    /// An Event that happens once per object (its ERIs selected): created without the
+    /// recorder's cache, which would hold one per node for six minutes.
+    async fn event_once<K: Resource<DynamicType = ()>>(&self, obj: &K, reason: &str, note: String) {
+        let r = obj.object_ref(&());
+        if let Err(e) = self
+            .events
+            .publish_once(&r, false, reason, EVENT_ACTION, &note)
+            .await
+        {
             tracing::debug!(error = %e, reason, "could not publish an Event");
         }
     }
@@ -454,6 +493,7 @@ pub async fn reconcile_node(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Re
                 }
                 Err(ReconcileError::Select(e @ SelectError::NotSupported(_))) => {
                     tracing::info!(node = %name, "{e}");
+                    // Said again at each change of the node: a series through the recorder.
                     ctx.event(node.as_ref(), false, "ERdmaUnsupported", e.to_string())
                         .await;
                     Ok(Action::await_change())
@@ -494,97 +534,58 @@ async fn select_eris(
         let detached = ctx.detached_of(id).await?;
         plan = eri::plan(id, &t, &enis, &detached, ctx.cfg.manage_non_owned_enis)?;
     }
-    let mut devices = Vec::new();
     // ERIs that already carry the terway tags (every one created or reused from this
     // controller's creations) need no TagResources call.
     let want = eri::terway_tags(id);
     let has_tags =
         |e: &erdma_cloud::ecs::NetworkInterface| want.iter().all(|(k, v)| e.tags.get(k) == Some(v));
-    let mut untagged: Vec<String> = Vec::new();
-    for (card, step) in plan {
-        match &step {
+    let untagged: Vec<String> = plan
+        .values()
+        .filter_map(|step| match step {
             CardPlan::Reuse(e) | CardPlan::Attach(e) | CardPlan::ConvertPrimary(e, _)
                 if !has_tags(e) =>
             {
-                untagged.push(e.id.clone())
+                Some(e.id.clone())
             }
-            _ => {}
+            _ => None,
+        })
+        .collect();
+    // The creations, the tagging and the jumbo-frame look-up need nothing of each other: they
+    // go together (each action has its own rate), so a node waits for the slowest, not the sum.
+    let creations = futures::future::try_join_all(
+        plan.into_iter()
+            .map(|(card, step)| device_info(node, instance, card, step, ctx)),
+    );
+    let tagging = async {
+        let ids: Vec<&str> = untagged.iter().map(String::as_str).collect();
+        if ids.is_empty() {
+            return true;
         }
-        let d = match step {
-            CardPlan::Reuse(e) => DeviceInfo {
-                instance_id: id.clone(),
-                mac: e.mac.clone(),
-                is_primary_eni: e.is_primary(),
-                id: e.id.clone(),
-                network_card_index: card,
-                queue_pair: e.queue_pair_number.unwrap_or(0),
-            },
-            CardPlan::Attach(e) => {
-                tracing::info!(node = %node.name_any(), instance = %id, card, eni = %e.id, "reusing a detached ERI created for this instance earlier");
-                DeviceInfo {
-                    instance_id: id.clone(),
-                    mac: e.mac.clone(),
-                    is_primary_eni: false,
-                    id: e.id.clone(),
-                    network_card_index: card,
-                    queue_pair: e.queue_pair_number.unwrap_or(0),
-                }
+        match ctx.ecs.tag_enis(&ids, &want).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(instance = %id, error = %e, "tagging ERIs for terway failed (best-effort)");
+                false
             }
-            CardPlan::ConvertPrimary(e, qp) => DeviceInfo {
-                instance_id: id.clone(),
-                mac: e.mac.clone(),
-                is_primary_eni: true,
-                id: e.id.clone(),
-                network_card_index: card,
-                queue_pair: qp,
-            },
-            CardPlan::Create(qp) => {
-                let (eni, mac) = ctx
-                    .ecs
-                    .create_network_interface(&CreateEni {
-                        vswitch_id: instance.vswitch_id.clone(),
-                        security_group_ids: instance.security_group_ids.clone(),
-                        name: eri::eri_name(id, card),
-                        queue_pair_number: qp,
-                        tags: eri::creation_tags(id),
-                        client_token: eri::client_token(id, card),
-                    })
-                    .await?;
-                tracing::info!(node = %node.name_any(), instance = %id, card, eni = %eni, "created ERI");
-                DeviceInfo {
-                    instance_id: id.clone(),
-                    mac,
-                    is_primary_eni: false,
-                    id: eni,
-                    network_card_index: card,
-                    queue_pair: qp,
-                }
-            }
-        };
-        devices.push(d);
-    }
-    let ids: Vec<&str> = untagged.iter().map(String::as_str).collect();
-    let tagged = if ids.is_empty() {
-        true
-    } else if let Err(e) = ctx.ecs.tag_enis(&ids, &want).await {
-        tracing::warn!(instance = %id, error = %e, "tagging ERIs for terway failed (best-effort)");
-        false
-    } else {
-        true
+        }
     };
+    let jumbo = async {
+        match ctx.ecs.jumbo_frame_enabled(id).await {
+            Ok(j) => j,
+            Err(e) => {
+                tracing::warn!(instance = %id, error = %e, "DescribeInstanceAttribute failed; assuming no jumbo frames");
+                false
+            }
+        }
+    };
+    let (devices, tagged, jumbo_frame) = futures::join!(creations, tagging, jumbo);
+    let devices = devices?;
     if tagged {
         ctx.tagged
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(devices.iter().map(|d| d.id.clone()));
     }
-    let jumbo_frame = match ctx.ecs.jumbo_frame_enabled(id).await {
-        Ok(j) => j,
-        Err(e) => {
-            tracing::warn!(instance = %id, error = %e, "DescribeInstanceAttribute failed; assuming no jumbo frames");
-            false
-        }
-    };
     Ok((
         ERdmaDeviceSpec {
             devices,
@@ -592,6 +593,68 @@ async fn select_eris(
         },
         tagged,
     ))
+}
+
+/// The device of `card` as `step` plans it (creating its ERI where planned).
+async fn device_info(
+    node: &Node,
+    instance: &Instance,
+    card: i64,
+    step: CardPlan,
+    ctx: &Ctx,
+) -> Result<DeviceInfo, ReconcileError> {
+    let id = &instance.instance_id;
+    Ok(match step {
+        CardPlan::Reuse(e) => DeviceInfo {
+            instance_id: id.clone(),
+            mac: e.mac.clone(),
+            is_primary_eni: e.is_primary(),
+            id: e.id.clone(),
+            network_card_index: card,
+            queue_pair: e.queue_pair_number.unwrap_or(0),
+        },
+        CardPlan::Attach(e) => {
+            tracing::info!(node = %node.name_any(), instance = %id, card, eni = %e.id, "reusing a detached ERI created for this instance earlier");
+            DeviceInfo {
+                instance_id: id.clone(),
+                mac: e.mac.clone(),
+                is_primary_eni: false,
+                id: e.id.clone(),
+                network_card_index: card,
+                queue_pair: e.queue_pair_number.unwrap_or(0),
+            }
+        }
+        CardPlan::ConvertPrimary(e, qp) => DeviceInfo {
+            instance_id: id.clone(),
+            mac: e.mac.clone(),
+            is_primary_eni: true,
+            id: e.id.clone(),
+            network_card_index: card,
+            queue_pair: qp,
+        },
+        CardPlan::Create(qp) => {
+            let (eni, mac) = ctx
+                .ecs
+                .create_network_interface(&CreateEni {
+                    vswitch_id: instance.vswitch_id.clone(),
+                    security_group_ids: instance.security_group_ids.clone(),
+                    name: eri::eri_name(id, card),
+                    queue_pair_number: qp,
+                    tags: eri::creation_tags(id),
+                    client_token: eri::client_token(id, card),
+                })
+                .await?;
+            tracing::info!(node = %node.name_any(), instance = %id, card, eni = %eni, "created ERI");
+            DeviceInfo {
+                instance_id: id.clone(),
+                mac,
+                is_primary_eni: false,
+                id: eni,
+                network_card_index: card,
+                queue_pair: qp,
+            }
+        }
+    })
 }
 
 async fn create_device_object(
@@ -635,9 +698,8 @@ async fn create_device_object(
         Err(e) => return Err(kube_err(format!("create ERdmaDevice {name}"))(e)),
     }
     tracing::info!(node = %name, instance = %instance.instance_id, devices = n, "created ERdmaDevice");
-    ctx.event(
+    ctx.event_once(
         node,
-        false,
         "ERIsSelected",
         format!(
             "{n} ERI(s) of instance {} recorded in ERdmaDevice {name}",
@@ -737,12 +799,72 @@ async fn strip_finalizer(api: &Api<ERdmaDevice>, obj: &ERdmaDevice) -> Result<()
     }
 }
 
+/// The status message of a device whose ERI is being attached (the attach call was accepted,
+/// or ECS reports it `Attaching`).
+pub const ATTACHING: &str = "attaching";
+
+/// One device's status entry from its ENI as ECS describes it (`None`: ECS does not know it),
+/// attaching a detached ERI or converting the primary ENI where needed.
+async fn device_entry(
+    ctx: &Ctx,
+    obj: &ERdmaDevice,
+    d: &DeviceInfo,
+    eni: Option<&NetworkInterface>,
+) -> DeviceStatus {
+    match eni {
+        None => DeviceStatus::new(
+            &d.id,
+            DeviceState::Failed,
+            format!("ENI {} not found in ECS", d.id),
+        ),
+        Some(e) if e.status == "InUse" && e.is_high_performance() => {
+            DeviceStatus::new(&d.id, DeviceState::Ready, "")
+        }
+        Some(e) if e.status == "Available" && !d.is_primary_eni => {
+            match ctx
+                .ecs
+                .attach_network_interface(&d.id, &d.instance_id, d.network_card_index)
+                .await
+            {
+                Ok(()) => DeviceStatus::new(&d.id, DeviceState::Pending, ATTACHING),
+                Err(err) => {
+                    ctx.event(obj, true, "AttachFailed", err.to_string()).await;
+                    DeviceStatus::new(&d.id, DeviceState::Failed, err.to_string())
+                }
+            }
+        }
+        Some(e) if e.is_primary() && e.status == "InUse" => {
+            match ctx
+                .ecs
+                .make_high_performance(&d.id, d.queue_pair.max(1))
+                .await
+            {
+                Ok(()) => DeviceStatus::new(&d.id, DeviceState::Ready, ""),
+                Err(err) => {
+                    ctx.event(obj, true, "ConvertFailed", err.to_string()).await;
+                    DeviceStatus::new(&d.id, DeviceState::Failed, err.to_string())
+                }
+            }
+        }
+        // The same words as right after the attach call, so the status is not written again.
+        Some(e) if e.status == "Attaching" => {
+            DeviceStatus::new(&d.id, DeviceState::Pending, ATTACHING)
+        }
+        Some(e) => DeviceStatus::new(&d.id, DeviceState::Pending, format!("ENI is {}", e.status)),
+    }
+}
+
 /// The ERdmaDevice reconciler.
 pub async fn reconcile_device(
     obj: Arc<ERdmaDevice>,
     ctx: Arc<Ctx>,
 ) -> Result<Action, ReconcileError> {
     let name = obj.name_any();
+    if let Some(wait) = ctx.own_write_wait(&name, obj.resource_version().as_deref()) {
+        // This event is this process's own status write of a moment ago: an attach under way,
+        // or a call that failed (throttled, say) and is due again later, not at once.
+        return Ok(Action::requeue(wait));
+    }
     let api: Api<ERdmaDevice> = Api::all(ctx.client.clone());
     if obj.metadata.deletion_timestamp.is_some() {
         strip_finalizer(&api, &obj).await?;
@@ -768,49 +890,14 @@ pub async fn reconcile_device(
         .as_ref()
         .map(|s| s.devices.clone())
         .unwrap_or_default();
+    // The devices' calls (an attach, a conversion) go to different actions: made together.
+    let entries = obj.spec.devices.iter().map(|d| {
+        let eni = enis.iter().find(|e| e.id == d.id);
+        device_entry(&ctx, &obj, d, eni)
+    });
+    let entries = futures::future::join_all(entries).await;
     let mut new = Vec::new();
-    for d in &obj.spec.devices {
-        let entry = match enis.iter().find(|e| e.id == d.id) {
-            None => DeviceStatus::new(
-                &d.id,
-                DeviceState::Failed,
-                format!("ENI {} not found in ECS", d.id),
-            ),
-            Some(e) if e.status == "InUse" && e.is_high_performance() => {
-                DeviceStatus::new(&d.id, DeviceState::Ready, "")
-            }
-            Some(e) if e.status == "Available" && !d.is_primary_eni => {
-                match ctx
-                    .ecs
-                    .attach_network_interface(&d.id, &d.instance_id, d.network_card_index)
-                    .await
-                {
-                    Ok(()) => DeviceStatus::new(&d.id, DeviceState::Pending, "attaching"),
-                    Err(err) => {
-                        ctx.event(obj.as_ref(), true, "AttachFailed", err.to_string())
-                            .await;
-                        DeviceStatus::new(&d.id, DeviceState::Failed, err.to_string())
-                    }
-                }
-            }
-            Some(e) if e.is_primary() && e.status == "InUse" => {
-                match ctx
-                    .ecs
-                    .make_high_performance(&d.id, d.queue_pair.max(1))
-                    .await
-                {
-                    Ok(()) => DeviceStatus::new(&d.id, DeviceState::Ready, ""),
-                    Err(err) => {
-                        ctx.event(obj.as_ref(), true, "ConvertFailed", err.to_string())
-                            .await;
-                        DeviceStatus::new(&d.id, DeviceState::Failed, err.to_string())
-                    }
-                }
-            }
-            Some(e) => {
-                DeviceStatus::new(&d.id, DeviceState::Pending, format!("ENI is {}", e.status))
-            }
-        };
+    for (d, entry) in obj.spec.devices.iter().zip(entries) {
         // Keep the agent's report while the cloud side is fine (see erdma_k8s::agent).
         let agent = old
             .iter()
@@ -820,19 +907,24 @@ pub async fn reconcile_device(
             _ => entry,
         });
     }
-    if new != old {
-        let patch = serde_json::json!({"status": ERdmaDeviceStatus { devices: new.clone() }});
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(kube_err(format!("patch status of ERdmaDevice {name}")))?;
-    }
     let pending = new
         .iter()
         .any(|s| s.state() != Some(DeviceState::Ready) && !s.message.starts_with(AGENT_PREFIX));
-    let attaching = new.iter().any(|s| {
-        s.state() == Some(DeviceState::Pending)
-            && (s.message == "attaching" || s.message == "ENI is Attaching")
-    });
+    let attaching = new
+        .iter()
+        .any(|s| s.state() == Some(DeviceState::Pending) && s.message == ATTACHING);
+    if new != old {
+        let patch = serde_json::json!({"status": ERdmaDeviceStatus { devices: new.clone() }});
+        let written = api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(kube_err(format!("patch status of ERdmaDevice {name}")))?;
+        if attaching {
+            ctx.wrote_status(&name, written.resource_version(), ATTACHING_REQUEUE);
+        } else if pending {
+            ctx.wrote_status(&name, written.resource_version(), PENDING_REQUEUE);
+        }
+    }
     Ok(if attaching {
         Action::requeue(ATTACHING_REQUEUE)
     } else if pending {

@@ -297,7 +297,7 @@ async fn new_node_with_existing_eris_reuses_them_by_internal_ip() {
 #[tokio::test]
 async fn multiple_network_cards_create_attach_and_wait_for_attaching() {
     let w = world().await;
-    w.emu.state().attach_latency = Duration::from_millis(2500);
+    w.emu.state().attach_latency = Duration::from_millis(5000);
     let primary = instance(&w, "i-g", "ecs.ebmgn8v.48xlarge", "10.0.0.3", Some(true));
     let n = node("gpu-1", Some("emu-region.i-g"), "10.0.0.3", true, 10);
     w.api.put(&n);
@@ -346,14 +346,36 @@ async fn multiple_network_cards_create_attach_and_wait_for_attaching() {
         w.emu.state().calls_of("AttachNetworkInterface")[0].params["NetworkCardIndex"],
         "1"
     );
-    // While Attaching: Pending with the state named.
-    reconcile_device(Arc::new(o), c.clone()).await.unwrap();
-    let o = cr(&w, "gpu-1").unwrap();
-    assert_eq!(
-        o.status.as_ref().unwrap().devices[1].message,
-        "ENI is Attaching"
+    // The watch event of that status write, a moment later: nothing to look at before the
+    // attach can be done, so no describe and no write, another look within 2 s.
+    let describes = w.emu.state().calls_of("DescribeNetworkInterfaces").len();
+    let a = reconcile_device(Arc::new(o), c.clone()).await.unwrap();
+    assert!(
+        a != Action::await_change() && a != Action::requeue(Duration::from_secs(10)),
+        "{a:?}"
     );
-    tokio::time::sleep(Duration::from_millis(2600)).await;
+    assert_eq!(
+        w.emu.state().calls_of("DescribeNetworkInterfaces").len(),
+        describes
+    );
+    // Past the wait (and a batch window), ECS still attaching (5 s): Pending, still "attaching", nothing written.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let before = cr(&w, "gpu-1").unwrap();
+    let a = reconcile_device(Arc::new(before.clone()), c.clone())
+        .await
+        .unwrap();
+    assert_eq!(a, Action::requeue(Duration::from_secs(2)));
+    assert_eq!(
+        w.emu.state().calls_of("DescribeNetworkInterfaces").len(),
+        describes + 1
+    );
+    let o = cr(&w, "gpu-1").unwrap();
+    assert_eq!(o.status.as_ref().unwrap().devices[1].message, "attaching");
+    assert_eq!(
+        o.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
         reconcile_device(Arc::new(o), c.clone()).await.unwrap(),
         Action::await_change()
@@ -608,7 +630,32 @@ async fn ecs_throttling_is_retried_and_failures_surface_without_partial_objects(
         "{}",
         s.message
     );
-    reconcile_device(Arc::new(o), c).await.unwrap();
+    // The watch event of that write: not retried at once (the wait honours the cloud's
+    // refusal), only asked to come back within the 10 s.
+    let attaches = w.emu.state().calls_of("AttachNetworkInterface").len();
+    let a = reconcile_device(Arc::new(o.clone()), c.clone())
+        .await
+        .unwrap();
+    assert!(
+        a != Action::await_change() && a != Action::requeue(Duration::from_secs(15)),
+        "{a:?}"
+    );
+    assert_eq!(
+        w.emu.state().calls_of("AttachNetworkInterface").len(),
+        attaches
+    );
+    // A change by someone else (a new resourceVersion) is looked at at once: retried.
+    w.api.put(&o);
+    let changed = cr(&w, "node-t").unwrap();
+    assert_ne!(
+        changed.metadata.resource_version,
+        o.metadata.resource_version
+    );
+    reconcile_device(Arc::new(changed), c).await.unwrap();
+    assert_eq!(
+        w.emu.state().calls_of("AttachNetworkInterface").len(),
+        attaches + 1
+    );
     assert_eq!(
         states(&cr(&w, "node-t").unwrap()),
         vec![(eri, "Pending".into())]
