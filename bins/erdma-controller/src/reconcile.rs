@@ -149,9 +149,26 @@ pub fn strip_node(node: &mut Node) {
     });
 }
 
-/// An ERdmaDevice as the reconcilers read it: without its managed fields.
+/// An ERdmaDevice as the reconcilers read it: name, uid, resourceVersion, creation and deletion
+/// time, finalizers, the node-name label, the terway-tagged annotation, spec and status (no
+/// managed fields, owner references, other labels or annotations).
 pub fn strip_device(obj: &mut ERdmaDevice) {
-    obj.metadata.managed_fields = None;
+    let meta = std::mem::take(&mut obj.metadata);
+    let keep = |m: Option<BTreeMap<String, String>>, key: &str| {
+        m.map(|m| m.into_iter().filter(|(k, _)| k == key).collect())
+            .filter(|m: &BTreeMap<String, String>| !m.is_empty())
+    };
+    obj.metadata = ObjectMeta {
+        name: meta.name,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        creation_timestamp: meta.creation_timestamp,
+        deletion_timestamp: meta.deletion_timestamp,
+        finalizers: meta.finalizers,
+        labels: keep(meta.labels, LABEL_NODE_NAME),
+        annotations: keep(meta.annotations, ANNOTATION_TAGGED),
+        ..Default::default()
+    };
 }
 
 /// How long a batch gathers asks before its call.
@@ -1020,6 +1037,66 @@ pub async fn run_controllers(ctx: Arc<Ctx>, cancel: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cached_erdma_device_keeps_what_the_reconcilers_read() {
+        let mut o = ERdmaDevice::new(
+            "gpu-1",
+            ERdmaDeviceSpec {
+                devices: vec![DeviceInfo {
+                    instance_id: "i-1".into(),
+                    mac: "00:16:3e:00:00:01".into(),
+                    is_primary_eni: true,
+                    id: "eni-1".into(),
+                    network_card_index: 0,
+                    queue_pair: 16,
+                }],
+                jumbo_frame: true,
+            },
+        );
+        o.metadata.uid = Some("u-1".into());
+        o.metadata.resource_version = Some("42".into());
+        o.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        o.metadata.labels = Some(erdma_device_labels("gpu-1", "i-1"));
+        o.metadata.annotations = Some(BTreeMap::from([
+            (ANNOTATION_TAGGED.to_string(), "true".to_string()),
+            ("other".to_string(), "x".to_string()),
+        ]));
+        o.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: "gpu-1".into(),
+            uid: "n-1".into(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        }]);
+        o.metadata.managed_fields = Some(vec![Default::default()]);
+        o.status = Some(ERdmaDeviceStatus {
+            devices: vec![DeviceStatus::new("eni-1", DeviceState::Ready, "")],
+        });
+        let (spec, status) = (o.spec.clone(), o.status.clone());
+        strip_device(&mut o);
+        assert_eq!(o.metadata.name.as_deref(), Some("gpu-1"));
+        assert_eq!(o.metadata.uid.as_deref(), Some("u-1"));
+        assert_eq!(o.metadata.resource_version.as_deref(), Some("42"));
+        assert_eq!(o.finalizers(), [FINALIZER.to_string()]);
+        assert_eq!(
+            o.labels(),
+            &BTreeMap::from([(LABEL_NODE_NAME.to_string(), "gpu-1".to_string())])
+        );
+        assert_eq!(
+            o.annotations(),
+            &BTreeMap::from([(ANNOTATION_TAGGED.to_string(), "true".to_string())])
+        );
+        assert!(o.metadata.owner_references.is_none());
+        assert!(o.metadata.managed_fields.is_none());
+        assert_eq!(o.spec, spec);
+        assert_eq!(o.status, status);
+        // Without the annotation, none is kept.
+        o.metadata.annotations = Some(BTreeMap::from([("other".to_string(), "x".to_string())]));
+        strip_device(&mut o);
+        assert!(o.metadata.annotations.is_none());
+    }
 
     #[test]
     fn provider_ids() {
