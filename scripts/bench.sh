@@ -4,7 +4,8 @@
 # Sections (default: all, in this order):
 #   inventory     cargo bench -p erdma-inventory --bench inventory
 #   deviceplugin  cargo bench -p erdma-deviceplugin --bench deviceplugin
-#   agent         cargo bench -p erdma-agent --features bpf --bench agent (the shipped configuration)
+#   agent         cargo bench -p erdma-agent --features bpf --bench agent, on the agent binary as
+#                 shipped (cargo profile `agent`: optimised for size, fat LTO)
 #   nri           cargo bench -p erdma-nri --bench nri (CreateContainer with erdma's adjustment vs none)
 #   dra           cargo bench -p erdma-dra --bench prepare (NodePrepareResources vs an empty call)
 #   nccl          crates/erdma-nccl/bench/bench-analyze.sh (1 GiB log, against grep -c)
@@ -64,12 +65,18 @@ if [ -n "$(git status --porcelain --untracked-files=no)" ]; then commit="$commit
 } > "$RUN/run.meta"
 echo "bench.sh: sections ${sections[*]}; commit $commit; $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg); output in $RUN" >&2
 
+# Where cargo puts what it builds (CARGO_TARGET_DIR or the workspace's target/): the agent section
+# runs the binary of the `agent` profile from there.
+ERDMA_TARGET_DIR=$(cargo metadata --no-deps --format-version 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])') \
+  || { echo "bench.sh: cargo metadata failed" >&2; exit 1; }
+export ERDMA_TARGET_DIR
+
 # The command of each section (run from the repository root).
 command_of() {
   case "$1" in
     inventory) echo "cargo bench -p erdma-inventory --bench inventory" ;;
     deviceplugin) echo "cargo bench -p erdma-deviceplugin --bench deviceplugin" ;;
-    agent) echo "cargo bench -p erdma-agent --features bpf --bench agent" ;;
+    agent) echo "cargo build --locked -q --profile agent -p erdma-agent --features bpf --bin erdma-agent && ERDMA_AGENT_BIN=\$ERDMA_TARGET_DIR/agent/erdma-agent cargo bench -p erdma-agent --features bpf --bench agent" ;;
     nri) echo "cargo bench -p erdma-nri --bench nri" ;;
     dra) echo "cargo bench -p erdma-dra --bench prepare" ;;
     nccl) echo "crates/erdma-nccl/bench/bench-analyze.sh" ;;

@@ -60,9 +60,25 @@ lab_build() {
   esac
   say "cargo build ${args[*]}"
   (cd "$REPO" && cargo build -q "${args[@]}") || die "cargo build failed"
+  # As shipped, the agent is built with its own cargo profile (optimised for size, as
+  # scripts/build-images.sh builds it).
+  local agent_dir
+  agent_dir=$(cargo_target_dir)/$dir
+  if [ "$dir" = release ] && grep -qx erdma-agent <<<"$have"; then
+    say "cargo build --profile agent --bin erdma-agent --features erdma-agent/bpf"
+    (cd "$REPO" && cargo build -q --profile agent --bin erdma-agent --features erdma-agent/bpf) \
+      || die "cargo build failed"
+    agent_dir=$(cargo_target_dir)/agent
+  fi
   dir=$(cargo_target_dir)/$dir
   BINS=()
-  for b in $LAB_BINARIES; do [ -x "$dir/$b" ] && grep -qx "$b" <<<"$have" && BINS+=("$dir/$b"); done
+  for b in $LAB_BINARIES; do
+    if [ "$b" = erdma-agent ]; then
+      [ -x "$agent_dir/$b" ] && grep -qx "$b" <<<"$have" && BINS+=("$agent_dir/$b")
+    else
+      [ -x "$dir/$b" ] && grep -qx "$b" <<<"$have" && BINS+=("$dir/$b")
+    fi
+  done
   return 0
 }
 

@@ -25,7 +25,8 @@
 //! 3. 8 devices × 1 200 slots: idle RSS, for the RSS growth per 1 000 slots against run 2.
 //!
 //! Output: human lines, `BENCH key=value unit` lines and `BENCHCONF agent text` lines that
-//! `scripts/bench.sh` renders. `ERDMA_AGENT_BIN` overrides the agent binary;
+//! `scripts/bench.sh` renders. `ERDMA_AGENT_BIN` overrides the agent binary (`scripts/bench.sh`
+//! passes the shipped one, cargo profile `agent`: optimised for size, fat LTO);
 //! `ERDMA_BENCH_IDLE_S` the idle window (default 60 s); `ERDMA_BENCH_AGENT_LOGS=DIR` keeps each
 //! agent's log there, and `ERDMA_BENCH_RUST_LOG` sets its `RUST_LOG` (default `info`, shipped).
 
@@ -679,6 +680,16 @@ fn main() {
             "BENCHCONF agent built with the bpf feature: {}",
             if cfg!(feature = "bpf") { "yes" } else { "NO" }
         );
+        // The cargo profile is the binary's directory under the target directory: `agent` is
+        // the shipped build (scripts/bench.sh passes it), `release` this bench's own.
+        let profile = std::path::Path::new(&bin)
+            .parent()
+            .and_then(|d| d.file_name())
+            .map_or_else(
+                || "unknown".to_string(),
+                |p| p.to_string_lossy().into_owned(),
+            );
+        println!("BENCHCONF agent binary of the cargo profile: {profile}");
         let d64 = run_agent(
             &bin,
             &Run {
