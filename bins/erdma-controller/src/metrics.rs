@@ -114,7 +114,12 @@ impl Default for Metrics {
 }
 
 impl erdma_cloud::ecs::EcsObserver for Metrics {
-    fn answered(&self, action: &str, outcome: erdma_cloud::ecs::Outcome) {
+    fn answered(
+        &self,
+        action: &str,
+        _params: &[(String, String)],
+        outcome: erdma_cloud::ecs::Outcome,
+    ) {
         self.ecs
             .get_or_create(&EcsLabels {
                 action: action.to_string(),
@@ -123,7 +128,7 @@ impl erdma_cloud::ecs::EcsObserver for Metrics {
             .inc();
     }
 
-    fn retried(&self, action: &str) {
+    fn retried(&self, action: &str, _params: &[(String, String)]) {
         self.ecs_retries
             .get_or_create(&ActionLabels {
                 action: action.to_string(),

@@ -223,10 +223,11 @@ impl Outcome {
 
 /// Told of every attempt and retry of a client's calls (the controller's metrics).
 pub trait EcsObserver: Send + Sync + std::fmt::Debug {
-    /// One attempt of `action` ended.
-    fn answered(&self, action: &str, outcome: Outcome);
-    /// `action` is tried again after a retryable failure.
-    fn retried(&self, action: &str);
+    /// One attempt of `action` with `params` ended.
+    fn answered(&self, action: &str, params: &[(String, String)], outcome: Outcome);
+    /// `action` with `params` is tried again after a retryable failure (the same call: an
+    /// attempt answered and not followed by this was the call's last).
+    fn retried(&self, action: &str, params: &[(String, String)]);
 }
 
 /// The ECS client.
@@ -312,6 +313,7 @@ impl EcsClient {
             if let Some(o) = &self.observer {
                 o.answered(
                     action,
+                    params,
                     match &answer {
                         Ok(_) => Outcome::Ok,
                         Err(e) if e.is_throttling() => Outcome::Throttled,
@@ -329,7 +331,7 @@ impl EcsClient {
                     }
                     tracing::warn!(action, attempt, error = %e, wait_ms = wait.as_millis() as u64, "ECS call failed, retrying");
                     if let Some(o) = &self.observer {
-                        o.retried(action);
+                        o.retried(action, params);
                     }
                     tokio::time::sleep(wait).await;
                     attempt += 1;
