@@ -661,6 +661,30 @@ async fn restarts(kubelet: &FakeKubelet, want: usize) {
     bench("restart_max", ms(max), "ms");
 }
 
+/// How many of the functions `link-order.txt` names the binary has (`nm`): the build places
+/// those first, in the file's order; one the code no longer has is skipped by the linker.
+fn link_order_coverage(bin: &str) -> String {
+    let order = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("link-order.txt");
+    let named: Vec<String> = match std::fs::read_to_string(&order) {
+        Ok(text) => text.lines().map(str::to_owned).collect(),
+        Err(e) => return format!("{} not read: {e}", order.display()),
+    };
+    let symbols = match Command::new("nm").args(["--defined-only", bin]).output() {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+        Ok(out) => return format!("nm {bin} failed: {}", String::from_utf8_lossy(&out.stderr)),
+        Err(e) => return format!("nm not run: {e}"),
+    };
+    let have: std::collections::HashSet<&str> = symbols
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    let found = named.iter().filter(|n| have.contains(n.as_str())).count();
+    format!(
+        "{found} of the {} functions link-order.txt names are in the binary",
+        named.len()
+    )
+}
+
 fn main() {
     let bin = std::env::var("ERDMA_AGENT_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_erdma-agent").to_string());
@@ -690,6 +714,7 @@ fn main() {
                 |p| p.to_string_lossy().into_owned(),
             );
         println!("BENCHCONF agent binary of the cargo profile: {profile}");
+        println!("BENCHCONF agent link order: {}", link_order_coverage(&bin));
         let d64 = run_agent(
             &bin,
             &Run {
