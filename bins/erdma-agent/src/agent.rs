@@ -137,8 +137,11 @@ async fn serve(s: Settings, inventory: Inventory, mut tasks: Tasks) -> anyhow::R
         ResourceApi::DevicePlugin => {
             // The GID tables are read once the kubelet has the devices (see
             // `devices::start_first_scan`: nothing it is told depends on them).
-            let registered = plugin_metrics.clone();
-            complete.after(async move { registered.registered().await }, &mut tasks);
+            let handed = plugin_metrics.clone();
+            complete.after(
+                async move { handed.devices_handed_over().await },
+                &mut tasks,
+            );
             let pm = plugin_metrics.clone();
             plugin::start(shared, &served, pm, smcr_probe, h, &mut tasks).await?
         }

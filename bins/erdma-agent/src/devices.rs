@@ -69,6 +69,9 @@ pub async fn run(
     // The last wake-up and the next of its SETTLE re-reads.
     let mut settle: Option<(tokio::time::Instant, usize)> = None;
     let mut full_scan: Option<tokio::task::JoinHandle<NodeDevices>> = None;
+    // The first full scan completes the identity pass the agent started from: nothing waits
+    // for it, so it reads on one thread and leaves the other CPUs to the registration.
+    let mut completing = true;
     // An event may have renamed or replaced what the kept-open attributes belong to.
     let mut reopen = false;
     loop {
@@ -106,8 +109,15 @@ pub async fn run(
             rescan_due = false;
             let inv = inventory.clone();
             // sysfs reads block: keep them off the async workers.
-            tracing::debug!("full scan started");
-            full_scan = Some(tokio::task::spawn_blocking(move || inv.scan()));
+            let unhurried = std::mem::take(&mut completing);
+            tracing::debug!(unhurried, "full scan started");
+            full_scan = Some(tokio::task::spawn_blocking(move || {
+                if unhurried {
+                    inv.scan_unhurried()
+                } else {
+                    inv.scan()
+                }
+            }));
             last_full = tokio::time::Instant::now();
         }
         let base = match scanned {
@@ -318,8 +328,8 @@ fn log_changes(old: &NodeDevices, new: &NodeDevices) {
 /// the SMC-R probe, and awaited by [`start`] when it is needed: the identity pass
 /// ([`Inventory::scan_identity`]: every device's identity, ports, netdev, char devices and
 /// health, without the GID tables), which is all the device plugin registers and answers from.
-/// A full scan completes it once the device plugin registered ([`Complete`]), published as any
-/// later scan is.
+/// A full scan completes it once the kubelet has the served devices ([`Complete`]), published
+/// as any later scan is.
 ///
 /// What the identity snapshot lacks until then — the GID tables, the GID index, IPv4 addresses
 /// taken from the GIDs, the findings the GID tables give — is read by nothing the agent serves:
@@ -375,7 +385,10 @@ pub async fn start(
         wake.refresh.clone(),
     ));
     let cancel = tasks.cancel.clone();
-    let complete = Complete(wake.rescan.clone());
+    let complete = Complete {
+        rescan: wake.rescan.clone(),
+        started_up: tasks.started_up.clone(),
+    };
     tasks.spawn(
         "the device inventory",
         run(
@@ -391,32 +404,39 @@ pub async fn start(
 }
 
 /// Starts the full scan that completes the identity pass the agent started from
-/// ([`start_first_scan`]). The agent calls it once the resource API registered with the kubelet
-/// (or [`COMPLETE_AT_LATEST`] after the start): on a node of few cores, the full scan's reads
-/// beside the registration would only delay it.
+/// ([`start_first_scan`]). The agent calls it once the kubelet has the devices: with the device
+/// plugin, when ListAndWatch handed over a list with at least one device (or
+/// [`COMPLETE_AT_LATEST`] after the start, for a node that serves none yet); with DRA, at once.
+/// On a node of few cores, the full scan's reads (two threads) beside the registration and the
+/// transfer of a 12 800-slot list would only delay them.
 #[derive(Debug, Clone)]
-pub struct Complete(Arc<Notify>);
+pub struct Complete {
+    rescan: Arc<Notify>,
+    started_up: crate::tasks::StartedUp,
+}
 
 /// The latest the full scan starts after the identity pass, registered or not.
 pub const COMPLETE_AT_LATEST: Duration = Duration::from_secs(1);
 
 impl Complete {
-    /// Starts the full scan now (a stored permit: the reader takes it at its next wait).
+    /// Starts the full scan now (a stored permit: the reader takes it at its next wait), and
+    /// marks the start as over ([`crate::tasks::StartedUp`]).
     pub fn now(&self) {
-        self.0.notify_one();
+        self.rescan.notify_one();
+        self.started_up.set();
     }
 
-    /// Starts the full scan once `registered` returns, or [`COMPLETE_AT_LATEST`] passed.
+    /// Starts the full scan once `ready` returns, or [`COMPLETE_AT_LATEST`] passed.
     pub fn after(
         self,
-        registered: impl Future<Output = ()> + Send + 'static,
+        ready: impl Future<Output = ()> + Send + 'static,
         tasks: &mut crate::tasks::Tasks,
     ) {
         let cancel = tasks.cancel.clone();
         tasks.spawn("completing the first inventory", async move {
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = registered => {}
+                _ = ready => {}
                 _ = tokio::time::sleep(COMPLETE_AT_LATEST) => {}
             }
             tracing::debug!("completing the identity pass with a full scan");

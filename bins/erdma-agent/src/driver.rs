@@ -46,6 +46,7 @@ pub async fn observe(
     mut rx: watch::Receiver<DriverStatus>,
     metrics: Arc<AgentMetrics>,
     cluster: Option<Cluster>,
+    started_up: crate::tasks::StartedUp,
     cancel: CancellationToken,
 ) {
     let mut previous: Option<DriverStatus> = None;
@@ -69,6 +70,13 @@ pub async fn observe(
         }
         let mut retry = false;
         if published.as_ref() != Some(&now) {
+            if cluster.is_some() {
+                // The node's labels and condition wait for the kubelet to have the devices.
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = started_up.wait() => {}
+                }
+            }
             match &cluster {
                 Some(c) => match c.publish_driver(published.as_ref(), &now).await {
                     Ok(()) => published = Some(now.clone()),
@@ -120,6 +128,7 @@ pub fn start_manager(
         rx.clone(),
         shared.metrics.clone(),
         shared.cluster.clone(),
+        tasks.started_up.clone(),
         tasks.cancel.clone(),
     );
     tasks.spawn("reporting the driver state", observe);

@@ -401,8 +401,11 @@ pub fn start_report(
     };
     let (api, retire, resource) = (plan.resource_api, plan.retire_dra, s.resource_name.clone());
     let stop = tasks.cancel.clone();
+    let started_up = tasks.started_up.clone();
     tasks.spawn("reporting the resource API", async move {
         let report = async {
+            // The node's condition waits for the kubelet to have the devices.
+            started_up.wait().await;
             if let Err(e) = publish_condition(&c, api, &resource).await {
                 tracing::warn!("{e}");
             }

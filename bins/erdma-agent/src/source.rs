@@ -173,19 +173,24 @@ pub async fn follow_cluster(
                 let raw = raw_rx.borrow_and_update();
                 match_eris(current, &raw)
             };
-            if reported.as_ref() != Some(&matched.missing) {
-                for (id, why) in &matched.missing {
+            let missing = matched.missing.clone();
+            // Served first: the status report is for people reading the ERdmaDevice, and its
+            // read and write of the object wait on the API server (at start, the kubelet would
+            // wait for them).
+            publish(EriSource::Cluster(matched));
+            if reported.as_ref() != Some(&missing) {
+                for (id, why) in &missing {
                     tracing::warn!(eri = %id, "{why}");
                 }
                 let report =
-                    report_device_problems(&cluster.client, &current.object_name, &matched.missing);
+                    report_device_problems(&cluster.client, &current.object_name, &missing);
                 let reported_now = tokio::select! {
                     _ = cancel.cancelled() => return,
                     r = report => r,
                 };
                 match reported_now {
                     Ok(()) => {
-                        reported = Some(matched.missing.clone());
+                        reported = Some(missing);
                         report_retry = None;
                     }
                     Err(e) => {
@@ -194,7 +199,6 @@ pub async fn follow_cluster(
                     }
                 }
             }
-            publish(EriSource::Cluster(matched));
         }
         let retry = async {
             match report_retry {

@@ -9,9 +9,30 @@ use crate::pending::Pending;
 use erdma_inventory::Inventory;
 use std::any::Any;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+/// Set once the urgent part of the start is over: the kubelet has the served devices (the device
+/// plugin's ListAndWatch handed them over, or the DRA driver serves), at the latest
+/// [`crate::devices::COMPLETE_AT_LATEST`] after the start. Work that nothing waits for — the
+/// full inventory scan, the node's driver labels and conditions — starts after it, leaving a
+/// node's few CPUs to the registration.
+#[derive(Debug, Clone, Default)]
+pub struct StartedUp(Arc<tokio::sync::SetOnce<()>>);
+
+impl StartedUp {
+    /// Marks the start as over (again: no effect).
+    pub fn set(&self) {
+        let _ = self.0.set(());
+    }
+
+    /// Returns once the start is over (at once when it is).
+    pub async fn wait(&self) {
+        self.0.wait().await;
+    }
+}
 
 /// The agent's tasks, what they share (the cancel token, [`Pending`]), and what must stay alive
 /// until they stopped (watch senders, watchers).
@@ -20,6 +41,8 @@ pub struct Tasks {
     pub pending: Pending,
     /// Fires on shutdown.
     pub cancel: CancellationToken,
+    /// Set once the urgent part of the start is over ([`StartedUp`]).
+    pub started_up: StartedUp,
     handles: Vec<JoinHandle<()>>,
     reconciler: Option<JoinHandle<()>>,
     kept: Vec<Box<dyn Any + Send>>,
@@ -31,6 +54,7 @@ impl Tasks {
         Tasks {
             pending,
             cancel,
+            started_up: StartedUp::default(),
             handles: Vec::new(),
             reconciler: None,
             kept: Vec::new(),

@@ -258,13 +258,22 @@ async fn refused_reload_shows_in_healthz_metrics_and_on_the_node() {
         cancel.clone(),
     );
     let (plugin_metrics, metrics, registry) = registry();
+    let started_up = erdma_agent::tasks::StartedUp::default();
     let observer = tokio::spawn(driver::observe(
         rx.clone(),
         metrics,
         Some(cluster),
+        started_up.clone(),
         cancel.clone(),
     ));
     until("the refused change", || rx.borrow().pending.is_some()).await;
+    // The node is written only once the start is over (the kubelet has the devices).
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(
+        api.requests_matching("PATCH", "/nodes/").is_empty(),
+        "node written before the start was over"
+    );
+    started_up.set();
     let api2 = api.clone();
     until("node labels", || {
         api2.get::<k8s_openapi::api::core::v1::Node>(None, "n1")

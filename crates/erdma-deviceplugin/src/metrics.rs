@@ -66,6 +66,11 @@ pub struct Metrics {
     registered: AtomicBool,
     /// Woken at each successful registration ([`Metrics::registered`]).
     registered_now: tokio::sync::Notify,
+    /// Whether a ListAndWatch stream has handed the kubelet's transport a device list with at
+    /// least one device ([`Metrics::devices_handed_over`]).
+    devices_handed: AtomicBool,
+    /// Woken when that first happens.
+    devices_handed_now: tokio::sync::Notify,
     allocated: Mutex<BTreeSet<erdma_model::SlotId>>,
 }
 
@@ -157,6 +162,8 @@ impl Metrics {
             inventory_snapshots,
             registered: AtomicBool::new(false),
             registered_now: tokio::sync::Notify::new(),
+            devices_handed: AtomicBool::new(false),
+            devices_handed_now: tokio::sync::Notify::new(),
             allocated: Mutex::new(BTreeSet::new()),
         }
     }
@@ -234,6 +241,28 @@ impl Metrics {
     /// Whether the last registration succeeded and still stands.
     pub fn is_registered(&self) -> bool {
         self.registered.load(Ordering::Relaxed)
+    }
+
+    /// Records that a ListAndWatch stream's transport took a device list with at least one
+    /// device and asked for the next message: the kubelet has (nearly all of) it.
+    pub fn observe_devices_handed_over(&self) {
+        if !self.devices_handed.swap(true, Ordering::Relaxed) {
+            self.devices_handed_now.notify_waiters();
+        }
+    }
+
+    /// Returns once a ListAndWatch stream handed the kubelet a device list with at least one
+    /// device (at once when one did): the start-up work that can wait for the kubelet to have
+    /// the devices waits for this.
+    pub async fn devices_handed_over(&self) {
+        let woken = self.devices_handed_now.notified();
+        tokio::pin!(woken);
+        // Listening before the check: a hand-over in between is not missed.
+        woken.as_mut().enable();
+        if self.devices_handed.load(Ordering::Relaxed) {
+            return;
+        }
+        woken.await;
     }
 
     /// Returns once the plugin is registered with the kubelet (at once when it is now).

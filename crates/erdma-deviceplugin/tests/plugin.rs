@@ -1149,3 +1149,32 @@ async fn registers_promptly_when_kubelet_sock_listens_after_1500ms_away() {
 async fn registers_promptly_when_kubelet_sock_listens_after_3s_away() {
     registers_promptly_when_kubelet_sock_listens_after(Duration::from_secs(3)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn devices_handed_over_waits_for_a_list_with_devices() {
+    use futures::FutureExt;
+    let h = start(node(vec![]), |_, _| {}).await;
+    let s = h.wait_registered(1).await;
+    assert!(s.resources[RESOURCE].devices.is_empty());
+    assert!(
+        h.metrics.devices_handed_over().now_or_never().is_none(),
+        "an empty list is not the devices handed over"
+    );
+    h.devices
+        .send(node(vec![device("erdma_0", 0, Some(0), 1)]))
+        .expect("plugin holds the receiver");
+    h.kubelet
+        .wait_for(DEADLINE, |s| {
+            s.resources
+                .get(RESOURCE)
+                .is_some_and(|r| r.devices.len() == 4)
+        })
+        .await
+        .expect("the kubelet gets the device's slots");
+    tokio::time::timeout(DEADLINE, h.metrics.devices_handed_over())
+        .await
+        .expect("the hand-over is signalled once the transport took the list");
+    // Already signalled: returns at once for any later waiter.
+    assert!(h.metrics.devices_handed_over().now_or_never().is_some());
+    h.stop().await;
+}

@@ -35,7 +35,16 @@ pub(crate) enum Pass {
     Full,
 }
 
-pub(crate) fn scan(sources: &Sources, pass: Pass) -> NodeDevices {
+/// How many threads a scan reads its devices on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Threads {
+    /// One per CPU the process may use, as the node's size warrants ([`workers_for`]).
+    Split,
+    /// The calling thread alone.
+    One,
+}
+
+pub(crate) fn scan(sources: &Sources, pass: Pass, threads: Threads) -> NodeDevices {
     let sysfs = sources.sysfs.as_ref();
     sysfs.refresh();
     sysfs.close_rereads();
@@ -97,7 +106,11 @@ pub(crate) fn scan(sources: &Sources, pass: Pass) -> NodeDevices {
     };
 
     let names: Vec<String> = names.into_iter().take(MAX_DEVICES).collect();
-    node.devices = scan_devices(sources, &ctx, &names, workers_for(names.len()), pass);
+    let workers = match threads {
+        Threads::Split => workers_for(names.len()),
+        Threads::One => 1,
+    };
+    node.devices = scan_devices(sources, &ctx, &names, workers, pass);
     node.devices.sort_by_key(|d| natural_key(&d.name));
     node
 }

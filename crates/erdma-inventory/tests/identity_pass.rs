@@ -139,6 +139,25 @@ fn identity_pass_reads_no_gid_table_and_agrees_on_a_large_node() {
 }
 
 #[test]
+fn the_unhurried_scan_on_one_thread_is_the_full_scan() {
+    // 40 devices: the split scan reads them on several threads where the machine has the CPUs.
+    let tree = NodeTree::temp();
+    fixtures::large(&tree, 40, 2, 4);
+    let inv = inventory(&tree, FixedInterfaceAddrs::default());
+    let (one, split) = (inv.scan_unhurried(), inv.scan());
+    assert_eq!(one.devices.len(), 40);
+    assert!(
+        one.devices
+            .iter()
+            .all(|d| d.ports.iter().all(|p| p.gids.len() == 4))
+    );
+    assert_eq!(
+        serde_json::to_value(&one).unwrap(),
+        serde_json::to_value(&split).unwrap()
+    );
+}
+
+#[test]
 fn a_device_paired_only_through_its_gids_is_read_whole() {
     // No interface carries the MAC of the device's node_guid: the pairing falls back to the
     // GID entries' ndev, which the identity pass cannot see, so it reads that device whole.
