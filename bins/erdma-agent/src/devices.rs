@@ -405,8 +405,9 @@ pub async fn start(
 
 /// Starts the full scan that completes the identity pass the agent started from
 /// ([`start_first_scan`]). The agent calls it once the kubelet has the devices: with the device
-/// plugin, when ListAndWatch handed over a list with at least one device (or
-/// [`COMPLETE_AT_LATEST`] after the start, for a node that serves none yet); with DRA, at once.
+/// plugin, [`SETTLE_AFTER_HANDOVER`] after ListAndWatch handed over a list with at least one
+/// device (or [`COMPLETE_AT_LATEST`] after the start, for a node that serves none yet); with
+/// DRA, at once.
 /// On a node of few cores, the full scan's reads (two threads) beside the registration and the
 /// transfer of a 12 800-slot list would only delay them.
 #[derive(Debug, Clone)]
@@ -414,6 +415,12 @@ pub struct Complete {
     rescan: Arc<Notify>,
     started_up: crate::tasks::StartedUp,
 }
+
+/// How long after the hand-over of the first device list the deferred work starts: hyper asks
+/// ListAndWatch for its next message once the list is in HTTP/2's send buffer, not once the
+/// kubelet read it, and a 12 800-slot list (375 KB) takes a few milliseconds more to cross the
+/// socket and be decoded; work started at once would compete with that on a node of few cores.
+pub const SETTLE_AFTER_HANDOVER: Duration = Duration::from_millis(100);
 
 /// The latest the full scan starts after the identity pass, registered or not.
 pub const COMPLETE_AT_LATEST: Duration = Duration::from_secs(1);
@@ -426,7 +433,8 @@ impl Complete {
         self.started_up.set();
     }
 
-    /// Starts the full scan once `ready` returns, or [`COMPLETE_AT_LATEST`] passed.
+    /// Starts the full scan [`SETTLE_AFTER_HANDOVER`] after `ready` returns, or once
+    /// [`COMPLETE_AT_LATEST`] passed.
     pub fn after(
         self,
         ready: impl Future<Output = ()> + Send + 'static,
@@ -436,7 +444,10 @@ impl Complete {
         tasks.spawn("completing the first inventory", async move {
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = ready => {}
+                _ = async {
+                    ready.await;
+                    tokio::time::sleep(SETTLE_AFTER_HANDOVER).await;
+                } => {}
                 _ = tokio::time::sleep(COMPLETE_AT_LATEST) => {}
             }
             tracing::debug!("completing the identity pass with a full scan");

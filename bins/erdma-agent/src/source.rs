@@ -104,12 +104,15 @@ pub struct ClusterSourceConfig {
     pub report_retry: Duration,
     /// Period of connection retries without a cluster.
     pub retry: Duration,
+    /// The status report waits for the urgent part of the start (the kubelet having the
+    /// devices); serving the match does not.
+    pub report_after: crate::tasks::StartedUp,
 }
 
 /// Follows this node's `ERdmaDevice` until `cancel` fires: without a cluster, logs the fix and
 /// retries; with one, waits for the object (all ERIs Ready), matches it to the inventory on every
 /// change of either, publishes the result, and reports ERIs without a local device in the
-/// object's status (cleared again when found).
+/// object's status (cleared again when found) once `cfg.report_after` is set.
 pub async fn follow_cluster(
     mut cluster: Option<Cluster>,
     cfg: ClusterSourceConfig,
@@ -167,6 +170,7 @@ pub async fn follow_cluster(
     let mut reported: Option<Vec<(String, String)>> = None;
     // A failed status report is retried after this long, or earlier on any change.
     let mut report_retry: Option<tokio::time::Instant> = None;
+    let mut may_report = false;
     loop {
         if let Some(current) = &eris {
             let matched = {
@@ -178,7 +182,7 @@ pub async fn follow_cluster(
             // read and write of the object wait on the API server (at start, the kubelet would
             // wait for them).
             publish(EriSource::Cluster(matched));
-            if reported.as_ref() != Some(&missing) {
+            if may_report && reported.as_ref() != Some(&missing) {
                 for (id, why) in &missing {
                     tracing::warn!(eri = %id, "{why}");
                 }
@@ -208,6 +212,7 @@ pub async fn follow_cluster(
         };
         tokio::select! {
             _ = cancel.cancelled() => return,
+            _ = cfg.report_after.wait(), if !may_report => may_report = true,
             r = raw_rx.changed() => if r.is_err() { return },
             _ = retry => report_retry = None,
             change = changes.next() => match change {
@@ -340,6 +345,7 @@ pub fn start(
                 request_timeout: s.request_timeout,
                 report_retry: Duration::from_secs(10),
                 retry: Duration::from_secs(30),
+                report_after: tasks.started_up.clone(),
             };
             let follow = follow_cluster(
                 shared.cluster.clone(),

@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 /// Set once the urgent part of the start is over: the kubelet has the served devices (the device
 /// plugin's ListAndWatch handed them over, or the DRA driver serves), at the latest
 /// [`crate::devices::COMPLETE_AT_LATEST`] after the start. Work that nothing waits for — the
-/// full inventory scan, the node's driver labels and conditions — starts after it, leaving a
-/// node's few CPUs to the registration.
+/// full inventory scan, the node's driver labels and conditions, the `ERdmaDevice` status
+/// report — starts after it, leaving a node's few CPUs to the registration.
 #[derive(Debug, Clone, Default)]
 pub struct StartedUp(Arc<tokio::sync::SetOnce<()>>);
 

@@ -435,6 +435,7 @@ async fn erdmadevice_path_serves_only_matched_devices_and_reports_missing() {
             request_timeout: Some(Duration::from_secs(70)),
             report_retry: Duration::from_millis(30),
             retry: Duration::from_millis(30),
+            report_after: started_up(),
         },
         raw_rx.clone(),
         src_tx,
@@ -559,6 +560,7 @@ async fn without_a_cluster_the_error_names_the_fix_and_nothing_is_served() {
             request_timeout: Some(Duration::from_secs(70)),
             report_retry: Duration::from_millis(30),
             retry: Duration::from_millis(30),
+            report_after: started_up(),
         },
         raw_rx,
         src_tx,
@@ -967,4 +969,11 @@ fn registry() -> (Arc<Metrics>, Arc<AgentMetrics>, Arc<Registry>) {
     let plugin = Arc::new(Metrics::register(&mut registry));
     let agent = Arc::new(AgentMetrics::register(&mut registry));
     (plugin, agent, Arc::new(registry))
+}
+
+/// A start whose urgent part is over: reports go out at once.
+fn started_up() -> erdma_agent::tasks::StartedUp {
+    let s = erdma_agent::tasks::StartedUp::default();
+    s.set();
+    s
 }
