@@ -158,16 +158,18 @@ impl Controller {
         }
     }
 
-    /// Sends `signal` (`TERM` or `INT`) with kill(1), waits up to [`EXIT_BOUND`]; the exit
-    /// status and every stderr line.
+    /// Sends `signal` (`TERM` or `INT`), waits up to [`EXIT_BOUND`]; the exit status and every
+    /// stderr line.
     fn stop(&mut self, signal: &str) -> (std::process::ExitStatus, Vec<String>) {
+        use nix::sys::signal::{Signal, kill};
+        let sig = match signal {
+            "TERM" => Signal::SIGTERM,
+            "INT" => Signal::SIGINT,
+            other => panic!("no such signal in these tests: {other}"),
+        };
         let sent = Instant::now();
-        let killed = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(self.child.id().to_string())
-            .status()
-            .expect("run kill");
-        assert!(killed.success(), "kill -{signal}");
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
+        kill(pid, sig).unwrap_or_else(|e| panic!("kill -{signal}: {e}"));
         let status = loop {
             if let Some(st) = self.child.try_wait().expect("wait for the controller") {
                 break st;
