@@ -64,13 +64,9 @@ pub struct Metrics {
     pub inventory_snapshots: Counter,
     /// Whether the plugin is registered with the kubelet now.
     registered: AtomicBool,
-    /// Woken at each successful registration ([`Metrics::registered`]).
-    registered_now: tokio::sync::Notify,
-    /// Whether a ListAndWatch stream has handed the kubelet's transport a device list with at
+    /// Set once a ListAndWatch stream has handed the kubelet's transport a device list with at
     /// least one device ([`Metrics::devices_handed_over`]).
-    devices_handed: AtomicBool,
-    /// Woken when that first happens.
-    devices_handed_now: tokio::sync::Notify,
+    devices_handed: tokio::sync::SetOnce<()>,
     allocated: Mutex<BTreeSet<erdma_model::SlotId>>,
 }
 
@@ -161,9 +157,7 @@ impl Metrics {
             list_and_watch_updates,
             inventory_snapshots,
             registered: AtomicBool::new(false),
-            registered_now: tokio::sync::Notify::new(),
-            devices_handed: AtomicBool::new(false),
-            devices_handed_now: tokio::sync::Notify::new(),
+            devices_handed: tokio::sync::SetOnce::new(),
             allocated: Mutex::new(BTreeSet::new()),
         }
     }
@@ -219,9 +213,6 @@ impl Metrics {
             })
             .inc();
         self.registered.store(ok, Ordering::Relaxed);
-        if ok {
-            self.registered_now.notify_waiters();
-        }
     }
 
     /// Records a Register attempt and what prompted it (a [`TriggerLabel`] value).
@@ -244,39 +235,16 @@ impl Metrics {
     }
 
     /// Records that a ListAndWatch stream's transport took a device list with at least one
-    /// device and asked for the next message: the kubelet has (nearly all of) it.
+    /// device and asked for the next message (the list may still be crossing the socket).
     pub fn observe_devices_handed_over(&self) {
-        if !self.devices_handed.swap(true, Ordering::Relaxed) {
-            self.devices_handed_now.notify_waiters();
-        }
+        let _ = self.devices_handed.set(());
     }
 
     /// Returns once a ListAndWatch stream handed the kubelet a device list with at least one
     /// device (at once when one did): the start-up work that can wait for the kubelet to have
     /// the devices waits for this.
     pub async fn devices_handed_over(&self) {
-        let woken = self.devices_handed_now.notified();
-        tokio::pin!(woken);
-        // Listening before the check: a hand-over in between is not missed.
-        woken.as_mut().enable();
-        if self.devices_handed.load(Ordering::Relaxed) {
-            return;
-        }
-        woken.await;
-    }
-
-    /// Returns once the plugin is registered with the kubelet (at once when it is now).
-    pub async fn registered(&self) {
-        loop {
-            let woken = self.registered_now.notified();
-            tokio::pin!(woken);
-            // Listening before the check: a registration in between is not missed.
-            woken.as_mut().enable();
-            if self.is_registered() {
-                return;
-            }
-            woken.await;
-        }
+        self.devices_handed.wait().await;
     }
 
     /// The OpenMetrics text exposition.

@@ -215,8 +215,8 @@ impl api::device_plugin_server::DevicePlugin for DevicePluginService {
         let stream = futures::stream::unfold(
             (rx, None::<Vec<crate::devices::Advertised>>, stop, metrics),
             |(mut rx, last, stop, metrics)| async move {
-                // Asked for the next message: the transport took the last one (hyper polls the
-                // body again once the data it holds fits the kubelet's flow-control window).
+                // Asked for the next message: the transport took the last one into its send
+                // buffer (the kubelet may not have read it yet).
                 if last.as_ref().is_some_and(|l| !l.is_empty()) {
                     metrics.observe_devices_handed_over();
                 }

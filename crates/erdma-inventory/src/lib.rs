@@ -69,10 +69,7 @@ impl Inventory {
     /// takes, at most about the read limit per attribute that does not answer): call it off an
     /// async runtime's workers.
     pub fn scan(&self) -> NodeDevices {
-        let sources = self.sources.clone();
-        self.watched
-            .run(move || node::scan(&sources, node::Pass::Full, node::Threads::Split))
-            .unwrap_or_else(given_up)
+        self.scan_with(node::Pass::Full, node::Threads::Split)
     }
 
     /// [`Inventory::scan`] on the calling thread alone: for a scan nothing waits for, such as
@@ -80,10 +77,7 @@ impl Inventory {
     /// them from the work that is waited for (the kubelet's first device list). Its wall time is
     /// about the split scan's CPU time. Blocks as [`Inventory::scan`] does.
     pub fn scan_unhurried(&self) -> NodeDevices {
-        let sources = self.sources.clone();
-        self.watched
-            .run(move || node::scan(&sources, node::Pass::Full, node::Threads::One))
-            .unwrap_or_else(given_up)
+        self.scan_with(node::Pass::Full, node::Threads::One)
     }
 
     /// The identity pass: [`Inventory::scan`] without the GID tables, what a device plugin needs
@@ -107,9 +101,14 @@ impl Inventory {
     /// topology, character devices, the container's environment: device names and PNET ID)
     /// depends on what is deferred.
     pub fn scan_identity(&self) -> NodeDevices {
+        self.scan_with(node::Pass::Identity, node::Threads::Split)
+    }
+
+    /// One scan of `pass` on `threads`, each read watched (see [`Inventory::scan`]).
+    fn scan_with(&self, pass: node::Pass, threads: node::Threads) -> NodeDevices {
         let sources = self.sources.clone();
         self.watched
-            .run(move || node::scan(&sources, node::Pass::Identity, node::Threads::Split))
+            .run(move || node::scan(&sources, pass, threads))
             .unwrap_or_else(given_up)
     }
 
