@@ -26,6 +26,15 @@ CTRD_DEBUG_LOG=/var/log/containerd-debug.log
 # github.com/containerd/containerd/v2 2.1.9+unknown ..." -> containerd-2.1)
 runtime_name() { containerd --version | awk '{v = $3; sub(/^v/, "", v); split(v, p, "."); print "containerd-" p[1] "." p[2]}'; }
 RT_NAME=$(command -v containerd > /dev/null && runtime_name)
+# The node kind's cgroup version (lab.cgroup on the kernel command line, lab/nodes.conf; v2
+# unless it says v1) and OCI runtime (lab.oci; runc-1.1 unless it says otherwise).
+LAB_CGROUP=$(sed -n 's/.*[[:space:]]lab.cgroup=\([^[:space:]]*\).*/\1/p' /proc/cmdline)
+[ "$LAB_CGROUP" = v1 ] || LAB_CGROUP=v2
+LAB_OCI=$(sed -n 's/.*[[:space:]]lab.oci=\([^[:space:]]*\).*/\1/p' /proc/cmdline)
+LAB_OCI=${LAB_OCI:-runc-1.1}
+# cgroup_dir CONTROLLER PATH: the directory with CONTROLLER's files of the cgroup PATH (an OCI
+# cgroupsPath, /kubepods/...): /sys/fs/cgroup/PATH on v2, /sys/fs/cgroup/CONTROLLER/PATH on v1
+cgroup_dir() { if [ "$LAB_CGROUP" = v1 ]; then echo "/sys/fs/cgroup/$1$2"; else echo "/sys/fs/cgroup$2"; fi; }
 
 # runtime_up: idempotent; records its timings (runtime-start, runtime-image-import) in
 # out/timings.txt. Fails (status 1) with a log line when the runtime is not in the image, has
@@ -41,8 +50,11 @@ runtime_up() {
   _rt=$(now)
   modprobe overlay || log "modprobe overlay failed"
   # cgroup v2 (mounted by /init): the controllers runc sets up for containers; the device
-  # "controller" of v2 is an eBPF program runc attaches to each container's cgroup.
-  echo "+cpu +memory +pids +rdma" > /sys/fs/cgroup/cgroup.subtree_control || log "cgroup.subtree_control: $(cat /sys/fs/cgroup/cgroup.controllers)"
+  # "controller" of v2 is an eBPF program runc attaches to each container's cgroup. On v1 each
+  # controller is its own hierarchy (/init mounts them), devices among them: nothing to enable.
+  if [ "$LAB_CGROUP" = v2 ]; then
+    echo "+cpu +memory +pids +rdma" > /sys/fs/cgroup/cgroup.subtree_control || log "cgroup.subtree_control: $(cat /sys/fs/cgroup/cgroup.controllers)"
+  fi
   mkdir -p /var/lib/containerd /etc/containerd /etc/cni/net.d /opt/cni/bin /var/run/cdi /etc/cdi /var/log/pods /var/run/netns
   # overlayfs cannot use the initramfs (rootfs) as its upper layer's file system
   grep -q " /var/lib/containerd " /proc/mounts || mount -t tmpfs tmpfs /var/lib/containerd
@@ -51,7 +63,11 @@ runtime_up() {
   cp "$RUNTIME_CFG/10-lab.conflist" /etc/cni/net.d/
   runtime_start info || return 1
   echo "runtime-start $(awk -v a="$_rt" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')" >> "$OUT/timings.txt"
-  log "runtime: $RT_NAME: $(containerd --version | cut -d' ' -f1-3), $(runc --version | head -1)"
+  log "runtime: $RT_NAME: $(containerd --version | cut -d' ' -f1-3), $(runc --version | head -1), cgroup $LAB_CGROUP"
+  case "$LAB_OCI" in
+    runc-*) runc --version | head -1 | grep -q "version ${LAB_OCI#runc-}\." \
+      || { log "the node kind asks for $LAB_OCI, the image has $(runc --version | head -1)"; return 1; } ;;
+  esac
   _rt=$(now)
   ctr -n k8s.io images import /var/lib/erdma-lab/rdma-tools.oci.tar > /tmp/import.out 2>&1 \
     || { log "image import failed:"; cat /tmp/import.out; return 1; }

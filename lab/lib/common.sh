@@ -6,6 +6,7 @@
 #                        lab/runtime.conf: containerd-1.7, containerd-2.1)
 #      ERDMA_NO_APT=1    never run apt-get install (fail naming what is missing); ERDMA_LAB_NO_APT=1 too
 #      ERDMA_LAB_PROFILE debug (default, the test build cache) or release (as shipped; the benchmark)
+#      ERDMA_LAB_NO_BUILD=1 no cargo build: the lab binaries as cargo last built them
 #      CARGO_TARGET_DIR  honoured when locating the built binaries
 LAB=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REPO=$(cd "$LAB/.." && pwd)
@@ -13,6 +14,8 @@ CACHE=${ERDMA_LAB_CACHE:-${HOME:-/root}/.cache/erdma-lab}
 SUITE=${ERDMA_LAB_SUITE:-trixie-backports}
 DEFAULT_RUNTIME=containerd-1.7
 RUNTIME=${ERDMA_LAB_RUNTIME:-$DEFAULT_RUNTIME}
+# the OCI runtime in the runtime layer (lab/run.sh --node sets it from lab/nodes.conf)
+OCI=runc-1.1
 T0=$(date +%s.%N)
 TIMINGS=()
 
@@ -58,8 +61,14 @@ lab_build() {
     release) dir=release; args+=(--release) ;;
     *) die "ERDMA_LAB_PROFILE is '${ERDMA_LAB_PROFILE}' (debug or release)" ;;
   esac
-  say "cargo build ${args[*]}"
-  (cd "$REPO" && cargo build -q "${args[@]}") || die "cargo build failed"
+  # ERDMA_LAB_NO_BUILD=1: the binaries cargo built last, as they are (a lab change tried while
+  # the workspace does not build)
+  if [ "${ERDMA_LAB_NO_BUILD:-0}" = 1 ]; then
+    say "ERDMA_LAB_NO_BUILD=1: no cargo build; the binaries as last built"
+  else
+    say "cargo build ${args[*]}"
+    (cd "$REPO" && cargo build -q "${args[@]}") || die "cargo build failed"
+  fi
   # As shipped, the agent is built with its own cargo profile (optimised for size, as
   # scripts/build-images.sh builds it).
   local agent_dir
@@ -104,8 +113,39 @@ lab_kernel() {
   KVER=$(basename "$(ls -d "$KROOT"/lib/modules/* "$KROOT"/usr/lib/modules/* 2>/dev/null | head -1)")
 }
 
-# The runtimes lab/runtime.conf pins (its sections), space separated.
-lab_runtimes() { sed -n 's/^\[\([^]]*\)\].*/\1/p' "$LAB/runtime.conf" | tr '\n' ' ' | sed 's/ $//'; }
+# The runtimes lab/runtime.conf pins (its containerd sections), space separated.
+lab_runtimes() { sed -n 's/^\[\(containerd-[^]]*\)\].*/\1/p' "$LAB/runtime.conf" | tr '\n' ' ' | sed 's/ $//'; }
+# The OCI runtimes: runc-1.1 (in every containerd section) and lab/runtime.conf's other sections.
+lab_ocis() { { echo runc-1.1; sed -n 's/^\[\([^]]*\)\].*/\1/p' "$LAB/runtime.conf" | grep -v '^containerd-'; } | tr '\n' ' ' | sed 's/ $//'; }
+
+# The node kinds of lab/nodes.conf, space separated.
+lab_nodes() { awk '!/^#/ && NF == 7 {print $1}' "$LAB/nodes.conf" | tr '\n' ' ' | sed 's/ $//'; }
+# lab_node NAME: takes the kind's row of lab/nodes.conf: sets NODE, SUITE, RUNTIME, NODE_CGROUP,
+# NODE_DRIVER, OCI and NODE_LSM; a name not there, or a row with a value out of its column's
+# set, is an error naming the row and the values it may have.
+lab_node() {
+  local row
+  row=$(awk -v n="$1" '!/^#/ && NF == 7 && $1 == n' "$LAB/nodes.conf")
+  [ -n "$row" ] || die "unknown node kind '$1' (lab/nodes.conf has: $(lab_nodes))"
+  read -r NODE SUITE NODE_CGROUP NODE_DRIVER RUNTIME OCI NODE_LSM <<<"$row"
+  awk -v s="$SUITE" '!/^#/ && $1 == s {found = 1} END {exit !found}' "$LAB/kernels.conf" \
+    || die "node $NODE: suite '$SUITE' is not in lab/kernels.conf"
+  case "$NODE_CGROUP" in v1|v2) ;; *) die "node $NODE: cgroup '$NODE_CGROUP' (v1 or v2)" ;; esac
+  case "$NODE_DRIVER" in cgroupfs|systemd) ;; *) die "node $NODE: cgroup driver '$NODE_DRIVER' (cgroupfs or systemd)" ;; esac
+  case "$NODE_LSM" in none|apparmor) ;; *) die "node $NODE: LSM '$NODE_LSM' (none or apparmor)" ;; esac
+  grep -qx -- "$RUNTIME" < <(lab_runtimes | tr ' ' '\n') \
+    || die "node $NODE: runtime '$RUNTIME' is not a section of lab/runtime.conf ($(lab_runtimes))"
+  grep -qx -- "$OCI" < <(lab_ocis | tr ' ' '\n') \
+    || die "node $NODE: OCI runtime '$OCI' (known: $(lab_ocis))"
+}
+# lab_node_append: the kernel command line that tells the guest its node kind (lab/guest/init and
+# lab/guest/runtime.sh read it), plus the kernel parameters the kind needs.
+lab_node_append() {
+  local a="lab.node=$NODE lab.cgroup=$NODE_CGROUP lab.cgroup_driver=$NODE_DRIVER lab.oci=$OCI lab.lsm=$NODE_LSM"
+  # AppArmor is built into Debian's kernels but not in their default LSM list everywhere
+  [ "$NODE_LSM" = apparmor ] && a="$a apparmor=1 security=apparmor"
+  echo "$a"
+}
 # Sets RUNTIME_LAYER: the guest's container runtime $RUNTIME (containerd, runc, CNI plugins, the
 # offline OCI image) as an initramfs layer, cached by content (lab/lib/runtime.sh, pins in
 # lab/runtime.conf). lab_initramfs adds it when it is set; lab_workdir then tells the guest
@@ -114,8 +154,8 @@ RUNTIME_LAYER=""
 lab_runtime() {
   grep -qx -- "$RUNTIME" < <(lab_runtimes | tr ' ' '\n') \
     || die "unknown runtime '$RUNTIME' (lab/runtime.conf has: $(lab_runtimes))"
-  RUNTIME_LAYER=$("$LAB/lib/runtime.sh" "$CACHE/runtime" "$RUNTIME" | tail -1) && [ -f "$RUNTIME_LAYER" ] \
-    || die "the container runtime layer could not be built (lab/lib/runtime.sh $RUNTIME)"
+  RUNTIME_LAYER=$("$LAB/lib/runtime.sh" "$CACHE/runtime" "$RUNTIME" "$OCI" | tail -1) && [ -f "$RUNTIME_LAYER" ] \
+    || die "the container runtime layer could not be built (lab/lib/runtime.sh $RUNTIME $OCI)"
 }
 
 # Sets INITRD: the cached base image (rebuilt when the kernel, the builder, /init or the host

@@ -42,6 +42,9 @@ apt_update() {
   mkdir -p "$APTROOT"/{lists/partial,cache/archives/partial,preferences.d,sources.list.d}
   case "$SUITE" in
     *-backports) printf 'deb %s %s main\ndeb %s %s main\n' "$uri" "${SUITE%-backports}" "$uri" "$SUITE" ;;
+    # a release's security updates live beside the mirror, in debian-security (bullseye's last
+    # 5.10 kernels are only there)
+    *-security) printf 'deb %s %s main\ndeb %s-security %s main\n' "$uri" "${SUITE%-security}" "${uri%/}" "$SUITE" ;;
     *) printf 'deb %s %s main\n' "$uri" "$SUITE" ;;
   esac > "$APTROOT/sources.list"
   echo "kernel.sh: apt-get update for $SUITE from $uri" >&2

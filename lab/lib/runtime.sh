@@ -5,9 +5,12 @@
 # loopback (Debian 12), pinned with SHA256 in lab/runtime.conf (a section per runtime), plus the
 # offline OCI image lab.local/rdma-tools:1 (lab/lib/oci-image.sh: busybox and the rdma-core tools
 # and rxe provider the scenarios run in containers).
-#   lab/lib/runtime.sh OUT_DIR [RUNTIME]
-# RUNTIME: a section of lab/runtime.conf (default: $ERDMA_LAB_RUNTIME, else containerd-1.7).
-# Prints the layer's path as the last line of stdout (OUT_DIR/runtime-<runtime>-<key>.cpio.gz).
+#   lab/lib/runtime.sh OUT_DIR [RUNTIME [OCI]]
+# RUNTIME: a containerd section of lab/runtime.conf (default: $ERDMA_LAB_RUNTIME, else
+# containerd-1.7). OCI: runc-1.1 (default: the section's runc) or another section of
+# lab/runtime.conf (runc-1.3), whose runc replaces the section's, with its own glibc in
+# /opt/lab-glibc. Prints the layer's path as the last line of stdout
+# (OUT_DIR/runtime-<runtime>[-<oci>]-<key>.cpio.gz).
 # Nothing is installed on the host: apt runs with a private state under the cache, packages are
 # unpacked with dpkg -x. The guest's configuration (containerd's config, the CNI network) is not
 # in the layer: lab/guest/runtime.sh installs it from the share at boot, by the containerd version
@@ -20,22 +23,34 @@ LAB=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${ERDMA_LAB_CACHE:-${HOME:-/root}/.cache/erdma-lab}
 PINS="$LAB/runtime.conf"
 RUNTIME=${2:-${ERDMA_LAB_RUNTIME:-containerd-1.7}}
+OCI=${3:-runc-1.1}
 # pins RUNTIME: the package lines of the runtime's section
 pins() { awk -v want="[$1]" '/^\[/ {sec = $1; next} !/^#/ && NF >= 4 && sec == want' "$PINS"; }
-RUNTIMES=$(sed -n 's/^\[\([^]]*\)\].*/\1/p' "$PINS" | tr '\n' ' ')
-if [ -z "$(pins "$RUNTIME")" ]; then
+RUNTIMES=$(sed -n 's/^\[\(containerd-[^]]*\)\].*/\1/p' "$PINS" | tr '\n' ' ')
+if [ "${RUNTIME#containerd-}" = "$RUNTIME" ] || [ -z "$(pins "$RUNTIME")" ]; then
   echo "runtime.sh: no runtime '$RUNTIME' in $PINS (known: $RUNTIMES)" >&2; exit 2
 fi
+OCIS="runc-1.1 $(sed -n 's/^\[\([^]]*\)\].*/\1/p' "$PINS" | grep -v '^containerd-' | tr '\n' ' ')"
+if [ "$OCI" != runc-1.1 ] && { [ "${OCI#containerd-}" != "$OCI" ] || [ -z "$(pins "$OCI")" ]; }; then
+  echo "runtime.sh: no OCI runtime '$OCI' in $PINS (known: $OCIS)" >&2; exit 2
+fi
+# every pin of the layer, the OCI runtime's section after the containerd section's, each line
+# tagged with its section
+all_pins() {
+  pins "$RUNTIME" | sed "s/^/$RUNTIME /"
+  [ "$OCI" = runc-1.1 ] || pins "$OCI" | sed "s/^/$OCI /"
+}
 IMAGE_REF=lab.local/rdma-tools:1
 IMAGE_FILES=(/bin/busybox /usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv_rc_pingpong /usr/bin/ib_write_bw
   /etc/libibverbs.d/rxe.driver /usr/lib/x86_64-linux-gnu/libgcc_s.so.1)
 IMAGE_FILES+=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so)
 
 # The layer's key: the runtime's pins, these scripts and every file that goes into the image.
-KEY=$( { echo "$RUNTIME"; pins "$RUNTIME"; cat "$0" "$LAB/lib/oci-image.sh"; sha256sum "${IMAGE_FILES[@]}";
+KEY=$( { echo "$RUNTIME $OCI"; all_pins; cat "$0" "$LAB/lib/oci-image.sh"; sha256sum "${IMAGE_FILES[@]}";
          for f in "${IMAGE_FILES[@]}"; do ldd "$f" 2>/dev/null | awk '/=>/ {print $3}'; done | sort -u | xargs -r sha256sum; } \
        | sha256sum | cut -c1-16)
 OUT="$OUTDIR/runtime-$RUNTIME-$KEY.cpio.gz"
+[ "$OCI" = runc-1.1 ] || OUT="$OUTDIR/runtime-$RUNTIME-$OCI-$KEY.cpio.gz"
 if [ -f "$OUT" ]; then echo "$OUT"; exit 0; fi
 
 mirror() {
@@ -76,8 +91,8 @@ by_url() {
 }
 declare -A UPDATED
 DEBS="$CACHE/debs"; mkdir -p "$DEBS"
-FILES=()
-while read -r suite pkg ver sha pool; do
+FILES=() OCI_FILES=()
+while read -r section suite pkg ver sha pool; do
   deb="$DEBS/${pkg}_${ver//:/%3a}_amd64.deb"
   if [ ! -f "$deb" ] || [ "$(sha256sum "$deb" | cut -d' ' -f1)" != "$sha" ]; then
     rm -f "$deb"; apt_opts "$suite"
@@ -104,8 +119,8 @@ while read -r suite pkg ver sha pool; do
       exit 4
     fi
   fi
-  FILES+=("$deb")
-done < <(pins "$RUNTIME")
+  if [ "$section" = "$RUNTIME" ]; then FILES+=("$deb"); else OCI_FILES+=("$deb"); fi
+done < <(all_pins)
 
 TMP=$(mktemp -d /tmp/erdma-lab-runtime.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
@@ -114,6 +129,19 @@ R="$TMP/root"; mkdir -p "$R/usr/local/bin" "$R/opt/cni/bin" "$R/usr/lib/x86_64-l
 cp "$TMP"/x/usr/bin/{containerd,containerd-shim-runc-v2,ctr} "$TMP/x/usr/sbin/runc" "$R/usr/local/bin/"
 cp "$TMP"/x/usr/lib/cni/{bridge,host-local,loopback} "$R/opt/cni/bin/"
 cp -a "$TMP"/x/usr/lib/x86_64-linux-gnu/libseccomp.so.2* "$R/usr/lib/x86_64-linux-gnu/"
+case "$OCI" in
+  runc-1.1) ;;
+  runc-*)
+    # the newer runc with its own glibc and libseccomp (lab/runtime.conf says why)
+    for deb in "${OCI_FILES[@]}"; do dpkg -x "$deb" "$TMP/oci"; done
+    G=/opt/lab-glibc; mkdir -p "$R$G"
+    # (the loader's real file: usr/lib64's is a link that may point at the host's)
+    cp -L "$TMP"/oci/usr/lib/x86_64-linux-gnu/{ld-linux-x86-64.so.2,libc.so.6,libseccomp.so.2} "$R$G/"
+    cp "$TMP/oci/usr/sbin/runc" "$R/usr/local/bin/runc"
+    "$TMP/oci/usr/bin/patchelf" --set-interpreter "$G/ld-linux-x86-64.so.2" --set-rpath "$G" "$R/usr/local/bin/runc"
+    ;;
+  *) echo "runtime.sh: no way to put the OCI runtime '$OCI' in the layer yet" >&2; exit 2 ;;
+esac
 "$LAB/lib/oci-image.sh" "$R/var/lib/erdma-lab/rdma-tools.oci.tar" "$IMAGE_REF" "${IMAGE_FILES[@]}"
 (cd "$R" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) > "$OUT.tmp.$$"
 mv "$OUT.tmp.$$" "$OUT"

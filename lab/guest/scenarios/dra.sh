@@ -121,7 +121,7 @@ for p in a b; do
   ck "pod-$p's ibv_devices lists only rxe0: [$seen]" test "$seen" = "rxe0 "
   # The claim's consumed capacity reaches the kernel: the agent's NRI plugin turns the spec's
   # ERDMA_RDMA_MAX hand-off into the container's rdma.max (OCI spec and cgroup).
-  CGP=/sys/fs/cgroup$(jq -r .Spec.linux.cgroupsPath "/tmp/pod-$p.ctr.json")
+  CGP=$(cgroup_dir rdma "$(jq -r .Spec.linux.cgroupsPath "/tmp/pod-$p.ctr.json")")
   ck "pod-$p's rdma.max is claim-$p's consumed capacity (NRI from the CDI hand-off): OCI spec $(jq -c '.Spec.linux.resources.unified // {}' "/tmp/pod-$p.ctr.json"), cgroup [$(grep '^rxe0 ' "$CGP/rdma.max" 2>&1)]" \
     sh -c "jq -e '.Spec.linux.resources.unified[\"rdma.max\"] == \"rxe0 hca_handle=4 hca_object=8000\"' /tmp/pod-$p.ctr.json && grep -q '^rxe0 hca_handle=4 hca_object=8000 *\$' '$CGP/rdma.max'"
 done

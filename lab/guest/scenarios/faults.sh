@@ -58,7 +58,7 @@ ledger_ok() {
   done
 }
 registrations() { jq -r '.registrations // 0' "$STATE"; }
-cgroup_of() { echo "/sys/fs/cgroup$(ctr -n k8s.io containers info "$(jq -r .container_id "/tmp/$1.pod.json")" | jq -r .Spec.linux.cgroupsPath)"; }
+cgroup_of() { cgroup_dir rdma "$(ctr -n k8s.io containers info "$(jq -r .container_id "/tmp/$1.pod.json")" | jq -r .Spec.linux.cgroupsPath)"; }
 rdma_max_of() { grep "^$2 " "$(cgroup_of "$1")/rdma.max" 2>/dev/null; }
 dev_of_pod() { jq -r '.allocation.device_ids[0] | split("/")[0]' "/tmp/$1.pod.json"; }
 

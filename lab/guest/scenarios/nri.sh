@@ -60,7 +60,7 @@ phase() {
   echo "  pods on: $(for p in $pods; do printf '%s %s; ' $p "$(dev_of_pod $p)"; done)"
   for p in $pods; do
     spec_of $p > "/tmp/$1-$p.spec.json"
-    cg="/sys/fs/cgroup$(jq -r .linux.cgroupsPath "/tmp/$1-$p.spec.json")"
+    cg=$(cgroup_dir rdma "$(jq -r .linux.cgroupsPath "/tmp/$1-$p.spec.json")")
     grep "^$DL " "$cg/rdma.max" > "/tmp/$1-$p.rdma.max"
     [ $p = pod-l ] && CG=$cg
   done

@@ -85,7 +85,9 @@ kernel() {
   for k in qp mr cq pd; do rdma -j resource show $k 2> /dev/null | jq -s 'flatten(1)' > "/tmp/rdu-$1.$k" || echo '[]' > "/tmp/rdu-$1.$k"; done
   : > "/tmp/rdu-$1.pids"
   for pid in $(jq -r '.[].pid // empty' /tmp/rdu-$1.qp /tmp/rdu-$1.mr /tmp/rdu-$1.cq /tmp/rdu-$1.pd | sort -un); do
-    cg=$(sed -n 's/^0:://p' "/proc/$pid/cgroup" 2> /dev/null)
+    # v2: the "0::PATH" line; v1: the rdma hierarchy's "N:rdma:PATH"
+    if [ "$LAB_CGROUP" = v1 ]; then cg=$(sed -n 's/^[0-9]*:rdma://p' "/proc/$pid/cgroup" 2> /dev/null)
+    else cg=$(sed -n 's/^0:://p' "/proc/$pid/cgroup" 2> /dev/null); fi
     case "$cg" in "$CGA") echo "$pid lab/pod-a" ;; "$CGB") echo "$pid lab/pod-b" ;; esac
   done >> "/tmp/rdu-$1.pids"
 }
