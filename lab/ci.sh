@@ -13,6 +13,13 @@
 # results named NAME@RUNTIME (allocation@containerd-2.1); the runs above are on lab/run.sh's
 # default runtime, containerd-1.7, and keep their plain names. A table of the matrix comes before
 # the summary.
+# And the node matrix (lab/nodes.conf, lab/run.sh --node): RUNTIME_SCENARIOS on each node kind
+# besides default (cgroup v1, the systemd cgroup driver, runc 1.3, the 5.10 kernel, AppArmor),
+# results named NAME@NODE. Plain lab/ci.sh (what CI runs) runs the cells of NODE_CI_CELLS;
+# `lab/ci.sh --full` runs every cell (docs/testing.md says which run where). `--matrix-only`
+# runs the node matrix alone (with --full: all of it). The table before the summary has one row
+# per scenario and one column per runtime and node kind: PASS, FAIL, SKIP, "N/A [n]" (the reason
+# [n] printed below it) or "not in CI (--full)".
 # Prints each runner's PASS/FAIL/SKIP lines, then exactly "N passed, M failed"; a skip counts as a
 # failure (ERDMA_LAB_STRICT=1), and so does a runner that exits non-zero without a FAIL line.
 # Runners that run a cargo test binary in the VM (lab/guest/testbin.sh) also print its counts
@@ -20,6 +27,15 @@
 # and the line before the last says how many #[ignore]d tests ran in which VM.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+FULL=0 MATRIX_ONLY=0
+for a in "$@"; do
+  case "$a" in
+    --full) FULL=1 ;;
+    --matrix-only) MATRIX_ONLY=1 ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "ci.sh: unknown argument '$a' (--full, --matrix-only)" >&2; exit 2 ;;
+  esac
+done
 export ERDMA_LAB_STRICT=1
 # CI runs on loaded machines: the health scenario reports its latency gate and fails only past 5 s
 # per flip; the strict gate (median <= 250 ms, every flip <= 1 s) is the benchmark's.
@@ -32,6 +48,24 @@ export ERDMA_LAB_HEALTH_GATE=${ERDMA_LAB_HEALTH_GATE:-ci}
 # container, health's pod only stays up: they run on the default runtime only.
 RUNTIME_SCENARIOS="allocation allocation-modes smcr-prestart nri dra chart chart-webhook faults rdma-usage doctor-usage"
 MATRIX_RUNTIMES="containerd-2.1"
+# The node kinds of the matrix: every row of lab/nodes.conf but default (which the runs above are).
+MATRIX_NODES=$(awk '!/^#/ && NF == 7 && $1 != "default" {print $1}' lab/nodes.conf | tr '\n' ' ')
+# The cells CI runs (about 20 minutes on 2 cores): per node kind, the scenarios whose checks go
+# through what the kind changes. cgroupv1 (on 5.10): the v1 devices controller (allocation),
+# rdma.max on the v1 rdma hierarchy (nri, dra: runc refuses linux.resources.unified there);
+# kernel510: the RDMA netlink resource dump and hardware counters of 5.10's rxe (rdma-usage; its
+# device plugin path is cgroupv1's allocation, on the same kernel); runc13: the device cgroup and
+# the NRI adjustments through runc 1.3; systemd: pod cgroups as slices; apparmor: the chart's
+# agent pod under containerd's default profile. The rest: lab/ci.sh --full.
+declare -A NODE_CI_CELLS=(
+  [cgroupv1]="allocation nri dra"
+  [kernel510]="rdma-usage"
+  [runc13]="allocation nri"
+  [systemd]="allocation"
+  [apparmor]="chart"
+)
+# Cells that cannot pass on a kind for a reason outside erdma: SCENARIO@NODE -> the reason.
+declare -A NODE_NA=()
 passed=0 failed=0 ignored_ran=0 ignored_where=() results=()
 run() {
   local name=$1; shift
@@ -64,6 +98,7 @@ run() {
   n=$(printf '%s\n' "$ran" | grep -c '^RAN-IGNORED: ' || true)
   if [ "$n" -gt 0 ]; then ignored_ran=$((ignored_ran + n)); ignored_where+=("$name $n"); fi
 }
+if [ "$MATRIX_ONLY" = 0 ]; then
 run scenarios bash lab/run.sh
 run nri-smcr-6.12 env ERDMA_LAB_SUITE=bookworm-backports bash lab/run.sh --scenario nri-smcr
 run smcr-6.12 env ERDMA_SMC_EXPECT=present bash crates/erdma-smc/lab/run-smcr.sh
@@ -77,18 +112,54 @@ for rt in $MATRIX_RUNTIMES; do
   run "scenarios@$rt" env ERDMA_LAB_RUNTIME="$rt" bash lab/run.sh $(printf -- '--scenario %s ' $RUNTIME_SCENARIOS)
   run "nri-smcr-6.12@$rt" env ERDMA_LAB_SUITE=bookworm-backports ERDMA_LAB_RUNTIME="$rt" bash lab/run.sh --scenario nri-smcr
 done
-# the matrix: one verdict per scenario and runtime
+fi
+# the node matrix: one VM per node kind with the cells that run
+for node in $MATRIX_NODES; do
+  want=$RUNTIME_SCENARIOS; [ "$FULL" = 1 ] || want=${NODE_CI_CELLS[$node]:-}
+  cells=()
+  for s in $want; do [ -n "${NODE_NA[$s@$node]:-}" ] || cells+=("$s"); done
+  [ "${#cells[@]}" -gt 0 ] || continue
+  # shellcheck disable=SC2046
+  run "scenarios@$node" bash lab/run.sh --node "$node" $(printf -- '--scenario %s ' "${cells[@]}")
+done
+# the table: one verdict per scenario and runtime or node kind
 verdict_of() {
   local v
   v=$(printf '%s\n' "${results[@]}" | grep -E "^(PASS|FAIL|SKIP): $1( |\$)" | tail -n 1 | cut -d: -f1)
   echo "${v:-none}"
 }
-printf '\nruntime matrix:\n  %-16s %-16s' scenario containerd-1.7; printf ' %-16s' $MATRIX_RUNTIMES; echo
+na_reasons=()
+# na REASON: sets cell to "N/A [n]", REASON listed under the table as [n]
+na() {
+  local i
+  for i in "${!na_reasons[@]}"; do [ "${na_reasons[$i]}" = "$1" ] && { cell="N/A [$((i + 1))]"; return; }; done
+  na_reasons+=("$1"); cell="N/A [${#na_reasons[@]}]"
+}
+W=20
+printf '\nlab matrix (scenario x runtime and node kind):\n  %-16s %-*s' scenario $W default
+for c in $MATRIX_RUNTIMES $MATRIX_NODES; do printf ' %-*s' $W "$c"; done; echo
 for s in $RUNTIME_SCENARIOS nri-smcr; do
-  printf '  %-16s %-16s' "$s" "$(verdict_of "$s")"
-  for rt in $MATRIX_RUNTIMES; do printf ' %-16s' "$(verdict_of "$s@$rt")"; done
-  echo
+  if [ "$MATRIX_ONLY" = 1 ]; then cell="not run"; else cell=$(verdict_of "$s"); fi
+  row=$(printf '  %-16s %-*s' "$s" $W "$cell")
+  for rt in $MATRIX_RUNTIMES; do
+    if [ "$MATRIX_ONLY" = 1 ]; then cell="not run"; else cell=$(verdict_of "$s@$rt"); fi
+    row+=$(printf ' %-*s' $W "$cell")
+  done
+  for node in $MATRIX_NODES; do
+    if [ "$s" = nri-smcr ]; then
+      na "nri-smcr needs SMC-R over rxe on 6.12: it runs there once per runtime (nri-smcr-6.12), not per node kind"
+    elif [ -n "${NODE_NA[$s@$node]:-}" ]; then
+      na "$s@$node: ${NODE_NA[$s@$node]}"
+    elif [ "$FULL" = 0 ] && ! tr ' ' '\n' <<<"${NODE_CI_CELLS[$node]:-}" | grep -qx -- "$s"; then
+      cell="not in CI (--full)"
+    else
+      cell=$(verdict_of "$s@$node")
+    fi
+    row+=$(printf ' %-*s' $W "$cell")
+  done
+  echo "$row"
 done
+for i in "${!na_reasons[@]}"; do echo "  [$((i + 1))] ${na_reasons[$i]}"; done
 where=$(IFS=,; echo "${ignored_where[*]:-}" | sed 's/,/, /g')
 echo "ignored tests run in lab VMs: $ignored_ran (${where:-none})"
 echo "$passed passed, $failed failed"

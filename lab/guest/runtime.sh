@@ -36,6 +36,20 @@ LAB_OCI=${LAB_OCI:-runc-1.1}
 # cgroupsPath, /kubepods/...): /sys/fs/cgroup/PATH on v2, /sys/fs/cgroup/CONTROLLER/PATH on v1
 cgroup_dir() { if [ "$LAB_CGROUP" = v1 ]; then echo "/sys/fs/cgroup/$1$2"; else echo "/sys/fs/cgroup$2"; fi; }
 
+# oci_config FILE: containerd's runc runtime (FILE, its config) runs crun when lab.oci=crun
+# (BinaryName; crun takes runc's command line). runc stays the binary otherwise.
+oci_config() {
+  [ "$LAB_OCI" = crun ] || return 0
+  command -v crun > /dev/null || { log "lab.oci=crun, but the image has no crun"; return 1; }
+  if grep -q 'BinaryName = ' "$1"; then
+    sed -i 's#BinaryName = .*#BinaryName = "/usr/local/bin/crun"#' "$1"
+  else
+    awk '{print} /SystemdCgroup = / {match($0, /^ */); printf "%sBinaryName = \"/usr/local/bin/crun\"\n", substr($0, 1, RLENGTH)}' \
+      "$1" > "$1.new" && mv "$1.new" "$1"
+  fi
+  grep -q 'BinaryName = "/usr/local/bin/crun"' "$1" || { log "$1: no runc options to name crun in"; return 1; }
+}
+
 # runtime_up: idempotent; records its timings (runtime-start, runtime-image-import) in
 # out/timings.txt. Fails (status 1) with a log line when the runtime is not in the image, has
 # no configuration here, or is not the one the host built the image for (share's runtime-name).
@@ -60,6 +74,7 @@ runtime_up() {
   grep -q " /var/lib/containerd " /proc/mounts || mount -t tmpfs tmpfs /var/lib/containerd
   [ -e /etc/resolv.conf ] || : > /etc/resolv.conf
   cp "$RUNTIME_CFG/$RT_NAME.toml" /etc/containerd/config.toml
+  oci_config /etc/containerd/config.toml || return 1
   cp "$RUNTIME_CFG/10-lab.conflist" /etc/cni/net.d/
   runtime_start info || return 1
   echo "runtime-start $(awk -v a="$_rt" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')" >> "$OUT/timings.txt"
@@ -67,6 +82,7 @@ runtime_up() {
   case "$LAB_OCI" in
     runc-*) runc --version | head -1 | grep -q "version ${LAB_OCI#runc-}\." \
       || { log "the node kind asks for $LAB_OCI, the image has $(runc --version | head -1)"; return 1; } ;;
+    crun) log "runtime: containerd runs $(crun --version | head -1)" ;;
   esac
   _rt=$(now)
   ctr -n k8s.io images import /var/lib/erdma-lab/rdma-tools.oci.tar > /tmp/import.out 2>&1 \

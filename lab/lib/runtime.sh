@@ -8,8 +8,9 @@
 #   lab/lib/runtime.sh OUT_DIR [RUNTIME [OCI]]
 # RUNTIME: a containerd section of lab/runtime.conf (default: $ERDMA_LAB_RUNTIME, else
 # containerd-1.7). OCI: runc-1.1 (default: the section's runc) or another section of
-# lab/runtime.conf (runc-1.3), whose runc replaces the section's, with its own glibc in
-# /opt/lab-glibc. Prints the layer's path as the last line of stdout
+# lab/runtime.conf: runc-1.3 (its runc replaces the section's) or crun (/usr/local/bin/crun
+# beside runc 1.1), with its own glibc and libraries in /opt/lab-glibc. Prints the layer's
+# path as the last line of stdout
 # (OUT_DIR/runtime-<runtime>[-<oci>]-<key>.cpio.gz).
 # Nothing is installed on the host: apt runs with a private state under the cache, packages are
 # unpacked with dpkg -x. The guest's configuration (containerd's config, the CNI network) is not
@@ -131,16 +132,23 @@ cp "$TMP"/x/usr/lib/cni/{bridge,host-local,loopback} "$R/opt/cni/bin/"
 cp -a "$TMP"/x/usr/lib/x86_64-linux-gnu/libseccomp.so.2* "$R/usr/lib/x86_64-linux-gnu/"
 case "$OCI" in
   runc-1.1) ;;
-  runc-*)
-    # the newer runc with its own glibc and libseccomp (lab/runtime.conf says why)
+  *)
+    # a newer OCI runtime with its own glibc and libraries (lab/runtime.conf says why): the
+    # loader and every library the section's packages bring, by soname, in /opt/lab-glibc
+    case "$OCI" in
+      runc-*) src=usr/sbin/runc ;;
+      crun) src=usr/bin/crun ;;
+      *) echo "runtime.sh: no way to put the OCI runtime '$OCI' in the layer yet" >&2; exit 2 ;;
+    esac
     for deb in "${OCI_FILES[@]}"; do dpkg -x "$deb" "$TMP/oci"; done
     G=/opt/lab-glibc; mkdir -p "$R$G"
     # (the loader's real file: usr/lib64's is a link that may point at the host's)
-    cp -L "$TMP"/oci/usr/lib/x86_64-linux-gnu/{ld-linux-x86-64.so.2,libc.so.6,libseccomp.so.2} "$R$G/"
-    cp "$TMP/oci/usr/sbin/runc" "$R/usr/local/bin/runc"
-    "$TMP/oci/usr/bin/patchelf" --set-interpreter "$G/ld-linux-x86-64.so.2" --set-rpath "$G" "$R/usr/local/bin/runc"
+    find "$TMP/oci/usr/lib/x86_64-linux-gnu" -maxdepth 1 -regextype posix-extended \
+      -regex '.*/(ld-linux-x86-64\.so\.2|lib[^/]*\.so\.[0-9]+)' -exec cp -L {} "$R$G/" \;
+    cp "$TMP/oci/$src" "$R/usr/local/bin/$(basename "$src")"
+    "$TMP/oci/usr/bin/patchelf" --set-interpreter "$G/ld-linux-x86-64.so.2" --set-rpath "$G" \
+      "$R/usr/local/bin/$(basename "$src")"
     ;;
-  *) echo "runtime.sh: no way to put the OCI runtime '$OCI' in the layer yet" >&2; exit 2 ;;
 esac
 "$LAB/lib/oci-image.sh" "$R/var/lib/erdma-lab/rdma-tools.oci.tar" "$IMAGE_REF" "${IMAGE_FILES[@]}"
 (cd "$R" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) > "$OUT.tmp.$$"
