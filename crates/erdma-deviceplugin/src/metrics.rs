@@ -62,6 +62,8 @@ pub struct Metrics {
     pub list_and_watch_updates: Counter,
     /// Device snapshots taken in from the inventory (changed or not).
     pub inventory_snapshots: Counter,
+    /// Devices granted by Allocate while unhealthy (offered by the kubelet before they turned).
+    pub allocated_unhealthy: Family<DeviceName, Counter>,
     /// Whether the plugin is registered with the kubelet now.
     registered: AtomicBool,
     /// Set once a ListAndWatch stream has handed the kubelet's transport a device list with at
@@ -106,6 +108,7 @@ impl Metrics {
         let kubelet_restarts = Counter::default();
         let list_and_watch_updates = Counter::default();
         let inventory_snapshots = Counter::default();
+        let allocated_unhealthy = Family::<DeviceName, Counter>::default();
         registry.register(
             "devices",
             "RDMA devices served, by health and protocol mode",
@@ -146,6 +149,11 @@ impl Metrics {
             "Device snapshots taken in from the inventory, changed or not",
             inventory_snapshots.clone(),
         );
+        registry.register(
+            "allocated_unhealthy",
+            "Devices granted by Allocate while unhealthy: the kubelet offered them at its last ListAndWatch update and has the change now; refusing would fail the pod's admission for good",
+            allocated_unhealthy.clone(),
+        );
         Metrics {
             registry: Mutex::new(Registry::default()),
             devices,
@@ -156,6 +164,7 @@ impl Metrics {
             kubelet_restarts,
             list_and_watch_updates,
             inventory_snapshots,
+            allocated_unhealthy,
             registered: AtomicBool::new(false),
             devices_handed: tokio::sync::SetOnce::new(),
             allocated: Mutex::new(BTreeSet::new()),

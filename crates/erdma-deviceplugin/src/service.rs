@@ -84,6 +84,7 @@ fn bad(msg: String) -> Status {
 }
 
 /// Validates one container's IDs against the served set; the error names the ID and the fix.
+/// A served device is valid healthy or not (see [`unhealthy_granted`]).
 pub fn validate_ids<'a>(
     cfg: &PluginConfig,
     set: &'a ServedSet,
@@ -119,16 +120,22 @@ pub fn validate_ids<'a>(
                 set.slots_per_device
             ))
         })?;
-        if !dev.healthy() {
-            return Err(bad(format!(
-                "device ID {id:?} belongs to unhealthy device {}: {}",
-                dev.name(),
-                dev.device.health.reasons().join("; ")
-            )));
-        }
+        // An unhealthy device is granted: the kubelet asks only for IDs that were healthy at its
+        // last ListAndWatch update, so this one turned since (a link flap) and the kubelet has
+        // the change on its way; an error here would fail the pod's admission for good.
         out.push((slot, dev));
     }
     Ok(out)
+}
+
+/// The devices among `slots` that are unhealthy now, each once, with their reasons: granted all
+/// the same (the kubelet offered them healthy), logged and counted by Allocate.
+pub fn unhealthy_granted(slots: &[(SlotId, &ServedDevice)]) -> BTreeMap<String, String> {
+    slots
+        .iter()
+        .filter(|(_, d)| !d.healthy())
+        .map(|(_, d)| (d.name().to_string(), d.device.health.reasons().join("; ")))
+        .collect()
 }
 
 /// Builds the response for one container from its validated slots.
@@ -345,12 +352,14 @@ impl api::device_plugin_server::DevicePlugin for DevicePluginService {
             let set = self.state.served.borrow().clone();
             let mut responses = Vec::with_capacity(req.container_requests.len());
             let mut all_slots = Vec::new();
+            let mut unhealthy = BTreeMap::new();
             for c in &req.container_requests {
                 let slots = validate_ids(cfg, &set, &c.devices_ids)?;
                 responses.push(container_response(cfg, &set, &slots));
+                unhealthy.extend(unhealthy_granted(&slots));
                 all_slots.extend(slots.into_iter().map(|(s, _)| s));
             }
-            Ok((responses, all_slots))
+            Ok((responses, all_slots, unhealthy))
         })();
         let elapsed = started.elapsed();
         self.state
@@ -358,7 +367,20 @@ impl api::device_plugin_server::DevicePlugin for DevicePluginService {
             .allocate_seconds
             .observe(elapsed.as_secs_f64());
         match result {
-            Ok((responses, slots)) => {
+            Ok((responses, slots, unhealthy)) => {
+                for (device, why) in &unhealthy {
+                    tracing::warn!(
+                        device = %device,
+                        "Allocate granted {device} although it is unhealthy now ({why}): the kubelet offered it healthy at its last ListAndWatch update and has the change now; the container starts with it"
+                    );
+                    self.state
+                        .metrics
+                        .allocated_unhealthy
+                        .get_or_create(&crate::metrics::DeviceName {
+                            device: device.clone(),
+                        })
+                        .inc();
+                }
                 self.state.metrics.observe_allocated(&slots);
                 if let Some(h) = &self.state.holders {
                     h.poke();

@@ -4,8 +4,9 @@
 //! (not slot IDs, slots out of range, devices not served or unhealthy, duplicates, leading zeros,
 //! huge counts and sizes), then handed to the service's own handlers as tonic would.
 //!
-//! `Allocate` must grant exactly the requests whose every ID is a distinct slot of a healthy
-//! served device (the rule is written here again, from the slot-ID format, as the oracle), and
+//! `Allocate` must grant exactly the requests whose every ID is a distinct slot of a served
+//! device, healthy or not (the kubelet offered it healthy; refusing would fail the pod's
+//! admission for good; the rule is written here again, from the slot-ID format, as the oracle), and
 //! refuse the others with InvalidArgument; a grant names only served devices. A preferred
 //! allocation picks only offered IDs and never more than asked. Nothing panics.
 
@@ -92,13 +93,13 @@ fn rt() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-/// The oracle's slot rule: `<device>/<index>`, the device served and healthy, the index a decimal
-/// below the slot count, without sign or leading zeros.
+/// The oracle's slot rule: `<device>/<index>`, the device served (healthy or not), the index a
+/// decimal below the slot count, without sign or leading zeros.
 fn grantable(id: &str) -> bool {
     let Some((dev, idx)) = id.rsplit_once('/') else {
         return false;
     };
-    dev == HEALTHY
+    (dev == HEALTHY || dev == SICK)
         && !idx.is_empty()
         && idx.bytes().all(|b| b.is_ascii_digit())
         && (idx == "0" || !idx.starts_with('0'))
