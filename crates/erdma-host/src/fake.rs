@@ -428,6 +428,76 @@ impl InterfaceAddrs for FixedInterfaceAddrs {
     }
 }
 
+/// A cgroup file system of a fixed layout: `rdma.max` texts in memory, every write recorded,
+/// and writes refused with `fail_writes` when it is set (a read-only mount, a cgroup gone).
+#[derive(Debug)]
+pub struct FixedCgroupFs {
+    /// The layout it reports.
+    pub layout: crate::cgroup::CgroupLayout,
+    /// `rdma.max` text by cgroup; a cgroup not in it does not exist.
+    pub files: std::sync::Mutex<BTreeMap<PathBuf, String>>,
+    /// Every write, in order: cgroup and line (refused ones too).
+    pub writes: std::sync::Mutex<Vec<(PathBuf, String)>>,
+    /// The error every write gets, when set.
+    pub fail_writes: Option<io::ErrorKind>,
+}
+
+impl FixedCgroupFs {
+    /// A host of `layout` with no cgroups.
+    pub fn new(layout: crate::cgroup::CgroupLayout) -> Self {
+        FixedCgroupFs {
+            layout,
+            files: Default::default(),
+            writes: Default::default(),
+            fail_writes: None,
+        }
+    }
+
+    /// The writes so far.
+    pub fn writes(&self) -> Vec<(PathBuf, String)> {
+        self.writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl crate::cgroup::CgroupFs for FixedCgroupFs {
+    fn layout(&self) -> crate::cgroup::CgroupLayout {
+        self.layout
+    }
+
+    fn read_rdma_max(&self, cgroup: &Path) -> io::Result<String> {
+        let files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        files
+            .get(cgroup)
+            .cloned()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+    }
+
+    fn write_rdma_max(&self, cgroup: &Path, line: &str) -> io::Result<()> {
+        self.writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((cgroup.to_path_buf(), line.to_string()));
+        if let Some(kind) = self.fail_writes {
+            return Err(io::Error::from(kind));
+        }
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        let file = files
+            .get_mut(cgroup)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+        *file = line.to_string();
+        Ok(())
+    }
+
+    fn rdma_max_path(&self, cgroup: &Path) -> PathBuf {
+        Path::new("/sys/fs/cgroup/rdma")
+            .join(cgroup)
+            .join("rdma.max")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,12 +9,13 @@
 //! routes and addresses (`erdma-netdev`); the agent's flag parsing and the lab read a few `/proc`
 //! files directly. [`atomic`] replaces files (and sockets) without a reader ever seeing a part.
 //! [`watched`] gives sysfs attribute reads a time limit (a stuck driver never
-//! answers one). [`resident`] gives the process's start-up pages back to the kernel; `logs`
-//! (feature `logs`) sets up every binary's logs on stderr; `http` (feature `http`) serves their
-//! HTTP endpoints.
+//! answers one). [`cgroup`] tells the host's cgroup version and writes v1 `rdma.max` files.
+//! [`resident`] gives the process's start-up pages back to the kernel; `logs` (feature `logs`)
+//! sets up every binary's logs on stderr; `http` (feature `http`) serves their HTTP endpoints.
 
 pub mod addrs;
 pub mod atomic;
+pub mod cgroup;
 pub mod devfs;
 #[cfg(feature = "http")]
 pub mod http;
@@ -34,6 +35,7 @@ pub mod fake;
 pub mod fixtures;
 
 pub use addrs::{InterfaceAddrs, LiveInterfaceAddrs, NoInterfaceAddrs};
+pub use cgroup::{CgroupFs, CgroupLayout, CgroupVersion, RootedCgroupFs};
 pub use devfs::{DevFs, DevNode, RootedDevFs};
 pub use sysfs::{RootedSysfs, Sysfs, SysfsError};
 pub use watched::WatchedSysfs;

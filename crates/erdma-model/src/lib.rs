@@ -8,6 +8,7 @@ pub mod address;
 pub mod allocation;
 pub mod backoff;
 pub mod cdi;
+pub mod cgroup_path;
 pub mod coexistence;
 pub mod container;
 pub mod device;

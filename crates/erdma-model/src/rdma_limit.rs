@@ -104,6 +104,26 @@ impl RdmaLimit {
         }
         s
     }
+
+    /// Whether a cgroup whose limits for the device are `current` already has every limit this
+    /// one sets (a key this one leaves out, a write leaves as it is too).
+    pub fn held_by(&self, current: &RdmaLimit) -> bool {
+        (self.hca_handle.is_none() || self.hca_handle == current.hca_handle)
+            && (self.hca_object.is_none() || self.hca_object == current.hca_object)
+    }
+}
+
+/// The limits of `device` in the text of a cgroup's `rdma.max` file (the kernel lists one
+/// `<ibdev> hca_handle=<N|max> hca_object=<N|max>` line per RDMA device); `None` without a valid
+/// line for it.
+pub fn limits_of_device(rdma_max: &str, device: &str) -> Option<RdmaLimit> {
+    rdma_max.lines().find_map(|l| {
+        let (dev, limits) = l.trim().split_once(' ')?;
+        if dev != device {
+            return None;
+        }
+        RdmaLimit::parse(limits).ok()
+    })
 }
 
 /// The `RLIMIT_MEMLOCK` given to containers holding `aliyun/erdma`.
@@ -161,6 +181,27 @@ impl Memlock {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_cgroups_rdma_max_file_is_read_per_device() {
+        // As a v1 rdma cgroup's rdma.max reads with two devices, one limited.
+        let file = "mlx5_0 hca_handle=max hca_object=max\nerdma_0 hca_handle=2 hca_object=max\n";
+        let erdma = limits_of_device(file, "erdma_0").unwrap();
+        assert_eq!(erdma.hca_handle, Some(Limit::Count(2)));
+        assert_eq!(erdma.hca_object, Some(Limit::Max));
+        assert_eq!(limits_of_device(file, "erdma_1"), None);
+        assert_eq!(limits_of_device("erdma_0 hca_handle=x\n", "erdma_0"), None);
+        assert_eq!(limits_of_device("", "erdma_0"), None);
+        // A limit of hca_handle only is held whatever hca_object is; a different count is not.
+        assert!(RdmaLimit::parse("hca_handle=2").unwrap().held_by(&erdma));
+        assert!(
+            RdmaLimit::parse("hca_handle=2 hca_object=max")
+                .unwrap()
+                .held_by(&erdma)
+        );
+        assert!(!RdmaLimit::parse("hca_handle=3").unwrap().held_by(&erdma));
+        assert!(!RdmaLimit::parse("hca_object=10").unwrap().held_by(&erdma));
+    }
 
     #[test]
     fn limits_parse_and_render() {
