@@ -10,7 +10,9 @@
 //! kubepods-burstable-pod<UID with _>.slice`. The container's cgroup below it is the runtime's:
 //! `cri-containerd-<id>.scope` (containerd), `crio-<id>.scope` (CRI-O), `docker-<id>.scope`
 //! (cri-dockerd) with systemd, the bare `<id>` (containerd) or `crio-<id>` with cgroupfs. CRI-O's
-//! `crio-conmon-<id>.scope` is its monitor, not a container.
+//! `crio-conmon-<id>.scope` is its monitor, not a container. crun on cgroup v2 puts the process
+//! one level lower (`<scope>/container`), as systemd in a container does with its own units: the
+//! component right below the pod's is the container's either way.
 //!
 //! The parser looks for those two components anywhere in the path, so a kubelet `--cgroup-root`
 //! (kind's `/kubelet.slice/kubelet-kubepods.slice/...`) and a reader in a cgroup namespace (paths
@@ -113,7 +115,9 @@ pub fn parse_proc_cgroup(contents: &str) -> Option<(PodUid, ContainerId)> {
 pub const MAX_CGROUP_FILE: u64 = 64 << 10;
 
 /// For each PID, its pod and container, reading `<proc_root>/<pid>/cgroup` (at most
-/// [`MAX_CGROUP_FILE`] bytes each). PIDs that are gone or belong to no pod are left out.
+/// [`MAX_CGROUP_FILE`] bytes each). PIDs that are gone or belong to no pod are left out. A cgroup
+/// name may be any bytes, so the file is read as bytes and odd ones replaced: a line that is not
+/// UTF-8 names no pod, and the other lines still count.
 pub fn read_pid_pods(
     proc_root: &Path,
     pids: &BTreeSet<u32>,
@@ -124,11 +128,11 @@ pub fn read_pid_pods(
         let Ok(f) = std::fs::File::open(proc_root.join(pid.to_string()).join("cgroup")) else {
             continue;
         };
-        let mut s = String::new();
-        if f.take(MAX_CGROUP_FILE).read_to_string(&mut s).is_err() {
+        let mut raw = Vec::new();
+        if f.take(MAX_CGROUP_FILE).read_to_end(&mut raw).is_err() {
             continue;
         }
-        if let Some(pc) = parse_proc_cgroup(&s) {
+        if let Some(pc) = parse_proc_cgroup(&String::from_utf8_lossy(&raw)) {
             out.insert(pid, pc);
         }
     }
@@ -254,6 +258,25 @@ mod tests {
         }
     }
 
+    /// A cgroup name is any bytes but `/` and NUL; one hierarchy's odd name must not hide the
+    /// container the other lines name.
+    #[test]
+    fn a_non_utf8_cgroup_name_in_one_hierarchy_leaves_the_others_readable() {
+        let dir = std::env::temp_dir().join(format!("erdma-usage-odd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let container = format!("/kubepods/besteffort/pod{UID}/{CID}\n");
+        let mut contents = format!("12:devices:{container}").into_bytes();
+        contents.extend_from_slice(b"11:net_cls,net_prio:/shaped/caf\xe9\n");
+        contents.extend_from_slice(format!("1:name=systemd:{container}").as_bytes());
+        std::fs::create_dir_all(dir.join("20")).unwrap();
+        std::fs::write(dir.join("20/cgroup"), contents).unwrap();
+
+        let m = read_pid_pods(&dir, &[20].into_iter().collect());
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        assert_eq!(m.get(&20).cloned(), want());
+    }
+
     #[test]
     fn reads_proc_files() {
         let dir = std::env::temp_dir().join(format!("erdma-usage-cgroup-{}", std::process::id()));
@@ -271,7 +294,121 @@ mod tests {
         assert_eq!(Some(m[&10].clone()), want());
     }
 
+    /// The pod's cgroup path components as the kubelet names them, written here from the
+    /// kubelet's rules (`pkg/kubelet/cm`), not with the parser: the name is `[cgroup root..]
+    /// kubepods [burstable|besteffort] pod<UID>`; cgroupfs joins it with `/`; systemd replaces
+    /// each name's `-` by `_`, joins the names with `-` into one slice and expands the slice into
+    /// its parents (`a.slice/a-b.slice/a-b-c.slice`).
+    fn kubelet_pod_cgroup(systemd: bool, root: &[String], qos: u8, uid: &str) -> Vec<String> {
+        let mut names: Vec<String> = root.to_vec();
+        names.push("kubepods".into());
+        match qos {
+            0 => {}
+            1 => names.push("burstable".into()),
+            _ => names.push("besteffort".into()),
+        }
+        names.push(format!("pod{uid}"));
+        if !systemd {
+            return names;
+        }
+        let escaped: Vec<String> = names.iter().map(|n| n.replace('-', "_")).collect();
+        (1..=escaped.len())
+            .map(|i| format!("{}.slice", escaped[..i].join("-")))
+            .collect()
+    }
+
+    /// The container's cgroup below the pod's: containerd, CRI-O, cri-dockerd.
+    fn runtime_container_cgroup(systemd: bool, runtime: u8, cid: &str) -> String {
+        match (systemd, runtime) {
+            (true, 0) => format!("cri-containerd-{cid}.scope"),
+            (true, 1) => format!("crio-{cid}.scope"),
+            (true, _) => format!("docker-{cid}.scope"),
+            (false, 1) => format!("crio-{cid}"),
+            (false, _) => cid.to_string(),
+        }
+    }
+
+    /// How the reader sees a cgroup path: from the host's cgroup namespace (`ups == 0`), or from
+    /// a namespace rooted `ups` levels below the first `shared` components of the path.
+    fn as_seen(components: &[String], shared: usize, ups: usize) -> String {
+        if ups == 0 {
+            return format!("/{}", components.join("/"));
+        }
+        let mut parts: Vec<&str> = vec![".."; ups];
+        parts.extend(components[shared..].iter().map(String::as_str));
+        format!("/{}", parts.join("/"))
+    }
+
+    /// cgroup v1 hierarchies as `/proc/<pid>/cgroup` lists them (highest ID first).
+    const V1_HIERARCHIES: &[&str] = &[
+        "rdma",
+        "misc",
+        "pids",
+        "hugetlb",
+        "net_cls,net_prio",
+        "perf_event",
+        "cpuset",
+        "freezer",
+        "memory",
+        "devices",
+        "cpu,cpuacct",
+        "blkio",
+        "name=systemd",
+    ];
+
     proptest::proptest! {
+        /// Any pod UID (a UUID, or a static pod's hash), any container ID, QoS class, cgroup
+        /// driver, runtime, kubelet cgroup root, sub-cgroup in the container, cgroup namespace
+        /// of the reader and cgroup layout (v2, v1, v1 hybrid) parses back to that pod and
+        /// container.
+        #[test]
+        fn every_kubelet_layout_parses_back(
+            uid in "([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})",
+            cid in "[0-9a-f]{64}",
+            qos in 0u8..3,
+            systemd in proptest::bool::ANY,
+            runtime in 0u8..3,
+            root in proptest::collection::vec("[a-z][a-z0-9]{0,6}(-[a-z0-9]{1,4})?", 0..3),
+            sub in proptest::sample::select(vec!["", "container", "init.scope"]),
+            shared_pick in 0usize..8,
+            ups in 0usize..4,
+            layout in 0u8..3,
+            hybrid_unified in 0u8..3,
+            v1_count in 1usize..=V1_HIERARCHIES.len(),
+        ) {
+            let mut components = kubelet_pod_cgroup(systemd, &root, qos, &uid);
+            let pod_at = components.len() - 1;
+            components.push(runtime_container_cgroup(systemd, runtime, &cid));
+            if !sub.is_empty() {
+                components.push(sub.to_string());
+            }
+            // A namespaced reader shares at most the pod's parents with the process.
+            let path = as_seen(&components, shared_pick % (pod_at + 1), ups);
+            let v1_lines: Vec<String> = V1_HIERARCHIES[V1_HIERARCHIES.len() - v1_count..]
+                .iter()
+                .enumerate()
+                .map(|(i, h)| format!("{}:{h}:{path}", v1_count - i))
+                .collect();
+            let contents = match layout {
+                0 => format!("0::{path}\n"),
+                1 => format!("{}\n", v1_lines.join("\n")),
+                _ => {
+                    let unified = match hybrid_unified {
+                        0 => path.clone(),
+                        1 => "/".to_string(),
+                        _ => "/system.slice/containerd.service".to_string(),
+                    };
+                    format!("{}\n0::{unified}\n", v1_lines.join("\n"))
+                }
+            };
+            proptest::prop_assert_eq!(
+                parse_proc_cgroup(&contents),
+                Some((PodUid(uid.clone()), ContainerId(cid.clone()))),
+                "{}",
+                contents
+            );
+        }
+
         #[test]
         fn never_panics(s in ".{0,400}") {
             let _ = parse_proc_cgroup(&s);
