@@ -86,6 +86,7 @@ fn shared_spec(run: &ManifestRun, c: &ContainerPlan) -> PodSpec {
         dra: None,
         run_as_user: None,
         mounts: Vec::new(),
+        cgroup_driver: p.node().cgroup_driver,
     }
 }
 
@@ -374,7 +375,7 @@ pub async fn run_manifest_pod(
     }
     notes.insert(
         "cgroup_parent".into(),
-        "the kubelet's cgroupfs name (/kubepods[/burstable|/besteffort]/pod<UID>), created by the runtime; the lab kubelet sets no pod-level limits on it (the container's resources are passed)".into(),
+        "the kubelet's name for the node's cgroup driver (cgroupfs: /kubepods[/burstable|/besteffort]/pod<UID>; systemd: /kubepods.slice/.../kubepods[-burstable|-besteffort]-pod<UID_>.slice), created by the runtime; the lab kubelet sets no pod-level limits on it (the container's resources are passed)".into(),
     );
     let mut record = PodRecord {
         pod: pod.clone(),

@@ -77,6 +77,8 @@ pub struct PodSpec {
     pub run_as_user: Option<i64>,
     /// The pod's host-path volumes mounted into the container.
     pub mounts: Vec<MountOut>,
+    /// The kubelet's cgroup driver (the form of the sandbox's cgroup parent).
+    pub cgroup_driver: crate::podspec::translate::CgroupDriver,
 }
 
 /// An init container the lab's kubelet ran to completion in the pod's sandbox before the app
@@ -276,6 +278,7 @@ pub fn sandbox_config(spec: &PodSpec, uid: &str) -> Result<cri::PodSandboxConfig
         linux: Some(cri::LinuxPodSandboxConfig {
             // no CPU or memory asked: a BestEffort pod's cgroup, as the kubelet names it
             cgroup_parent: crate::podspec::translate::pod_cgroup_parent(
+                spec.cgroup_driver,
                 crate::podspec::translate::QosClass::BestEffort,
                 uid,
             ),

@@ -541,18 +541,59 @@ spec:
 
 #[test]
 fn the_pod_cgroup_is_the_kubelets_cgroupfs_name_by_qos_class() {
-    use erdma_fake_kubelet::podspec::translate::{QosClass, pod_cgroup_parent};
+    use erdma_fake_kubelet::podspec::translate::{CgroupDriver, QosClass, pod_cgroup_parent};
+    let fs = CgroupDriver::Cgroupfs;
     assert_eq!(
-        pod_cgroup_parent(QosClass::Guaranteed, "u1"),
+        pod_cgroup_parent(fs, QosClass::Guaranteed, "u1"),
         "/kubepods/podu1"
     );
     assert_eq!(
-        pod_cgroup_parent(QosClass::Burstable, "u1"),
+        pod_cgroup_parent(fs, QosClass::Burstable, "u1"),
         "/kubepods/burstable/podu1"
     );
     assert_eq!(
-        pod_cgroup_parent(QosClass::BestEffort, "u1"),
+        pod_cgroup_parent(fs, QosClass::BestEffort, "u1"),
         "/kubepods/besteffort/podu1"
+    );
+}
+
+/// The names a kubelet with `cgroupDriver: systemd` sends (as on an ACK node with
+/// `SystemdCgroup = true`: `/proc/<pid>/cgroup` of a pod's process reads
+/// `0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<UID_>.slice/cri-containerd-<id>.scope`).
+#[test]
+fn the_pod_cgroup_is_the_kubelets_systemd_slice_by_qos_class() {
+    use erdma_fake_kubelet::podspec::translate::{CgroupDriver, QosClass, pod_cgroup_parent};
+    let sd = CgroupDriver::Systemd;
+    let uid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+    assert_eq!(
+        pod_cgroup_parent(sd, QosClass::Guaranteed, uid),
+        "/kubepods.slice/kubepods-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice"
+    );
+    assert_eq!(
+        pod_cgroup_parent(sd, QosClass::Burstable, uid),
+        "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice"
+    );
+    assert_eq!(
+        pod_cgroup_parent(sd, QosClass::BestEffort, uid),
+        "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice"
+    );
+}
+
+#[test]
+fn a_systemd_node_gives_the_manifest_pod_its_slice() {
+    use erdma_fake_kubelet::podspec::translate::CgroupDriver;
+    let m = manifest::parse(AGENT, "test.yaml", None).unwrap();
+    let node = NodeInfo {
+        cgroup_driver: CgroupDriver::Systemd,
+        ..node()
+    };
+    let p = PodPlan::new(m, &node, "9d8c-7b6a".into()).unwrap();
+    let sb = p.sandbox_config(Path::new("/logs"), "t");
+    assert_eq!(
+        sb.linux.map(|l| l.cgroup_parent),
+        Some(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod9d8c_7b6a.slice".into()
+        )
     );
 }
 
@@ -644,7 +685,7 @@ fn a_pod_network_pod_with_pod_level_defaults_and_an_allocation() {
     let envs: Vec<(&str, &str)> = c
         .envs
         .iter()
-        .map(|e| (e.key.as_str(), e.value.as_str()))
+        .map(|e| (e.key.as_str(), std::str::from_utf8(&e.value).unwrap()))
         .collect();
     assert_eq!(
         envs,

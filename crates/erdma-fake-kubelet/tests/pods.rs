@@ -8,6 +8,7 @@ use erdma_cri::runtime::v1 as cri;
 use erdma_cri::runtime::v1::runtime_service_server::RuntimeServiceServer;
 use erdma_fake_kubelet::client::{AllocationOutput, DeviceOut, MountOut};
 use erdma_fake_kubelet::pods::{self, CdiForm, PodSpec};
+use erdma_fake_kubelet::podspec::translate::CgroupDriver;
 use erdma_kubelet::uds::{self, ClientAuthority};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -31,6 +32,7 @@ fn spec(pod: &str, cdi: CdiForm) -> PodSpec {
         dra: None,
         run_as_user: None,
         mounts: vec![],
+        cgroup_driver: CgroupDriver::Cgroupfs,
     }
 }
 
@@ -190,6 +192,14 @@ fn sandbox_config_sets_the_kubelet_labels_and_network_mode() {
     s.host_network = true;
     let c = pods::sandbox_config(&s, "uid-1").unwrap();
     assert_eq!(mode(&c), Some(cri::NamespaceMode::Node as i32));
+    // with the systemd driver: the slice path the kubelet sends (a UID's dashes become
+    // underscores, since systemd reads a dash in a slice name as nesting)
+    s.cgroup_driver = CgroupDriver::Systemd;
+    let c = pods::sandbox_config(&s, "5f0c-uid-1").unwrap();
+    assert_eq!(
+        c.linux.as_ref().map(|l| l.cgroup_parent.as_str()),
+        Some("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod5f0c_uid_1.slice")
+    );
     assert_eq!(c.hostname, "", "no hostname in the node's UTS namespace");
     assert!(pods::sandbox_config(&spec("no-namespace", CdiForm::Field), "u").is_err());
 }

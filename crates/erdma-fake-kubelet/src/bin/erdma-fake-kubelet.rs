@@ -263,6 +263,10 @@ enum DraCmd {
         /// the device would (the driver's own guard at prepare then refuses it).
         #[arg(long)]
         overcommit: bool,
+        /// Ask through a prioritized list (`firstAvailable`) of one subrequest of this name:
+        /// allocated as `rdma/NAME`, the container names the request `rdma`.
+        #[arg(long, value_name = "NAME")]
+        first_available: Option<String>,
     },
     /// What the scheduler does for a container asking an extended resource served through a
     /// DeviceClass (KEP-5004): the pod's special claim, allocated, and the pod's
@@ -283,6 +287,25 @@ enum DraCmd {
         #[arg(long, default_value_t = 1)]
         count: usize,
     },
+}
+
+/// The kubelet's `--cgroup-driver`.
+#[derive(Clone, Copy, ValueEnum)]
+enum CgroupDriverArg {
+    /// cgroup file system paths (`/kubepods/besteffort/pod<UID>`).
+    Cgroupfs,
+    /// systemd slices (`/kubepods.slice/.../kubepods-besteffort-pod<UID_>.slice`); the runtime
+    /// must use systemd too (containerd's `SystemdCgroup = true`).
+    Systemd,
+}
+
+impl From<CgroupDriverArg> for erdma_fake_kubelet::podspec::translate::CgroupDriver {
+    fn from(d: CgroupDriverArg) -> Self {
+        match d {
+            CgroupDriverArg::Cgroupfs => Self::Cgroupfs,
+            CgroupDriverArg::Systemd => Self::Systemd,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -396,6 +419,15 @@ struct RunArgs {
     /// code 0, else the pod fails naming it, its exit code and the tail of its log).
     #[arg(long, value_name = "SECS", default_value_t = 180)]
     init_timeout: u64,
+    /// The node's cgroup driver, as the kubelet's flag of that name: the form of the pod's
+    /// cgroup parent (it must match the runtime's).
+    #[arg(
+        long,
+        value_enum,
+        env = "ERDMA_FAKE_KUBELET_CGROUP_DRIVER",
+        default_value = "cgroupfs"
+    )]
+    cgroup_driver: CgroupDriverArg,
     /// With --manifest: the API server (`apiserver --tls`) as pods reach it, HOST:PORT. The
     /// pod goes through the ServiceAccount admission (its service account must exist; the
     /// token volume is added unless automountServiceAccountToken is false), its configMap,
@@ -680,6 +712,7 @@ async fn dra(cmd: DraCmd) -> anyhow::Result<()> {
             capacity,
             device,
             overcommit,
+            first_available,
         } => {
             valid_pod(&pod)?;
             let a = Allocator::new(kube_client(&api.kubeconfig).await?, api.node);
@@ -692,6 +725,7 @@ async fn dra(cmd: DraCmd) -> anyhow::Result<()> {
                 capacity: parse_capacity(&capacity)?,
                 device,
                 overcommit,
+                first_available,
             })
             .await?
         }
@@ -738,6 +772,7 @@ async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
                 node_ip: _,
                 ready_timeout: _,
                 init_timeout: _,
+                cgroup_driver,
                 api_server: _,
                 service_account_dir: _,
                 container,
@@ -796,6 +831,7 @@ async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
                 dra,
                 run_as_user: user,
                 mounts,
+                cgroup_driver: cgroup_driver.into(),
             };
             let mut cri = cri_client(&target).await?;
             let record = pods::run_pod(&target.dir, &mut cri, &spec).await?;
@@ -870,7 +906,11 @@ async fn pod(cmd: PodCmd) -> anyhow::Result<()> {
 
 /// The node the lab kubelet stands for: its hostname (lowercased, as the kubelet names its
 /// node), and its CPUs and memory (`/proc/meminfo`) for the downward API and the OOM score.
-fn this_node(name: Option<String>, ip: std::net::IpAddr) -> anyhow::Result<NodeInfo> {
+fn this_node(
+    name: Option<String>,
+    ip: std::net::IpAddr,
+    cgroup_driver: CgroupDriverArg,
+) -> anyhow::Result<NodeInfo> {
     let name = match name {
         Some(n) => n,
         None => std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -890,6 +930,7 @@ fn this_node(name: Option<String>, ip: std::net::IpAddr) -> anyhow::Result<NodeI
         ip: ip.to_string(),
         cpu_millis: i64::try_from(cpus).unwrap_or(1).saturating_mul(1000),
         memory_bytes: kib.saturating_mul(1024),
+        cgroup_driver: cgroup_driver.into(),
     })
 }
 
@@ -911,7 +952,7 @@ async fn run_manifest(args: RunArgs) -> anyhow::Result<()> {
             m.pod.metadata.name = Some(name.to_string());
         }
     }
-    let node = this_node(args.node_name, args.node_ip)?;
+    let node = this_node(args.node_name, args.node_ip, args.cgroup_driver)?;
     let uid = match m.pod.metadata.uid.clone().filter(|u| !u.is_empty()) {
         Some(u) => u,
         None => erdma_fake_kubelet::pods::new_uid(&format!(

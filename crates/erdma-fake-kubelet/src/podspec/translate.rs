@@ -38,6 +38,8 @@ pub struct NodeInfo {
     /// Allocatable and total memory in bytes (the downward API's default limit, and the memory
     /// capacity of the kubelet's OOM score rule).
     pub memory_bytes: i64,
+    /// The kubelet's cgroup driver (the form of the pod's cgroup parent).
+    pub cgroup_driver: CgroupDriver,
 }
 
 /// The `/proc` paths the kubelet asks the runtime to mask, for the default `procMount`.
@@ -236,17 +238,57 @@ pub enum QosClass {
     BestEffort,
 }
 
-/// The pod's cgroup, as the kubelet names it with the cgroupfs driver (`pkg/kubelet/cm`:
-/// `GetPodContainerName`, `GetPodCgroupNameSuffix`): `/kubepods/pod<UID>` for a Guaranteed pod,
-/// `/kubepods/burstable/pod<UID>` and `/kubepods/besteffort/pod<UID>` for the others. It is the
-/// sandbox's `cgroup_parent`; the runtime puts each container's cgroup right below it
-/// (containerd with cgroupfs: `<parent>/<container id>`), so a process's `/proc/<pid>/cgroup`
-/// names its pod's UID as on a kubelet's node (what the agent's usage attribution reads).
-pub fn pod_cgroup_parent(qos: QosClass, uid: &str) -> String {
-    match qos {
-        QosClass::Guaranteed => format!("/kubepods/pod{uid}"),
-        QosClass::Burstable => format!("/kubepods/burstable/pod{uid}"),
-        QosClass::BestEffort => format!("/kubepods/besteffort/pod{uid}"),
+/// How the node's kubelet and runtime manage cgroups (the kubelet's `--cgroup-driver`, which
+/// must match the runtime's: containerd's `SystemdCgroup`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CgroupDriver {
+    /// The kubelet and runc write the cgroup file system themselves.
+    #[default]
+    Cgroupfs,
+    /// systemd owns the cgroups: pods are slices, containers transient scopes runc asks systemd
+    /// for over D-Bus.
+    Systemd,
+}
+
+/// The pod's cgroup, the sandbox's `cgroup_parent`, as the kubelet names it
+/// (`pkg/kubelet/cm`: `GetPodContainerName` turns the name `kubepods[/burstable|/besteffort]/
+/// pod<UID>` into the driver's form).
+///
+/// cgroupfs: `/kubepods/pod<UID>` for a Guaranteed pod, `/kubepods/burstable/pod<UID>` and
+/// `/kubepods/besteffort/pod<UID>` for the others; containerd puts each container's cgroup right
+/// below it (`<parent>/<container id>`).
+///
+/// systemd (`CgroupName.ToSystemd`): every component's `-` becomes `_` (systemd reads `-` as
+/// nesting), the components are joined with `-` into one slice name, and the slice is expanded
+/// into its path: `/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod<UID_>.slice`.
+/// containerd takes the last element as the scope's slice (`cri-containerd-<id>.scope` in it).
+///
+/// Either way a process's `/proc/<pid>/cgroup` names its pod's UID as on a kubelet's node (what
+/// the agent's usage attribution reads).
+pub fn pod_cgroup_parent(driver: CgroupDriver, qos: QosClass, uid: &str) -> String {
+    let qos_part = match qos {
+        QosClass::Guaranteed => None,
+        QosClass::Burstable => Some("burstable"),
+        QosClass::BestEffort => Some("besteffort"),
+    };
+    match driver {
+        CgroupDriver::Cgroupfs => match qos_part {
+            None => format!("/kubepods/pod{uid}"),
+            Some(q) => format!("/kubepods/{q}/pod{uid}"),
+        },
+        CgroupDriver::Systemd => {
+            let mut parts = vec!["kubepods".to_string()];
+            parts.extend(qos_part.map(str::to_string));
+            parts.push(format!("pod{}", uid.replace('-', "_")));
+            // each slice's path holds every shorter prefix as its parent slice
+            let mut path = String::new();
+            for n in 1..=parts.len() {
+                path.push('/');
+                path.push_str(&parts[..n].join("-"));
+                path.push_str(".slice");
+            }
+            path
+        }
     }
 }
 
@@ -1348,7 +1390,11 @@ impl PodPlan {
             labels: self.pod_labels(),
             annotations,
             linux: Some(cri::LinuxPodSandboxConfig {
-                cgroup_parent: pod_cgroup_parent(self.qos_class(), &self.uid),
+                cgroup_parent: pod_cgroup_parent(
+                    self.node.cgroup_driver,
+                    self.qos_class(),
+                    &self.uid,
+                ),
                 security_context: Some(cri::LinuxSandboxSecurityContext {
                     namespace_options: Some(self.namespace_options()),
                     run_as_user: psc
@@ -1623,7 +1669,10 @@ impl PodPlan {
             working_dir: c.working_dir.clone().unwrap_or_default(),
             envs: envs
                 .into_iter()
-                .map(|(key, value)| cri::KeyValue { key, value })
+                .map(|(key, value)| cri::KeyValue {
+                    key,
+                    value: value.into_bytes(),
+                })
                 .collect(),
             mounts,
             devices: alloc

@@ -11,7 +11,7 @@ use erdma_cri::fake::{Recorded, RecordingRuntime};
 use erdma_cri::runtime::v1 as cri;
 use erdma_cri::runtime::v1::image_service_server::ImageServiceServer;
 use erdma_cri::runtime::v1::runtime_service_server::RuntimeServiceServer;
-use erdma_fake_kubelet::podspec::translate::NodeInfo;
+use erdma_fake_kubelet::podspec::translate::{CgroupDriver, NodeInfo};
 use erdma_fake_kubelet::{FakeKubelet, FakeKubeletConfig, OtherPlugin};
 use erdma_kubelet::uds;
 use std::path::Path;
@@ -34,6 +34,7 @@ pub fn lab_node(ip: &str, memory_bytes: i64) -> NodeInfo {
         ip: ip.into(),
         cpu_millis: 2000,
         memory_bytes,
+        cgroup_driver: CgroupDriver::Cgroupfs,
     }
 }
 
