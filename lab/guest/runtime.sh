@@ -26,6 +26,9 @@ CTRD_DEBUG_LOG=/var/log/containerd-debug.log
 # github.com/containerd/containerd/v2 2.1.9+unknown ..." -> containerd-2.1)
 runtime_name() { containerd --version | awk '{v = $3; sub(/^v/, "", v); split(v, p, "."); print "containerd-" p[1] "." p[2]}'; }
 RT_NAME=$(command -v containerd > /dev/null && runtime_name)
+# the systemd cgroup driver and AppArmor node kinds: node_kind_config, the lab kubelet's driver
+. /mnt/host/guest/node-kind.sh
+
 # The node kind's cgroup version (lab.cgroup on the kernel command line, lab/nodes.conf; v2
 # unless it says v1) and OCI runtime (lab.oci; runc-1.1 unless it says otherwise).
 LAB_CGROUP=$(sed -n 's/.*[[:space:]]lab.cgroup=\([^[:space:]]*\).*/\1/p' /proc/cmdline)
@@ -34,7 +37,8 @@ LAB_OCI=$(sed -n 's/.*[[:space:]]lab.oci=\([^[:space:]]*\).*/\1/p' /proc/cmdline
 LAB_OCI=${LAB_OCI:-runc-1.1}
 # cgroup_dir CONTROLLER PATH: the directory with CONTROLLER's files of the cgroup PATH (an OCI
 # cgroupsPath, /kubepods/...): /sys/fs/cgroup/PATH on v2, /sys/fs/cgroup/CONTROLLER/PATH on v1
-cgroup_dir() { if [ "$LAB_CGROUP" = v1 ]; then echo "/sys/fs/cgroup/$1$2"; else echo "/sys/fs/cgroup$2"; fi; }
+# (the systemd driver's SLICE:PREFIX:NAME: its scope's path, node-kind.sh's cgroup_path)
+cgroup_dir() { _cg=$(cgroup_path "$2"); if [ "$LAB_CGROUP" = v1 ]; then echo "/sys/fs/cgroup/$1$_cg"; else echo "/sys/fs/cgroup$_cg"; fi; }
 
 # oci_config FILE: containerd's runc runtime (FILE, its config) runs crun when lab.oci=crun
 # (BinaryName; crun takes runc's command line). runc stays the binary otherwise.
@@ -75,6 +79,7 @@ runtime_up() {
   [ -e /etc/resolv.conf ] || : > /etc/resolv.conf
   cp "$RUNTIME_CFG/$RT_NAME.toml" /etc/containerd/config.toml
   oci_config /etc/containerd/config.toml || return 1
+  node_kind_config /etc/containerd/config.toml || return 1
   cp "$RUNTIME_CFG/10-lab.conflist" /etc/cni/net.d/
   runtime_start info || return 1
   echo "runtime-start $(awk -v a="$_rt" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')" >> "$OUT/timings.txt"

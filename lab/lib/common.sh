@@ -158,6 +158,20 @@ lab_runtime() {
     || die "the container runtime layer could not be built (lab/lib/runtime.sh $RUNTIME $OCI)"
 }
 
+# Sets NODE_LAYERS: the extra guest layers the node kind needs (lab/lib/node-layer.sh, pins in
+# lab/node-layers.conf): systemd for the systemd cgroup driver, apparmor for the AppArmor LSM.
+NODE_LAYERS=""
+lab_node_layers() {
+  local l f want=""
+  [ "${NODE_DRIVER:-cgroupfs}" = systemd ] && want="$want systemd"
+  [ "${NODE_LSM:-none}" = apparmor ] && want="$want apparmor"
+  NODE_LAYERS=""
+  for l in $want; do
+    f=$("$LAB/lib/node-layer.sh" "$CACHE/node" "$l" | tail -1) && [ -f "$f" ] \
+      || die "the node kind's $l layer could not be built (lab/lib/node-layer.sh $l)"
+    NODE_LAYERS="$NODE_LAYERS $f"
+  done
+}
 # Sets INITRD: the cached base image (rebuilt when the kernel, the builder, /init or the host
 # tools change), the container runtime layer when lab_runtime ran, and an overlay with the
 # freshly built erdma binaries.
@@ -171,13 +185,14 @@ lab_initramfs() {
     mkdir -p "$CACHE/initramfs"
     "$LAB/lib/initramfs.sh" base "$KROOT" "$base.tmp.$$" && mv "$base.tmp.$$" "$base" || die "initramfs build failed"
   fi
+  lab_node_layers
   stage="$WORK/bin"; rm -rf "$stage"; mkdir -p "$stage"
   for b in "${BINS[@]}"; do strip -o "$stage/$(basename "$b")" "$b" 2>/dev/null || cp "$b" "$stage/"; done
   if [ "${#BINS[@]}" -gt 0 ]; then
     "$LAB/lib/initramfs.sh" overlay "$stage"/* "$WORK/overlay.cpio.gz" || die "overlay build failed"
-    cat "$base" $RUNTIME_LAYER "$WORK/overlay.cpio.gz" > "$WORK/initrd.cpio.gz"
+    cat "$base" $RUNTIME_LAYER $NODE_LAYERS "$WORK/overlay.cpio.gz" > "$WORK/initrd.cpio.gz"
   else
-    cat "$base" $RUNTIME_LAYER > "$WORK/initrd.cpio.gz"
+    cat "$base" $RUNTIME_LAYER $NODE_LAYERS > "$WORK/initrd.cpio.gz"
   fi
   INITRD="$WORK/initrd.cpio.gz"
 }

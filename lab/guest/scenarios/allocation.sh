@@ -31,6 +31,8 @@ A=/tmp/pod-a.json; B=/tmp/pod-b.json
 echo " pod-a: $(jq -c . "$A")"; echo " pod-b: $(jq -c . "$B")"
 ck "each pod has its own network namespace and address from CNI: pod-a $(cpod_ip pod-a), pod-b $(cpod_ip pod-b), pod-c $(cpod_ip pod-c)" \
   sh -c "test -n '$(cpod_ip pod-a)' && test '$(cpod_ip pod-a)' != '$(cpod_ip pod-b)' && test -e '$(cpod_netns pod-a)' && test '$(cpod_netns pod-a)' != '$(cpod_netns pod-b)'"
+# the node kind's own marks on a container (systemd scope, AppArmor profile; lab/guest/node-kind.sh)
+node_kind_checks pod-a
 DA=$(ibdevs "$A"); DB=$(ibdevs "$B")
 ck "pod-a got one device ($DA), pod-b another ($DB)" sh -c "test '$DA' != '$DB' && test \$(echo $DA | wc -w) = 1 && test \$(echo $DB | wc -w) = 1"
 UA=$(uverbs_of "$DA"); UB=$(uverbs_of "$DB")

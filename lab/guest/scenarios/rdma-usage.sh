@@ -64,12 +64,13 @@ DB=$(jq -r '.allocation.device_ids[0] | split("/")[0]' /tmp/pod-b.pod.json)
 fig "pods: lab/pod-a on $DA (uid $(jq -r .uid /tmp/pod-a.pod.json)), lab/pod-b on $DB (uid $(jq -r .uid /tmp/pod-b.pod.json))"
 [ -n "$DA" ] && [ -n "$DB" ] && [ "$DA" != "$DB" ] || { fail "$SCEN" "the pods did not get one distinct device each: pod-a '$DA', pod-b '$DB'"; exit 0; }
 
-# cgroup_of NAME: the container's cgroup path as the runtime made it (the OCI spec's cgroupsPath)
-cgroup_of() { ctr -n k8s.io containers info "$(jq -r .container_id "/tmp/$1.pod.json")" | jq -r .Spec.linux.cgroupsPath; }
+# cgroup_of NAME: the container's cgroup path as the runtime made it (the OCI spec's cgroupsPath;
+# the systemd driver's SLICE:PREFIX:NAME as the path of its scope, node-kind.sh's cgroup_path)
+cgroup_of() { cgroup_path "$(ctr -n k8s.io containers info "$(jq -r .container_id "/tmp/$1.pod.json")" | jq -r .Spec.linux.cgroupsPath)"; }
 CGA=$(cgroup_of pod-a); CGB=$(cgroup_of pod-b)
 fig "container cgroups (OCI spec): pod-a $CGA, pod-b $CGB"
-ck "the containers' cgroups are the kubelet's pod cgroups (/kubepods/.../pod<UID>/<container id>)" \
-  sh -c "echo '$CGA' | grep -q '/pod$(jq -r .uid /tmp/pod-a.pod.json)/' && echo '$CGB' | grep -q '/pod$(jq -r .uid /tmp/pod-b.pod.json)/'"
+ck "the containers' cgroups are the kubelet's pod cgroups (/kubepods/.../pod<UID>/<container id>; systemd: .../kubepods-besteffort-pod<UID_>.slice/cri-containerd-<id>.scope)" \
+  sh -c "echo '$CGA' | grep -qF -- '$(pod_cgroup_mark "$(jq -r .uid /tmp/pod-a.pod.json)")' && echo '$CGB' | grep -qF -- '$(pod_cgroup_mark "$(jq -r .uid /tmp/pod-b.pod.json)")'"
 
 # --- ib_write_bw between the pods, running until the pods end --------------------------------
 GA=$(gid_v4 "$DA"); GB=$(gid_v4 "$DB")
