@@ -337,7 +337,7 @@ pub fn container_config(
         .iter()
         .map(|(k, v)| cri::KeyValue {
             key: k.clone(),
-            value: v.clone(),
+            value: v.clone().into_bytes(),
         })
         .collect();
     config.mounts.extend(a.mounts.iter().map(cri_mount));

@@ -71,7 +71,7 @@ fn mount<'a>(c: &'a cri::ContainerConfig, path: &str) -> &'a cri::Mount {
 fn env(c: &cri::ContainerConfig) -> BTreeMap<String, String> {
     c.envs
         .iter()
-        .map(|e| (e.key.clone(), e.value.clone()))
+        .map(|e| (e.key.clone(), String::from_utf8(e.value.clone()).unwrap()))
         .collect()
 }
 
@@ -437,7 +437,7 @@ async fn config_map_and_secret_volumes_and_env_are_read_from_the_api_server() {
     let got: Vec<(String, String)> = c
         .envs
         .iter()
-        .map(|e| (e.key.clone(), e.value.clone()))
+        .map(|e| (e.key.clone(), String::from_utf8(e.value.clone()).unwrap()))
         .collect();
     let want: Vec<(String, String)> = [
         ("CFG_a.conf", "x=1\n"),

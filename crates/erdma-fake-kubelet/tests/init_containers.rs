@@ -120,7 +120,7 @@ fn an_init_container_is_translated_as_the_kubelet_translates_containers() {
     assert_eq!(
         c.envs
             .iter()
-            .map(|e| (e.key.as_str(), e.value.as_str()))
+            .map(|e| (e.key.as_str(), std::str::from_utf8(&e.value).unwrap()))
             .collect::<Vec<_>>(),
         [("APP_CPU_M", "1000")]
     );

@@ -285,12 +285,14 @@ pub struct ImageSpec {
     #[prost(string, tag = "18")]
     pub user_specified_image: ::prost::alloc::string::String,
 }
+/// A container environment variable. The value is `bytes`, as upstream: an environment value
+/// need not be UTF-8 (a message with such a value must still decode).
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct KeyValue {
     #[prost(string, tag = "1")]
     pub key: ::prost::alloc::string::String,
-    #[prost(string, tag = "2")]
-    pub value: ::prost::alloc::string::String,
+    #[prost(bytes = "vec", tag = "2")]
+    pub value: ::prost::alloc::vec::Vec<u8>,
 }
 /// A host path mounted into a container (a device plugin's Mount).
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
