@@ -415,9 +415,69 @@ pub struct LinuxContainerSecurityContext {
     /// /proc and /sys paths the runtime masks or makes read-only.
     #[prost(string, repeated, tag = "13")]
     pub masked_paths: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
-    /// Fields 15-17 (seccomp, AppArmor, supplemental groups policy) are not used by erdma.
     #[prost(string, repeated, tag = "14")]
     pub readonly_paths: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
+    /// Field 15 (seccomp) is not used by erdma.
+    /// The AppArmor profile (the container's or pod's securityContext.appArmorProfile); unset: the
+    /// runtime's default profile for an unprivileged container.
+    ///
+    /// Field 17 (supplemental groups policy) is not used by erdma.
+    #[prost(message, optional, tag = "16")]
+    pub apparmor: ::core::option::Option<SecurityProfile>,
+}
+/// A seccomp or AppArmor profile, as the kubelet names it.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct SecurityProfile {
+    #[prost(enumeration = "security_profile::ProfileType", tag = "1")]
+    pub profile_type: i32,
+    /// The profile's name on the node, for Localhost.
+    #[prost(string, tag = "2")]
+    pub localhost_ref: ::prost::alloc::string::String,
+}
+/// Nested message and enum types in `SecurityProfile`.
+pub mod security_profile {
+    #[derive(
+        Clone,
+        Copy,
+        Debug,
+        PartialEq,
+        Eq,
+        Hash,
+        PartialOrd,
+        Ord,
+        ::prost::Enumeration
+    )]
+    #[repr(i32)]
+    pub enum ProfileType {
+        /// The container runtime's default profile.
+        RuntimeDefault = 0,
+        /// No profile.
+        Unconfined = 1,
+        /// A profile loaded on the node, named by localhost_ref.
+        Localhost = 2,
+    }
+    impl ProfileType {
+        /// String value of the enum field names used in the ProtoBuf definition.
+        ///
+        /// The values are not transformed in any way and thus are considered stable
+        /// (if the ProtoBuf definition does not change) and safe for programmatic use.
+        pub fn as_str_name(&self) -> &'static str {
+            match self {
+                Self::RuntimeDefault => "RuntimeDefault",
+                Self::Unconfined => "Unconfined",
+                Self::Localhost => "Localhost",
+            }
+        }
+        /// Creates an enum from field names used in the ProtoBuf definition.
+        pub fn from_str_name(value: &str) -> ::core::option::Option<Self> {
+            match value {
+                "RuntimeDefault" => Some(Self::RuntimeDefault),
+                "Unconfined" => Some(Self::Unconfined),
+                "Localhost" => Some(Self::Localhost),
+                _ => None,
+            }
+        }
+    }
 }
 /// Linux cgroup settings of a container, as the kubelet computes them from its requests and
 /// limits.
