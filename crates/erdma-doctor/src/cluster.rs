@@ -118,7 +118,10 @@ async fn dra_checks(client: &kube::Client, n: &Node, node_name: &str) -> Vec<Che
     if !dra_node && slices.is_empty() {
         return Vec::new();
     }
-    let mut out = vec![crate::dra::slice_check(node_name, &slices)];
+    let mut out = vec![
+        crate::dra::slice_check(node_name, &slices),
+        crate::dra::extended_resource_check(n, node_name, "aliyun/erdma"),
+    ];
     match Api::<DeviceClass>::all(client.clone())
         .get_opt(crate::dra::DRIVER)
         .await

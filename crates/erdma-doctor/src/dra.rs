@@ -9,7 +9,9 @@
 //!   `erdma.alibabacloud.com/tainted-devices` (`DRADeviceTaints`);
 //! - the DeviceClass `erdma.alibabacloud.com`: written with `extendedResourceName`
 //!   (`DRAExtendedResource`), through which pods asking the extended resource are served on DRA
-//!   nodes.
+//!   nodes;
+//! - the Node's status: no `aliyun/erdma` left in capacity or allocatable by the device plugin
+//!   the node used before (the scheduler would take it for a device-plugin node).
 //!
 //! The three gates are alpha and off by default in 1.34 and 1.35, beta and on from 1.36.
 
@@ -139,6 +141,48 @@ pub fn slice_check(node: &str, slices: &[ResourceSlice]) -> Check {
             lost.join("; ")
         ),
         gate_hint(&gates),
+    )
+}
+
+/// `node.dra.extended_resource`: a DRA node has no `resource` in its `status.capacity` or
+/// `status.allocatable`. The kubelet leaves a device plugin's resource there when the plugin goes
+/// (at 0 after its grace period), and the scheduler takes a node with the key, even at 0, for a
+/// device-plugin node of that resource: pods asking it are never served there through the
+/// DeviceClass's `extendedResourceName` and stay Pending.
+pub fn extended_resource_check(n: &Node, node: &str, resource: &str) -> Check {
+    const ID: &str = "node.dra.extended_resource";
+    let status = n.status.as_ref();
+    let value = |m: Option<&std::collections::BTreeMap<String, _>>| {
+        m.and_then(|m| m.get(resource))
+            .map(|q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| q.0.clone())
+    };
+    let capacity = value(status.and_then(|s| s.capacity.as_ref()));
+    let allocatable = value(status.and_then(|s| s.allocatable.as_ref()));
+    if capacity.is_none() && allocatable.is_none() {
+        return Check::pass(
+            ID,
+            format!(
+                "node {node} has no {resource} in its status: the scheduler serves pods asking {resource} there through DRA"
+            ),
+        );
+    }
+    let path = resource.replace('~', "~0").replace('/', "~1");
+    let ops: Vec<String> = [("capacity", &capacity), ("allocatable", &allocatable)]
+        .iter()
+        .filter(|(_, v)| v.is_some())
+        .map(|(m, _)| format!("{{\"op\":\"remove\",\"path\":\"/status/{m}/{path}\"}}"))
+        .collect();
+    Check::fail(
+        ID,
+        format!(
+            "node {node} serves eRDMA devices through DRA but its status still has {resource} (capacity {}, allocatable {}), left by the device plugin: the scheduler takes it for a device-plugin node of {resource}, so every pod asking {resource} stays Pending here",
+            capacity.as_deref().unwrap_or("absent"),
+            allocatable.as_deref().unwrap_or("absent"),
+        ),
+        format!(
+            "the agent in DRA mode removes it once the kubelet let the device plugin go (up to 5 minutes after the plugin stopped; its log and the Event DevicePluginResourceRemoved say so), provided it may patch nodes/status; if it stays, check that no device plugin of {resource} still runs on the node, then remove it: kubectl patch node {node} --subresource=status --type=json -p '[{}]'",
+            ops.join(",")
+        ),
     )
 }
 
@@ -311,6 +355,61 @@ mod tests {
             Status::Pass
         );
         assert_eq!(class_check(None, "aliyun/erdma").status, Status::Warn);
+    }
+
+    #[test]
+    fn a_dra_node_with_the_device_plugins_resource_left_in_its_status_fails() {
+        use k8s_openapi::api::core::v1::NodeStatus;
+        let list = |erdma: Option<&str>| {
+            let mut m = BTreeMap::from([("cpu".to_string(), Quantity("4".into()))]);
+            if let Some(q) = erdma {
+                m.insert("aliyun/erdma".to_string(), Quantity(q.into()));
+            }
+            Some(m)
+        };
+        let mut n = Node {
+            status: Some(NodeStatus {
+                capacity: list(Some("0")),
+                allocatable: list(Some("0")),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let c = extended_resource_check(&n, "n1", "aliyun/erdma");
+        assert_eq!(c.status, Status::Fail, "{c:?}");
+        assert!(
+            c.message
+                .contains("still has aliyun/erdma (capacity 0, allocatable 0)"),
+            "{}",
+            c.message
+        );
+        let hint = c.hint.unwrap_or_default();
+        assert!(
+            hint.contains(r#"kubectl patch node n1 --subresource=status --type=json -p '[{"op":"remove","path":"/status/capacity/aliyun~1erdma"},{"op":"remove","path":"/status/allocatable/aliyun~1erdma"}]'"#),
+            "{hint}"
+        );
+        n.status = Some(NodeStatus {
+            capacity: list(Some("2")),
+            allocatable: list(None),
+            ..Default::default()
+        });
+        let c = extended_resource_check(&n, "n1", "aliyun/erdma");
+        assert_eq!(c.status, Status::Fail);
+        assert!(
+            c.message.contains("(capacity 2, allocatable absent)"),
+            "{}",
+            c.message
+        );
+        assert!(!c.hint.unwrap_or_default().contains("/status/allocatable/"));
+        n.status = Some(NodeStatus {
+            capacity: list(None),
+            allocatable: list(None),
+            ..Default::default()
+        });
+        assert_eq!(
+            extended_resource_check(&n, "n1", "aliyun/erdma").status,
+            Status::Pass
+        );
     }
 
     #[test]

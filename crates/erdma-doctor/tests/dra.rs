@@ -104,6 +104,48 @@ async fn with_the_newest_releases_gates_everything_is_stored() {
     assert_eq!(find(&checks, "node.dra.deviceclass").status, Status::Pass);
 }
 
+/// A node switched from the device plugin to DRA whose status still has `aliyun/erdma` at 0
+/// (what the kubelet leaves): the scheduler keeps every pod asking it Pending there.
+#[tokio::test]
+async fn a_dra_node_that_kept_the_device_plugins_resource_fails() {
+    use k8s_openapi::api::core::v1::NodeStatus;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let api = FakeApiServer::new();
+    let mut n = node();
+    let left = BTreeMap::from([
+        ("cpu".to_string(), Quantity("4".into())),
+        ("aliyun/erdma".to_string(), Quantity("0".into())),
+    ]);
+    n.status = Some(NodeStatus {
+        capacity: Some(left.clone()),
+        allocatable: Some(left),
+        ..Default::default()
+    });
+    api.put(&n);
+    publish(&api).await;
+    let checks = node_checks(&api.client(), "n1", None)
+        .await
+        .expect("checks");
+    let c = find(&checks, "node.dra.extended_resource");
+    assert_eq!(c.status, Status::Fail, "{c:?}");
+    assert!(
+        c.message
+            .contains("still has aliyun/erdma (capacity 0, allocatable 0)"),
+        "{}",
+        c.message
+    );
+    // Removed (as the agent does): passes.
+    n.status = None;
+    api.put(&n);
+    let checks = node_checks(&api.client(), "n1", None)
+        .await
+        .expect("checks");
+    assert_eq!(
+        find(&checks, "node.dra.extended_resource").status,
+        Status::Pass
+    );
+}
+
 #[tokio::test]
 async fn a_device_plugin_node_gets_no_dra_checks() {
     let api = FakeApiServer::new();
