@@ -66,6 +66,14 @@ declare -A NODE_CI_CELLS=(
 )
 # Cells that cannot pass on a kind for a reason outside erdma: SCENARIO@NODE -> the reason.
 declare -A NODE_NA=()
+# nri-smcr (SMC-R for an unmodified TCP client at sandbox creation) runs on 6.12 per runtime only:
+# Debian's 7.3 has no SMC (CONFIG_DIBS unset), and Debian's 5.10 has SMC but no transparent path
+# to it (neither Alibaba Cloud Linux 3's out-of-tree net.smc.tcp2smc nor 6.11's IPPROTO_SMC for
+# BPF): the agent says "unsupported" there, rightly (seen 2026-12-07, --node kernel510).
+declare -A NRI_SMCR_NA=(
+  [trixie-backports]="Debian's 7.3 has no SMC (CONFIG_DIBS unset)"
+  [bullseye-security]="Debian's 5.10 has SMC but neither Alibaba Cloud Linux 3's net.smc.tcp2smc nor IPPROTO_SMC (6.11+): the agent rightly reports SMC-R unsupported"
+)
 passed=0 failed=0 ignored_ran=0 ignored_where=() results=()
 run() {
   local name=$1; shift
@@ -147,7 +155,8 @@ for s in $RUNTIME_SCENARIOS nri-smcr; do
   done
   for node in $MATRIX_NODES; do
     if [ "$s" = nri-smcr ]; then
-      na "nri-smcr needs SMC-R over rxe on 6.12: it runs there once per runtime (nri-smcr-6.12), not per node kind"
+      suite=$(awk -v n="$node" '!/^#/ && NF == 7 && $1 == n {print $2}' lab/nodes.conf)
+      na "nri-smcr runs on 6.12 (nri-smcr-6.12 per runtime); ${NRI_SMCR_NA[$suite]:-the kernel of this kind ($suite) is not 6.12}"
     elif [ -n "${NODE_NA[$s@$node]:-}" ]; then
       na "$s@$node: ${NODE_NA[$s@$node]}"
     elif [ "$FULL" = 0 ] && ! tr ' ' '\n' <<<"${NODE_CI_CELLS[$node]:-}" | grep -qx -- "$s"; then
