@@ -408,6 +408,8 @@ fn the_chart_agent_daemonset_becomes_the_kubelets_container_config() {
                 run_as_group: None,
                 masked_paths: masked(),
                 readonly_paths: readonly(),
+                // no appArmorProfile: the runtime's default profile
+                apparmor: None,
             }),
         }),
         cdi_devices: vec![],
@@ -755,6 +757,8 @@ fn a_pod_network_pod_with_pod_level_defaults_and_an_allocation() {
             run_as_group: Some(cri::Int64Value { value: 2000 }),
             masked_paths: masked(),
             readonly_paths: readonly(),
+            // no appArmorProfile: the runtime's default profile
+            apparmor: None,
         })
     );
     // The exec probe's command is expanded from the literal env values only.
@@ -871,6 +875,76 @@ fn qos_and_user_rules() {
         c.mounts[3].propagation,
         cri::MountPropagation::PropagationBidirectional as i32
     );
+}
+
+/// The AppArmor profile goes to the runtime as the kubelet sends it: the container's
+/// `appArmorProfile` over the pod's, none when neither has one.
+#[test]
+fn the_apparmor_profile_is_the_containers_else_the_pods() {
+    use erdma_cri::runtime::v1::security_profile::ProfileType;
+    let paths = BTreeMap::new();
+    let apparmor = |text: &str| {
+        plan_of(text, "u")
+            .container_config(&ContainerInputs {
+                pod_ip: "10.88.0.2",
+                image_id: "sha256:x",
+                image_uid: Some(0),
+                image_username: "",
+                allocation: None,
+                volume_paths: &paths,
+            })
+            .unwrap()
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap()
+            .apparmor
+            .map(|p| {
+                (
+                    ProfileType::try_from(p.profile_type).unwrap(),
+                    p.localhost_ref,
+                )
+            })
+    };
+    assert_eq!(apparmor(&pod("", "")), None);
+    assert_eq!(
+        apparmor(&pod(
+            "",
+            "      securityContext:\n        appArmorProfile: {type: Unconfined}\n"
+        )),
+        Some((ProfileType::Unconfined, String::new()))
+    );
+    let pod_level = "  securityContext:\n    appArmorProfile: {type: Localhost, localhostProfile: erdma-agent}\n";
+    assert_eq!(
+        apparmor(&pod(pod_level, "")),
+        Some((ProfileType::Localhost, "erdma-agent".to_string()))
+    );
+    assert_eq!(
+        apparmor(&pod(
+            pod_level,
+            "      securityContext:\n        appArmorProfile: {type: RuntimeDefault}\n"
+        )),
+        Some((ProfileType::RuntimeDefault, String::new())),
+        "the container's profile wins over the pod's"
+    );
+    let e = plan_of(
+        &pod(
+            "",
+            "      securityContext:\n        appArmorProfile: {type: Localhost}\n",
+        ),
+        "u",
+    )
+    .container_config(&ContainerInputs {
+        pod_ip: "10.88.0.2",
+        image_id: "sha256:x",
+        image_uid: Some(0),
+        image_username: "",
+        allocation: None,
+        volume_paths: &paths,
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("Localhost without localhostProfile"), "{e}");
 }
 
 /// A minimal Pod with one container, `extra_spec` added to its spec and `extra_container` to

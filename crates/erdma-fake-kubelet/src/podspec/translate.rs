@@ -1779,8 +1779,47 @@ impl PodPlan {
             run_as_group: run_as_group.map(|value| cri::Int64Value { value }),
             masked_paths: paths(DEFAULT_MASKED_PATHS),
             readonly_paths: paths(DEFAULT_READONLY_PATHS),
+            apparmor: apparmor_profile(
+                csc.app_armor_profile
+                    .as_ref()
+                    .or(psc.app_armor_profile.as_ref()),
+                &who,
+            )?,
         })
     }
+}
+
+/// The container's AppArmor profile as the kubelet sends it (`getAppArmorProfile`): the
+/// container's `securityContext.appArmorProfile`, else the pod's; neither: none, and the runtime
+/// applies its default profile to an unprivileged container (containerd:
+/// `cri-containerd.apparmor.d`).
+fn apparmor_profile(
+    profile: Option<&k8s_openapi::api::core::v1::AppArmorProfile>,
+    who: &str,
+) -> Result<Option<cri::SecurityProfile>> {
+    use cri::security_profile::ProfileType;
+    let Some(p) = profile else {
+        return Ok(None);
+    };
+    let (profile_type, localhost_ref) = match (p.type_.as_str(), p.localhost_profile.as_deref()) {
+        ("RuntimeDefault", _) => (ProfileType::RuntimeDefault, String::new()),
+        ("Unconfined", _) => (ProfileType::Unconfined, String::new()),
+        ("Localhost", Some(name)) if !name.is_empty() => (ProfileType::Localhost, name.to_string()),
+        ("Localhost", _) => {
+            return Err(FakeKubeletError::Refused(format!(
+                "appArmorProfile of type Localhost without localhostProfile ({who}). Fix: name the profile loaded on the node in localhostProfile"
+            )));
+        }
+        (other, _) => {
+            return Err(FakeKubeletError::Refused(format!(
+                "appArmorProfile type {other:?} is not RuntimeDefault, Unconfined or Localhost ({who})"
+            )));
+        }
+    };
+    Ok(Some(cri::SecurityProfile {
+        profile_type: profile_type as i32,
+        localhost_ref,
+    }))
 }
 
 /// A container's `volumeMounts`, checked against the pod's volumes (`skipped`: volumes the lab
@@ -1973,13 +2012,12 @@ fn check_pod_level(
         );
     }
     if let Some(psc) = &spec.security_context
-        && (psc.seccomp_profile.is_some()
-            || psc.se_linux_options.is_some()
-            || psc.app_armor_profile.is_some())
+        && (psc.seccomp_profile.is_some() || psc.se_linux_options.is_some())
     {
         notes.insert(
             "pod_security_context".into(),
-            "seccompProfile, seLinuxOptions and appArmorProfile are not passed (the runtime's defaults apply)".into(),
+            "seccompProfile and seLinuxOptions are not passed (the runtime's defaults apply)"
+                .into(),
         );
     }
     Ok(())
@@ -2076,13 +2114,11 @@ fn check_container(
                 format!("{pm:?} is not Default or Unmasked"),
             ));
         }
-        if sc.seccomp_profile.is_some()
-            || sc.se_linux_options.is_some()
-            || sc.app_armor_profile.is_some()
-        {
+        if sc.seccomp_profile.is_some() || sc.se_linux_options.is_some() {
             notes.insert(
                 "security_context".into(),
-                "seccompProfile, seLinuxOptions and appArmorProfile are not passed (the runtime's defaults apply)".into(),
+                "seccompProfile and seLinuxOptions are not passed (the runtime's defaults apply)"
+                    .into(),
             );
         }
     }
