@@ -27,6 +27,7 @@ pub mod nri;
 pub mod pending;
 pub mod plan;
 pub mod plugin;
+pub mod plugin_resource;
 pub mod resource_api;
 pub mod smcr;
 pub mod source;

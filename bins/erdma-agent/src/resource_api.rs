@@ -203,6 +203,10 @@ pub struct DraSettings {
     pub metrics: Option<crate::metrics::DraMetrics>,
     /// The extended resource name (`--resource-name`), for the `ERdmaResourceAPI` condition.
     pub resource_name: String,
+    /// The kubelet's device-plugin directory: the device plugin's resource is removed from the
+    /// node's status once the kubelet let the plugin go there ([`crate::plugin_resource`]).
+    /// `None`: the node's status is left alone.
+    pub device_plugin_dir: Option<PathBuf>,
 }
 
 /// Runs the DRA driver until `cancel`: the sockets, ResourceSlice publishing, and its state in
@@ -249,6 +253,20 @@ pub async fn run_dra(
         status_tx,
         cancel.clone(),
     ));
+    let retirement = settings.device_plugin_dir.map(|dir| {
+        let retirer = crate::plugin_resource::Retirer {
+            cluster: cluster.clone(),
+            resource: resource.clone(),
+            plugin_dir: dir,
+        };
+        tokio::spawn(crate::plugin_resource::run(
+            retirer,
+            crate::plugin_resource::RECHECK,
+            crate::plugin_resource::QUIET,
+            status_rx.clone(),
+            cancel.clone(),
+        ))
+    });
     let mut registration = servers.registration.clone();
     // What was last reported of dropped fields (None: nothing yet).
     let mut reported: Option<Vec<DroppedField>> = None;
@@ -300,6 +318,9 @@ pub async fn run_dra(
     }
     servers.shutdown().await;
     let _ = publisher.await;
+    if let Some(r) = retirement {
+        let _ = r.await;
+    }
     if let Some(w) = claim_watch {
         let _ = w.await;
     }
@@ -443,6 +464,7 @@ pub fn start_dra(
         }),
         metrics: Some(shared.metrics.dra.clone()),
         resource_name: s.resource_name.clone(),
+        device_plugin_dir: Some(plan.sockets.kubelet_dir.clone()),
     };
     let cluster = shared
         .cluster

@@ -82,6 +82,7 @@ fn start_dra_with(
             })),
             metrics,
             resource_name: "aliyun/erdma".into(),
+            device_plugin_dir: None,
         },
         cluster,
         served_rx,
