@@ -120,7 +120,8 @@ case "$LAYER" in
       "$R"/usr/bin/systemd-run "$R"/usr/bin/systemd-cgls "$R"/usr/bin/busctl "$R"/usr/lib/x86_64-linux-gnu/systemd/*.so
     ;;
   apparmor)
-    put /sbin/apparmor_parser /etc/apparmor /etc/apparmor.d/abi /etc/apparmor.d/abstractions /etc/apparmor.d/tunables
+    put /sbin/apparmor_parser /etc/apparmor /etc/apparmor.d/abi /etc/apparmor.d/abstractions /etc/apparmor.d/tunables \
+      /usr/share/apparmor-features
     with_libs "$R/usr/sbin/apparmor_parser"
     ;;
   *) echo "node-layer.sh: layer '$LAYER' is pinned but has no file list here" >&2; exit 2 ;;
