@@ -174,15 +174,13 @@ def render_dra(s):
         "| What (n = 1 000 each, alternating) | Result | Target | Gate |",
         "| --- | --- | --- | --- |",
         row("empty `NodePrepareResources` (no claims)", "empty") + " | |",
-        row("new claim prepared (shipped, `--dra-claim-watch` on): allocation from the claim cache, capacity check, CDI spec and checkpoint written", "prepare") + " | |",
-        row("new claim prepared on a cache miss (the driver with the claim watch off, other connection): ResourceClaim GET over HTTP, then the same", "prepare_get") + " | |",
+        row("new claim prepared: ResourceClaim GET over HTTP, capacity check, CDI spec and checkpoint written", "prepare") + " | |",
         row("the same claim prepared again (answered from the checkpoint)", "again") + " | |",
         row("the claim unprepared (spec and checkpoint entry removed)", "unprepare") + " | |",
         f"| **new claim prepared p99 / empty p99** | **{fmt(v('prepare_ratio_p99'))}** | ≤ 2 | {s.gate('DRA NodePrepareResources p99 / empty p99', v('prepare_ratio_p99'), 2, '≤', '×')} |",
-        f"| cache-miss (GET) prepare p99 / empty p99 | {fmt(v('prepare_get_ratio_p99'))} | reported | |",
         f"| prepared again p99 / empty p99 | {fmt(v('again_ratio_p99'))} | reported | |",
         f"| unprepare p99 / empty p99 | {fmt(v('unprepare_ratio_p99'))} | reported | |",
-        f"| claim cache of the shipped driver: hits / misses (all prepares, warm-up included); rounds where the watch had not delivered the claim by the time the kubelet's GET returned (waited for, see the configuration) | {fmt(v('cache_hits'), 0)} / {fmt(v('cache_misses'), 0)}; {fmt(v('late'), 0)} of 1 000 | reported | |",
+        f"| ResourceClaim GETs by the driver (all prepares, warm-up included) | {fmt(v('claim_gets'), 0)} | reported | |",
     ]
     if v("empty_p99") is None:
         s.problems.append("no DRA figures")

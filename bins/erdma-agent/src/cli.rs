@@ -204,11 +204,6 @@ pub struct Flags {
     /// [default: /var/lib/kubelet].
     #[arg(long, value_name = "DIR")]
     pub kubelet_root_dir: Option<PathBuf>,
-    /// DRA: watch ResourceClaims (cluster-wide list and watch, keeping only this node's
-    /// allocated claims) so that NodePrepareResources reads a claim from memory; `false`: one
-    /// GET of the claim per prepare and no watch [default: true].
-    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
-    pub dra_claim_watch: Option<bool>,
     /// Per-pod RDMA usage: on each scrape of /metrics or GET /usage (results younger than 2 s
     /// reused), read the kernel's RDMA objects and port counters over RDMA netlink and attribute
     /// them to pods through /proc/<pid>/cgroup (needs the host PID namespace); `false`: no usage
@@ -276,7 +271,6 @@ pub struct FileConfig {
     #[serde(alias = "resourceAPI")]
     resource_api: Option<String>,
     kubelet_root_dir: Option<PathBuf>,
-    dra_claim_watch: Option<bool>,
     rdma_usage: Option<bool>,
 }
 
@@ -377,8 +371,6 @@ pub struct Settings {
     pub resource_api: Choice,
     /// The kubelet's root directory (DRA sockets).
     pub kubelet_root_dir: PathBuf,
-    /// DRA: feed the claim cache from a ResourceClaim watch (`--dra-claim-watch`).
-    pub dra_claim_watch: bool,
     /// Per-pod RDMA usage on scrape (`--rdma-usage`).
     pub rdma_usage: bool,
     /// NRI plugin mode.
@@ -691,10 +683,6 @@ impl Settings {
                 .kubelet_root_dir
                 .or(file.kubelet_root_dir)
                 .unwrap_or_else(|| "/var/lib/kubelet".into()),
-            dra_claim_watch: flags
-                .dra_claim_watch
-                .or(file.dra_claim_watch)
-                .unwrap_or(true),
             rdma_usage: flags.rdma_usage.or(file.rdma_usage).unwrap_or(true),
             nri,
             nri_socket: flags

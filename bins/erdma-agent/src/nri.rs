@@ -109,12 +109,24 @@ pub fn trusted_holders(snapshot: &Snapshot) -> Option<&[Holder]> {
     (snapshot.is_answered() && snapshot.error.is_none()).then_some(snapshot.holders.as_slice())
 }
 
-/// The last value of `key` in a container's environment.
-fn env_value<'a>(c: &'a api::Container, key: &str) -> Option<&'a str> {
-    c.env
-        .iter()
-        .rev()
-        .find_map(|e| e.strip_prefix(key)?.strip_prefix('='))
+/// The DRA claims' `rdma.max` hand-off in a container's environment: the value of each claim's
+/// `ERDMA_RDMA_MAX_<claim>` (`erdma_model::container::claim_env_name`: one variable per claim, so
+/// two claims do not overwrite each other) and of a plain `ERDMA_RDMA_MAX` (specs written before
+/// the per-claim names), the last value of each name, entries joined; `None` when there is none.
+fn claims_rdma_max(c: &api::Container) -> Option<String> {
+    let per_claim = format!("{ENV_RDMA_MAX}_");
+    let mut by_name: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
+    for (k, v) in c.env.iter().filter_map(|e| e.split_once('=')) {
+        if k == ENV_RDMA_MAX || k.starts_with(&per_claim) {
+            by_name.insert(k, v);
+        }
+    }
+    (!by_name.is_empty()).then(|| {
+        by_name
+            .into_values()
+            .collect::<Vec<_>>()
+            .join(RDMA_MAX_SEPARATOR)
+    })
 }
 
 /// The `rdma.max` line of a DRA claim's hand-off (`<ibdev> hca_handle=N hca_object=M`, entries
@@ -178,8 +190,8 @@ pub fn adjust_container(
     }
     // A DRA claim's consumed capacity, handed over by the driver's CDI spec: what the scheduler
     // allocated to this container, so it comes before the annotation and the install default.
-    if let Some(lines) = env_value(c, ENV_RDMA_MAX) {
-        match claimed_limit(lines, &devices) {
+    if let Some(lines) = claims_rdma_max(c) {
+        match claimed_limit(&lines, &devices) {
             Ok(line) => {
                 adjust.linux = Some(rdma_max_adjustment(line));
             }
@@ -187,7 +199,7 @@ pub fn adjust_container(
                 kind: "Warning",
                 reason: "ErdmaRdmaMaxNotApplied",
                 message: format!(
-                    "container {} of pod {}/{}: {ENV_RDMA_MAX}={lines:?} from its DRA claim: {why}; no rdma limit applied",
+                    "container {} of pod {}/{}: {ENV_RDMA_MAX}* {lines:?} from its DRA claim(s): {why}; no rdma limit applied",
                     c.name, pod.namespace, pod.name
                 ),
             }),
@@ -741,6 +753,39 @@ mod tests {
             held_devices(&p, &c, &served, Some(&h)),
             [names[1], names[0]]
         );
+    }
+
+    /// The hand-off under a claim's own name (`ERDMA_RDMA_MAX_<claim>`) is applied; two claims
+    /// in one container are two entries, which the rdma cgroup cannot take in one write: nothing
+    /// applied, and a notice says so (never one claim's limit silently).
+    #[test]
+    fn a_claims_rdma_max_under_its_own_name() {
+        let (_t, served) = served();
+        let dev = served.devices[0].name.clone();
+        let h = holds(&[&dev]);
+        let one = container(
+            &[&format!(
+                "ERDMA_RDMA_MAX_UID_A={dev} hca_handle=4 hca_object=8000"
+            )],
+            &[],
+        );
+        let (a, n) = adjust_container(&pod(None), &one, &served, Some(&h), &POLICY);
+        assert!(n.is_empty(), "{n:?}");
+        assert_eq!(
+            a.linux.unwrap().resources.unwrap().unified["rdma.max"],
+            format!("{dev} hca_handle=4 hca_object=8000")
+        );
+        let two = container(
+            &[
+                &format!("ERDMA_RDMA_MAX_UID_A={dev} hca_handle=4 hca_object=8000"),
+                &format!("ERDMA_RDMA_MAX_UID_B={dev} hca_handle=6 hca_object=8000"),
+            ],
+            &[],
+        );
+        let (a, n) = adjust_container(&pod(None), &two, &served, Some(&h), &POLICY);
+        assert!(a.linux.is_none(), "{a:?}");
+        assert_eq!(n.len(), 1, "{n:?}");
+        assert!(n[0].message.contains("2 entries"), "{}", n[0].message);
     }
 
     /// A container that names devices in its own `ERDMA_DEVICES` holds nothing by it: neither

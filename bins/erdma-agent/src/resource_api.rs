@@ -38,9 +38,9 @@ pub struct DraView {
     pub slice: String,
     /// Prepared claims per DRA device name.
     pub prepared_claims: std::collections::BTreeMap<String, usize>,
-    /// The claim cache: whether its watch runs and is in sync, claims held, prepares answered
-    /// from it (`hits`) and by a GET (`misses`).
-    pub claim_cache: erdma_dra::claim_cache::CacheStats,
+    /// The ResourceClaims NodePrepareResources read (one GET per claim not yet prepared) and
+    /// how many of those reads failed.
+    pub claim_reads: erdma_dra::claims::ClaimReads,
     /// Fields of the ResourceSlice the API server dropped (their feature gates are off): field,
     /// feature gate, devices. Empty when it stores everything.
     pub dropped_fields: Vec<DroppedField>,
@@ -194,8 +194,6 @@ pub struct DraSettings {
     pub cdi_dir: PathBuf,
     /// sysfs root.
     pub sysfs: PathBuf,
-    /// Watch ResourceClaims for the claim cache (`--dra-claim-watch`).
-    pub claim_watch: bool,
     /// Called after each NodePrepareResources that prepared a claim.
     pub on_prepare: Option<erdma_dra::claims::PrepareObserver>,
     /// The DRA metrics in the agent's registry: the dropped ResourceSlice fields, and the
@@ -223,7 +221,6 @@ pub async fn run_dra(
     cfg.kubelet_dir = settings.kubelet_root_dir;
     cfg.cdi_dir = settings.cdi_dir;
     cfg.sysfs = settings.sysfs;
-    cfg.watch_claims = settings.claim_watch;
     let metrics = settings.metrics;
     let resource = settings.resource_name;
     let driver = Arc::new(Driver::new(
@@ -234,11 +231,6 @@ pub async fn run_dra(
     if let Some(f) = settings.on_prepare {
         driver.on_prepare(f);
     }
-    // Started before the sockets, so that the watch has listed by the time the kubelet calls.
-    let claim_watch = cfg.watch_claims.then(|| {
-        let (d, c) = (driver.clone(), cancel.clone());
-        tokio::spawn(async move { d.watch_claims(c).await })
-    });
     let observer = metrics
         .clone()
         .map(|m| Arc::new(m) as Arc<dyn server::CallObserver>);
@@ -306,7 +298,7 @@ pub async fn run_dra(
             registration: reg,
             slice,
             prepared_claims: per_device,
-            claim_cache: driver.claim_cache_stats(),
+            claim_reads: driver.claim_reads(),
             dropped_fields: reported.clone().unwrap_or_default(),
         }));
         tokio::select! {
@@ -320,9 +312,6 @@ pub async fn run_dra(
     let _ = publisher.await;
     if let Some(r) = retirement {
         let _ = r.await;
-    }
-    if let Some(w) = claim_watch {
-        let _ = w.await;
     }
     Ok(())
 }
@@ -457,7 +446,6 @@ pub fn start_dra(
         kubelet_root_dir: plan.sockets.kubelet_root_dir.clone(),
         cdi_dir: plan.sockets.dra_cdi.clone(),
         sysfs: s.sysfs_root.clone(),
-        claim_watch: s.dra_claim_watch,
         on_prepare: Some({
             let h = shared.holders.clone();
             Arc::new(move || h.poke())

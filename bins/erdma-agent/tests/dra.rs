@@ -76,7 +76,6 @@ fn start_dra_with(
             kubelet_root_dir: dir.path().join("kubelet"),
             cdi_dir: dir.path().join("cdi"),
             sysfs: tree.sys().to_path_buf(),
-            claim_watch: true,
             on_prepare: Some(Arc::new(move || {
                 counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             })),
@@ -387,6 +386,14 @@ async fn lab_allocator_and_kubelet_claims_share_a_device_by_capacity_and_serve_t
     use erdma_fake_kubelet::claims::{self, DraAccess};
     let (tree, served) = served_fixture();
     let api = FakeApiServer::new();
+    // the Node: the owner of its ResourceSlice
+    api.put(&Node {
+        metadata: ObjectMeta {
+            name: Some("n1".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
     let mut values = erdma_k8s::install::Values::default();
     values.dra.enabled = true;
     api.put(&erdma_k8s::install::dra_device_class(&values));
@@ -420,6 +427,7 @@ async fn lab_allocator_and_kubelet_claims_share_a_device_by_capacity_and_serve_t
         capacity: BTreeMap::from([("shares".to_string(), shares)]),
         device: Some("erdma-1".into()),
         overcommit: false,
+        first_available: None,
     };
     let a = alloc.claim(&req("pod-a", "claim-a", 150)).await.unwrap();
     let b = alloc.claim(&req("pod-b", "claim-b", 50)).await.unwrap();
@@ -498,6 +506,23 @@ async fn lab_allocator_and_kubelet_claims_share_a_device_by_capacity_and_serve_t
     assert_eq!(
         pe[0].cdi_devices,
         [format!("erdma.alibabacloud.com/claim={ue}-erdma_0")]
+    );
+
+    // A prioritized list (`firstAvailable`): allocated as `rdma/erdma`, the container names the
+    // request `rdma`, and the kubelet matches that name exactly against the driver's answer.
+    let mut fa = req("pod-f", "claim-f", 10);
+    fa.device = Some("erdma-0".into());
+    fa.first_available = Some("erdma".into());
+    let f = alloc.claim(&fa).await.unwrap();
+    assert_eq!(result(&f).request, "rdma/erdma");
+    let pf = claims::prepare_container(&access, "lab", "pod-f", "c")
+        .await
+        .unwrap();
+    let uf = f.metadata.uid.clone().unwrap();
+    assert_eq!(
+        pf[0].cdi_devices,
+        [format!("erdma.alibabacloud.com/claim={uf}-erdma_0")],
+        "the container of a firstAvailable claim gets its device"
     );
     let e = alloc
         .extended("lab/pod-x", "c", "example.com/none", 1)

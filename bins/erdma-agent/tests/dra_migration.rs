@@ -201,7 +201,6 @@ async fn a_node_switched_to_dra_loses_the_device_plugin_resource_and_again_after
             kubelet_root_dir: dir.path().join("kubelet"),
             cdi_dir: dir.path().join("cdi"),
             sysfs: tree.sys().to_path_buf(),
-            claim_watch: false,
             on_prepare: None,
             metrics: None,
             resource_name: RESOURCE.into(),

@@ -1,28 +1,21 @@
 //! Benchmark of the DRA driver's `NodePrepareResources` against an empty call on the same socket
 //! (plain harness): `cargo bench -p erdma-dra --bench prepare`.
 //!
-//! Two drivers (`erdma_dra::Driver` behind `erdma_dra::server::serve`) run in this process on
-//! their real Unix sockets under separate kubelet directories, each registered by the fake
-//! kubelet's plugin-watcher client, which then makes the calls the kubelet makes. Both read claims
-//! from the in-memory fake API server (`erdma_k8s::fake`) served over HTTP on loopback, each with
-//! its own client: the shipped default keeps a claim cache fed by a ResourceClaim watch
-//! (`--dra-claim-watch`, on), the other has it off and GETs every claim (the cache-miss path).
-//! `PREPARED` claims are prepared on each first, so every measured call rewrites a checkpoint of
-//! that many claims, as on a busy node.
+//! The driver (`erdma_dra::Driver` behind `erdma_dra::server::serve`) runs in this process on its
+//! real Unix sockets under a temp kubelet directory, registered by the fake kubelet's
+//! plugin-watcher client, which then makes the calls the kubelet makes. It reads each claim by a
+//! GET from the in-memory fake API server (`erdma_k8s::fake`) served over HTTP on loopback, as
+//! the upstream kubelet-plugin helper does (no watch of the cluster's claims). `PREPARED` claims
+//! are prepared first, so every measured call rewrites a checkpoint of that many claims, as on a
+//! busy node.
 //!
 //! Each round models a pod start: the claim is written to the API server allocated and reserved
 //! (as kube-scheduler does before it binds the pod), the kubelet GETs it (untimed; it does so
-//! before it calls the driver), then the timed calls. In a cluster the allocation reaches the
-//! node's claim watch before the pod's binding reaches the kubelet (the scheduler writes the
-//! allocation first and the kubelet then still reads the claim), so the cache holds the claim
-//! when the kubelet calls; the bench checks that it does after the kubelet's GET, counts the
-//! rounds where it did not yet (`late`) and waits for it in those, so that the `prepare` row is
-//! the path a cluster takes.
+//! before it calls the driver), then the timed calls.
 //!
 //! Measured, calls alternating so that all see the same load (n = `N` each):
 //! - empty `NodePrepareResources` (no claims): the gRPC round trip on the same connection;
-//! - a new claim prepared (claim cache hit, capacity check, CDI spec and checkpoint written);
-//! - a new claim prepared with the claim watch off (a GET per prepare: the cache-miss path);
+//! - a new claim prepared (ResourceClaim GET, capacity check, CDI spec and checkpoint written);
 //! - the same claim prepared again (the kubelet repeats it for every pod sync and after its own
 //!   restart): answered from the checkpoint;
 //! - the claim unprepared (spec and checkpoint entry removed).
@@ -187,39 +180,27 @@ fn main() {
         };
         let (_inv_tx, inv) = watch::channel(inventory());
 
-        // The shipped default (claim watch on) and the cache-miss path (watch off).
-        let mut drivers = Vec::new();
-        for (dir, watch_claims) in [("cached", true), ("get", false)] {
-            let mut cfg = DraConfig::new(NODE);
-            cfg.kubelet_dir = tmp.path().join(dir).join("kubelet");
-            cfg.cdi_dir = cdi_tmp.path().join(dir).join("cdi");
-            cfg.sysfs = tmp.path().join("sys");
-            cfg.watch_claims = watch_claims;
-            cfg.capacity = CapacityModel {
-                shares: 100_000,
-                hca_handles: 1_000_000,
-                hca_handles_default: 4,
-                hca_objects: 100_000_000,
-                hca_objects_default: 8000,
-            };
-            let driver =
-                Arc::new(Driver::new(cfg.clone(), client(), inv.clone()).expect("driver starts"));
-            if watch_claims {
-                let (d, c) = (driver.clone(), cancel.clone());
-                tokio::spawn(async move { d.watch_claims(c).await });
-            }
-            let servers =
-                erdma_dra::server::serve(driver.clone(), &cancel).expect("sockets bound");
-            let k = kubelet::register(
-                &cfg.kubelet_dir.join("plugins_registry"),
-                erdma_model::names::DRA_DRIVER,
-            )
-            .await
-            .expect("the kubelet registers the driver");
-            drivers.push((dir, driver, servers, k));
-        }
+        let mut cfg = DraConfig::new(NODE);
+        cfg.kubelet_dir = tmp.path().join("kubelet");
+        cfg.cdi_dir = cdi_tmp.path().join("cdi");
+        cfg.sysfs = tmp.path().join("sys");
+        cfg.capacity = CapacityModel {
+            shares: 100_000,
+            hca_handles: 1_000_000,
+            hca_handles_default: 4,
+            hca_objects: 100_000_000,
+            hca_objects_default: 8000,
+        };
+        let driver = Arc::new(Driver::new(cfg.clone(), client(), inv.clone()).expect("driver starts"));
+        let servers = erdma_dra::server::serve(driver.clone(), &cancel).expect("sockets bound");
+        let k = kubelet::register(
+            &cfg.kubelet_dir.join("plugins_registry"),
+            erdma_model::names::DRA_DRIVER,
+        )
+        .await
+        .expect("the kubelet registers the driver");
         println!(
-            "BENCHCONF dra two drivers (erdma_dra::Driver, erdma_dra::server) in the bench process on their Unix sockets under temp kubelet dirs, 2 tokio worker threads; the fake kubelet's DRA client on each driver's connection; claims from the fake API server over HTTP on loopback, written allocated and reserved each round before the kubelet's (untimed) GET and the prepare; the shipped driver answers from its claim cache fed by a ResourceClaim watch, the other has the watch off (GET per prepare, the cache-miss path); {PREPARED} claims prepared on each before measuring (the checkpoint's size); CDI specs in {} ({}, as the shipped /var/run/cdi), the checkpoint in /tmp ({}, as /var/lib/kubelet), both written by rename without fsync",
+            "BENCHCONF dra the driver (erdma_dra::Driver, erdma_dra::server) in the bench process on its Unix sockets under a temp kubelet dir, 2 tokio worker threads; the fake kubelet's DRA client on the driver's connection; claims from the fake API server over HTTP on loopback, written allocated and reserved each round before the kubelet's (untimed) GET and the prepare; the driver GETs each claim it prepares (no claim watch); {PREPARED} claims prepared before measuring (the checkpoint's size); CDI specs in {} ({}, as the shipped /var/run/cdi), the checkpoint in /tmp ({}, as /var/lib/kubelet), both written by rename without fsync",
             cdi_tmp.path().display(),
             fs_of(cdi_tmp.path()),
             fs_of(tmp.path())
@@ -233,69 +214,32 @@ fn main() {
                 kubelet_api.get(&name).await.expect("the kubelet reads the claim");
             }
         };
-        let (cached_driver, cached_k) = (&drivers[0].1, &drivers[0].3);
-        let get_k = &drivers[1].3;
-        // Waits until the shipped driver has seen `uid`; true when it had already.
-        let seen = |uid: String| async move {
-            let driver = cached_driver.clone();
-            if driver.claim_cache().holds(&uid) {
-                return true;
-            }
-            let t = Instant::now();
-            while !driver.claim_cache().holds(&uid) {
-                assert!(
-                    t.elapsed() < Duration::from_secs(5),
-                    "the claim watch delivers claim {uid}"
-                );
-                tokio::time::sleep(Duration::from_micros(100)).await;
-            }
-            false
-        };
 
         for i in 0..PREPARED {
-            for (dir, _, _, k) in &drivers {
-                let (name, uid) = (format!("{dir}-claim-{i}"), format!("{dir}-uid-{i}"));
-                allocate(name.clone(), uid.clone()).await;
-                if *dir == "cached" {
-                    seen(uid.clone()).await;
-                }
-                prepare_ok(k, &name, &uid).await;
-            }
+            let (name, uid) = (format!("claim-{i}"), format!("uid-{i}"));
+            allocate(name.clone(), uid.clone()).await;
+            prepare_ok(&k, &name, &uid).await;
         }
-        let (mut empty, mut fresh, mut fresh_get, mut again, mut unprep) =
-            (vec![], vec![], vec![], vec![], vec![]);
-        let mut late = 0usize;
+        let (mut empty, mut fresh, mut again, mut unprep) = (vec![], vec![], vec![], vec![]);
         for round in 0..WARMUP + N {
             let i = PREPARED + round;
-            let (name, uid) = (format!("cached-claim-{i}"), format!("cached-uid-{i}"));
-            let (gname, guid) = (format!("get-claim-{i}"), format!("get-uid-{i}"));
+            let (name, uid) = (format!("claim-{i}"), format!("uid-{i}"));
             allocate(name.clone(), uid.clone()).await;
-            allocate(gname.clone(), guid.clone()).await;
-            let on_time = seen(uid.clone()).await;
-            let (e, r) = timed(cached_k.prepare(Vec::new())).await;
+            let (e, r) = timed(k.prepare(Vec::new())).await;
             assert!(r.expect("empty prepare answers").claims.is_empty());
-            let (f, ()) = timed(prepare_ok(cached_k, &name, &uid)).await;
-            let (g, ()) = timed(prepare_ok(get_k, &gname, &guid)).await;
-            let (a, ()) = timed(prepare_ok(cached_k, &name, &uid)).await;
-            let (u, ()) = timed(unprepare_ok(cached_k, &name, &uid)).await;
-            unprepare_ok(get_k, &gname, &guid).await;
+            let (f, ()) = timed(prepare_ok(&k, &name, &uid)).await;
+            let (a, ()) = timed(prepare_ok(&k, &name, &uid)).await;
+            let (u, ()) = timed(unprepare_ok(&k, &name, &uid)).await;
             if round >= WARMUP {
-                late += usize::from(!on_time);
                 empty.push(e);
                 fresh.push(f);
-                fresh_get.push(g);
                 again.push(a);
                 unprep.push(u);
             }
         }
         let rows = [
             ("empty", &mut empty, "empty NodePrepareResources (no claims)"),
-            ("prepare", &mut fresh, "new claim prepared (claim cache, CDI spec, checkpoint)"),
-            (
-                "prepare_get",
-                &mut fresh_get,
-                "new claim prepared, claim watch off (GET per prepare, the cache-miss path)",
-            ),
+            ("prepare", &mut fresh, "new claim prepared (GET, CDI spec, checkpoint)"),
             ("again", &mut again, "the same claim prepared again (from the checkpoint)"),
             ("unprepare", &mut unprep, "claim unprepared"),
         ];
@@ -307,22 +251,15 @@ fn main() {
             println!("BENCH dra.{key}_p99={:.2} us", us(p99));
             p99s.insert(key, us(p99));
         }
-        for key in ["prepare", "prepare_get", "again", "unprepare"] {
+        for key in ["prepare", "again", "unprepare"] {
             let ratio = p99s[key] / p99s["empty"];
             println!("{key} p99 / empty p99: {ratio:.2}");
             println!("BENCH dra.{key}_ratio_p99={ratio:.2} x");
         }
-        let stats = cached_driver.claim_cache_stats();
-        println!(
-            "claim cache: {} hits, {} misses; the watch had not delivered the claim after the kubelet's GET in {late} of {N} measured rounds",
-            stats.hits, stats.misses
-        );
-        println!("BENCH dra.cache_hits={} n", stats.hits);
-        println!("BENCH dra.cache_misses={} n", stats.misses);
-        println!("BENCH dra.late={late} n");
-        for (_, _, servers, _) in drivers {
-            servers.shutdown().await;
-        }
+        let reads = driver.claim_reads();
+        println!("claim reads: {} GETs, {} failed", reads.gets, reads.failed);
+        println!("BENCH dra.claim_gets={} n", reads.gets);
+        servers.shutdown().await;
         cancel.cancel();
     });
 }

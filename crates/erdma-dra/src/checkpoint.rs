@@ -99,8 +99,11 @@ pub struct PreparedDevice {
     pub share_id: Option<String>,
     /// Shares consumed.
     pub shares: u64,
-    /// rdma cgroup limits consumed.
+    /// rdma cgroup limits consumed (zero for admin access).
     pub limits: RdmaLimits,
+    /// Prepared for admin access (`adminAccess: true`): no share consumed, no rdma limit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admin: bool,
 }
 
 /// A prepared claim.
@@ -373,6 +376,7 @@ mod tests {
                 hca_handle: 4,
                 hca_object: 10,
             },
+            admin: false,
         };
         let mut cp = Checkpoint {
             version: VERSION,

@@ -1,17 +1,22 @@
 //! NodePrepareResources / NodeUnprepareResources.
 //!
-//! Prepare reads the claim's allocation from the API server (the kubelet sends only the claim's
-//! identity; from the [`crate::claim_cache`] fed by a watch when it holds the claim, else by a
-//! GET), keeps the results of this driver and this node's pool, checks each device against
-//! the served inventory and against its capacity (the scheduler's accounting should already
-//! ensure it; this is the node's own guard, so an over-booked device is refused with a clear
-//! error rather than silently oversubscribed), writes the claim's CDI spec, records the claim in
-//! the checkpoint, and answers with the CDI IDs. A claim already in the checkpoint is answered
-//! from it. Unprepare removes the spec and the record; an unknown claim is already unprepared.
+//! Prepare reads the claim by a GET (the kubelet sends only the claim's identity; as the upstream
+//! kubelet-plugin helper does, and no watch of the cluster's claims: the API server selects
+//! ResourceClaims by `metadata.name` and `metadata.namespace` only, so a watch could not be
+//! limited to this node), checks its UID is the one the kubelet named, keeps the results of this
+//! driver in this node's pool ([`crate::allocation`], which refuses opaque configuration for
+//! this driver), checks each device against the served inventory and against its capacity (the
+//! scheduler's accounting should already ensure it; this is the node's own guard, so an
+//! over-booked device is refused with a clear error rather than silently oversubscribed),
+//! writes the claim's CDI spec, records the claim in the checkpoint, and answers with the CDI
+//! IDs under the container-visible request names (`main` of a `main/sub` result). A device
+//! allocated for admin access consumes no share and gets no rdma limit. A claim already in the
+//! checkpoint is answered from it. Unprepare removes the spec and the record; an unknown claim is
+//! already unprepared.
 
+use crate::allocation;
 use crate::cdi::{self, ClaimDevice, RdmaLimits};
 use crate::checkpoint::{Checkpoint, PreparedClaim, PreparedDevice, Used};
-use crate::claim_cache::{CacheStats, ClaimCache};
 use crate::config::DraConfig;
 use crate::journal::Journal;
 use crate::slice::{CAP_HCA_HANDLE, CAP_HCA_OBJECT, CAP_SHARES, find_device};
@@ -20,16 +25,16 @@ use erdma_model::NodeDevices;
 use k8s_openapi::api::resource::v1::{DeviceRequestAllocationResult, ResourceClaim};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{Mutex, watch};
-use tokio_util::sync::CancellationToken;
 
 /// The driver's claim handling: configuration, API client, the served inventory, the claim
-/// cache, and the checkpoint (guarded: one prepare or unprepare at a time).
+/// reads' counters, and the checkpoint (guarded: one prepare or unprepare at a time).
 pub struct Driver {
     cfg: DraConfig,
     client: kube::Client,
     served: watch::Receiver<NodeDevices>,
-    cache: Arc<ClaimCache>,
+    reads: Reads,
     state: Mutex<State>,
     on_prepare: std::sync::OnceLock<PrepareObserver>,
 }
@@ -52,11 +57,27 @@ impl std::fmt::Debug for Driver {
     }
 }
 
-/// The amounts one allocation result consumes.
+/// The amounts one allocation result consumes; `limits` is `None` for admin access (no rdma
+/// limit, nothing counted against the device).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Consumed {
     shares: u64,
-    limits: RdmaLimits,
+    limits: Option<RdmaLimits>,
+}
+
+/// Counters of the claim reads of NodePrepareResources, for `/healthz`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ClaimReads {
+    /// ResourceClaims read by GET (one per claim not yet prepared).
+    pub gets: u64,
+    /// Reads that failed (API error, claim gone, or a different UID).
+    pub failed: u64,
+}
+
+#[derive(Debug, Default)]
+struct Reads {
+    gets: AtomicU64,
+    failed: AtomicU64,
 }
 
 impl Driver {
@@ -74,12 +95,11 @@ impl Driver {
         let cp = Checkpoint::load(&cfg.checkpoint_path())?;
         let journal = Journal::open(&cfg.checkpoint_path(), &cp)?;
         remove_orphan_specs(&cfg, &cp);
-        let cache = Arc::new(ClaimCache::new(&cfg.driver_name, cfg.pool_name()));
         Ok(Driver {
             cfg,
             client,
             served,
-            cache,
+            reads: Reads::default(),
             state: Mutex::new(State { cp, journal }),
             on_prepare: std::sync::OnceLock::new(),
         })
@@ -91,20 +111,12 @@ impl Driver {
         let _ = self.on_prepare.set(f);
     }
 
-    /// Runs the ResourceClaim watch that feeds the claim cache until `cancel` (without it every
-    /// prepare reads its claim by GET).
-    pub async fn watch_claims(&self, cancel: CancellationToken) {
-        self.cache.clone().run(self.client.clone(), cancel).await
-    }
-
-    /// The claim cache (hits, misses, whether the driver has seen a claim).
-    pub fn claim_cache(&self) -> &ClaimCache {
-        &self.cache
-    }
-
-    /// The claim cache's counters.
-    pub fn claim_cache_stats(&self) -> CacheStats {
-        self.cache.stats()
+    /// The counters of the claim reads.
+    pub fn claim_reads(&self) -> ClaimReads {
+        ClaimReads {
+            gets: self.reads.gets.load(Ordering::Relaxed),
+            failed: self.reads.failed.load(Ordering::Relaxed),
+        }
     }
 
     /// The served devices this driver prepares from.
@@ -167,7 +179,7 @@ impl Driver {
             .devices
             .iter()
             .map(|d| api::Device {
-                request_names: vec![d.request.clone()],
+                request_names: vec![allocation::base_request(&d.request).to_string()],
                 pool_name: d.pool.clone(),
                 device_name: d.device.clone(),
                 cdi_device_ids: d.cdi_ids.clone(),
@@ -186,29 +198,11 @@ impl Driver {
         if let Some(answer) = self.prepared_answer(&who, &c.uid).await {
             return Ok(answer);
         }
-        // The allocation is read without the checkpoint lock, so that a GET does not hold up
-        // the prepares and unprepares of other claims.
-        let results = match self.cache.lookup(c) {
-            Some(cached) => cached.results.clone(),
-            None => {
-                let claim = self.fetch(c).await.map_err(|e| format!("{who}: {e}"))?;
-                claim
-                    .status
-                    .and_then(|s| s.allocation)
-                    .and_then(|a| a.devices)
-                    .and_then(|d| d.results)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|r| r.driver == self.cfg.driver_name)
-                    .collect()
-            }
-        };
-        if results.is_empty() {
-            return Err(format!(
-                "{who} has no devices of driver {} allocated (is it allocated yet?)",
-                self.cfg.driver_name
-            ));
-        }
+        // The claim is read without the checkpoint lock, so that a GET does not hold up the
+        // prepares and unprepares of other claims.
+        let claim = self.fetch(c).await.map_err(|e| format!("{who}: {e}"))?;
+        let results = allocation::our_results(&claim, &self.cfg.driver_name, self.cfg.pool_name())
+            .map_err(|e| format!("{who}: {e}"))?;
         let mut state = self.state.lock().await;
         if let Some(p) = state.cp.claims.get(&c.uid)
             && p.cdi_spec.exists()
@@ -219,16 +213,9 @@ impl Driver {
         let served = self.served.borrow().clone();
         let mut used = state.cp.used(Some(&c.uid));
         let mut devices: Vec<PreparedDevice> = Vec::new();
-        let mut per_ibdev: BTreeMap<String, RdmaLimits> = BTreeMap::new();
+        // `None`: a device of the claim allocated for admin access (no rdma limit for it).
+        let mut per_ibdev: BTreeMap<String, Option<RdmaLimits>> = BTreeMap::new();
         for r in &results {
-            if r.pool != self.cfg.pool_name() {
-                return Err(format!(
-                    "{who}: device {} is from pool {:?}, not this node's pool {:?}",
-                    r.device,
-                    r.pool,
-                    self.cfg.pool_name()
-                ));
-            }
             let dev = find_device(&served, &r.device).ok_or_else(|| {
                 format!(
                     "{who}: device {} is not served on node {} (served: {})",
@@ -252,16 +239,31 @@ impl Driver {
             }
             let want = self.consumed(r).map_err(|e| format!("{who}: {e}"))?;
             let u = used.entry(r.device.clone()).or_default();
-            self.check_capacity(&who, &r.device, u, &want)?;
-            u.shares += want.shares;
-            u.hca_handle += want.limits.hca_handle;
-            u.hca_object += want.limits.hca_object;
-            let l = per_ibdev.entry(dev.name.clone()).or_insert(RdmaLimits {
+            let counted = want.limits.unwrap_or(RdmaLimits {
                 hca_handle: 0,
                 hca_object: 0,
             });
-            l.hca_handle += want.limits.hca_handle;
-            l.hca_object += want.limits.hca_object;
+            if want.limits.is_some() {
+                self.check_capacity(&who, &r.device, u, want.shares, &counted)?;
+            }
+            u.shares += want.shares;
+            u.hca_handle += counted.hca_handle;
+            u.hca_object += counted.hca_object;
+            let l = per_ibdev
+                .entry(dev.name.clone())
+                .or_insert(Some(RdmaLimits {
+                    hca_handle: 0,
+                    hca_object: 0,
+                }));
+            match (l.as_mut(), want.limits) {
+                (Some(l), Some(w)) => {
+                    l.hca_handle += w.hca_handle;
+                    l.hca_object += w.hca_object;
+                }
+                // Admin access to a device is unrestricted, also beside a regular request of the
+                // same claim on it: the container's rdma.max cannot tell the two apart.
+                _ => *l = None,
+            }
             devices.push(PreparedDevice {
                 request: r.request.clone(),
                 pool: r.pool.clone(),
@@ -274,7 +276,8 @@ impl Driver {
                 )],
                 share_id: r.share_id.clone(),
                 shares: want.shares,
-                limits: want.limits,
+                limits: counted,
+                admin: want.limits.is_none(),
             });
         }
         let claim_devices: Vec<ClaimDevice<'_>> = per_ibdev
@@ -328,7 +331,6 @@ impl Driver {
         if !cdi::valid_uid(uid) {
             return Err(format!("claim UID {uid:?} is not a valid UID"));
         }
-        self.cache.unprepared(uid);
         let mut state = self.state.lock().await;
         let state = &mut *state;
         let spec = match state.cp.claims.get(uid) {
@@ -347,6 +349,15 @@ impl Driver {
     }
 
     async fn fetch(&self, c: &api::Claim) -> Result<ResourceClaim, String> {
+        self.reads.gets.fetch_add(1, Ordering::Relaxed);
+        let read = self.read_claim(c).await;
+        if read.is_err() {
+            self.reads.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        read
+    }
+
+    async fn read_claim(&self, c: &api::Claim) -> Result<ResourceClaim, String> {
         let api: kube::Api<ResourceClaim> =
             kube::Api::namespaced(self.client.clone(), &c.namespace);
         let claim = api
@@ -363,6 +374,12 @@ impl Driver {
     }
 
     fn consumed(&self, r: &DeviceRequestAllocationResult) -> Result<Consumed, String> {
+        if allocation::is_admin(r) {
+            return Ok(Consumed {
+                shares: 0,
+                limits: None,
+            });
+        }
         let cap = &self.cfg.capacity;
         let get = |name: &str, default: u64| -> Result<u64, String> {
             match r.consumed_capacity.as_ref().and_then(|m| m.get(name)) {
@@ -373,10 +390,10 @@ impl Driver {
         };
         Ok(Consumed {
             shares: get(CAP_SHARES, 1)?,
-            limits: RdmaLimits {
+            limits: Some(RdmaLimits {
                 hca_handle: get(CAP_HCA_HANDLE, cap.hca_handles_default)?,
                 hca_object: get(CAP_HCA_OBJECT, cap.hca_objects_default)?,
-            },
+            }),
         })
     }
 
@@ -385,21 +402,22 @@ impl Driver {
         who: &str,
         device: &str,
         used: &Used,
-        want: &Consumed,
+        shares: u64,
+        limits: &RdmaLimits,
     ) -> Result<(), String> {
         let cap = &self.cfg.capacity;
         let checks = [
-            (CAP_SHARES, used.shares, want.shares, cap.shares),
+            (CAP_SHARES, used.shares, shares, cap.shares),
             (
                 CAP_HCA_HANDLE,
                 used.hca_handle,
-                want.limits.hca_handle,
+                limits.hca_handle,
                 cap.hca_handles,
             ),
             (
                 CAP_HCA_OBJECT,
                 used.hca_object,
-                want.limits.hca_object,
+                limits.hca_object,
                 cap.hca_objects,
             ),
         ];

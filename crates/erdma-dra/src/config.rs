@@ -70,9 +70,6 @@ pub struct DraConfig {
     pub capacity: CapacityModel,
     /// sysfs root, to find each device's PCIe root (`/sys`).
     pub sysfs: PathBuf,
-    /// Watch ResourceClaims to answer prepares from the claim cache (`true`); `false`: one GET
-    /// per prepare and no cluster-wide watch.
-    pub watch_claims: bool,
 }
 
 impl DraConfig {
@@ -85,7 +82,6 @@ impl DraConfig {
             cdi_dir: PathBuf::from("/var/run/cdi"),
             capacity: CapacityModel::default(),
             sysfs: PathBuf::from("/sys"),
-            watch_claims: true,
         }
     }
 

@@ -37,6 +37,14 @@ pub enum DraError {
     /// Invalid configuration.
     #[error("{0}")]
     Config(String),
+    /// This node's Node object, the owner of its ResourceSlice, is not in the API server.
+    #[error(
+        "Node {node} not found in the API server: the node's ResourceSlice is owned by its Node (deleted with it) and is not published without it; check that the agent's node name (NODE_NAME) is this node's Node name"
+    )]
+    NodeNotFound {
+        /// The node name the driver was given.
+        node: String,
+    },
 }
 
 /// Result alias.

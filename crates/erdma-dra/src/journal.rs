@@ -124,6 +124,7 @@ mod tests {
                     hca_handle: 4,
                     hca_object: 10,
                 },
+                admin: false,
             }],
             cdi_spec: PathBuf::from(format!("/cdi/{name}.json")),
         }

@@ -8,12 +8,12 @@
 //!   (create / update on change, stale slices of this driver on this node removed), and reads
 //!   back from the stored slice which fields the API server dropped ([`readback`]: the feature
 //!   gates that are off).
-//! - [`claims`]: NodePrepareResources / NodeUnprepareResources: reads the allocation of a claim,
-//!   checks it against the inventory and the device's capacity, writes a per-claim CDI spec
+//! - [`claims`]: NodePrepareResources / NodeUnprepareResources: reads a claim by GET, keeps its
+//!   allocation results of this driver on this node ([`allocation`]: subrequests, admin access,
+//!   opaque configuration refused), checks them against the inventory and the device's capacity,
+//!   writes a per-claim CDI spec
 //!   ([`cdi`]) and records the claim in a checkpoint file ([`checkpoint`], appended by
 //!   [`journal`]) so repeated calls and restarts of the kubelet or the agent are idempotent.
-//! - [`claim_cache`]: this node's allocated claims, fed by a watch of ResourceClaims, so that a
-//!   prepare reads its claim from memory (a GET when the cache does not hold it).
 //! - [`server`]: the plugin-watcher registration socket and the DRA service socket.
 //!
 //! Driver name: `erdma.alibabacloud.com` ([`erdma_model::names::DRA_DRIVER`]) — the domain of
@@ -23,9 +23,9 @@
 //! ([`erdma_model::container`], [`erdma_model::cdi`]), shared with the device plugin; errors are
 //! in [`error`].
 
+pub mod allocation;
 pub mod cdi;
 pub mod checkpoint;
-pub mod claim_cache;
 pub mod claims;
 pub mod config;
 pub mod error;

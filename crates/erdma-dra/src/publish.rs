@@ -6,13 +6,19 @@
 //! costs one object whatever the size of the cluster. The watch re-syncs when another client
 //! changes or deletes the slice (the kubelet deletes a driver's slices when it starts and after
 //! the driver was gone for a while) or adds one for this node and driver.
+//!
+//! The slice is owned by the Node ([`slice::node_owner`], the Node's UID read once by the
+//! publisher), so the garbage collector deletes it with the Node; a slice written without the
+//! owner (by an older agent) is replaced with it.
 
 use crate::config::DraConfig;
 use crate::readback::{self, DroppedField};
 use crate::slice::{self, NodeFacts};
 use erdma_model::NodeDevices;
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -120,8 +126,34 @@ pub fn is_ours(s: &ResourceSlice, cfg: &DraConfig) -> bool {
     s.spec.driver == cfg.driver_name && s.spec.node_name.as_deref() == Some(cfg.node_name.as_str())
 }
 
+/// The owner reference of this node's slices: reads the Node's UID (a missing Node is
+/// [`crate::error::DraError::NodeNotFound`]).
+pub async fn node_owner(
+    client: &kube::Client,
+    cfg: &DraConfig,
+) -> crate::error::Result<OwnerReference> {
+    let api: kube::Api<Node> = kube::Api::all(client.clone());
+    let node = match api.get(&cfg.node_name).await {
+        Ok(n) => n,
+        Err(kube::Error::Api(e)) if e.code == 404 => {
+            return Err(crate::error::DraError::NodeNotFound {
+                node: cfg.node_name.clone(),
+            });
+        }
+        Err(e) => return Err(kube_err(format!("read Node {}", cfg.node_name))(e)),
+    };
+    match node.metadata.uid.as_deref() {
+        Some(uid) if !uid.is_empty() => Ok(slice::node_owner(&cfg.node_name, uid)),
+        _ => Err(crate::error::DraError::Config(format!(
+            "Node {} has no metadata.uid in the API server's answer; the ResourceSlice cannot name its owner",
+            cfg.node_name
+        ))),
+    }
+}
+
 /// Makes the node's slice carry exactly `devices`: creates it, replaces it (pool generation + 1)
-/// when the devices differ, and deletes other slices of this driver on this node.
+/// when the devices or its owner differ, and deletes other slices of this driver on this node.
+/// Reads the Node's UID first ([`node_owner`]).
 pub async fn sync(
     client: &kube::Client,
     cfg: &DraConfig,
@@ -144,6 +176,19 @@ pub async fn sync_with(
     devices: Vec<Device>,
     rewrite_dropped: bool,
 ) -> crate::error::Result<SyncOutcome> {
+    let owner = node_owner(client, cfg).await?;
+    sync_owned(client, cfg, devices, rewrite_dropped, &owner).await
+}
+
+/// [`sync_with`] with the owner reference already read.
+async fn sync_owned(
+    client: &kube::Client,
+    cfg: &DraConfig,
+    devices: Vec<Device>,
+    rewrite_dropped: bool,
+    owner: &OwnerReference,
+) -> crate::error::Result<SyncOutcome> {
+    let owners = Some(vec![owner.clone()]);
     let api: kube::Api<ResourceSlice> = kube::Api::all(client.clone());
     let name = slice::slice_name(&cfg.node_name, &cfg.driver_name);
     let ours = list_ours(&api, cfg).await?;
@@ -166,7 +211,8 @@ pub async fn sync_with(
     let written = devices.clone();
     let (action, generation, stored) = match existing {
         None => {
-            let want = with_digest(slice::resource_slice(devices, cfg, 1));
+            let mut want = with_digest(slice::resource_slice(devices, cfg, 1));
+            want.metadata.owner_references = owners;
             let stored = api
                 .create(&PostParams::default(), &want)
                 .await
@@ -185,7 +231,8 @@ pub async fn sync_with(
                 .and_then(|a| a.get(ANNOTATION_DIGEST))
                 .is_some_and(|d| *d == digest(&devices))
                 && have.spec.pool.name == cfg.pool_name()
-                && have.spec.pool.resource_slice_count == 1;
+                && have.spec.pool.resource_slice_count == 1
+                && have.metadata.owner_references == owners;
             let lacking = rewrite_dropped
                 && !readback::dropped_devices(
                     &devices,
@@ -196,6 +243,7 @@ pub async fn sync_with(
                 (SliceAction::Unchanged, current, have)
             } else {
                 let mut want = with_digest(slice::resource_slice(devices, cfg, current + 1));
+                want.metadata.owner_references = owners;
                 want.metadata.resource_version = have.metadata.resource_version.clone();
                 let stored = api
                     .replace(&name, &PostParams::default(), &want)
@@ -309,6 +357,9 @@ pub async fn run(
     .default_backoff()
     .boxed();
     let mut last: Option<SyncOutcome> = None;
+    // The Node's UID does not change while the agent runs on it: read once, by the first sync
+    // that gets it.
+    let mut owner: Option<OwnerReference> = None;
     let mut reported: Vec<DroppedField> = Vec::new();
     let mut rewrite = false;
     // the API server's Retry-After: no request before this instant
@@ -322,7 +373,18 @@ pub async fn run(
         }
         let snapshot = served.borrow_and_update().clone();
         let devices = publishable(&mut memory, &snapshot, &cfg, instance_id.clone());
-        let retry = match sync_with(&client, &cfg, devices, rewrite).await {
+        let synced = match owner.clone() {
+            Some(o) => Ok(o),
+            None => node_owner(&client, &cfg).await,
+        };
+        let synced = match synced {
+            Ok(o) => {
+                owner = Some(o.clone());
+                sync_owned(&client, &cfg, devices, rewrite, &o).await
+            }
+            Err(e) => Err(e),
+        };
+        let retry = match synced {
             Ok(o) => {
                 if o.action != SliceAction::Unchanged || !o.deleted.is_empty() {
                     tracing::info!(action = ?o.action, generation = o.generation, deleted = ?o.deleted, "ResourceSlice published");

@@ -11,7 +11,7 @@ use k8s_openapi::api::resource::v1::{
     DeviceTaint, ResourcePool, ResourceSlice, ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -246,6 +246,19 @@ pub fn resource_slice(devices: Vec<Device>, cfg: &DraConfig, generation: i64) ->
     }
 }
 
+/// The owner reference of this node's ResourceSlices: their Node (`v1`, `Node`, name, UID), as
+/// the controller, so that the garbage collector deletes them with the Node.
+pub fn node_owner(node: &str, uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: node.into(),
+        uid: uid.into(),
+        controller: Some(true),
+        block_owner_deletion: None,
+    }
+}
+
 /// A node name as a label value (at most 63 characters; longer names are cut).
 fn label_value(node: &str) -> String {
     let cut: String = node.chars().take(63).collect();
@@ -389,6 +402,21 @@ mod tests {
         let names: Vec<&str> = devs.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["erdma-0"]);
         assert_eq!(excluded.len(), 2);
+    }
+
+    #[test]
+    fn owned_by_the_node_as_its_controller() {
+        let o = serde_json::to_value(node_owner("node-a", "6b1f0c0e-uid")).expect("serialises");
+        assert_eq!(
+            o,
+            serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": "node-a",
+                "uid": "6b1f0c0e-uid",
+                "controller": true,
+            })
+        );
     }
 
     #[test]

@@ -12,12 +12,15 @@ use erdma_k8s::fake::FakeApiServer;
 use erdma_model::container::ANNOTATION_RDMA_MAX;
 use erdma_model::device::NumaNode;
 use erdma_model::{CharDevice, DeviceKind, Health, NodeDevices, RdmaDevice};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{
-    AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult, ResourceClaim,
-    ResourceClaimSpec, ResourceClaimStatus, ResourceSlice,
+    AllocationResult, DeviceAllocationConfiguration, DeviceAllocationResult,
+    DeviceRequestAllocationResult, OpaqueDeviceConfiguration, ResourceClaim, ResourceClaimSpec,
+    ResourceClaimStatus, ResourceSlice,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -119,6 +122,20 @@ fn scheduler_allocates(
     api.put(&claim);
 }
 
+/// The fake API server with this node's Node (the owner of its ResourceSlice).
+fn api_with_node() -> FakeApiServer {
+    let api = FakeApiServer::new();
+    api.put(&Node {
+        metadata: ObjectMeta {
+            name: Some(NODE.into()),
+            uid: Some("node-a-uid".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    api
+}
+
 struct Running {
     driver: Arc<Driver>,
     servers: server::Servers,
@@ -157,7 +174,7 @@ fn env_of(spec: &serde_json::Value) -> Vec<String> {
 async fn shared_capacity_prepare_refusal_and_restart_idempotency() {
     let tmp = tempfile::tempdir().expect("tmp");
     let cfg = config(tmp.path());
-    let api = FakeApiServer::new();
+    let api = api_with_node();
     let (_inv_tx, inv) = watch::channel(inventory(true));
 
     let run = start(&cfg, &api, inv.clone()).await;
@@ -227,8 +244,10 @@ async fn shared_capacity_prepare_refusal_and_restart_idempotency() {
             s["containerEdits"]["deviceNodes"][0]["path"],
             "/dev/infiniband/rdma_cm"
         );
-        assert!(env_of(s).contains(&"ERDMA_DEVICES=erdma_0".to_string()));
-        assert!(env_of(s).contains(&"ERDMA_NCCL_IB_HCA==erdma_0".to_string()));
+    }
+    for (s, claim) in [(&a, "UID_A"), (&b, "UID_B")] {
+        assert!(env_of(s).contains(&format!("ERDMA_DEVICES_{claim}=erdma_0")));
+        assert!(env_of(s).contains(&format!("ERDMA_NCCL_IB_HCA_{claim}==erdma_0")));
     }
     assert_eq!(
         a["devices"][0]["annotations"][ANNOTATION_RDMA_MAX],
@@ -239,8 +258,35 @@ async fn shared_capacity_prepare_refusal_and_restart_idempotency() {
         "erdma_0 hca_handle=6 hca_object=8000"
     );
     assert!(
-        env_of(&b).contains(&"ERDMA_RDMA_MAX=erdma_0 hca_handle=6 hca_object=8000".to_string())
+        env_of(&b)
+            .contains(&"ERDMA_RDMA_MAX_UID_B=erdma_0 hca_handle=6 hca_object=8000".to_string())
     );
+    // One container with both claims: the runtime merges the env of both specs, a later
+    // variable replacing an earlier one of the same name. Each claim's device list and limits
+    // stay whole.
+    let mut merged = BTreeMap::new();
+    for e in env_of(&a).into_iter().chain(env_of(&b)) {
+        let (k, v) = e.split_once('=').expect("KEY=VALUE");
+        merged.insert(k.to_string(), v.to_string());
+    }
+    for (k, v) in [
+        ("ERDMA_DEVICES_UID_A", "erdma_0"),
+        ("ERDMA_DEVICES_UID_B", "erdma_0"),
+        (
+            "ERDMA_RDMA_MAX_UID_A",
+            "erdma_0 hca_handle=4 hca_object=8000",
+        ),
+        (
+            "ERDMA_RDMA_MAX_UID_B",
+            "erdma_0 hca_handle=6 hca_object=8000",
+        ),
+    ] {
+        assert_eq!(
+            merged.get(k).map(String::as_str),
+            Some(v),
+            "{k} in {merged:?}"
+        );
+    }
 
     // A third claim on the full device is refused with a clear error, and leaves nothing behind.
     let resp = run
@@ -340,7 +386,7 @@ async fn shared_capacity_prepare_refusal_and_restart_idempotency() {
 async fn prepare_refuses_what_the_node_cannot_serve() {
     let tmp = tempfile::tempdir().expect("tmp");
     let cfg = config(tmp.path());
-    let api = FakeApiServer::new();
+    let api = api_with_node();
     let (_inv_tx, inv) = watch::channel(inventory(false));
     let run = start(&cfg, &api, inv).await;
     scheduler_allocates(&api, "sick", "uid-s", "erdma-1", 1, 4);
@@ -388,7 +434,7 @@ async fn prepare_refuses_what_the_node_cannot_serve() {
 async fn slices_follow_the_inventory_with_taints_and_stale_slices_go() {
     let tmp = tempfile::tempdir().expect("tmp");
     let cfg = config(tmp.path());
-    let api = FakeApiServer::new();
+    let api = api_with_node();
     let client = api.client();
     // A slice an earlier agent wrote under another name for this node and driver, and one of
     // another node, which must stay.
@@ -485,7 +531,7 @@ async fn health_stream_reports_each_device_and_follows_changes() {
     use erdma_kubelet::dra_health::v1alpha1::HealthStatus;
     let tmp = tempfile::tempdir().expect("tmp");
     let cfg = config(tmp.path());
-    let api = FakeApiServer::new();
+    let api = api_with_node();
     let (inv_tx, inv) = watch::channel(inventory(true));
     let run = start(&cfg, &api, inv).await;
     let mut stream = run.kubelet.watch_health().await.expect("stream opens");
@@ -568,7 +614,7 @@ async fn each_kubelet_release_gets_a_health_stream_from_what_get_info_lists() {
     ] {
         let tmp = tempfile::tempdir().expect("tmp");
         let cfg = config(tmp.path());
-        let api = FakeApiServer::new();
+        let api = api_with_node();
         let (_inv_tx, inv) = watch::channel(inventory(false));
         let driver = Arc::new(Driver::new(cfg.clone(), api.client(), inv).expect("driver starts"));
         let servers =
@@ -630,7 +676,7 @@ async fn each_kubelet_release_gets_a_health_stream_from_what_get_info_lists() {
 async fn a_sync_on_one_node_never_reads_another_nodes_slices() {
     let tmp = tempfile::tempdir().expect("tmp");
     let cfg = config(tmp.path());
-    let api = FakeApiServer::new();
+    let api = api_with_node();
     let collection = "/apis/resource.k8s.io/v1/resourceslices";
     // Stored as another API server version or a broken client might leave it: not a
     // ResourceSlice this client can decode. Listing it would fail the whole list.
@@ -683,7 +729,7 @@ async fn a_sync_on_one_node_never_reads_another_nodes_slices() {
 async fn slices_changed_by_another_client_are_published_again() {
     let tmp = tempfile::tempdir().expect("tmp");
     let cfg = config(tmp.path());
-    let api = FakeApiServer::new();
+    let api = api_with_node();
     let (_inv_tx, inv) = watch::channel(inventory(true));
     let (status_tx, status) = watch::channel(Err("not yet".to_string()));
     let cancel = CancellationToken::new();
@@ -756,7 +802,7 @@ async fn the_publisher_waits_as_long_as_a_429_retry_after_asks() {
     use erdma_k8s::fake::Fault;
     let tmp = tempfile::tempdir().expect("tmp");
     let cfg = config(tmp.path());
-    let api = FakeApiServer::new();
+    let api = api_with_node();
     api.set_fault(Fault::Status {
         code: 429,
         retry_after_seconds: Some(30),
@@ -838,7 +884,7 @@ async fn fields_dropped_by_the_api_server_are_read_back_with_their_feature_gate(
     use erdma_k8s::fake::FeatureGates;
     let tmp = tempfile::tempdir().expect("tmp");
     let cfg = config(tmp.path());
-    let api = FakeApiServer::new();
+    let api = api_with_node();
     api.set_feature_gates(FeatureGates::release(35).expect("1.35"));
     let client = api.client();
     let mut memory = erdma_model::DeviceMemory::default();
@@ -926,5 +972,276 @@ async fn fields_dropped_by_the_api_server_are_read_back_with_their_feature_gate(
         o.action,
         SliceAction::Unchanged,
         "nothing lacking: not written again"
+    );
+}
+
+/// Writes a claim with the given allocation results and configuration (TEST-WRITTEN
+/// ALLOCATION, as [`scheduler_allocates`]).
+fn allocate_results(
+    api: &FakeApiServer,
+    name: &str,
+    uid: &str,
+    results: Vec<DeviceRequestAllocationResult>,
+    config: Option<Vec<DeviceAllocationConfiguration>>,
+) {
+    api.put(&ResourceClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(uid.into()),
+            ..Default::default()
+        },
+        spec: ResourceClaimSpec::default(),
+        status: Some(ResourceClaimStatus {
+            allocation: Some(AllocationResult {
+                devices: Some(DeviceAllocationResult {
+                    results: Some(results),
+                    config,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    });
+}
+
+fn result(device: &str, request: &str) -> DeviceRequestAllocationResult {
+    DeviceRequestAllocationResult {
+        driver: DRIVER.into(),
+        pool: NODE.into(),
+        device: device.into(),
+        request: request.into(),
+        ..Default::default()
+    }
+}
+
+/// A `firstAvailable` request is allocated as `<main>/<subrequest>`; the kubelet matches the
+/// container's `resources.claims[].request` (the main name) exactly, so the answer names `main`.
+#[tokio::test]
+async fn a_subrequest_is_answered_under_its_main_request() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let cfg = config(tmp.path());
+    let api = api_with_node();
+    let (_inv_tx, inv) = watch::channel(inventory(true));
+    let run = start(&cfg, &api, inv).await;
+    allocate_results(
+        &api,
+        "fa",
+        "uid-fa",
+        vec![result("erdma-0", "rdma/erdma")],
+        None,
+    );
+    let resp = run
+        .kubelet
+        .prepare(vec![kubelet::claim("default", "fa", "uid-fa")])
+        .await
+        .expect("prepare answers");
+    let r = &resp.claims["uid-fa"];
+    assert_eq!(r.error, "");
+    assert_eq!(r.devices[0].request_names, ["rdma"]);
+    // The checkpoint keeps the allocation's own name; the answer from it is the same.
+    let cp = run.driver.prepared().await;
+    assert_eq!(cp.claims["uid-fa"].devices[0].request, "rdma/erdma");
+    let again = run
+        .kubelet
+        .prepare(vec![kubelet::claim("default", "fa", "uid-fa")])
+        .await
+        .expect("prepare answers");
+    assert_eq!(again.claims["uid-fa"].devices[0].request_names, ["rdma"]);
+    run.servers.shutdown().await;
+}
+
+/// `adminAccess` (monitoring) is honoured: prepared on a device whose shares are all held,
+/// without consuming any, and without an rdma limit in its spec.
+#[tokio::test]
+async fn admin_access_is_prepared_without_consuming_capacity_or_a_limit() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let cfg = config(tmp.path());
+    let api = api_with_node();
+    let (_inv_tx, inv) = watch::channel(inventory(true));
+    let run = start(&cfg, &api, inv).await;
+    scheduler_allocates(&api, "full", "uid-f", "erdma-0", 2, 4);
+    let mut admin = result("erdma-0", "monitor");
+    admin.admin_access = Some(true);
+    allocate_results(&api, "mon", "uid-m", vec![admin], None);
+    let resp = run
+        .kubelet
+        .prepare(vec![
+            kubelet::claim("default", "full", "uid-f"),
+            kubelet::claim("default", "mon", "uid-m"),
+        ])
+        .await
+        .expect("prepare answers");
+    assert_eq!(resp.claims["uid-f"].error, "");
+    assert_eq!(
+        resp.claims["uid-m"].error, "",
+        "admin access needs no share"
+    );
+    assert_eq!(resp.claims["uid-m"].devices[0].device_name, "erdma-0");
+    let spec = spec_of(&cfg, "uid-m");
+    assert!(
+        spec["devices"][0]["annotations"][ANNOTATION_RDMA_MAX].is_null(),
+        "{spec}"
+    );
+    assert!(
+        !env_of(&spec)
+            .iter()
+            .any(|e| e.starts_with("ERDMA_RDMA_MAX")),
+        "{spec}"
+    );
+    assert!(env_of(&spec).contains(&"ERDMA_DEVICES_UID_M=erdma_0".to_string()));
+    let cp = run.driver.prepared().await;
+    let used = cp.used(None);
+    assert_eq!(used["erdma-0"].shares, 2, "only the regular claim's shares");
+    assert_eq!(used["erdma-0"].hca_handle, 4);
+    assert!(cp.claims["uid-m"].devices[0].admin);
+    run.servers.shutdown().await;
+}
+
+/// Opaque configuration for this driver (erdma defines none) is refused per claim, naming the
+/// claim, the field and the fix; another driver's is not ours to judge.
+#[tokio::test]
+async fn opaque_config_for_this_driver_is_refused_per_claim() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let cfg = config(tmp.path());
+    let api = api_with_node();
+    let (_inv_tx, inv) = watch::channel(inventory(true));
+    let run = start(&cfg, &api, inv).await;
+    let opaque = |driver: &str| DeviceAllocationConfiguration {
+        opaque: Some(OpaqueDeviceConfiguration {
+            driver: driver.into(),
+            parameters: RawExtension(serde_json::json!({"gid": 3})),
+        }),
+        requests: None,
+        source: "FromClaim".into(),
+    };
+    allocate_results(
+        &api,
+        "tuned",
+        "uid-t",
+        vec![result("erdma-0", "rdma")],
+        Some(vec![opaque(DRIVER)]),
+    );
+    allocate_results(
+        &api,
+        "mixed",
+        "uid-o",
+        vec![result("erdma-0", "rdma")],
+        Some(vec![opaque("gpu.example.com")]),
+    );
+    let resp = run
+        .kubelet
+        .prepare(vec![
+            kubelet::claim("default", "tuned", "uid-t"),
+            kubelet::claim("default", "mixed", "uid-o"),
+        ])
+        .await
+        .expect("prepare answers");
+    let err = &resp.claims["uid-t"].error;
+    assert!(err.contains("claim default/tuned"), "{err}");
+    assert!(err.contains("spec.devices.config[].opaque"), "{err}");
+    assert!(err.contains(r#"{"gid":3}"#), "{err}");
+    assert!(err.contains("defines no opaque parameters"), "{err}");
+    assert!(resp.claims["uid-t"].devices.is_empty());
+    assert!(
+        !cfg.cdi_dir
+            .join(format!("{DRIVER}-claim_uid-t.json"))
+            .exists()
+    );
+    assert_eq!(resp.claims["uid-o"].error, "");
+    run.servers.shutdown().await;
+}
+
+/// Every prepare reads its claim by a GET of that claim: no list or watch of the cluster's
+/// ResourceClaims.
+#[tokio::test]
+async fn claims_are_read_by_get_only() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let cfg = config(tmp.path());
+    let api = api_with_node();
+    let (_inv_tx, inv) = watch::channel(inventory(true));
+    let run = start(&cfg, &api, inv).await;
+    scheduler_allocates(&api, "a", "uid-a", "erdma-0", 1, 4);
+    let resp = run
+        .kubelet
+        .prepare(vec![
+            kubelet::claim("default", "a", "uid-a"),
+            kubelet::claim("default", "gone", "uid-g"),
+        ])
+        .await
+        .expect("prepare answers");
+    assert_eq!(resp.claims["uid-a"].error, "");
+    assert_eq!(
+        api.requests_matching("GET", "/namespaces/default/resourceclaims/a")
+            .len(),
+        1
+    );
+    let collection = api.requests_matching("GET", "/resourceclaims");
+    assert!(
+        collection.iter().all(|r| r.contains("/resourceclaims/")),
+        "only GETs of one claim: {collection:?}"
+    );
+    let reads = run.driver.claim_reads();
+    assert_eq!((reads.gets, reads.failed), (2, 1));
+    run.servers.shutdown().await;
+}
+
+/// The slice is owned by its Node (GC deletes it with the Node); a slice an older agent wrote
+/// without the owner gets it; without the Node nothing is published and the error names it.
+#[tokio::test]
+async fn the_slice_is_owned_by_its_node() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let cfg = config(tmp.path());
+    let devs = |memory: &mut erdma_model::DeviceMemory| {
+        publish::publishable(memory, &inventory(true), &cfg, None)
+    };
+    let mut memory = erdma_model::DeviceMemory::default();
+
+    let bare = FakeApiServer::new();
+    let e = publish::sync(&bare.client(), &cfg, devs(&mut memory))
+        .await
+        .expect_err("no Node");
+    let e = e.to_string();
+    assert!(e.contains("Node node-a not found"), "{e}");
+    assert!(bare.list::<ResourceSlice>(None).is_empty());
+
+    let api = api_with_node();
+    let owner = serde_json::json!([{
+        "apiVersion": "v1", "kind": "Node", "name": NODE, "uid": "node-a-uid", "controller": true,
+    }]);
+    // Written by an agent that set no owner, with the same devices.
+    let mut old = erdma_dra::slice::resource_slice(devs(&mut memory), &cfg, 1);
+    old.metadata.annotations = Some(BTreeMap::from([(
+        publish::ANNOTATION_DIGEST.to_string(),
+        publish::digest(&devs(&mut memory)),
+    )]));
+    api.put(&old);
+    let o = publish::sync(&api.client(), &cfg, devs(&mut memory))
+        .await
+        .expect("sync");
+    assert_eq!(o.action, SliceAction::Updated, "the owner is added");
+    let stored: ResourceSlice = api
+        .get(None, "node-a-erdma.alibabacloud.com")
+        .expect("slice stored");
+    assert_eq!(
+        serde_json::to_value(&stored.metadata.owner_references).expect("json"),
+        owner
+    );
+    let o = publish::sync(&api.client(), &cfg, devs(&mut memory))
+        .await
+        .expect("sync");
+    assert_eq!(o.action, SliceAction::Unchanged);
+
+    api.remove::<ResourceSlice>(None, "node-a-erdma.alibabacloud.com");
+    let o = publish::sync(&api.client(), &cfg, devs(&mut memory))
+        .await
+        .expect("sync");
+    assert_eq!(o.action, SliceAction::Created);
+    let stored: ResourceSlice = api
+        .get(None, "node-a-erdma.alibabacloud.com")
+        .expect("slice stored");
+    assert_eq!(
+        serde_json::to_value(&stored.metadata.owner_references).expect("json"),
+        owner
     );
 }

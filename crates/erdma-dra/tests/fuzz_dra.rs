@@ -35,6 +35,7 @@ fn device(device: &str, shares: u64, handle: u64, object: u64) -> PreparedDevice
             hca_handle: handle,
             hca_object: object,
         },
+        admin: false,
     }
 }
 

@@ -2,7 +2,9 @@
 //! plugin would write into a ResourceClaim's status for the simple claims the lab makes, so the
 //! kubelet side (prepare, CDI devices, unprepare) runs against a real driver:
 //!
-//! - one request per claim, `exactly` one device class, `ExactCount` devices;
+//! - one request per claim, `exactly` one device class, `ExactCount` devices; or a
+//!   `firstAvailable` list of one subrequest of that form, allocated as `<request>/<subrequest>`
+//!   (the container then names the request: `resources.claims[].request`);
 //! - the class's selectors are understood only in the form the erdma install renders,
 //!   `device.driver == "<driver>"` (anything else is refused: no CEL evaluation here);
 //! - devices of the node's ResourceSlices of that driver; a device with a `NoSchedule` or
@@ -24,7 +26,7 @@
 //!   in one status update, as the scheduler does before it binds the pod (the DRA driver's claim
 //!   cache keeps only reserved claims).
 //!
-//! Not modelled: CEL, constraints, first-available lists, admin access, tolerations, binding
+//! Not modelled: CEL, constraints, first-available lists of several entries, admin access, tolerations, binding
 //! conditions, several pools, a claim shared by several pods. `overcommit` writes an allocation without the
 //! capacity check, as a scheduler with another view of the device would: the driver's own
 //! guard at prepare is then what refuses it.
@@ -36,8 +38,9 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::resource::v1::{
     AllocationResult, CapacityRequirements, Device, DeviceAllocationResult, DeviceClaim,
-    DeviceClass, DeviceRequest, DeviceRequestAllocationResult, ExactDeviceRequest, ResourceClaim,
-    ResourceClaimConsumerReference, ResourceClaimSpec, ResourceClaimStatus, ResourceSlice,
+    DeviceClass, DeviceRequest, DeviceRequestAllocationResult, DeviceSubRequest,
+    ExactDeviceRequest, ResourceClaim, ResourceClaimConsumerReference, ResourceClaimSpec,
+    ResourceClaimStatus, ResourceSlice,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -329,14 +332,36 @@ fn getrandom(buf: &mut [u8]) -> std::io::Result<()> {
 }
 
 /// The lab's ordinary claim: one request [`REQUEST`] of `class` for `count` devices with
-/// `capacity` amounts asked.
+/// `capacity` amounts asked; with `first_available`, the request is a `firstAvailable` list of
+/// one subrequest of that name asking the same.
 pub fn claim_object(
     namespace: &str,
     name: &str,
     class: &str,
     count: usize,
     capacity: &BTreeMap<String, u64>,
+    first_available: Option<&str>,
 ) -> ResourceClaim {
+    let request = match first_available {
+        None => exact_request(REQUEST, class, count, capacity),
+        Some(sub) => {
+            let exact = exact_request(sub, class, count, capacity)
+                .exactly
+                .unwrap_or_default();
+            DeviceRequest {
+                name: REQUEST.into(),
+                exactly: None,
+                first_available: Some(vec![DeviceSubRequest {
+                    name: sub.into(),
+                    device_class_name: exact.device_class_name,
+                    allocation_mode: exact.allocation_mode,
+                    count: exact.count,
+                    capacity: exact.capacity,
+                    ..Default::default()
+                }]),
+            }
+        }
+    };
     ResourceClaim {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -345,7 +370,7 @@ pub fn claim_object(
         },
         spec: ResourceClaimSpec {
             devices: Some(DeviceClaim {
-                requests: Some(vec![exact_request(REQUEST, class, count, capacity)]),
+                requests: Some(vec![request]),
                 ..Default::default()
             }),
         },
@@ -413,6 +438,9 @@ pub struct ClaimRequest {
     pub device: Option<String>,
     /// Skip the capacity check.
     pub overcommit: bool,
+    /// Ask through a `firstAvailable` list of one subrequest of this name (allocated as
+    /// `rdma/<name>`; the container names the request `rdma`).
+    pub first_available: Option<String>,
 }
 
 fn split_pod(pod: &str) -> Result<(&str, &str)> {
@@ -538,7 +566,10 @@ impl Allocator {
         let want = Want {
             driver: class_driver(&class)?,
             node: self.node.clone(),
-            request: REQUEST.into(),
+            request: match &r.first_available {
+                Some(sub) => format!("{REQUEST}/{sub}"),
+                None => REQUEST.into(),
+            },
             count: r.count,
             capacity: r.capacity.clone(),
             device: r.device.clone(),
@@ -565,11 +596,19 @@ impl Allocator {
         if !refs.iter().any(|c| c.name == entry) {
             refs.push(ContainerClaim {
                 name: entry,
-                request: None,
+                // A prioritized list's container names the request, never a subrequest.
+                request: r.first_available.as_ref().map(|_| REQUEST.to_string()),
             });
         }
         let pod = self.replace_pod(&pod).await?;
-        let obj = claim_object(ns, &r.claim, &r.class, r.count, &r.capacity);
+        let obj = claim_object(
+            ns,
+            &r.claim,
+            &r.class,
+            r.count,
+            &r.capacity,
+            r.first_available.as_deref(),
+        );
         kube::Api::<ResourceClaim>::namespaced(self.client.clone(), ns)
             .create(&PostParams::default(), &obj)
             .await
@@ -638,7 +677,7 @@ impl Allocator {
         };
         let results = self.allocate(&want).await?;
         let claim_name = format!("{name}-extended-resources-{}", &share_id()[..5]);
-        let mut obj = claim_object(ns, &claim_name, &class_name, count, &BTreeMap::new());
+        let mut obj = claim_object(ns, &claim_name, &class_name, count, &BTreeMap::new(), None);
         if let Some(reqs) = obj.spec.devices.as_mut().and_then(|d| d.requests.as_mut()) {
             reqs[0] = exact_request(&request, &class_name, count, &BTreeMap::new());
         }

@@ -16,9 +16,11 @@ pub const ENV_ERDMA_DEVICES: &str = "ERDMA_DEVICES";
 pub const ENV_ERDMA_NCCL_IB_HCA: &str = "ERDMA_NCCL_IB_HCA";
 /// Env variable (DRA only) with the claim's rdma cgroup limits: `<ibdev> hca_handle=N
 /// hca_object=M`, one entry per device, [`RDMA_MAX_SEPARATOR`]-separated (the `rdma.max` line
-/// format); the NRI handler writes it into the container's `rdma.max`.
+/// format); the NRI handler writes it into the container's `rdma.max`. A claim sets it under
+/// [`claim_env_name`].
 pub const ENV_RDMA_MAX: &str = "ERDMA_RDMA_MAX";
 /// Env variable (DRA only) with the claim UID, so a container can tell which claim it runs under.
+/// A claim sets it under [`claim_env_name`].
 pub const ENV_CLAIM_UID: &str = "ERDMA_DRA_CLAIM_UID";
 /// Separator of the entries of [`ENV_RDMA_MAX`].
 pub const RDMA_MAX_SEPARATOR: &str = ";";
@@ -40,6 +42,38 @@ pub struct ClaimEnv<'a> {
     /// The `rdma.max` line of each device of the claim, in the claim's device order
     /// ([`ENV_RDMA_MAX`]).
     pub rdma_max: &'a [String],
+}
+
+/// The name under which a DRA claim sets variable `base`: `<base>_<UID>`, the claim UID upper-cased
+/// with every character other than a letter or digit as `_`
+/// (`ERDMA_DEVICES_0B1C6F5E_1F6B_4A57_9D0E_1A2B3C4D5E6F`). The runtime merges the env of all CDI
+/// devices of a container and a later variable of the same name replaces an earlier one, so the
+/// variables of two claims in one container must not share names: each claim's are whole under
+/// its own names. API-server UIDs are UUIDs, so two claims never map to one name.
+pub fn claim_env_name(base: &str, claim_uid: &str) -> String {
+    let suffix: String = claim_uid
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{base}_{suffix}")
+}
+
+/// The environment a DRA claim adds to its containers: the variables of [`container_env`] for
+/// the claim's devices and [`ClaimEnv`], each under [`claim_env_name`].
+pub fn claim_env<'a>(
+    devices: impl IntoIterator<Item = &'a RdmaDevice>,
+    claim: ClaimEnv<'_>,
+) -> BTreeMap<String, String> {
+    container_env(devices, Some(claim))
+        .into_iter()
+        .map(|(k, v)| (claim_env_name(k, claim.uid), v))
+        .collect()
 }
 
 /// The environment of a container holding `devices` (through the device plugin, or through a DRA
@@ -151,10 +185,34 @@ mod tests {
             ),
         ];
         for (what, devices, claim, want) in cases {
+            if let Some(c) = claim {
+                let named: BTreeMap<String, String> = claim_env(&devices, c);
+                let want: BTreeMap<String, String> = want
+                    .iter()
+                    .map(|(k, v)| (claim_env_name(k, c.uid), v.to_string()))
+                    .collect();
+                assert_eq!(named, want, "{what}, under the claim's names");
+            }
             let got = container_env(&devices, claim);
             let want: BTreeMap<&str, String> =
                 want.into_iter().map(|(k, v)| (k, v.to_string())).collect();
             assert_eq!(got, want, "{what}");
         }
+    }
+
+    #[test]
+    fn claim_names_are_env_names_and_differ_per_claim() {
+        assert_eq!(
+            claim_env_name(ENV_ERDMA_DEVICES, "0b1c6f5e-1f6b-4a57-9d0e-1a2b3c4d5e6f"),
+            "ERDMA_DEVICES_0B1C6F5E_1F6B_4A57_9D0E_1A2B3C4D5E6F"
+        );
+        assert_eq!(
+            claim_env_name(ENV_RDMA_MAX, "uid-1"),
+            "ERDMA_RDMA_MAX_UID_1"
+        );
+        assert_ne!(
+            claim_env_name(ENV_RDMA_MAX, "uid-1"),
+            claim_env_name(ENV_RDMA_MAX, "uid-2")
+        );
     }
 }

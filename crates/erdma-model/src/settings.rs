@@ -338,13 +338,6 @@ pub const AGENT_SETTINGS: &[Setting] = &[
         "/var/lib/kubelet",
     ),
     charted(
-        "dra-claim-watch",
-        "dra.claimWatch",
-        "true",
-        None,
-        Value("true"),
-    ),
-    charted(
         "rdma-usage",
         "agent.rdmaUsage.enabled",
         "true",

@@ -20,6 +20,8 @@
 #   resource through the DeviceClass's extendedResourceName (KEP-5004), the lab kubelet finds it
 #   in the pod's status.extendedResourceClaimStatus and the container gets rxe1 (rxe0 is full) and
 #   runs RDMA with pod-a.
+# - pod-f's claim-f asks through a prioritized list (firstAvailable, allocated as rdma/erdma): its
+#   container, which names the request rdma, gets rxe1's uverbs device.
 # - each claim's consumed rdma capacity (ERDMA_RDMA_MAX in its CDI spec) becomes its container's
 #   rdma.max through the agent's NRI plugin (OCI spec and cgroup).
 # - the device plugin is not registered; deleting pod-a unprepares claim-a (spec gone).
@@ -28,7 +30,8 @@
 # claim's CDI spec granted another device or was not injected by containerd; two claims could not
 # share one device by capacity, or their containers could not run RDMA; prepare accepted a claim
 # beyond the device's capacity; a link-down device was not tainted (or stayed tainted after up);
-# an aliyun/erdma pod was not served through the DeviceClass mapping; unprepare left the spec; or
+# an aliyun/erdma pod was not served through the DeviceClass mapping; a firstAvailable claim's
+# container got no device (request names answered as rdma/erdma); unprepare left the spec; or
 # a claim's consumed rdma capacity did not become its container's rdma.max (the NRI hand-off).
 . /mnt/host/guest/lib.sh
 need erdma-fake-kubelet apiserver; need erdma-agent --resource-api
@@ -111,12 +114,15 @@ for p in a b; do
   seen=$(cx "pod-$p" ls /dev/infiniband | sort | tr '\n' ' ')
   ck "containerd injected claim-$p's spec into pod-$p: /dev/infiniband [$seen] = spec [$want], with $U0 and without $U1" \
     sh -c "test -n '$want' && test '$seen' = '$want' && echo ' $seen' | grep -qw $U0 && ! echo ' $seen' | grep -qw $U1"
-  seen=$(cx "pod-$p" env | grep -E '^ERDMA_(DRA_CLAIM_UID|RDMA_MAX|DEVICES)=' | sort | tr '\n' ' ')
-  ck "pod-$p's env is its own claim's: [$seen]" test "$seen" = "ERDMA_DEVICES=rxe0 ERDMA_DRA_CLAIM_UID=$uid ERDMA_RDMA_MAX=rxe0 hca_handle=4 hca_object=8000 "
+  # each claim's variables are under its own names (ERDMA_DEVICES_<UID>...): two claims in one
+  # container cannot overwrite each other's
+  S=$(echo "$uid" | tr 'a-z-' 'A-Z_')
+  seen=$(cx "pod-$p" env | grep -E '^ERDMA_(DRA_CLAIM_UID|RDMA_MAX|DEVICES)' | sort | tr '\n' ' ')
+  ck "pod-$p's env is its own claim's: [$seen]" test "$seen" = "ERDMA_DEVICES_$S=rxe0 ERDMA_DRA_CLAIM_UID_$S=$uid ERDMA_RDMA_MAX_$S=rxe0 hca_handle=4 hca_object=8000 "
   CID=$(jq -r .container_id "/tmp/pod-$p.pod.json")
   ctr -n k8s.io containers info "$CID" > "/tmp/pod-$p.ctr.json"
   ck "pod-$p's OCI spec (ctr) holds /dev/infiniband/$U0 and claim-$p's UID, from CDI (no DeviceSpecs were sent)" \
-    sh -c "jq -e --arg e 'ERDMA_DRA_CLAIM_UID=$uid' '([.Spec.linux.devices[]?.path] | index(\"/dev/infiniband/$U0\") != null) and ([.Spec.linux.devices[]?.path] | index(\"/dev/infiniband/$U1\") == null) and (.Spec.process.env | index(\$e) != null)' /tmp/pod-$p.ctr.json"
+    sh -c "jq -e --arg e 'ERDMA_DRA_CLAIM_UID_$S=$uid' '([.Spec.linux.devices[]?.path] | index(\"/dev/infiniband/$U0\") != null) and ([.Spec.linux.devices[]?.path] | index(\"/dev/infiniband/$U1\") == null) and (.Spec.process.env | index(\$e) != null)' /tmp/pod-$p.ctr.json"
   seen=$(cx "pod-$p" ibv_devices | awk 'NR > 2 {print $1}' | tr '\n' ' ')
   ck "pod-$p's ibv_devices lists only rxe0: [$seen]" test "$seen" = "rxe0 "
   # The claim's consumed capacity reaches the kernel: the agent's NRI plugin turns the spec's
@@ -189,11 +195,25 @@ ck "ibv_rc_pingpong pod-e (rxe1, aliyun/erdma via DRA) -> pod-a (rxe0, claim-a) 
 prepared() { wget -qO- http://127.0.0.1:9464/healthz | jq -c '.dra.prepared_claims'; }
 wait_for 10 sh -c "wget -qO- http://127.0.0.1:9464/healthz | jq -e '.dra.prepared_claims == {\"rxe0\": 2, \"rxe1\": 1}'"
 ck "/healthz counts the prepared claims per device: $(prepared)" test "$(prepared)" = '{"rxe0":2,"rxe1":1}'
-# The allocator writes allocation and reservation before the pod starts, as the scheduler does:
-# the driver's claim watch has the claims by then and prepares read them from the claim cache.
-cache_ok=".dra.claim_cache.synced and .dra.claim_cache.hits >= 1"
-wait_for 10 sh -c "wget -qO- http://127.0.0.1:9464/healthz | jq -e '$cache_ok'"
-ck "/healthz: the claim cache is in sync and answered prepares: $(wget -qO- http://127.0.0.1:9464/healthz | jq -c '.dra.claim_cache')" sh -c "wget -qO- http://127.0.0.1:9464/healthz | jq -e '$cache_ok'"
+# The driver reads each claim it prepares by a GET (no watch of the cluster's claims).
+reads_ok=".dra.claim_reads.gets >= 4 and .dra.claim_reads.failed == 0"
+ck "/healthz: the driver read the claims it prepared by GET: $(wget -qO- http://127.0.0.1:9464/healthz | jq -c '.dra.claim_reads')" sh -c "wget -qO- http://127.0.0.1:9464/healthz | jq -e '$reads_ok'"
+
+# --- a prioritized list (firstAvailable) ------------------------------------------------------------
+# claim-f's request rdma is a firstAvailable list of one subrequest, erdma: allocated as
+# rdma/erdma; pod-f's container names the request rdma, and the kubelet matches that name exactly
+# against the request names NodePrepareResources answers (the driver strips /erdma, as the
+# upstream helper does), so the container gets the device.
+claim pod-f claim-f 10 --device rxe1 --first-available erdma || { fail "$SCEN" "allocating claim-f failed: $(tail -1 /tmp/claim-f.claim.err)"; exit 0; }
+UF=$(jq -r .metadata.uid /tmp/claim-f.claim.json)
+ck "claim-f is a firstAvailable claim allocated as rdma/erdma on rxe1" jq -e '
+  .spec.devices.requests[0].name == "rdma" and .spec.devices.requests[0].firstAvailable[0].name == "erdma"
+  and .status.allocation.devices.results[0].request == "rdma/erdma" and .status.allocation.devices.results[0].device == "rxe1"' /tmp/claim-f.claim.json
+PF=$(dpod pod-f 0) || { fail "$SCEN" "pod-f (firstAvailable claim-f) did not start: $(tail -1 /tmp/pod-f.pod.err)"; exit 0; }
+ck "pod-f's container (request rdma) got claim-f's CDI device $DRV/claim=$UF-rxe1" \
+  jq -e --arg id "$DRV/claim=$UF-rxe1" '.dra_claims | length == 1 and .[0].cdi_devices == [$id]' "$PF"
+seen=$(cx pod-f ls /dev/infiniband | tr '\n' ' ')
+ck "pod-f sees /dev/infiniband/$U1 (rxe1) and not $U0: [$seen]" sh -c "echo ' $seen' | grep -qw $U1 && ! echo ' $seen' | grep -qw $U0"
 
 # --- deletion unprepares --------------------------------------------------------------------------
 UA=$(jq -r .metadata.uid /tmp/claim-a.claim.json)

@@ -31,9 +31,6 @@ pub fn agent_args(v: &Values) -> Vec<String> {
     }
     if v.dra.enabled {
         args.push("--resource-api=node-label".into());
-        if !v.dra.claim_watch {
-            args.push("--dra-claim-watch=false".into());
-        }
     }
     if !a.rdma_usage.enabled {
         args.push("--rdma-usage=false".into());

@@ -301,7 +301,7 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
     let agent_rbac = v.agent_rbac();
     let mut agent_rules = agent_cluster_rules();
     if v.dra.enabled {
-        agent_rules.extend(agent_dra_rules(v.dra.claim_watch));
+        agent_rules.extend(agent_dra_rules());
     }
     out.push(to_value(&ClusterRole {
         metadata: meta(&agent_rbac, None, labels(v, "agent")),

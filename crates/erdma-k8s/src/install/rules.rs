@@ -89,14 +89,9 @@ pub fn agent_cluster_rules() -> Vec<PolicyRule> {
 
 /// The agent's extra cluster-wide rules with `dra.enabled` (proven by the RBAC-by-use tests): read
 /// its Node (the `erdma.alibabacloud.com/resource-api` label), publish this node's ResourceSlice,
-/// read the claims it prepares (get: a claim the claim cache does not hold; list and watch, with
-/// `claim_watch` (`dra.claimWatch`): the ResourceClaim watch that feeds the cache).
-pub fn agent_dra_rules(claim_watch: bool) -> Vec<PolicyRule> {
-    let claims: &[&str] = if claim_watch {
-        &["get", "list", "watch"]
-    } else {
-        &["get"]
-    };
+/// read each claim it prepares (get only: no watch of the cluster's claims, whose only field
+/// selectors are name and namespace).
+pub fn agent_dra_rules() -> Vec<PolicyRule> {
     vec![
         rule(&[""], &["nodes"], &["get"], &[]),
         rule(
@@ -105,6 +100,6 @@ pub fn agent_dra_rules(claim_watch: bool) -> Vec<PolicyRule> {
             &["list", "watch", "create", "update", "delete"],
             &[],
         ),
-        rule(&["resource.k8s.io"], &["resourceclaims"], claims, &[]),
+        rule(&["resource.k8s.io"], &["resourceclaims"], &["get"], &[]),
     ]
 }

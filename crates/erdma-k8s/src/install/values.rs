@@ -534,23 +534,11 @@ impl Default for TestValues {
 /// ResourceClaims and reading its Node, the kubelet plugin directories and `/var/run/cdi`, and
 /// runs the agent with `--resource-api=node-label`: nodes labelled
 /// `erdma.alibabacloud.com/resource-api=dra` use DRA, every other node the device plugin.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct DraValues {
     /// Enable the DRA driver (per node, by label).
     pub enabled: bool,
-    /// The agent's claim cache fed by a cluster-wide ResourceClaim watch (`--dra-claim-watch`)
-    /// and its `list`/`watch` permission; `false`: a GET per prepare, no watch, no such rule.
-    pub claim_watch: bool,
-}
-
-impl Default for DraValues {
-    fn default() -> Self {
-        DraValues {
-            enabled: false,
-            claim_watch: true,
-        }
-    }
 }
 
 /// `serviceMonitor.*` (new): ServiceMonitors for the agent's and controller's metrics, rendered
