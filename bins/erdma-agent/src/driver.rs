@@ -114,7 +114,14 @@ pub fn start_manager(
     let holders = shared.holders;
     let mut cfg = shared.settings.driver.clone();
     cfg.resource = holders.held().clone();
-    let usage = erdma_driver::KubeletPodResources::from_cache(holders.clone());
+    // The DRA driver's prepared claims count when the kubelet does not report claims.
+    let usage = crate::reload_guard::WithPreparedClaims {
+        inner: erdma_driver::KubeletPodResources::from_cache(holders.clone()),
+        checkpoint: erdma_dra::checkpoint::path_under(
+            &shared.plan.sockets.kubelet_root_dir,
+            erdma_model::names::DRA_DRIVER,
+        ),
+    };
     if cfg.installer_trust.allow_insecure_http {
         tracing::warn!(
             "INSECURE: --allow-insecure-driver-download is set; a driver installer may be downloaded over plain HTTP (its SHA-256 pin is still checked)"
