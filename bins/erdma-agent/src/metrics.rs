@@ -188,6 +188,12 @@ pub struct AgentMetrics {
     /// (`answer="kept"`) or by asking the kubelet (`answer="kubelet"`), on a runtime's clock.
     pub holder_lookups:
         prometheus_client::metrics::family::Family<Vec<(&'static str, &'static str)>, Counter>,
+    /// The host's cgroup version and whether the rdma v1 hierarchy is mounted (an info gauge).
+    pub cgroup: Family<Vec<(&'static str, &'static str)>, Gauge>,
+    /// `rdma.max` lines the agent wrote into v1 rdma cgroups, by hook.
+    pub rdma_limits_written: Family<Vec<(&'static str, &'static str)>, Counter>,
+    /// Container `rdma.max` limits not applied on a v1 or hybrid host, by reason.
+    pub rdma_limit_skipped: Family<Vec<(&'static str, &'static str)>, Counter>,
 }
 
 impl AgentMetrics {
@@ -258,7 +264,28 @@ impl AgentMetrics {
             "Lookups of the devices a pod holds at sandbox creation, by answer: kept (no call) or kubelet (one pod-resources List)",
             holder_lookups.clone(),
         );
+        let cgroup = Family::default();
+        registry.register(
+            "cgroup",
+            "1 for the host's cgroup version (v1, hybrid, v2) and whether the rdma controller's v1 hierarchy is mounted (rdma_hierarchy): where containers' rdma.max goes",
+            cgroup.clone(),
+        );
+        let rdma_limits_written = Family::default();
+        registry.register(
+            "rdma_limits_written",
+            "rdma.max lines the agent wrote into containers' cgroup v1 rdma cgroups, by hook (StartContainer; Synchronize: a running container lacked it)",
+            rdma_limits_written.clone(),
+        );
+        let rdma_limit_skipped = Family::default();
+        registry.register(
+            "rdma_limit_skipped",
+            "Container rdma limits not applied on a cgroup v1 or hybrid host (the container runs without; a Warning Event says why), by reason: no_rdma_hierarchy, bad_cgroups_path, write_failed",
+            rdma_limit_skipped.clone(),
+        );
         AgentMetrics {
+            cgroup,
+            rdma_limits_written,
+            rdma_limit_skipped,
             nri_hooks,
             nri_sessions,
             dra,
@@ -279,6 +306,28 @@ impl AgentMetrics {
         let answer = if kept { "kept" } else { "kubelet" };
         self.holder_lookups
             .get_or_create(&vec![("answer", answer)])
+            .inc();
+    }
+
+    /// Sets the host's cgroup layout (once, at start).
+    pub fn cgroup_layout(&self, version: &'static str, rdma_hierarchy: bool) {
+        let hierarchy = if rdma_hierarchy { "true" } else { "false" };
+        self.cgroup
+            .get_or_create(&vec![("version", version), ("rdma_hierarchy", hierarchy)])
+            .set(1);
+    }
+
+    /// Counts one `rdma.max` written into a v1 rdma cgroup at `hook`.
+    pub fn rdma_limit_written(&self, hook: &'static str) {
+        self.rdma_limits_written
+            .get_or_create(&vec![("hook", hook)])
+            .inc();
+    }
+
+    /// Counts one container limit not applied, by `reason` (a closed set).
+    pub fn rdma_limit_skipped(&self, reason: &'static str) {
+        self.rdma_limit_skipped
+            .get_or_create(&vec![("reason", reason)])
             .inc();
     }
 

@@ -9,6 +9,12 @@
 //!   default unlimited; non-root containers otherwise cannot register RDMA memory) and, from the
 //!   pod annotation `network.alibabacloud.com/erdma-rdma-max` or `--nri-rdma-max`, the rdma
 //!   cgroup limit `rdma.max` of its device. A bad annotation applies nothing and says why (Event).
+//!   On cgroup v2 `rdma.max` goes into the adjustment (`linux.resources.unified`); runc refuses
+//!   `unified` on cgroup v1 and hybrid hosts, so there the adjustment carries memlock only and:
+//! - StartContainer (subscribed on v1 and hybrid hosts only): runc has created the container's
+//!   cgroups and its process waits to be started; the agent writes `rdma.max` into the
+//!   container's cgroup of the rdma hierarchy. Where it cannot, the container still starts,
+//!   without the limit, and a Warning Event says why.
 //! - RemovePodSandbox: the pod's namespace leaves the SMC-R BPF policy.
 //!
 //! Everything runs within a budget well inside the runtime's (see `erdma_nri::plugin`).
@@ -16,16 +22,18 @@
 use crate::cluster::{Cluster, PodRef};
 use crate::metrics::AgentMetrics;
 use crate::smcr::SmcrHook;
+use erdma_host::cgroup::{CgroupFs, CgroupLayout, CgroupVersion, RootedCgroupFs};
 use erdma_host::socket_watch::SocketWatch;
 use erdma_kubelet::podresources::{Holder, HolderCache, SETTLE_WITHIN, Snapshot};
+use erdma_model::cgroup_path::hierarchy_path;
 use erdma_model::container::{ENV_RDMA_MAX, RDMA_MAX_SEPARATOR};
-use erdma_model::rdma_limit::{RDMA_MAX_ANNOTATION, RdmaLimit};
+use erdma_model::rdma_limit::{RDMA_MAX_ANNOTATION, RdmaLimit, limits_of_device};
 use erdma_model::{NodeDevices, SlotId};
 use erdma_nri::api::{self, Event};
 use erdma_nri::plugin::Handler;
 use erdma_nri::ttrpc::BoxFuture;
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -166,23 +174,32 @@ fn rdma_max_adjustment(line: String) -> api::LinuxContainerAdjustment {
     }
 }
 
-/// The adjustment of one container (pure): memlock and `rdma.max` for containers holding devices
-/// (by [`held_devices`] with `holders`).
-pub fn adjust_container(
+/// What a container holding devices is given, whatever the host's cgroup version.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Wanted {
+    /// The memlock rlimit (none with `--nri-memlock=off`).
+    pub rlimits: Vec<api::PosixRlimit>,
+    /// Its `rdma.max` line (`<ibdev> hca_handle=N hca_object=M`), when one applies.
+    pub rdma_max: Option<String>,
+}
+
+/// What one container is given (pure): memlock and the `rdma.max` line for containers holding
+/// devices (by [`held_devices`] with `holders`); the notices say why a limit asked for is not.
+pub fn wanted_limits(
     pod: &api::PodSandbox,
     c: &api::Container,
     served: &NodeDevices,
     holders: Option<&[Holder]>,
     policy: &Policy,
-) -> (api::ContainerAdjustment, Vec<Notice>) {
-    let mut adjust = api::ContainerAdjustment::default();
+) -> (Wanted, Vec<Notice>) {
+    let mut wanted = Wanted::default();
     let mut notices = Vec::new();
     let devices = held_devices(pod, c, served, holders);
     if devices.is_empty() {
-        return (adjust, notices);
+        return (wanted, notices);
     }
     if let Some(v) = policy.memlock.value() {
-        adjust.rlimits.push(api::PosixRlimit {
+        wanted.rlimits.push(api::PosixRlimit {
             r#type: "RLIMIT_MEMLOCK".into(),
             hard: v,
             soft: v,
@@ -192,9 +209,7 @@ pub fn adjust_container(
     // allocated to this container, so it comes before the annotation and the install default.
     if let Some(lines) = claims_rdma_max(c) {
         match claimed_limit(&lines, &devices) {
-            Ok(line) => {
-                adjust.linux = Some(rdma_max_adjustment(line));
-            }
+            Ok(line) => wanted.rdma_max = Some(line),
             Err(why) => notices.push(Notice {
                 kind: "Warning",
                 reason: "ErdmaRdmaMaxNotApplied",
@@ -204,7 +219,7 @@ pub fn adjust_container(
                 ),
             }),
         }
-        return (adjust, notices);
+        return (wanted, notices);
     }
     let limit = match pod.annotations.get(RDMA_MAX_ANNOTATION) {
         Some(v) => match RdmaLimit::parse(v) {
@@ -225,9 +240,7 @@ pub fn adjust_container(
     };
     match (limit, devices.as_slice()) {
         (None, _) => {}
-        (Some(l), [one]) => {
-            adjust.linux = Some(rdma_max_adjustment(l.line(one)));
-        }
+        (Some(l), [one]) => wanted.rdma_max = Some(l.line(one)),
         (Some(_), many) => notices.push(Notice {
             kind: "Warning",
             reason: "ErdmaRdmaMaxNotApplied",
@@ -240,6 +253,43 @@ pub fn adjust_container(
                 many.join(", ")
             ),
         }),
+    }
+    (wanted, notices)
+}
+
+/// The adjustment of one container on a cgroup v2 host (pure): see [`adjust_container_on`].
+pub fn adjust_container(
+    pod: &api::PodSandbox,
+    c: &api::Container,
+    served: &NodeDevices,
+    holders: Option<&[Holder]>,
+    policy: &Policy,
+) -> (api::ContainerAdjustment, Vec<Notice>) {
+    adjust_container_on(CgroupVersion::V2, pod, c, served, holders, policy)
+}
+
+/// The adjustment of one container on a host of cgroup `version` (pure): memlock, and
+/// `rdma.max` through `linux.resources.unified` where the runtime takes it (v2). On v1 and hybrid
+/// hosts runc refuses any `unified` key ("cannot use unified on cgroup v1"), failing the
+/// container, so the adjustment carries none and the line is written into the container's rdma
+/// cgroup at StartContainer ([`write_v1_rdma_max`]).
+pub fn adjust_container_on(
+    version: CgroupVersion,
+    pod: &api::PodSandbox,
+    c: &api::Container,
+    served: &NodeDevices,
+    holders: Option<&[Holder]>,
+    policy: &Policy,
+) -> (api::ContainerAdjustment, Vec<Notice>) {
+    let (wanted, notices) = wanted_limits(pod, c, served, holders, policy);
+    let mut adjust = api::ContainerAdjustment {
+        rlimits: wanted.rlimits,
+        ..Default::default()
+    };
+    if let Some(line) = wanted.rdma_max
+        && version.takes_unified()
+    {
+        adjust.linux = Some(rdma_max_adjustment(line));
     }
     (adjust, notices)
 }
@@ -289,19 +339,42 @@ pub fn repairs(
     policy: &Policy,
     limits_of: impl Fn(u32) -> Option<Vec<api::PosixRlimit>>,
 ) -> Repairs {
+    repairs_on(
+        CgroupVersion::V2,
+        pods,
+        containers,
+        served,
+        holders,
+        policy,
+        limits_of,
+    )
+}
+
+/// [`repairs`] on a host of cgroup `version`: the `rdma.max` updates (`unified`) are made on v2
+/// only; runc refuses them on v1 and hybrid hosts, where [`v1_repairs`] finds what to write.
+pub fn repairs_on(
+    version: CgroupVersion,
+    pods: &[api::PodSandbox],
+    containers: &[api::Container],
+    served: &NodeDevices,
+    holders: Option<&[Holder]>,
+    policy: &Policy,
+    limits_of: impl Fn(u32) -> Option<Vec<api::PosixRlimit>>,
+) -> Repairs {
     let mut out = Repairs::default();
     let reports_rlimits = containers.iter().any(|c| !c.rlimits.is_empty());
     for c in containers {
         let Some(pod) = pods.iter().find(|p| p.id == c.pod_sandbox_id) else {
             continue;
         };
-        let (want, _notices) = adjust_container(pod, c, served, holders, policy);
-        let unified =
-            |a: Option<&api::LinuxResources>| a.and_then(|r| r.unified.get("rdma.max")).cloned();
-        let want_max = unified(want.linux.as_ref().and_then(|l| l.resources.as_ref()));
-        let have_max = unified(c.linux.as_ref().and_then(|l| l.resources.as_ref()));
-        if let Some(line) = want_max
-            && have_max.as_deref().map(str::trim) != Some(line.trim())
+        let (want, _notices) = wanted_limits(pod, c, served, holders, policy);
+        let have_max = c
+            .linux
+            .as_ref()
+            .and_then(|l| l.resources.as_ref())
+            .and_then(|r| r.unified.get("rdma.max"));
+        if let Some(line) = want.rdma_max.clone().filter(|_| version.takes_unified())
+            && have_max.map(|h| h.trim()) != Some(line.trim())
         {
             out.updates.push(api::ContainerUpdate {
                 container_id: c.id.clone(),
@@ -338,6 +411,155 @@ pub fn repairs(
     out
 }
 
+/// Why a container's `rdma.max` was not written on a v1 or hybrid host (a closed set: the label
+/// of `erdma_agent_rdma_limit_skipped_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitSkipped {
+    /// The rdma controller's v1 hierarchy is not mounted on the host.
+    NoRdmaHierarchy,
+    /// The runtime's `cgroups_path` names no cgroup inside a hierarchy.
+    BadCgroupsPath,
+    /// The container's `rdma.max` could not be written (or, at Synchronize, read).
+    WriteFailed,
+}
+
+impl LimitSkipped {
+    /// `no_rdma_hierarchy`, `bad_cgroups_path` or `write_failed`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LimitSkipped::NoRdmaHierarchy => "no_rdma_hierarchy",
+            LimitSkipped::BadCgroupsPath => "bad_cgroups_path",
+            LimitSkipped::WriteFailed => "write_failed",
+        }
+    }
+}
+
+/// How [`write_v1_rdma_max`] ended when it did not skip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum V1Write {
+    /// The line was written.
+    Written,
+    /// The cgroup already had the limit (checked first): nothing written.
+    AlreadySet,
+}
+
+/// The Warning for a limit not applied on a v1 or hybrid host: the node's cgroup version, the
+/// container, the limit, why and the fix.
+fn limit_not_applied(
+    layout: CgroupLayout,
+    pod: &api::PodSandbox,
+    c: &api::Container,
+    line: &str,
+    why: &str,
+) -> Notice {
+    Notice {
+        kind: "Warning",
+        reason: "ErdmaRdmaLimitNotApplied",
+        message: format!(
+            "container {} of pod {}/{} runs without its rdma limit {line:?}: this node runs cgroup {}, where the runtime cannot set rdma.max, and {why}. The container runs with its memlock limit",
+            c.name,
+            pod.namespace,
+            pod.name,
+            layout.version.name()
+        ),
+    }
+}
+
+/// Writes `line` into the rdma cgroup of container `c` on a cgroup v1 or hybrid host (the
+/// runtime created it; its place follows from the container's `cgroups_path`). With
+/// `check_first` a cgroup that already holds the limit is left alone. A container whose limit
+/// cannot be written is told with the reason and a Warning naming the fix; it is never failed.
+pub fn write_v1_rdma_max(
+    cgroups: &dyn CgroupFs,
+    pod: &api::PodSandbox,
+    c: &api::Container,
+    line: &str,
+    check_first: bool,
+) -> Result<V1Write, (LimitSkipped, Notice)> {
+    let layout = cgroups.layout();
+    let skip = |reason: LimitSkipped, why: String| {
+        Err((reason, limit_not_applied(layout, pod, c, line, &why)))
+    };
+    if !layout.rdma_hierarchy {
+        return skip(
+            LimitSkipped::NoRdmaHierarchy,
+            "the rdma controller's hierarchy is not mounted at /sys/fs/cgroup/rdma; mount it on the node (kernel CONFIG_CGROUP_RDMA; systemd mounts every v1 controller it finds at boot) or move the node to cgroup v2, then recreate the pod".into(),
+        );
+    }
+    let cgroups_path = c
+        .linux
+        .as_ref()
+        .map(|l| l.cgroups_path.as_str())
+        .unwrap_or_default();
+    let cgroup = match hierarchy_path(cgroups_path) {
+        Ok(p) => p,
+        Err(e) => {
+            return skip(
+                LimitSkipped::BadCgroupsPath,
+                format!("the runtime gave no usable cgroup: {e}"),
+            );
+        }
+    };
+    let file = cgroups.rdma_max_path(&cgroup);
+    if check_first {
+        let (device, limits) = line.split_once(' ').unwrap_or((line, ""));
+        match cgroups.read_rdma_max(&cgroup) {
+            Ok(text) => {
+                let held = RdmaLimit::parse(limits).ok().is_some_and(|want| {
+                    limits_of_device(&text, device).is_some_and(|have| want.held_by(&have))
+                });
+                if held {
+                    return Ok(V1Write::AlreadySet);
+                }
+            }
+            Err(e) => {
+                return skip(
+                    LimitSkipped::WriteFailed,
+                    format!(
+                        "reading {} failed: {e}; the agent reaches the host's cgroups through /proc/1/root (hostPID and CAP_SYS_PTRACE, as the chart runs it)",
+                        file.display()
+                    ),
+                );
+            }
+        }
+    }
+    match cgroups.write_rdma_max(&cgroup, line) {
+        Ok(()) => Ok(V1Write::Written),
+        Err(e) => skip(
+            LimitSkipped::WriteFailed,
+            format!(
+                "writing {} failed: {e}; the agent reaches the host's cgroups through /proc/1/root (hostPID and CAP_SYS_PTRACE, as the chart runs it) and writes the limit again when it next synchronizes with the runtime (agent restart)",
+                file.display()
+            ),
+        ),
+    }
+}
+
+/// The running containers of a v1 or hybrid host that should have an `rdma.max` (pure): pod,
+/// container and line, for [`write_v1_rdma_max`] to check and write at Synchronize. A container
+/// not running yet (created) is left to its StartContainer.
+pub fn v1_repairs<'a>(
+    pods: &'a [api::PodSandbox],
+    containers: &'a [api::Container],
+    served: &NodeDevices,
+    holders: Option<&[Holder]>,
+    policy: &Policy,
+) -> Vec<(&'a api::PodSandbox, &'a api::Container, String)> {
+    let running = |c: &api::Container| {
+        c.state == api::ContainerState::ContainerRunning as i32
+            || c.state == api::ContainerState::ContainerPaused as i32
+    };
+    containers
+        .iter()
+        .filter(|c| running(c))
+        .filter_map(|c| {
+            let pod = pods.iter().find(|p| p.id == c.pod_sandbox_id)?;
+            let line = wanted_limits(pod, c, served, holders, policy).0.rdma_max?;
+            Some((pod, c, line))
+        })
+        .collect()
+}
+
 /// The agent's NRI handler.
 pub struct AgentNri {
     /// Policy.
@@ -357,6 +579,9 @@ pub struct AgentNri {
     pub metrics: Arc<AgentMetrics>,
     /// The NRI part of `/healthz`, published by this plugin.
     pub view: watch::Sender<Option<NriView>>,
+    /// The host's cgroups: its version decides where `rdma.max` goes (the adjustment on v2, the
+    /// container's rdma cgroup at StartContainer on v1 and hybrid hosts).
+    pub cgroups: Arc<dyn CgroupFs>,
 }
 
 /// The NRI part of `/healthz`.
@@ -375,6 +600,28 @@ pub struct NriView {
     pub connected: bool,
     /// The last session error.
     pub last_error: Option<String>,
+    /// The host's cgroup version: `v1`, `hybrid` or `v2` (empty until read).
+    pub cgroup_version: String,
+    /// How containers get their `rdma.max` here: `unified` (the NRI adjustment, cgroup v2),
+    /// `rdma-cgroup` (written into the container's v1 rdma cgroup at StartContainer) or `none`
+    /// (v1 without the rdma hierarchy: Warning Events, no limit).
+    pub rdma_max_route: String,
+}
+
+impl NriView {
+    /// `cgroup_version` and `rdma_max_route` of a host of `layout`.
+    pub fn with_layout(mut self, layout: CgroupLayout) -> Self {
+        self.cgroup_version = layout.version.name().into();
+        self.rdma_max_route = if layout.version.takes_unified() {
+            "unified"
+        } else if layout.rdma_hierarchy {
+            "rdma-cgroup"
+        } else {
+            "none"
+        }
+        .into();
+        self
+    }
 }
 
 pub use crate::smcr::pod_device_ids;
@@ -434,6 +681,69 @@ impl AgentNri {
     async fn holders_now(&self) -> Arc<Snapshot> {
         self.holders.settled(SETTLE_WITHIN).await
     }
+
+    /// Counts and tells a limit [`write_v1_rdma_max`] could not apply.
+    fn limit_skipped(&self, pod: &api::PodSandbox, reason: LimitSkipped, n: Notice) {
+        self.metrics.rdma_limit_skipped(reason.name());
+        self.tell(pod, n);
+    }
+
+    /// StartContainer on a v1 or hybrid host: runc has created the container's cgroups and its
+    /// process has not started; its `rdma.max` goes into its rdma cgroup now. Never fails the
+    /// container (the limits it asked for were reported at CreateContainer).
+    async fn start_container(&self, pod: &api::PodSandbox, c: &api::Container) {
+        if self.cgroups.layout().version.takes_unified() {
+            return;
+        }
+        let snapshot = self.holders_now().await;
+        let (wanted, _told_at_creation) = wanted_limits(
+            pod,
+            c,
+            &self.served.borrow(),
+            trusted_holders(&snapshot),
+            &self.policy,
+        );
+        let Some(line) = wanted.rdma_max else {
+            return;
+        };
+        match write_v1_rdma_max(&*self.cgroups, pod, c, &line, false) {
+            Ok(_) => {
+                self.metrics.rdma_limit_written("StartContainer");
+                tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), container = %c.name, rdma_max = %line, "NRI: rdma.max written into the container's v1 rdma cgroup");
+            }
+            Err((reason, n)) => self.limit_skipped(pod, reason, n),
+        }
+    }
+
+    /// Synchronize on a v1 or hybrid host: running containers whose rdma cgroup lacks their
+    /// limit get it written now; returns how many.
+    fn repair_v1(
+        &self,
+        pods: &[api::PodSandbox],
+        containers: &[api::Container],
+        holders: Option<&[Holder]>,
+    ) -> usize {
+        let todo = v1_repairs(
+            pods,
+            containers,
+            &self.served.borrow(),
+            holders,
+            &self.policy,
+        );
+        let mut written = 0;
+        for (pod, c, line) in todo {
+            match write_v1_rdma_max(&*self.cgroups, pod, c, &line, true) {
+                Ok(V1Write::AlreadySet) => {}
+                Ok(V1Write::Written) => {
+                    written += 1;
+                    self.metrics.rdma_limit_written("Synchronize");
+                    tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), container = %c.name, rdma_max = %line, "NRI: a running container's v1 rdma cgroup lacked its rdma.max (created while the agent was not answering); written now");
+                }
+                Err((reason, n)) => self.limit_skipped(pod, reason, n),
+            }
+        }
+        written
+    }
 }
 
 impl Handler for AgentNri {
@@ -457,7 +767,9 @@ impl Handler for AgentNri {
                 memlock_of_limits(&text).map(|m| vec![m])
             };
             let snapshot = self.holders_now().await;
-            let found = repairs(
+            let version = self.cgroups.layout().version;
+            let found = repairs_on(
+                version,
                 &pods,
                 &containers,
                 &self.served.borrow(),
@@ -465,6 +777,11 @@ impl Handler for AgentNri {
                 &self.policy,
                 limits_of,
             );
+            let written_v1 = if version.takes_unified() {
+                0
+            } else {
+                self.repair_v1(&pods, &containers, trusted_holders(&snapshot))
+            };
             for u in &found.updates {
                 tracing::warn!(
                     container = %u.container_id,
@@ -481,7 +798,7 @@ impl Handler for AgentNri {
             tracing::info!(
                 pods = pods.len(),
                 containers = containers.len(),
-                repaired = found.updates.len(),
+                repaired = found.updates.len() + written_v1,
                 "NRI: synchronized with the runtime (running containers keep their limits)"
             );
             found.updates
@@ -492,12 +809,18 @@ impl Handler for AgentNri {
         &self,
         event: Event,
         pod: Option<api::PodSandbox>,
-        _container: Option<api::Container>,
+        container: Option<api::Container>,
     ) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
             let pod = pod.unwrap_or_default();
             match event {
                 Event::RunPodSandbox => self.run_pod_sandbox(pod).await,
+                Event::StartContainer => {
+                    if let Some(c) = &container {
+                        self.start_container(&pod, c).await;
+                    }
+                    Ok(())
+                }
                 Event::RemovePodSandbox => {
                     if let Some(h) = &self.smcr {
                         h.forget(&format!("{}/{}", pod.namespace, pod.name));
@@ -516,7 +839,8 @@ impl Handler for AgentNri {
     ) -> BoxFuture<'_, Result<api::ContainerAdjustment, String>> {
         Box::pin(async move {
             let snapshot = self.holders_now().await;
-            let (adjust, notices) = adjust_container(
+            let (adjust, notices) = adjust_container_on(
+                self.cgroups.layout().version,
                 &pod,
                 &container,
                 &self.served.borrow(),
@@ -578,12 +902,73 @@ pub async fn run(
     }
 }
 
-/// The events the agent subscribes to.
+/// The events the agent subscribes to on a cgroup v2 host.
 pub const EVENTS: &[Event] = &[
     Event::RunPodSandbox,
     Event::RemovePodSandbox,
     Event::CreateContainer,
 ];
+
+/// The events the agent subscribes to on a host of cgroup `version`: on v1 and hybrid hosts
+/// StartContainer too, where `rdma.max` is written (containerd calls it after runc created the
+/// container's cgroups, before the process starts; its PostCreateContainer comes before them).
+pub fn events(version: CgroupVersion) -> Vec<Event> {
+    let mut events = EVENTS.to_vec();
+    if !version.takes_unified() {
+        events.push(Event::StartContainer);
+    }
+    events
+}
+
+/// Where the agent reads the host's cgroups: the host's own `/sys/fs/cgroup` through PID 1's
+/// root (hostPID; the container's `/sys/fs/cgroup` is its own cgroup only).
+pub fn host_cgroup_root(proc_root: &Path) -> PathBuf {
+    proc_root.join("1/root/sys/fs/cgroup")
+}
+
+/// The host's cgroups, read once: through [`host_cgroup_root`]; where that cannot be read, the
+/// version from the agent's own `/sys/fs/cgroup` (the same kernel) with no rdma hierarchy to
+/// write into; cgroup v2 (today's default) when neither reads.
+pub fn detect_cgroups(proc_root: &Path) -> Arc<dyn CgroupFs> {
+    let root = host_cgroup_root(proc_root);
+    let fs = match RootedCgroupFs::detect(&root) {
+        Ok(fs) => fs,
+        Err(host) => {
+            let own = erdma_host::cgroup::detect(Path::new("/sys/fs/cgroup"));
+            let version = match &own {
+                Ok(l) => l.version,
+                Err(_) => CgroupVersion::V2,
+            };
+            tracing::warn!(
+                "{host}; taking cgroup {} from the agent's own /sys/fs/cgroup ({}), without writing rdma limits on v1",
+                version.name(),
+                own.as_ref()
+                    .map_or_else(|e| e.to_string(), |_| "read".into())
+            );
+            RootedCgroupFs::with_layout(
+                root,
+                CgroupLayout {
+                    version,
+                    rdma_hierarchy: false,
+                },
+            )
+        }
+    };
+    let layout = fs.layout();
+    tracing::info!(
+        cgroup = layout.version.name(),
+        rdma_hierarchy = layout.rdma_hierarchy,
+        "host cgroups: rdma.max goes {}",
+        if layout.version.takes_unified() {
+            "into the NRI adjustment (linux.resources.unified)"
+        } else if layout.rdma_hierarchy {
+            "into each container's v1 rdma cgroup at StartContainer"
+        } else {
+            "nowhere: no rdma hierarchy is mounted (containers asking for a limit get a Warning Event)"
+        }
+    );
+    Arc::new(fs)
+}
 
 /// The NRI part of `/healthz`, as the plan decided it; the sender goes to [`start`].
 pub fn start_view(
@@ -597,6 +982,7 @@ pub fn start_view(
         smcr_path: plan.smcr.name().into(),
         connected: false,
         last_error: None,
+        ..Default::default()
     }));
     *view = rx;
     tx
@@ -613,6 +999,15 @@ pub fn start(
     tasks: &mut crate::tasks::Tasks,
 ) {
     let (plan, s, metrics) = (shared.plan, shared.settings, shared.metrics);
+    let proc_root = PathBuf::from("/proc");
+    let cgroups = detect_cgroups(&proc_root);
+    let layout = cgroups.layout();
+    metrics.cgroup_layout(layout.version.name(), layout.rdma_hierarchy);
+    view.send_modify(|v| {
+        if let Some(n) = v.take() {
+            *v = Some(n.with_layout(layout));
+        }
+    });
     if !plan.nri {
         tasks.keep(view);
         return;
@@ -620,18 +1015,19 @@ pub fn start(
     let handler = Arc::new(AgentNri {
         policy: s.nri_policy.clone(),
         holders: shared.holders.clone(),
-        proc_root: "/proc".into(),
+        proc_root,
         served: served.clone(),
         smcr,
         cluster: shared.cluster.clone(),
         metrics: metrics.clone(),
         view,
+        cgroups,
     });
     let cfg = erdma_nri::plugin::PluginConfig {
         socket: plan.sockets.nri.clone(),
         name: "erdma".into(),
         idx: "10".into(),
-        events: EVENTS.to_vec(),
+        events: events(layout.version),
         budget: s.nri_budget,
         observer: Some(metrics.clone() as Arc<dyn erdma_nri::plugin::HookObserver>),
     };
@@ -753,39 +1149,6 @@ mod tests {
             held_devices(&p, &c, &served, Some(&h)),
             [names[1], names[0]]
         );
-    }
-
-    /// The hand-off under a claim's own name (`ERDMA_RDMA_MAX_<claim>`) is applied; two claims
-    /// in one container are two entries, which the rdma cgroup cannot take in one write: nothing
-    /// applied, and a notice says so (never one claim's limit silently).
-    #[test]
-    fn a_claims_rdma_max_under_its_own_name() {
-        let (_t, served) = served();
-        let dev = served.devices[0].name.clone();
-        let h = holds(&[&dev]);
-        let one = container(
-            &[&format!(
-                "ERDMA_RDMA_MAX_UID_A={dev} hca_handle=4 hca_object=8000"
-            )],
-            &[],
-        );
-        let (a, n) = adjust_container(&pod(None), &one, &served, Some(&h), &POLICY);
-        assert!(n.is_empty(), "{n:?}");
-        assert_eq!(
-            a.linux.unwrap().resources.unwrap().unified["rdma.max"],
-            format!("{dev} hca_handle=4 hca_object=8000")
-        );
-        let two = container(
-            &[
-                &format!("ERDMA_RDMA_MAX_UID_A={dev} hca_handle=4 hca_object=8000"),
-                &format!("ERDMA_RDMA_MAX_UID_B={dev} hca_handle=6 hca_object=8000"),
-            ],
-            &[],
-        );
-        let (a, n) = adjust_container(&pod(None), &two, &served, Some(&h), &POLICY);
-        assert!(a.linux.is_none(), "{a:?}");
-        assert_eq!(n.len(), 1, "{n:?}");
-        assert!(n[0].message.contains("2 entries"), "{}", n[0].message);
     }
 
     /// A container that names devices in its own `ERDMA_DEVICES` holds nothing by it: neither
@@ -1020,6 +1383,199 @@ mod tests {
                 n[0].message
             );
         }
+    }
+
+    /// The hand-off under a claim's own name (`ERDMA_RDMA_MAX_<claim>`) is applied; two claims
+    /// in one container are two entries, which the rdma cgroup cannot take in one write: nothing
+    /// applied, and a notice says so (never one claim's limit silently).
+    #[test]
+    fn a_claims_rdma_max_under_its_own_name() {
+        let (_t, served) = served();
+        let dev = served.devices[0].name.clone();
+        let h = holds(&[&dev]);
+        let one = container(
+            &[&format!(
+                "ERDMA_RDMA_MAX_UID_A={dev} hca_handle=4 hca_object=8000"
+            )],
+            &[],
+        );
+        let (a, n) = adjust_container(&pod(None), &one, &served, Some(&h), &POLICY);
+        assert!(n.is_empty(), "{n:?}");
+        assert_eq!(
+            a.linux.unwrap().resources.unwrap().unified["rdma.max"],
+            format!("{dev} hca_handle=4 hca_object=8000")
+        );
+        let two = container(
+            &[
+                &format!("ERDMA_RDMA_MAX_UID_A={dev} hca_handle=4 hca_object=8000"),
+                &format!("ERDMA_RDMA_MAX_UID_B={dev} hca_handle=6 hca_object=8000"),
+            ],
+            &[],
+        );
+        let (a, n) = adjust_container(&pod(None), &two, &served, Some(&h), &POLICY);
+        assert!(a.linux.is_none(), "{a:?}");
+        assert_eq!(n.len(), 1, "{n:?}");
+        assert!(n[0].message.contains("2 entries"), "{}", n[0].message);
+    }
+
+    /// runc refuses any `linux.resources.unified` key on cgroup v1 and hybrid hosts: there the
+    /// adjustment carries memlock only, for a device-plugin container with a limit and a DRA
+    /// container with its claim's hand-off alike; v2 keeps `rdma.max` in it.
+    #[test]
+    fn on_cgroup_v1_no_adjustment_carries_unified() {
+        let (_t, served) = served();
+        let dev = served.devices[0].name.clone();
+        let h = holds(&[&dev]);
+        let annotated = pod(Some("hca_handle=2"));
+        let dra = container(
+            &[&format!(
+                "ERDMA_RDMA_MAX={dev} hca_handle=4 hca_object=8000"
+            )],
+            &[],
+        );
+        for c in [container(&[], &[]), dra] {
+            for version in [CgroupVersion::V1, CgroupVersion::Hybrid] {
+                let (a, n) =
+                    adjust_container_on(version, &annotated, &c, &served, Some(&h), &POLICY);
+                assert!(n.is_empty(), "{n:?}");
+                assert_eq!(a.linux, None, "{version:?}: {a:?}");
+                assert_eq!(a.rlimits.len(), 1, "memlock on {version:?}");
+            }
+            let (a, _) = adjust_container_on(
+                CgroupVersion::V2,
+                &annotated,
+                &c,
+                &served,
+                Some(&h),
+                &POLICY,
+            );
+            assert!(
+                a.linux
+                    .unwrap()
+                    .resources
+                    .unwrap()
+                    .unified
+                    .contains_key("rdma.max")
+            );
+        }
+    }
+
+    /// The Synchronize repair on v1 makes no `unified` update (the runtime's UpdateContainer
+    /// would fail in runc); the running container is listed for its v1 cgroup instead, and a
+    /// missing memlock is still reported.
+    #[test]
+    fn on_cgroup_v1_the_synchronize_repair_makes_no_unified_update() {
+        let (_t, served) = served();
+        let dev = served.devices[0].name.clone();
+        let h = holds(&[&dev]);
+        let mut p = pod(Some("hca_handle=2"));
+        p.id = "sb-1".into();
+        let mut c = container(&[], &[]);
+        c.id = "c-bare".into();
+        c.pod_sandbox_id = "sb-1".into();
+        c.state = api::ContainerState::ContainerRunning as i32;
+        let pods = std::slice::from_ref(&p);
+        let cs = std::slice::from_ref(&c);
+        let limits = |_pid: u32| None;
+        let v2 = repairs_on(
+            CgroupVersion::V2,
+            pods,
+            cs,
+            &served,
+            Some(&h),
+            &POLICY,
+            limits,
+        );
+        assert_eq!(v2.updates.len(), 1, "v2 repairs through unified");
+        let v1 = repairs_on(
+            CgroupVersion::V1,
+            pods,
+            cs,
+            &served,
+            Some(&h),
+            &POLICY,
+            limits,
+        );
+        assert_eq!(v1.updates, Vec::new());
+        let todo = v1_repairs(pods, cs, &served, Some(&h), &POLICY);
+        let listed: Vec<(&str, &str)> = todo
+            .iter()
+            .map(|(_, c, line)| (c.id.as_str(), line.as_str()))
+            .collect();
+        assert_eq!(listed, [("c-bare", format!("{dev} hca_handle=2").as_str())]);
+        c.state = api::ContainerState::ContainerCreated as i32;
+        assert!(v1_repairs(pods, std::slice::from_ref(&c), &served, Some(&h), &POLICY).is_empty());
+    }
+
+    /// The v1 write: into the cgroup the runtime's path names; left alone when it already holds
+    /// the limit (Synchronize); a refused write or a missing hierarchy is a skip with a Warning.
+    #[test]
+    fn the_v1_write_goes_to_the_containers_cgroup_or_says_why_not() {
+        use erdma_host::fake::FixedCgroupFs;
+        let layout = CgroupLayout {
+            version: CgroupVersion::V1,
+            rdma_hierarchy: true,
+        };
+        let p = pod(None);
+        let mut c = container(&[], &[]);
+        c.linux.as_mut().unwrap().cgroups_path =
+            "kubepods-besteffort-pod12_ab.slice:cri-containerd:c0ffee".into();
+        let cgroup = PathBuf::from(
+            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod12_ab.slice/cri-containerd-c0ffee.scope",
+        );
+        let fs = FixedCgroupFs::new(layout);
+        fs.files.lock().unwrap().insert(
+            cgroup.clone(),
+            "erdma_0 hca_handle=2 hca_object=max\n".into(),
+        );
+        assert_eq!(
+            write_v1_rdma_max(&fs, &p, &c, "erdma_0 hca_handle=2", true),
+            Ok(V1Write::AlreadySet)
+        );
+        assert!(fs.writes().is_empty());
+        assert_eq!(
+            write_v1_rdma_max(&fs, &p, &c, "erdma_0 hca_handle=3", true),
+            Ok(V1Write::Written)
+        );
+        assert_eq!(
+            fs.writes(),
+            [(cgroup.clone(), "erdma_0 hca_handle=3".to_string())]
+        );
+
+        let mut refusing = FixedCgroupFs::new(layout);
+        refusing.fail_writes = Some(std::io::ErrorKind::PermissionDenied);
+        let (reason, n) =
+            write_v1_rdma_max(&refusing, &p, &c, "erdma_0 hca_handle=3", false).unwrap_err();
+        assert_eq!(reason, LimitSkipped::WriteFailed);
+        assert_eq!((n.kind, n.reason), ("Warning", "ErdmaRdmaLimitNotApplied"));
+        assert!(n.message.contains("cgroup v1"), "{}", n.message);
+        assert!(
+            n.message.contains("container main of pod ns/p"),
+            "{}",
+            n.message
+        );
+        assert!(
+            n.message.contains(&format!(
+                "/sys/fs/cgroup/rdma/{}/rdma.max",
+                cgroup.display()
+            )),
+            "{}",
+            n.message
+        );
+
+        let bare = FixedCgroupFs::new(CgroupLayout {
+            version: CgroupVersion::V1,
+            rdma_hierarchy: false,
+        });
+        let (reason, n) =
+            write_v1_rdma_max(&bare, &p, &c, "erdma_0 hca_handle=3", false).unwrap_err();
+        assert_eq!(reason, LimitSkipped::NoRdmaHierarchy);
+        assert!(
+            n.message.contains("move the node to cgroup v2"),
+            "{}",
+            n.message
+        );
+        assert!(bare.writes().is_empty());
     }
 
     #[test]

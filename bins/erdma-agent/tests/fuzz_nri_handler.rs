@@ -10,9 +10,13 @@
 //! claim devices —, or by a served uverbs node the runtime put in; never by its own
 //! `ERDMA_DEVICES`) gets nothing; one that does gets exactly the policy's memlock; an `rdma.max`
 //! line always names a device the container holds and reads back as a valid limit; notices quote
-//! bounded text.
+//! bounded text; on a cgroup v1 or hybrid host the answer is the same without any `linux`
+//! adjustment (runc refuses `unified` there).
 
-use erdma_agent::nri::{Policy, adjust_container, held_devices, pod_device_ids};
+use erdma_agent::nri::{
+    Policy, adjust_container, adjust_container_on, held_devices, pod_device_ids,
+};
+use erdma_host::CgroupVersion;
 use erdma_kubelet::podresources::{ClaimedDevice, Holder};
 use erdma_model::rdma_limit::{Memlock, RDMA_MAX_ANNOTATION, RdmaLimit};
 use erdma_model::{CharDevice, DeviceKind, NodeDevices, RdmaDevice, SlotId};
@@ -292,6 +296,14 @@ fn check(
             held
         );
         prop_assert!(RdmaLimit::parse(limits).is_ok(), "{}", line);
+    }
+    // On cgroup v1 and hybrid hosts runc refuses any `unified` key: the same container gets the
+    // same rlimits and notices, and no `linux` adjustment at all.
+    for version in [CgroupVersion::V1, CgroupVersion::Hybrid] {
+        let (on_v1, v1_notices) = adjust_container_on(version, pod, c, &node, holders, policy);
+        prop_assert_eq!(on_v1.linux.as_ref(), None, "{:?}: {:?}", version, on_v1);
+        prop_assert_eq!(&on_v1.rlimits, &adjust.rlimits);
+        prop_assert_eq!(&v1_notices, &notices);
     }
     let bound = 1024 + 4 * input_len(pod, c) + 64 * held.len();
     for n in &notices {

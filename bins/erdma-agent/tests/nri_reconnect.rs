@@ -35,6 +35,12 @@ async fn the_plugin_connects_when_the_runtime_socket_appears_not_when_its_back_o
         cluster: None,
         metrics: metrics.clone(),
         view: view_tx,
+        cgroups: Arc::new(erdma_host::fake::FixedCgroupFs::new(
+            erdma_host::CgroupLayout {
+                version: erdma_host::CgroupVersion::V2,
+                rdma_hierarchy: false,
+            },
+        )),
     });
     let sock = dir.path().join("nri.sock");
     let cancel = CancellationToken::new();

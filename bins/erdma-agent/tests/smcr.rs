@@ -693,6 +693,12 @@ async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
         cluster: Some(cluster(&api_server)),
         metrics: metrics.clone(),
         view: nri_tx,
+        cgroups: Arc::new(erdma_host::fake::FixedCgroupFs::new(
+            erdma_host::CgroupLayout {
+                version: erdma_host::CgroupVersion::V2,
+                rdma_hierarchy: false,
+            },
+        )),
     });
     let sock = w.dir.path().join("nri.sock");
     let runtime = erdma_nri::fake::FakeRuntime::bind(&sock).unwrap();
@@ -825,6 +831,12 @@ async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
             cluster: None,
             metrics,
             view: watch::channel(None).0,
+            cgroups: Arc::new(erdma_host::fake::FixedCgroupFs::new(
+                erdma_host::CgroupLayout {
+                    version: erdma_host::CgroupVersion::V2,
+                    rdma_hierarchy: false,
+                },
+            )),
         };
         use erdma_nri::plugin::Handler;
         let e = handler

@@ -33,11 +33,28 @@ pub fn check(socket: &str, socket_exists: bool, agent: Option<&serde_json::Value
     let connected = view["connected"].as_bool().unwrap_or(false);
     let path = view["smcr_path"].as_str().unwrap_or("unknown");
     let mode = view["mode"].as_str().unwrap_or("unknown");
+    // Absent from agents before the cgroup v1 route: nothing is said about it then.
+    let route = view["rdma_max_route"].as_str().unwrap_or("");
+    let cgroup = view["cgroup_version"].as_str().unwrap_or("unknown");
+    let limits = match route {
+        "unified" => format!("; rdma.max: in the NRI adjustment (cgroup {cgroup})"),
+        "rdma-cgroup" => format!(
+            "; rdma.max: written into each container's rdma cgroup at StartContainer (cgroup {cgroup}: the runtime refuses unified)"
+        ),
+        _ => String::new(),
+    };
     match (used, connected, socket_exists) {
+        (true, true, _) if route == "none" => Check::warn(
+            ID,
+            format!(
+                "the agent's NRI plugin is registered with the runtime ({socket}), but this node runs cgroup {cgroup} without the rdma controller's hierarchy: containers get memlock but no rdma.max (Warning Events ErdmaRdmaLimitNotApplied)"
+            ),
+            "mount the rdma cgroup v1 hierarchy at /sys/fs/cgroup/rdma or move the node to cgroup v2, then restart the erdma agent pod on this node",
+        ),
         (true, true, _) => Check::pass(
             ID,
             format!(
-                "the agent's NRI plugin is registered with the runtime ({socket}); SMC-R path: {path}"
+                "the agent's NRI plugin is registered with the runtime ({socket}); SMC-R path: {path}{limits}"
             ),
         ),
         (true, false, _) => Check::warn(
@@ -85,6 +102,22 @@ mod tests {
         let c = check(s, true, Some(&ok));
         assert_eq!(c.status, Status::Pass);
         assert!(c.message.contains("SMC-R path: nri"), "{}", c.message);
+        let v1 = json!({"mode": "auto", "used": true, "connected": true, "smcr_path": "nri",
+            "cgroup_version": "v1", "rdma_max_route": "rdma-cgroup"});
+        let c = check(s, true, Some(&v1));
+        assert_eq!(c.status, Status::Pass);
+        assert!(
+            c.message
+                .contains("rdma cgroup at StartContainer (cgroup v1"),
+            "{}",
+            c.message
+        );
+        let bare = json!({"mode": "auto", "used": true, "connected": true, "smcr_path": "nri",
+            "cgroup_version": "hybrid", "rdma_max_route": "none"});
+        let c = check(s, true, Some(&bare));
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.message.contains("cgroup hybrid without"), "{}", c.message);
+        assert!(c.hint.unwrap().contains("/sys/fs/cgroup/rdma"));
         let down = json!({"mode": "on", "used": true, "connected": false, "smcr_path": "nri", "last_error": "NRI socket: refused"});
         let c = check(s, false, Some(&down));
         assert_eq!(c.status, Status::Warn);

@@ -4,7 +4,8 @@
 # - rdma.max: pod-l is annotated network.alibabacloud.com/erdma-rdma-max "hca_handle=2". Its
 #   container opens 2 device contexts and the 3rd fails with the rdma cgroup's EAGAIN, while
 #   pod-n, a neighbour on the same device without the annotation, opens 3. The evidence: the OCI
-#   spec containerd made (linux.resources.unified), the container cgroup's rdma.max, and
+#   spec containerd made (linux.resources.unified; on a cgroup v1 node none: the agent writes the
+#   container's rdma cgroup at StartContainer), the container cgroup's rdma.max, and
 #   rdma.current while the contexts are held. Without the plugin pod-l opens 3.
 # - memlock: pod-m runs as UID 1000 (CRI run_as_user). containerd was started with an 8 MiB
 #   RLIMIT_MEMLOCK (ulimit -l 8192 in runtime.sh: the kernel's default), which its containers
@@ -90,8 +91,17 @@ echo " with the NRI plugin (--nri on):"
 t=$(now)
 phase on
 echo "nri-phase-on $(awk -v a="$t" -v b="$(now)" 'BEGIN {printf "%.1f", b - a}')" >> "$OUT/timings.txt"
-ck "pod-l's OCI spec carries rdma.max '$DL hca_handle=2' (the plugin's CreateContainer adjustment)" \
-  jq -e --arg l "$DL hca_handle=2" '.linux.resources.unified["rdma.max"] == $l' /tmp/on-pod-l.spec.json
+if [ "$LAB_CGROUP" = v1 ]; then
+  # runc refuses linux.resources.unified on cgroup v1: the agent writes the container's rdma
+  # cgroup at StartContainer instead
+  ck "cgroup v1: /healthz nri shows cgroup v1 and the rdma-cgroup route" \
+    jq -e '.nri.cgroup_version == "v1" and .nri.rdma_max_route == "rdma-cgroup"' "$OUT/$SCEN-on-healthz.json"
+  ck "cgroup v1: pod-l's OCI spec carries no unified (runc refuses it on v1)" \
+    jq -e '(.linux.resources.unified // {}) | length == 0' /tmp/on-pod-l.spec.json
+else
+  ck "pod-l's OCI spec carries rdma.max '$DL hca_handle=2' (the plugin's CreateContainer adjustment)" \
+    jq -e --arg l "$DL hca_handle=2" '.linux.resources.unified["rdma.max"] == $l' /tmp/on-pod-l.spec.json
+fi
 ck "pod-l's cgroup rdma.max: $(cat /tmp/on-pod-l.rdma.max)" grep -q "^$DL hca_handle=2 " /tmp/on-pod-l.rdma.max
 ck "pod-l holding its contexts: rdma.current $(cat /tmp/on-pod-l.rdma.current)" grep -q "^$DL hca_handle=2 " /tmp/on-pod-l.rdma.current
 ck "pod-l (hca_handle=2) opens 2 contexts, the 3rd fails with EAGAIN (errno 11, the rdma cgroup)" \
