@@ -144,7 +144,7 @@ pub fn consequences(dropped: &[DroppedField]) -> String {
     readback::gates(dropped)
         .iter()
         .map(|g| match *g {
-            readback::GATE_DEVICE_TAINTS => "an unhealthy device is not tainted, so new claims may be allocated on it (its prepare is refused, the health stream reports it)",
+            readback::GATE_DEVICE_TAINTS => "an unhealthy device is not tainted, so new claims may be allocated on it (its prepare goes through as allocated, the health stream reports it)",
             readback::GATE_CONSUMABLE_CAPACITY => "each device is allocated whole to one claim at a time (no sharing by capacity)",
             _ => "the feature's fields are not used",
         })

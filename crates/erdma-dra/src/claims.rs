@@ -229,13 +229,16 @@ impl Driver {
                         .join(", ")
                 )
             })?;
+            // Prepared all the same: the scheduler allocated the device (a taint keeps new
+            // claims off it), the kubelet's health stream reports it on the pod, and a refusal
+            // would fail the pod's start for a momentary flip (a link flap).
             if !dev.health.is_healthy() {
-                return Err(format!(
-                    "{who}: device {} ({}) is unhealthy: {}",
+                tracing::warn!(
+                    "{who}: device {} ({}) is unhealthy now ({}); prepared as allocated",
                     r.device,
                     dev.name,
                     dev.health.reasons().join("; ")
-                ));
+                );
             }
             let want = self.consumed(r).map_err(|e| format!("{who}: {e}"))?;
             let u = used.entry(r.device.clone()).or_default();
