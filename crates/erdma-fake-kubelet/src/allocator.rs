@@ -20,7 +20,8 @@
 //!   `resource.kubernetes.io/extended-resource-claim: "true"`, owned by the pod, request
 //!   `container-<i>-request-<j>` for the DeviceClass whose `extendedResourceName` is the resource)
 //!   and the pod's `status.extendedResourceClaimStatus` that tells the kubelet which request is
-//!   whose.
+//!   whose; none on a node whose `status.allocatable` has the resource, even at 0 (the scheduler
+//!   takes it for a device-plugin node and the pod stays Pending: [`device_plugin_node`]).
 //!
 //! - the reservation: the claim's `status.reservedFor` names the pod, written with the allocation
 //!   in one status update, as the scheduler does before it binds the pod (the DRA driver's claim
@@ -33,7 +34,7 @@
 
 use crate::error::{FakeKubeletError, Result};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerExtendedResourceRequest, Pod, PodExtendedResourceClaimStatus,
+    Container, ContainerExtendedResourceRequest, Node, Pod, PodExtendedResourceClaimStatus,
     PodResourceClaim, PodSpec, PodStatus, ResourceClaim as ContainerClaim, ResourceRequirements,
 };
 use k8s_openapi::api::resource::v1::{
@@ -443,6 +444,22 @@ pub struct ClaimRequest {
     pub first_available: Option<String>,
 }
 
+/// The scheduler's rule for an extended resource backed by DRA (`filterExtendedResources`): a node
+/// whose `status.allocatable` has the resource, even at 0, is a device-plugin node for it, and the
+/// DRA route is skipped there. `Some(the refusal)` for such a node.
+pub fn device_plugin_node(node: &Node, resource: &str) -> Option<String> {
+    let name = node.metadata.name.as_deref().unwrap_or("");
+    let q = node
+        .status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .and_then(|a| a.get(resource))?;
+    Some(format!(
+        "node {name} has {resource} in status.allocatable ({:?}): the scheduler takes it for a device-plugin node of {resource} and does not allocate it through DRA; the pod stays Pending (remove the key from the node's status, as the agent on a DRA node does)",
+        q.0
+    ))
+}
+
 fn split_pod(pod: &str) -> Result<(&str, &str)> {
     match pod.split_once('/') {
         Some((ns, n)) if !ns.is_empty() && !n.is_empty() && !n.contains('/') => Ok((ns, n)),
@@ -627,6 +644,13 @@ impl Allocator {
         count: usize,
     ) -> Result<ResourceClaim> {
         let (ns, name) = split_pod(pod)?;
+        let node = kube::Api::<Node>::all(self.client.clone())
+            .get(&self.node)
+            .await
+            .map_err(kube_err(format!("read node {}", self.node)))?;
+        if let Some(refusal) = device_plugin_node(&node, resource) {
+            return Err(FakeKubeletError::Refused(refusal));
+        }
         let classes = kube::Api::<DeviceClass>::all(self.client.clone())
             .list(&ListParams::default())
             .await
@@ -812,6 +836,36 @@ mod tests {
                 ..Default::default()
             }),
         }
+    }
+
+    #[test]
+    fn a_node_with_the_resource_in_allocatable_even_at_0_gets_no_dra_allocation() {
+        use k8s_openapi::api::core::v1::NodeStatus;
+        let node = |alloc: Option<&str>| Node {
+            metadata: ObjectMeta {
+                name: Some("lab-node".into()),
+                ..Default::default()
+            },
+            status: Some(NodeStatus {
+                allocatable: Some(
+                    [("cpu", Some("4")), ("aliyun/erdma", alloc)]
+                        .into_iter()
+                        .filter_map(|(k, v)| Some((k.to_string(), Quantity(v?.to_string()))))
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let refusal = device_plugin_node(&node(Some("0")), "aliyun/erdma").expect("refused");
+        assert!(
+            refusal.contains("node lab-node has aliyun/erdma in status.allocatable (\"0\")")
+                && refusal.contains("the pod stays Pending"),
+            "{refusal}"
+        );
+        assert!(device_plugin_node(&node(Some("2")), "aliyun/erdma").is_some());
+        assert_eq!(device_plugin_node(&node(None), "aliyun/erdma"), None);
+        assert_eq!(device_plugin_node(&Node::default(), "aliyun/erdma"), None);
     }
 
     #[test]
