@@ -55,14 +55,15 @@ MATRIX_NODES=$(awk '!/^#/ && NF == 7 && $1 != "default" {print $1}' lab/nodes.co
 # rdma.max on the v1 rdma hierarchy (nri, dra: runc refuses linux.resources.unified there);
 # kernel510: the RDMA netlink resource dump and hardware counters of 5.10's rxe (rdma-usage; its
 # device plugin path is cgroupv1's allocation, on the same kernel); runc13: the device cgroup and
-# the NRI adjustments through runc 1.3; systemd: pod cgroups as slices; apparmor: the chart's
-# agent pod under containerd's default profile. The rest: lab/ci.sh --full.
+# the NRI adjustments through runc 1.3; systemd: pod cgroups as slices; apparmor: containers
+# confined by containerd's default profile (the chart's agent pod under it: --full). The rest:
+# lab/ci.sh --full.
 declare -A NODE_CI_CELLS=(
   [cgroupv1]="allocation nri dra"
   [kernel510]="rdma-usage"
   [runc13]="allocation nri"
   [systemd]="allocation"
-  [apparmor]="chart"
+  [apparmor]="allocation"
 )
 # Cells that cannot pass on a kind for a reason outside erdma: SCENARIO@NODE -> the reason.
 declare -A NODE_NA=()
