@@ -126,10 +126,17 @@ for p in a b; do
   seen=$(cx "pod-$p" ibv_devices | awk 'NR > 2 {print $1}' | tr '\n' ' ')
   ck "pod-$p's ibv_devices lists only rxe0: [$seen]" test "$seen" = "rxe0 "
   # The claim's consumed capacity reaches the kernel: the agent's NRI plugin turns the spec's
-  # ERDMA_RDMA_MAX hand-off into the container's rdma.max (OCI spec and cgroup).
+  # ERDMA_RDMA_MAX hand-off into the container's rdma.max (cgroup v2: the OCI spec's unified,
+  # which runc writes; cgroup v1: runc refuses unified there, so the spec carries none and the
+  # agent writes the container's rdma cgroup at StartContainer).
   CGP=$(cgroup_dir rdma "$(jq -r .Spec.linux.cgroupsPath "/tmp/pod-$p.ctr.json")")
-  ck "pod-$p's rdma.max is claim-$p's consumed capacity (NRI from the CDI hand-off): OCI spec $(jq -c '.Spec.linux.resources.unified // {}' "/tmp/pod-$p.ctr.json"), cgroup [$(grep '^rxe0 ' "$CGP/rdma.max" 2>&1)]" \
-    sh -c "jq -e '.Spec.linux.resources.unified[\"rdma.max\"] == \"rxe0 hca_handle=4 hca_object=8000\"' /tmp/pod-$p.ctr.json && grep -q '^rxe0 hca_handle=4 hca_object=8000 *\$' '$CGP/rdma.max'"
+  if [ "$LAB_CGROUP" = v1 ]; then
+    spec_rdma_max="(.Spec.linux.resources.unified // {}) | length == 0"
+  else
+    spec_rdma_max='.Spec.linux.resources.unified["rdma.max"] == "rxe0 hca_handle=4 hca_object=8000"'
+  fi
+  ck "pod-$p's rdma.max is claim-$p's consumed capacity (NRI from the CDI hand-off, cgroup $LAB_CGROUP): OCI spec $(jq -c '.Spec.linux.resources.unified // {}' "/tmp/pod-$p.ctr.json"), cgroup [$(grep '^rxe0 ' "$CGP/rdma.max" 2>&1)]" \
+    sh -c "jq -e '$spec_rdma_max' /tmp/pod-$p.ctr.json && grep -q '^rxe0 hca_handle=4 hca_object=8000 *\$' '$CGP/rdma.max'"
 done
 G0=$(gid_v4 rxe0); G1=$(gid_v4 rxe1); IPA=$(cpod_ip pod-a)
 pkts() { rdma -j statistic show link "$1/1" | jq -r '.[0].rcvd_pkts'; }
