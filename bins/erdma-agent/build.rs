@@ -19,11 +19,20 @@ fn main() {
     println!("cargo:rerun-if-changed=link-order.txt");
     let target = std::env::var("TARGET").unwrap_or_default();
     let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default();
+    let out = std::env::var("OUT_DIR").unwrap_or_default();
     let order = Path::new(&dir).join("link-order.txt");
-    if target == "x86_64-unknown-linux-gnu" && order.is_file() {
+    // The linker is given a copy under OUT_DIR, not the source path: cargo reuses this script's
+    // output for a checkout at another path sharing the target dir (a clean clone in CI), and a
+    // path into the old checkout would no longer exist there.
+    let copy = Path::new(&out).join("link-order.txt");
+    if target == "x86_64-unknown-linux-gnu"
+        && order.is_file()
+        && !out.is_empty()
+        && std::fs::copy(&order, &copy).is_ok()
+    {
         println!(
             "cargo:rustc-link-arg-bin=erdma-agent=-Wl,--symbol-ordering-file={}",
-            order.display()
+            copy.display()
         );
         println!("cargo:rustc-link-arg-bin=erdma-agent=-Wl,--no-warn-symbol-ordering");
     }
