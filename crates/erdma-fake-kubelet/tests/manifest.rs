@@ -410,6 +410,8 @@ fn the_chart_agent_daemonset_becomes_the_kubelets_container_config() {
                 readonly_paths: readonly(),
                 // no appArmorProfile: the runtime's default profile
                 apparmor: None,
+                // no seccompProfile: Unconfined (the kubelet's --seccomp-default is off)
+                seccomp: Some(unconfined()),
             }),
         }),
         cdi_devices: vec![],
@@ -759,6 +761,7 @@ fn a_pod_network_pod_with_pod_level_defaults_and_an_allocation() {
             readonly_paths: readonly(),
             // no appArmorProfile: the runtime's default profile
             apparmor: None,
+            seccomp: Some(unconfined()),
         })
     );
     // The exec probe's command is expanded from the literal env values only.
@@ -942,6 +945,74 @@ fn the_apparmor_profile_is_the_containers_else_the_pods() {
         allocation: None,
         volume_paths: &paths,
     })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("Localhost without localhostProfile"), "{e}");
+}
+
+fn unconfined() -> cri::SecurityProfile {
+    cri::SecurityProfile {
+        profile_type: cri::security_profile::ProfileType::Unconfined as i32,
+        localhost_ref: String::new(),
+    }
+}
+
+/// The seccomp profile goes to the runtime as the kubelet's `fieldSeccompProfile` makes it:
+/// the container's `seccompProfile` over the pod's; neither: `Unconfined` (the kubelet's
+/// `--seccomp-default` off); `Localhost` as a path under `<root-dir>/seccomp`.
+#[test]
+fn the_seccomp_profile_is_the_containers_else_the_pods_else_unconfined() {
+    use erdma_cri::runtime::v1::security_profile::ProfileType;
+    let paths = BTreeMap::new();
+    let config = |text: &str| {
+        plan_of(text, "u").container_config(&ContainerInputs {
+            pod_ip: "10.88.0.2",
+            image_id: "sha256:x",
+            image_uid: Some(0),
+            image_username: "",
+            allocation: None,
+            volume_paths: &paths,
+        })
+    };
+    let seccomp = |text: &str| {
+        let p = config(text)
+            .unwrap()
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap()
+            .seccomp
+            .unwrap();
+        (ProfileType::try_from(p.profile_type).unwrap(), p.localhost_ref)
+    };
+    assert_eq!(seccomp(&pod("", "")), (ProfileType::Unconfined, String::new()));
+    let pod_level = "  securityContext:\n    seccompProfile: {type: RuntimeDefault}\n";
+    assert_eq!(
+        seccomp(&pod(pod_level, "")),
+        (ProfileType::RuntimeDefault, String::new())
+    );
+    assert_eq!(
+        seccomp(&pod(
+            pod_level,
+            "      securityContext:\n        seccompProfile: {type: Localhost, localhostProfile: profiles/erdma.json}\n"
+        )),
+        (
+            ProfileType::Localhost,
+            "/var/lib/kubelet/seccomp/profiles/erdma.json".to_string()
+        ),
+        "the container's profile wins over the pod's"
+    );
+    assert_eq!(
+        seccomp(&pod(
+            pod_level,
+            "      securityContext:\n        seccompProfile: {type: Unconfined}\n"
+        )),
+        (ProfileType::Unconfined, String::new())
+    );
+    let e = config(&pod(
+        "",
+        "      securityContext:\n        seccompProfile: {type: Localhost}\n",
+    ))
     .unwrap_err()
     .to_string();
     assert!(e.contains("Localhost without localhostProfile"), "{e}");

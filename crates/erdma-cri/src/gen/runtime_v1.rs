@@ -417,7 +417,10 @@ pub struct LinuxContainerSecurityContext {
     pub masked_paths: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
     #[prost(string, repeated, tag = "14")]
     pub readonly_paths: ::prost::alloc::vec::Vec<::prost::alloc::string::String>,
-    /// Field 15 (seccomp) is not used by erdma.
+    /// The seccomp profile (the container's or pod's securityContext.seccompProfile); the kubelet
+    /// sends Unconfined when neither sets one (its --seccomp-default off).
+    #[prost(message, optional, tag = "15")]
+    pub seccomp: ::core::option::Option<SecurityProfile>,
     /// The AppArmor profile (the container's or pod's securityContext.appArmorProfile); unset: the
     /// runtime's default profile for an unprivileged container.
     ///

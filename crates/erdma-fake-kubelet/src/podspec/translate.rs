@@ -1785,8 +1785,49 @@ impl PodPlan {
                     .or(psc.app_armor_profile.as_ref()),
                 &who,
             )?,
+            seccomp: Some(seccomp_profile(
+                csc.seccomp_profile
+                    .as_ref()
+                    .or(psc.seccomp_profile.as_ref()),
+                &who,
+            )?),
         })
     }
+}
+
+/// Where the lab kubelet (root dir `/var/lib/kubelet`) looks for `Localhost` seccomp profiles,
+/// as the kubelet's `<root-dir>/seccomp`.
+pub const SECCOMP_PROFILE_ROOT: &str = "/var/lib/kubelet/seccomp";
+
+/// The container's seccomp profile as the kubelet sends it: the container's
+/// `securityContext.seccompProfile`, else the pod's; neither: `Unconfined` (the kubelet's
+/// `--seccomp-default` is off by default, and the lab kubelet models that default). `Localhost`
+/// names a file under [`SECCOMP_PROFILE_ROOT`].
+fn seccomp_profile(
+    profile: Option<&k8s_openapi::api::core::v1::SeccompProfile>,
+    who: &str,
+) -> Result<cri::SecurityProfile> {
+    use cri::security_profile::ProfileType;
+    let (profile_type, localhost_ref) = match profile {
+        None => (ProfileType::Unconfined, String::new()),
+        Some(p) => match (p.type_.as_str(), p.localhost_profile.as_deref()) {
+            ("RuntimeDefault", _) => (ProfileType::RuntimeDefault, String::new()),
+            ("Localhost", Some(name)) if !name.is_empty() => (
+                ProfileType::Localhost,
+                format!("{SECCOMP_PROFILE_ROOT}/{name}"),
+            ),
+            ("Localhost", _) => {
+                return Err(FakeKubeletError::Refused(format!(
+                    "seccompProfile of type Localhost without localhostProfile ({who}). Fix: name the profile's file under {SECCOMP_PROFILE_ROOT} in localhostProfile"
+                )));
+            }
+            _ => (ProfileType::Unconfined, String::new()),
+        },
+    };
+    Ok(cri::SecurityProfile {
+        profile_type: profile_type as i32,
+        localhost_ref,
+    })
 }
 
 /// The container's AppArmor profile as the kubelet sends it (`getAppArmorProfile`): the
@@ -2012,12 +2053,11 @@ fn check_pod_level(
         );
     }
     if let Some(psc) = &spec.security_context
-        && (psc.seccomp_profile.is_some() || psc.se_linux_options.is_some())
+        && psc.se_linux_options.is_some()
     {
         notes.insert(
             "pod_security_context".into(),
-            "seccompProfile and seLinuxOptions are not passed (the runtime's defaults apply)"
-                .into(),
+            "seLinuxOptions are not passed (the runtime's defaults apply)".into(),
         );
     }
     Ok(())
@@ -2114,11 +2154,10 @@ fn check_container(
                 format!("{pm:?} is not Default or Unmasked"),
             ));
         }
-        if sc.seccomp_profile.is_some() || sc.se_linux_options.is_some() {
+        if sc.se_linux_options.is_some() {
             notes.insert(
                 "security_context".into(),
-                "seccompProfile and seLinuxOptions are not passed (the runtime's defaults apply)"
-                    .into(),
+                "seLinuxOptions are not passed (the runtime's defaults apply)".into(),
             );
         }
     }
