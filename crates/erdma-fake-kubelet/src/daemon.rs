@@ -97,6 +97,11 @@ impl Shared {
     pub(crate) fn resources(&self) -> std::collections::BTreeMap<String, ResourceState> {
         self.mem().state.resources.clone()
     }
+
+    /// Notified at every change of the state.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.version.subscribe()
+    }
 }
 
 impl crate::podresources::Source for Shared {
@@ -197,6 +202,16 @@ impl FakeKubelet {
             }
         });
         *self.server.lock().unwrap_or_else(|p| p.into_inner()) = Some((cancel, task));
+    }
+
+    /// Writes the device-plugin resources into the Node's status from now on, as the kubelet's
+    /// node status does ([`crate::node_status`]); stops with [`FakeKubelet::shutdown`].
+    pub fn report_node_status(&mut self, cfg: crate::node_status::NodeStatusConfig) {
+        self.tasks.push(tokio::spawn(crate::node_status::run(
+            cfg,
+            self.shared.clone(),
+            self.background.clone(),
+        )));
     }
 
     /// Makes every following Register fail with `reason` (None: accept again), to test how a

@@ -16,6 +16,9 @@
 //!   `PreStartContainer` removes the record again (the kubelet fails the container);
 //! - simulates kubelet restarts: deletes every socket in the directory and re-creates
 //!   `kubelet.sock`;
+//! - with the lab's API server, writes the plugins' resources into the Node's status as the
+//!   kubelet does ([`node_status`]): capacity and allocatable while registered, kept at 0 once
+//!   the plugin is gone;
 //! - serves the pod-resources v1 API (List / Get / GetAllocatableResources) from its ledger;
 //! - runs pods on a real container runtime over CRI after admission ([`pods`]): sandbox,
 //!   allocation, container with the Allocate response's devices, mounts, envs and CDI names;
@@ -59,6 +62,7 @@ pub mod dra_plugin;
 pub mod error;
 pub mod json_patch;
 pub mod manifest_pod;
+pub mod node_status;
 pub mod other_plugin;
 pub mod pod_api;
 pub mod podresources;

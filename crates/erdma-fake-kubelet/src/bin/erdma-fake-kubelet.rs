@@ -57,6 +57,18 @@ enum Cmd {
         /// `:authority` used when dialing plugins back.
         #[arg(long, value_enum, default_value = "localhost")]
         authority: Authority,
+        /// Write the plugins' resources into the status of Node --node through this API server,
+        /// as the kubelet does: capacity (every device) and allocatable (healthy devices) while
+        /// a plugin is registered, kept at 0 once it is gone.
+        #[arg(long, requires = "node")]
+        kubeconfig: Option<PathBuf>,
+        /// This node's name in the API server of --kubeconfig.
+        #[arg(long, requires = "kubeconfig")]
+        node: Option<String>,
+        /// Seconds a plugin that went is kept (capacity stays, allocatable 0) before its resource
+        /// is written as 0; the kubelet's grace period is 300.
+        #[arg(long, default_value_t = 300)]
+        plugin_stop_grace: u64,
     },
     /// Allocate COUNT devices of RESOURCE to one container, like kubelet admission: picks free
     /// healthy IDs, calls GetPreferredAllocation (if offered), Allocate and PreStartContainer (if
@@ -523,7 +535,23 @@ async fn main() -> anyhow::Result<()> {
             dir,
             pod_resources_socket,
             authority,
-        } => run(dir, pod_resources_socket, authority.into()).await,
+            kubeconfig,
+            node,
+            plugin_stop_grace,
+        } => {
+            let node_status = match (kubeconfig, node) {
+                (Some(kubeconfig), Some(node)) => {
+                    Some(erdma_fake_kubelet::node_status::NodeStatusConfig {
+                        client: kube_client(&kubeconfig).await?,
+                        node,
+                        stop_grace: Duration::from_secs(plugin_stop_grace),
+                        update_every: erdma_fake_kubelet::node_status::UPDATE_EVERY,
+                    })
+                }
+                _ => None,
+            };
+            run(dir, pod_resources_socket, authority.into(), node_status).await
+        }
         Cmd::Allocate {
             dir,
             resource,
@@ -1011,6 +1039,7 @@ async fn run(
     dir: PathBuf,
     pod_resources_socket: Option<PathBuf>,
     authority: ClientAuthority,
+    node_status: Option<erdma_fake_kubelet::node_status::NodeStatusConfig>,
 ) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
@@ -1021,7 +1050,11 @@ async fn run(
         pod_resources_socket,
         dial_authority: authority,
     };
-    let kubelet = FakeKubelet::start(cfg).await?;
+    let mut kubelet = FakeKubelet::start(cfg).await?;
+    if let Some(ns) = node_status {
+        tracing::info!(node = %ns.node, "writing device-plugin resources into the node's status");
+        kubelet.report_node_status(ns);
+    }
     let pid_file = dir.join(PID_FILE);
     std::fs::write(&pid_file, format!("{}\n", std::process::id()))
         .with_context(|| format!("write {}", pid_file.display()))?;
