@@ -22,8 +22,10 @@ ARG VERSION
 ARG REVISION
 ARG CREATED
 COPY --from=build /out/smcr-init/ /
-# Root on purpose: it writes the SMC-R sysctls and pnet table of the pod's network namespace and
-# loads the BPF socket policy (the webhook injects it privileged, as the original does).
+# Root by default for the configuring mode (`smcr_init`, as the original's privileged init
+# container or a node tool: it writes the SMC-R sysctls and pnet table and loads the BPF socket
+# policy). The webhook injects `smcr_init verify` as UID 65532 with every capability dropped: it
+# only reads what the agent configured.
 # hadolint ignore=DL3002
 USER 0:0
 ENV PATH=/usr/local/bin:/usr/bin:/bin

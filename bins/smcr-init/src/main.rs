@@ -1,7 +1,9 @@
 //! `smcr-init`: turns SMC-R on for a pod network namespace.
 //!
-//! - `smcr-init` (the init container the webhook injects): configures its own namespace with the
-//!   PNET ID from `SMCR_PNET` (set by the device plugin's Allocate).
+//! - `smcr-init verify` (the init container the webhook injects, unprivileged): reports whether
+//!   the agent turned SMC-R on for its own namespace; changes nothing.
+//! - `smcr-init` (the original's init container, privileged): configures its own namespace with
+//!   the PNET ID from `SMCR_PNET` (set by the device plugin's Allocate).
 //! - `smcr-init --netns PATH --pnet ID`: the same for another namespace (manual / lab).
 //! - `smcr-init policy load|unload|list|release`: the BPF socket policy pinned in bpffs, which
 //!   the agent owns on upstream kernels (6.11+); `smcr-init` adds its namespace to it.
@@ -9,7 +11,8 @@
 //! An unsupported kernel prints "SMC unsupported: <reason>" and exits 0 (the pod starts with
 //! plain TCP) unless `--smcr-strict`. Exit status: 0 configured, not requested, or unsupported
 //! without `--smcr-strict`; 1 configuration failed (or unsupported with `--smcr-strict`): the pod
-//! does not start; 2 usage error.
+//! does not start; 2 usage error; 3 refused: the namespace is the node's (a `hostNetwork` pod,
+//! told by `ERDMA_POD_IP` = `ERDMA_HOST_IP` or `--host-netns`).
 //!
 //! Logs go to stderr through `erdma_host::logs`: `--log-format text|json` (or
 //! `ERDMA_LOG_FORMAT`), `--log-level FILTER`, else `RUST_LOG`, else `error`; colours only on a
@@ -25,6 +28,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+mod verify;
+
 use erdma_model::names::BPF_PIN_DIR as PIN_DIR;
 
 #[derive(Debug, Parser)]
@@ -33,7 +38,7 @@ use erdma_model::names::BPF_PIN_DIR as PIN_DIR;
     version,
     about,
     long_about = None,
-    after_help = "Exit status: 0 configured, not requested, or SMC unsupported without --smcr-strict (the pod starts on TCP); 1 configuration failed, or SMC unsupported with --smcr-strict (the pod does not start); 2 usage error."
+    after_help = "Exit status: 0 configured, not requested, or SMC unsupported without --smcr-strict (the pod starts on TCP); 1 configuration failed, or SMC unsupported with --smcr-strict (the pod does not start); 2 usage error; 3 refused: this is the node's network namespace (a hostNetwork pod: ERDMA_POD_IP = ERDMA_HOST_IP, or --host-netns)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -102,6 +107,22 @@ struct PodArgs {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Report whether the agent turned SMC-R on for this namespace (what the webhook injects;
+    /// unprivileged, changes nothing). Exit 0, or 1 with --smcr-strict when SMC-R is not on.
+    Verify {
+        /// Fail (exit 1) when SMC-R is not on for this namespace.
+        #[arg(long = "smcr-strict", alias = "strict")]
+        strict: bool,
+        /// The node's network namespace, to refuse it (default: only the downward API check).
+        #[arg(long, value_name = "PATH")]
+        host_netns: Option<PathBuf>,
+        /// `/proc/sys` to read.
+        #[arg(long, default_value = "/proc/sys", value_name = "DIR")]
+        sysctl_root: PathBuf,
+        /// Output: `text` or `json`.
+        #[arg(short = 'o', long = "output", default_value = "text", value_parser = ["text", "json"])]
+        output: String,
+    },
     /// Manage the BPF socket policy (upstream kernels 6.11+).
     Policy {
         #[command(subcommand)]
@@ -177,6 +198,12 @@ fn main() -> ExitCode {
     }
     let result = match &cli.command {
         None => configure(&cli.pod),
+        Some(Command::Verify {
+            strict,
+            host_netns,
+            sysctl_root,
+            output,
+        }) => verify(*strict, host_netns.as_deref(), sysctl_root, output),
         Some(Command::Policy { action, pin_dir }) => policy(action, pin_dir),
         Some(Command::Ueid { action }) => ueid(action),
         Some(Command::IbPnet { pnet, ibdev, port }) => ib_pnet(pnet, ibdev, *port),
@@ -234,20 +261,47 @@ fn configure(a: &PodArgs) -> anyhow::Result<ExitCode> {
     let report = match &a.netns {
         Some(path) => configurator.configure_pod(path, &pnet)?,
         None => {
-            if let Some(host) = &a.host_netns
-                && !a.allow_host_netns
-                && erdma_smc::netns::is_same(Path::new("/proc/thread-self/ns/net"), host)?
+            if !a.allow_host_netns
+                && let Some(why) = own_host_network(a.host_netns.as_deref())?
             {
-                bail!(
-                    "this is the host network namespace ({}): host-network pods are never configured",
-                    host.display()
-                );
+                eprintln!("smcr-init: {}", verify::refusal(&why));
+                return Ok(ExitCode::from(verify::EXIT_HOST_NETNS));
             }
             configurator.configure_current(&pnet, SmcConfigurator::report_for("self"))?
         }
     };
     print_report(&report, &a.output)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Why our own namespace is the node's, when it is (see [`verify::host_network`]).
+fn own_host_network(host_netns: Option<&Path>) -> anyhow::Result<Option<String>> {
+    let pod_ip = std::env::var(verify::ENV_POD_IP).ok();
+    let host_ip = std::env::var(verify::ENV_HOST_IP).ok();
+    verify::host_network(pod_ip.as_deref(), host_ip.as_deref(), host_netns)
+}
+
+fn verify(
+    strict: bool,
+    host_netns: Option<&Path>,
+    sysctl_root: &Path,
+    output: &str,
+) -> anyhow::Result<ExitCode> {
+    if let Some(why) = own_host_network(host_netns)? {
+        eprintln!("smcr-init: {}", verify::refusal(&why));
+        return Ok(ExitCode::from(verify::EXIT_HOST_NETNS));
+    }
+    let found = verify::observe(sysctl_root);
+    if output == "json" {
+        println!("{}", serde_json::to_string_pretty(&found)?);
+    } else {
+        println!("{}", found.line());
+    }
+    Ok(if strict && !found.enabled() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn print_report(r: &PodReport, output: &str) -> anyhow::Result<()> {

@@ -142,3 +142,68 @@ fn usage_errors_exit_2_and_help_documents_the_exit_status() {
         "old spellings are not listed as options: {help}"
     );
 }
+
+/// `smcr-init ARGS` in a fresh network namespace with the downward-API variables the webhook
+/// sets (`ERDMA_POD_IP`, `ERDMA_HOST_IP`).
+fn in_fresh_netns_as_pod(args: &[&str], pod_ip: &str, host_ip: &str) -> std::process::Output {
+    let bin = assert_cmd::cargo::cargo_bin("smcr-init");
+    Command::new("unshare")
+        .arg("--net")
+        .arg(bin)
+        .args(args)
+        .env("SMCR_PNET", "00163E0A1B2C")
+        .env("ERDMA_POD_IP", pod_ip)
+        .env("ERDMA_HOST_IP", host_ip)
+        .output()
+        .unwrap()
+}
+
+/// Issue 45 item 1: a hostNetwork pod has its node's IP. smcr-init, injected or run as the
+/// original's privileged init container, refuses to touch that namespace (exit 3, the fix
+/// named) instead of turning IPv6 off and SMC on for the whole node.
+#[test]
+fn the_nodes_network_namespace_is_refused_with_exit_3() {
+    for args in [&["verify"][..], &[][..]] {
+        let out = in_fresh_netns_as_pod(args, "192.0.2.7", "192.0.2.7");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {err}");
+        assert!(
+            err.contains("refusing to act on the node's network namespace")
+                && err.contains("192.0.2.7")
+                && err.contains("Fix"),
+            "{args:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: nothing reported as done");
+    }
+    // The same namespace named by --host-netns.
+    let out = Command::cargo_bin("smcr-init")
+        .unwrap()
+        .args(["verify", "--host-netns", "/proc/self/ns/net"])
+        .env_remove("ERDMA_POD_IP")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("(the node's)"));
+}
+
+/// Issue 45 item 1: the injected `verify` changes nothing and reports on its own namespace. A
+/// fresh namespace the agent never configured runs on TCP: exit 0, or 1 with --smcr-strict.
+#[test]
+fn verify_reports_a_namespace_the_agent_did_not_configure() {
+    let out = in_fresh_netns_as_pod(&["verify"], "198.51.100.9", "192.0.2.7");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("the pod runs on TCP")
+            && (stdout.starts_with("SMC unsupported: ") || stdout.starts_with("SMC-R not enabled")),
+        "{stdout}"
+    );
+    let out = in_fresh_netns_as_pod(
+        &["verify", "--smcr-strict", "-o", "json"],
+        "198.51.100.9",
+        "192.0.2.7",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["mechanism"], serde_json::Value::Null);
+}

@@ -152,6 +152,35 @@ pub fn ipproto_smc_works() -> bool {
     true
 }
 
+/// Whether a plain `socket(AF_INET, SOCK_STREAM, 0)` made in this namespace is an SMC socket
+/// (`SO_PROTOCOL` reads `IPPROTO_SMC`): what the agent's BPF socket policy does for a namespace
+/// it enabled. Needs no privilege, so an unprivileged container can check its own namespace.
+pub fn tcp_sockets_become_smc() -> std::io::Result<bool> {
+    // SAFETY: plain socket(2); the fd is owned below and closed on drop.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut protocol: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `protocol` and `len` outlive the call and `len` is the size of `protocol`.
+    let rc = unsafe {
+        libc::getsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&owned),
+            libc::SOL_SOCKET,
+            libc::SO_PROTOCOL,
+            (&mut protocol as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(protocol == IPPROTO_SMC)
+}
+
 /// Whether `kallsyms` (text) lists the BPF hook function and `btf` exists.
 pub fn bpf_hook_present(kallsyms: &Path, btf: &Path) -> Result<(), String> {
     if !btf.exists() {
