@@ -526,6 +526,42 @@ def fail_policy_upgrade() -> None:
         print(f"ok   fail-policy upgrade control (entry renamed to erdma-smcr.network.alibabacloud.com at /mutate-pod): {refused} of 30 pod creations refused ({'; '.join(why)})")
 
 
+# What Helm knows of a cluster that serves ValidatingAdmissionPolicy (Kubernetes 1.30, the first
+# release with admissionregistration.k8s.io/v1 policies and node claims in pod tokens).
+VAP_API = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
+
+
+def render_for_cluster(chart: helm.Chart, values: dict, api_versions: list[str]) -> list[dict]:
+    """An offline render as `helm template --kube-version 1.30.0 --api-versions ...` does it."""
+    from helm_python import _native
+    opts = {"name": RELEASE, "namespace": NAMESPACE, "is_install": True,
+            "kube_version": "v1.30.0", "api_versions": api_versions}
+    out = json.loads(_native.call_string("helm_render", chart._raw(), json.dumps(values), json.dumps(opts)))
+    return [o for path in sorted(out) if not path.endswith("NOTES.txt")
+            for o in (helm.values_from_yaml(d) for d in split_docs(out[path])) if o]
+
+
+def agent_admission_policy(chart: helm.Chart, update: bool) -> None:
+    """The agents' node-scope policy (templates/agent-admission-policy.yaml) as Helm renders it for a
+    cluster serving ValidatingAdmissionPolicy, in ci/agent-admission-policy.json: erdma-agent's
+    tests/admission_policy.rs evaluates its CEL against the agent's own writes. Not rendered
+    where the API is not served, nor with agent.admissionPolicy.enabled=false."""
+    kinds = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    policy = [o for o in render_for_cluster(chart, {}, [VAP_API]) if o["kind"] in kinds]
+    if sorted(o["kind"] for o in policy) != sorted(kinds):
+        fail(f"agent admission policy: want a policy and its binding where {VAP_API} is served, got {[o['kind'] for o in policy]}")
+    for values, api in (({}, []), ({"agent": {"admissionPolicy": {"enabled": False}}}, [VAP_API])):
+        extra = [o["kind"] for o in render_for_cluster(chart, values, api) if o["kind"] in kinds]
+        if extra:
+            fail(f"agent admission policy: rendered with values {values} and API versions {api}: {extra}")
+    text = json.dumps({"objects": policy}, indent=1, sort_keys=True) + "\n"
+    target = HERE / "agent-admission-policy.json"
+    if update:
+        target.write_text(text)
+    elif not target.exists() or target.read_text() != text:
+        fail("agent admission policy: differs from the committed ci/agent-admission-policy.json (run deploy/helm/ci/check.sh --update and review the diff)")
+    print(f"ok   agent admission policy: {len(policy)} objects where {VAP_API} is served, none where it is not or when disabled")
+
 def main() -> int:
     update = "--update" in sys.argv[1:]
     chart = helm.Chart.load(str(CHART))
@@ -573,6 +609,7 @@ def main() -> int:
     fail_policy_upgrade()
     refused_without_schema()
     smc_init_images(chart)
+    agent_admission_policy(chart, update)
     if failures:
         print(f"\n{len(failures)} failed")
         return 1

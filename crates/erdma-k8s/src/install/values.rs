@@ -264,6 +264,10 @@ pub struct AgentValues {
     pub metrics_port: i32,
     /// (new) Per-pod RDMA usage (`--rdma-usage`).
     pub rdma_usage: RdmaUsageValues,
+    /// `agent.admissionPolicy.*` (new): the chart's ValidatingAdmissionPolicy that keeps each
+    /// agent to its own node. `erdmactl install` does not render it (Helm renders it only where
+    /// the cluster serves the API, which an offline render cannot know).
+    pub admission_policy: AdmissionPolicyValues,
 }
 
 /// `agent.rdmaUsage.*` (new): per-pod RDMA usage in the agent's metrics and `GET /usage`.
@@ -277,6 +281,20 @@ pub struct RdmaUsageValues {
 impl Default for RdmaUsageValues {
     fn default() -> Self {
         RdmaUsageValues { enabled: true }
+    }
+}
+
+/// `agent.admissionPolicy.*`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AdmissionPolicyValues {
+    /// Render the policy and its binding (where the API server serves them).
+    pub enabled: bool,
+}
+
+impl Default for AdmissionPolicyValues {
+    fn default() -> Self {
+        AdmissionPolicyValues { enabled: true }
     }
 }
 
@@ -324,6 +342,7 @@ impl Default for AgentValues {
             extra_volume_mounts: Vec::new(),
             metrics_port: AGENT_METRICS_PORT,
             rdma_usage: RdmaUsageValues::default(),
+            admission_policy: AdmissionPolicyValues::default(),
         }
     }
 }
