@@ -20,6 +20,9 @@ use erdma_k8s::install::Values;
 use erdma_k8s::rbac::service_account_user;
 use erdma_k8s::{DeviceInfo, ERdmaDevice, ERdmaDeviceSpec};
 use erdma_model::DriverMode;
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -54,12 +57,27 @@ fn policy() -> Policy {
     };
     let vap = find("ValidatingAdmissionPolicy");
     let binding = find("ValidatingAdmissionPolicyBinding");
+    same_in_typed_form::<ValidatingAdmissionPolicy>(&vap);
+    same_in_typed_form::<ValidatingAdmissionPolicyBinding>(&binding);
     assert_eq!(binding["spec"]["policyName"], vap["metadata"]["name"]);
     assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
     assert_eq!(vap["spec"]["failurePolicy"], "Fail");
     Policy {
         spec: vap["spec"].clone(),
     }
+}
+
+/// `obj` survives its k8s-openapi type unchanged: no misspelt or misplaced field (the API server
+/// would refuse or drop it).
+fn same_in_typed_form<T: serde::de::DeserializeOwned + serde::Serialize>(obj: &Value) {
+    let typed: T = serde_json::from_value(obj.clone())
+        .unwrap_or_else(|e| panic!("{} does not deserialise: {e}", obj["kind"]));
+    let back = serde_json::to_value(&typed).expect("serialise");
+    assert_eq!(
+        &back, obj,
+        "{} changes in its k8s-openapi type",
+        obj["kind"]
+    );
 }
 
 /// One admission request as the policy sees it.
