@@ -6,10 +6,10 @@
 # LAYER: systemd (the manager as PID 1, systemctl, systemd-run, systemd-cgls, busctl, the unit
 # files) or apparmor (apparmor_parser, /etc/apparmor and /etc/apparmor.d).
 # Prints the layer's path as the last line of stdout (OUT_DIR/node-<layer>-<key>.cpio.gz).
-# Nothing is installed on the host: apt runs with a private state under the cache, packages are
+# Nothing is installed on the host: the packages come through lib/debs.sh (a private apt state
+# under the cache, else the pin's pool path or snapshot.debian.org; SHA-256 checked) and are
 # unpacked with dpkg -x.
-# Env: ERDMA_LAB_CACHE (default ~/.cache/erdma-lab), ERDMA_LAB_MIRROR (default: the host's
-#      Debian mirror from its apt sources, else http://deb.debian.org/debian).
+# Env: ERDMA_LAB_CACHE (default ~/.cache/erdma-lab), ERDMA_LAB_MIRROR (lib/debs.sh).
 set -euo pipefail
 OUTDIR=$(mkdir -p "${1:?usage: node-layer.sh OUT_DIR LAYER}" && cd "$1" && pwd)
 LAYER=${2:?usage: node-layer.sh OUT_DIR LAYER}
@@ -21,61 +21,18 @@ if [ -z "$(pins "$LAYER")" ]; then
   echo "node-layer.sh: no layer '$LAYER' in $PINS (known: $(sed -n 's/^\[\([^]]*\)\].*/\1/p' "$PINS" | tr '\n' ' '))" >&2
   exit 2
 fi
-# the key: the pins, this script and the host's libc (the libraries not pinned come from the host)
-KEY=$( { echo "$LAYER"; pins "$LAYER"; cat "$0"; dpkg-query -W -f='${Version}\n' libc6 2>/dev/null || true; } \
+# the key: the pins, these scripts and the host's libc (the libraries not pinned come from the host)
+KEY=$( { echo "$LAYER"; pins "$LAYER"; cat "$0" "$LAB/lib/debs.sh"; dpkg-query -W -f='${Version}\n' libc6 2>/dev/null || true; } \
        | sha256sum | cut -c1-16)
 OUT="$OUTDIR/node-$LAYER-$KEY.cpio.gz"
 if [ -f "$OUT" ]; then echo "$OUT"; exit 0; fi
 
-mirror() {
-  if [ -n "${ERDMA_LAB_MIRROR:-}" ]; then echo "$ERDMA_LAB_MIRROR"; return; fi
-  local uri
-  uri=$(grep -h -m1 '^URIs:.*/debian/\?$' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2; exit}' || true)
-  [ -n "$uri" ] || uri=$(awk '/^deb .*\/debian\/? /{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-  echo "${uri:-http://deb.debian.org/debian}"
-}
-# apt_opts SUITE: a private apt state for one suite under the cache (the trust is in the pins'
-# SHA256, so an expired Release file is accepted)
-apt_opts() {
-  local r="$CACHE/apt/node-$1"
-  APT_OPTS=(-o Dir::Etc::SourceList="$r/sources.list" -o Dir::Etc::SourceParts="$r/sources.list.d"
-    -o Dir::Etc::Preferences="$r/preferences" -o Dir::Etc::PreferencesParts="$r/preferences.d"
-    -o Dir::State::Lists="$r/lists" -o Dir::Cache="$r/cache" -o Dir::State::status=/dev/null
-    -o APT::Architecture=amd64 -o Acquire::Languages=none -o APT::Sandbox::User=root
-    -o Acquire::Check-Valid-Until=false)
-  mkdir -p "$r"/{lists/partial,cache/archives/partial,preferences.d,sources.list.d}
-  printf 'deb %s %s main\n' "$(mirror)" "$1" > "$r/sources.list"
-}
-declare -A UPDATED
-DEBS="$CACHE/debs"; mkdir -p "$DEBS"
+DEBS_WHO=node-layer.sh DEBS_PINS=$PINS
+. "$LAB/lib/debs.sh"
 FILES=()
 while read -r suite pkg ver sha pool; do
-  deb="$DEBS/${pkg}_${ver//:/%3a}_amd64.deb"
-  if [ ! -f "$deb" ] || [ "$(sha256sum "$deb" | cut -d' ' -f1)" != "$sha" ]; then
-    rm -f "$deb"; apt_opts "$suite"
-    if [ -z "${UPDATED[$suite]:-}" ]; then
-      apt-get -q "${APT_OPTS[@]}" update >&2 || echo "node-layer.sh: apt-get update for $suite failed" >&2
-      UPDATED[$suite]=1
-    fi
-    echo "node-layer.sh: downloading $pkg=$ver ($suite)" >&2
-    if ! (cd "$DEBS" && apt-get -q "${APT_OPTS[@]}" download "$pkg=$ver" >&2); then
-      rm -f "$deb"
-      [ -n "$pool" ] && echo "node-layer.sh: apt has no $pkg=$ver in $suite; fetching $(mirror)/$pool" >&2
-      if [ -z "$pool" ] || ! /usr/lib/apt/apt-helper -o APT::Sandbox::User=root download-file \
-          "$(mirror)/$pool" "$deb" "SHA256:$sha" >&2; then
-        rm -f "$deb"
-        echo "node-layer.sh: the pinned package $pkg=$ver could not be downloaded; update its line in $PINS (apt-cache show $pkg gives version and SHA256)." >&2
-        exit 3
-      fi
-    fi
-    got=$(sha256sum "$deb" | cut -d' ' -f1)
-    if [ "$got" != "$sha" ]; then
-      rm -f "$deb"
-      echo "node-layer.sh: $pkg=$ver has SHA256 $got, the pin in $PINS says $sha; refusing it." >&2
-      exit 4
-    fi
-  fi
-  FILES+=("$deb")
+  debs_fetch "$suite" "$pkg" "$ver" "$sha" "$pool"
+  FILES+=("$DEB")
 done < <(pins "$LAYER")
 
 TMP=$(mktemp -d /tmp/erdma-lab-node-layer.XXXXXX)

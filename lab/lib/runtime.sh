@@ -12,12 +12,12 @@
 # beside runc 1.1), with its own glibc and libraries in /opt/lab-glibc. Prints the layer's
 # path as the last line of stdout
 # (OUT_DIR/runtime-<runtime>[-<oci>]-<key>.cpio.gz).
-# Nothing is installed on the host: apt runs with a private state under the cache, packages are
+# Nothing is installed on the host: the packages come through lib/debs.sh (a private apt state
+# under the cache, else the pin's pool path or snapshot.debian.org; SHA-256 checked) and are
 # unpacked with dpkg -x. The guest's configuration (containerd's config, the CNI network) is not
 # in the layer: lab/guest/runtime.sh installs it from the share at boot, by the containerd version
 # it finds.
-# Env: ERDMA_LAB_CACHE (default ~/.cache/erdma-lab), ERDMA_LAB_MIRROR (default: the host's
-#      Debian mirror from its apt sources, else http://deb.debian.org/debian).
+# Env: ERDMA_LAB_CACHE (default ~/.cache/erdma-lab), ERDMA_LAB_MIRROR (lib/debs.sh).
 set -euo pipefail
 OUTDIR=$(mkdir -p "${1:?usage: runtime.sh OUT_DIR [RUNTIME]}" && cd "$1" && pwd)
 LAB=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,80 +47,19 @@ IMAGE_FILES=(/bin/busybox /usr/bin/ibv_devinfo /usr/bin/ibv_devices /usr/bin/ibv
 IMAGE_FILES+=(/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so)
 
 # The layer's key: the runtime's pins, these scripts and every file that goes into the image.
-KEY=$( { echo "$RUNTIME $OCI"; all_pins; cat "$0" "$LAB/lib/oci-image.sh"; sha256sum "${IMAGE_FILES[@]}";
+KEY=$( { echo "$RUNTIME $OCI"; all_pins; cat "$0" "$LAB/lib/debs.sh" "$LAB/lib/oci-image.sh"; sha256sum "${IMAGE_FILES[@]}";
          for f in "${IMAGE_FILES[@]}"; do ldd "$f" 2>/dev/null | awk '/=>/ {print $3}'; done | sort -u | xargs -r sha256sum; } \
        | sha256sum | cut -c1-16)
 OUT="$OUTDIR/runtime-$RUNTIME-$KEY.cpio.gz"
 [ "$OCI" = runc-1.1 ] || OUT="$OUTDIR/runtime-$RUNTIME-$OCI-$KEY.cpio.gz"
 if [ -f "$OUT" ]; then echo "$OUT"; exit 0; fi
 
-mirror() {
-  if [ -n "${ERDMA_LAB_MIRROR:-}" ]; then echo "$ERDMA_LAB_MIRROR"; return; fi
-  local uri
-  uri=$(grep -h -m1 '^URIs:.*/debian/\?$' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2; exit}' || true)
-  [ -n "$uri" ] || uri=$(awk '/^deb .*\/debian\/? /{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-  echo "${uri:-http://deb.debian.org/debian}"
-}
-# apt_opts SUITE: a private apt state for one suite under the cache. Its Release file may be past
-# its Valid-Until (unstable's is valid for a week, a mirror snapshot can be older): the trust is
-# in the pins' SHA256, every .deb is checked against it.
-apt_opts() {
-  local r="$CACHE/apt/runtime-$1"
-  APT_OPTS=(-o Dir::Etc::SourceList="$r/sources.list" -o Dir::Etc::SourceParts="$r/sources.list.d"
-    -o Dir::Etc::Preferences="$r/preferences" -o Dir::Etc::PreferencesParts="$r/preferences.d"
-    -o Dir::State::Lists="$r/lists" -o Dir::Cache="$r/cache" -o Dir::State::status=/dev/null
-    -o APT::Architecture=amd64 -o Acquire::Languages=none -o APT::Sandbox::User=root
-    -o Acquire::Check-Valid-Until=false)
-  mkdir -p "$r"/{lists/partial,cache/archives/partial,preferences.d,sources.list.d}
-  printf 'deb %s %s main\n' "$(mirror)" "$1" > "$r/sources.list"
-}
-# by_url DEB PKG VER SHA POOL: the .deb by URL when apt no longer has the version: the mirror's
-# pool, else snapshot.debian.org (which keeps every version published: its index names the
-# file's hash). apt-helper (part of apt) downloads and checks the SHA256.
-by_url() {
-  local deb=$1 pkg=$2 ver=$3 sha=$4 pool=$5 url idx hash
-  url="$(mirror)/$pool"
-  echo "runtime.sh: fetching $url" >&2
-  /usr/lib/apt/apt-helper -o APT::Sandbox::User=root download-file "$url" "$deb" "SHA256:$sha" >&2 && return 0
-  idx="https://snapshot.debian.org/mr/binary/$pkg/$ver/binfiles"
-  echo "runtime.sh: not there; asking snapshot.debian.org ($idx)" >&2
-  /usr/lib/apt/apt-helper -o APT::Sandbox::User=root download-file "$idx" "$deb.idx" >&2 || return 1
-  hash=$(jq -r '[.result[] | select(.architecture == "amd64")][0].hash // empty' "$deb.idx"); rm -f "$deb.idx"
-  [ -n "$hash" ] || return 1
-  /usr/lib/apt/apt-helper -o APT::Sandbox::User=root download-file \
-    "https://snapshot.debian.org/file/$hash" "$deb" "SHA256:$sha" >&2
-}
-declare -A UPDATED
-DEBS="$CACHE/debs"; mkdir -p "$DEBS"
+DEBS_WHO=runtime.sh DEBS_PINS=$PINS
+. "$LAB/lib/debs.sh"
 FILES=() OCI_FILES=()
 while read -r section suite pkg ver sha pool; do
-  deb="$DEBS/${pkg}_${ver//:/%3a}_amd64.deb"
-  if [ ! -f "$deb" ] || [ "$(sha256sum "$deb" | cut -d' ' -f1)" != "$sha" ]; then
-    rm -f "$deb"; apt_opts "$suite"
-    if [ -z "${UPDATED[$suite]:-}" ]; then
-      echo "runtime.sh: apt-get update for $suite from $(mirror)" >&2
-      apt-get -q "${APT_OPTS[@]}" update >&2 || echo "runtime.sh: apt-get update for $suite failed" >&2
-      UPDATED[$suite]=1
-    fi
-    echo "runtime.sh: downloading $pkg=$ver ($suite)" >&2
-    if ! (cd "$DEBS" && apt-get -q "${APT_OPTS[@]}" download "$pkg=$ver" >&2); then
-      echo "runtime.sh: apt finds no $pkg=$ver in $suite; versions there now: $(apt-cache "${APT_OPTS[@]}" madison "$pkg" 2>/dev/null | awk '{print $3}' | tr '\n' ' ')" >&2
-      rm -f "$deb"
-      if [ -z "$pool" ] || ! by_url "$deb" "$pkg" "$ver" "$sha" "$pool"; then
-        rm -f "$deb"
-        echo "runtime.sh: the pinned package $pkg=$ver could not be downloaded${pool:+ (not by URL either: $pool)}." >&2
-        echo "runtime.sh: update the pins in $PINS (apt-cache show <package> gives version and SHA256)." >&2
-        exit 3
-      fi
-    fi
-    got=$(sha256sum "$deb" | cut -d' ' -f1)
-    if [ "$got" != "$sha" ]; then
-      rm -f "$deb"
-      echo "runtime.sh: $pkg=$ver has SHA256 $got, the pin in $PINS says $sha; refusing it." >&2
-      exit 4
-    fi
-  fi
-  if [ "$section" = "$RUNTIME" ]; then FILES+=("$deb"); else OCI_FILES+=("$deb"); fi
+  debs_fetch "$suite" "$pkg" "$ver" "$sha" "$pool"
+  if [ "$section" = "$RUNTIME" ]; then FILES+=("$DEB"); else OCI_FILES+=("$DEB"); fi
 done < <(all_pins)
 
 TMP=$(mktemp -d /tmp/erdma-lab-runtime.XXXXXX)
