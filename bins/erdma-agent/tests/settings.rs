@@ -190,6 +190,8 @@ fn every_agent_value_of_the_chart_is_in_the_table() {
         "agent.extraEnv",
         "agent.extraVolumes",
         "agent.extraVolumeMounts",
+        // The chart's ValidatingAdmissionPolicy, not the agent's.
+        "agent.admissionPolicy",
     ];
     let values: serde_json::Value =
         serde_saphyr::from_str(&read("deploy/helm/values.yaml")).expect("values.yaml");
