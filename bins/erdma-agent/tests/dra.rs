@@ -1,14 +1,13 @@
 //! The agent's DRA mode with the libraries' fakes: a fixture node tree scanned by the real
 //! inventory, the in-memory API server, and the fake kubelet's DRA client over the real sockets.
 
+mod common;
+
+use common::{RunningDra, served_fixture, start_dra, start_dra_with, until};
 use erdma_agent::cluster::Cluster;
-use erdma_agent::resource_api::{self, Choice, DraSettings, ResourceApi};
+use erdma_agent::resource_api::{self, Choice, ResourceApi};
 use erdma_fake_kubelet::dra as kubelet;
-use erdma_host::fake::{FixedInterfaceAddrs, NodeTree};
-use erdma_host::{RootedDevFs, RootedSysfs, fixtures};
-use erdma_inventory::{Inventory, Sources};
 use erdma_k8s::fake::FakeApiServer;
-use erdma_model::{DeviceSelection, NodeDevices};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult, ResourceClaim,
@@ -17,97 +16,7 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
-
-fn served_fixture() -> (NodeTree, NodeDevices) {
-    let tree = NodeTree::temp();
-    assert!(fixtures::build("erdma-iwarp", &tree));
-    let inv = Inventory::new(Sources {
-        sysfs: Arc::new(RootedSysfs::new(tree.sys())),
-        devfs: Arc::new(RootedDevFs::new(tree.dev())),
-        addrs: Arc::new(FixedInterfaceAddrs(BTreeMap::new())),
-    });
-    let (served, _) = DeviceSelection::default().apply(&inv.scan());
-    (tree, served)
-}
-
-/// The agent's DRA driver (`resource_api::run_dra`) on a fixture node, with its kubelet and CDI
-/// directories in a temporary directory.
-struct RunningDra {
-    dir: tempfile::TempDir,
-    view: watch::Receiver<Option<resource_api::DraView>>,
-    /// Kept so that the served set stays open.
-    served: watch::Sender<NodeDevices>,
-    cancel: CancellationToken,
-    run: tokio::task::JoinHandle<anyhow::Result<()>>,
-    /// NodePrepareResources calls that prepared a claim (the agent refreshes its holders then).
-    prepares: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-fn start_dra(
-    tree: &NodeTree,
-    served: NodeDevices,
-    cluster: Cluster,
-    instance_id: Option<String>,
-) -> RunningDra {
-    start_dra_with(tree, served, cluster, instance_id, None)
-}
-
-fn start_dra_with(
-    tree: &NodeTree,
-    served: NodeDevices,
-    cluster: Cluster,
-    instance_id: Option<String>,
-    metrics: Option<erdma_agent::metrics::DraMetrics>,
-) -> RunningDra {
-    let dir = tempfile::Builder::new()
-        .prefix("wt")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let (view_tx, view) = watch::channel(None);
-    let cancel = CancellationToken::new();
-    let (served_tx, served_rx) = watch::channel(served);
-    let prepares = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = prepares.clone();
-    let run = tokio::spawn(resource_api::run_dra(
-        DraSettings {
-            kubelet_root_dir: dir.path().join("kubelet"),
-            cdi_dir: dir.path().join("cdi"),
-            sysfs: tree.sys().to_path_buf(),
-            on_prepare: Some(Arc::new(move || {
-                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            })),
-            metrics,
-            resource_name: "aliyun/erdma".into(),
-            device_plugin_dir: None,
-        },
-        cluster,
-        served_rx,
-        instance_id,
-        view_tx,
-        cancel.clone(),
-    ));
-    RunningDra {
-        dir,
-        view,
-        served: served_tx,
-        cancel,
-        run,
-        prepares,
-    }
-}
-
-async fn until(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
 
 #[tokio::test]
 async fn a_node_labelled_dra_publishes_slices_and_prepares_claims_instead_of_the_device_plugin() {

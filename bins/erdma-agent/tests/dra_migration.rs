@@ -5,14 +5,13 @@
 //! for the API server; the device-plugin directory is a temporary one with what the kubelet
 //! leaves there (the plugin's socket, the kubelet's checkpoint).
 
+mod common;
+
+use common::{RESOURCE, served_fixture, start_dra_retiring, until};
 use erdma_agent::cluster::Cluster;
 use erdma_agent::plugin_resource::{self, Retirer, Step};
-use erdma_agent::resource_api::{self, DraSettings};
-use erdma_host::fake::{FixedInterfaceAddrs, NodeTree};
-use erdma_host::{RootedDevFs, RootedSysfs, fixtures};
-use erdma_inventory::{Inventory, Sources};
 use erdma_k8s::fake::FakeApiServer;
-use erdma_model::{DeviceSelection, Health, NodeDevices};
+use erdma_model::Health;
 use k8s_openapi::api::core::v1::{Node, NodeStatus};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -20,12 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
-const RESOURCE: &str = "aliyun/erdma";
 /// The device plugin's socket for `aliyun/erdma` in the device-plugin directory.
 const PLUGIN_SOCKET: &str = "erdma-aliyun_erdma-erdma.sock";
 
@@ -83,16 +77,6 @@ fn kubelet_checkpoint(dir: &Path, resources: &[(&str, &[&str])]) {
         text.to_string(),
     )
     .unwrap();
-}
-
-async fn until(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting for {what}");
 }
 
 #[tokio::test]
@@ -166,18 +150,6 @@ fn the_kubelets_checkpoint_registers_a_resource_with_or_without_devices() {
     assert!(plugin_resource::registers(b"{\"Data\":", RESOURCE).is_err());
 }
 
-fn served_fixture() -> (NodeTree, NodeDevices) {
-    let tree = NodeTree::temp();
-    assert!(fixtures::build("erdma-iwarp", &tree));
-    let inv = Inventory::new(Sources {
-        sysfs: Arc::new(RootedSysfs::new(tree.sys())),
-        devfs: Arc::new(RootedDevFs::new(tree.dev())),
-        addrs: Arc::new(FixedInterfaceAddrs(BTreeMap::new())),
-    });
-    let (served, _) = DeviceSelection::default().apply(&inv.scan());
-    (tree, served)
-}
-
 /// The agent's DRA mode on a node the device plugin served: the key goes from capacity and
 /// allocatable (an Event says so); when the kubelet writes it back (its grace period ended after
 /// the first removal), the next ResourceSlice sync removes it again.
@@ -187,31 +159,7 @@ async fn a_node_switched_to_dra_loses_the_device_plugin_resource_and_again_after
     let (tree, served) = served_fixture();
     let api = FakeApiServer::new();
     api.put(&node_with(Some("0")));
-    let dir = tempfile::Builder::new()
-        .prefix("wt")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let plugin_dir = dir.path().join("device-plugins");
-    std::fs::create_dir_all(&plugin_dir).unwrap();
-    let (view_tx, _view) = watch::channel(None);
-    let cancel = CancellationToken::new();
-    let (served_tx, served_rx) = watch::channel(served.clone());
-    let run = tokio::spawn(resource_api::run_dra(
-        DraSettings {
-            kubelet_root_dir: dir.path().join("kubelet"),
-            cdi_dir: dir.path().join("cdi"),
-            sysfs: tree.sys().to_path_buf(),
-            on_prepare: None,
-            metrics: None,
-            resource_name: RESOURCE.into(),
-            device_plugin_dir: Some(plugin_dir),
-        },
-        Cluster::new(api.client(), "n1"),
-        served_rx,
-        None,
-        view_tx,
-        cancel.clone(),
-    ));
+    let running = start_dra_retiring(&tree, served.clone(), Cluster::new(api.client(), "n1"));
     until("aliyun/erdma removed from the node's status", || {
         status_of(&api) == (None, None, true)
     })
@@ -231,7 +179,7 @@ async fn a_node_switched_to_dra_loses_the_device_plugin_resource_and_again_after
     api.put(&node_with(Some("0")));
     let mut changed = served;
     changed.devices[0].health = Health::from_reasons(vec!["port 1 is DOWN".into()]);
-    served_tx.send_replace(changed);
+    running.served.send_replace(changed);
     until("aliyun/erdma removed again after the sync", || {
         status_of(&api) == (None, None, true)
     })
@@ -242,6 +190,6 @@ async fn a_node_switched_to_dra_loses_the_device_plugin_resource_and_again_after
             > patches,
         "removed by a patch of the status"
     );
-    cancel.cancel();
-    run.await.unwrap().unwrap();
+    running.cancel.cancel();
+    running.run.await.unwrap().unwrap();
 }
