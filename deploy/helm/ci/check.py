@@ -562,6 +562,28 @@ def agent_admission_policy(chart: helm.Chart, update: bool) -> None:
         fail("agent admission policy: differs from the committed ci/agent-admission-policy.json (run deploy/helm/ci/check.sh --update and review the diff)")
     print(f"ok   agent admission policy: {len(policy)} objects where {VAP_API} is served, none where it is not or when disabled")
 
+def agent_apparmor(chart: helm.Chart) -> None:
+    """agent.appArmorProfile reaches the agent container on both sides of Kubernetes 1.30: the
+    securityContext field from 1.30, the beta annotation before it (never both)."""
+    from helm_python import _native
+    key = "container.apparmor.security.beta.kubernetes.io/agent"
+    for kube, want_field, want_ann in (("v1.29.0", None, "unconfined"), ("v1.30.0", {"type": "Unconfined"}, None)):
+        opts = {"name": RELEASE, "namespace": NAMESPACE, "is_install": True, "kube_version": kube}
+        out = json.loads(_native.call_string("helm_render", chart._raw(), json.dumps({}), json.dumps(opts)))
+        ds = [o for path in sorted(out) if not path.endswith("NOTES.txt")
+              for o in (helm.values_from_yaml(d) for d in split_docs(out[path])) if o and o.get("kind") == "DaemonSet"]
+        if len(ds) != 1:
+            fail(f"agent apparmor {kube}: {len(ds)} DaemonSets rendered")
+            continue
+        tpl = ds[0]["spec"]["template"]
+        field = tpl["spec"]["containers"][0].get("securityContext", {}).get("appArmorProfile")
+        ann = (tpl["metadata"].get("annotations") or {}).get(key)
+        if field != want_field or ann != want_ann:
+            fail(f"agent apparmor {kube}: securityContext.appArmorProfile {field}, annotation {ann}; want {want_field}, {want_ann}")
+        else:
+            print(f"ok   agent apparmor {kube}: field {field}, annotation {ann}")
+
+
 def main() -> int:
     update = "--update" in sys.argv[1:]
     chart = helm.Chart.load(str(CHART))
@@ -610,6 +632,7 @@ def main() -> int:
     refused_without_schema()
     smc_init_images(chart)
     agent_admission_policy(chart, update)
+    agent_apparmor(chart)
     if failures:
         print(f"\n{len(failures)} failed")
         return 1

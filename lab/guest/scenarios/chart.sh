@@ -48,6 +48,21 @@ if [ -n "$PID" ]; then
   CAPS=$(awk '/^CapEff:/ {print $2}' "/proc/$PID/status")
   ck "its effective capabilities hold the template's adds (SYS_MODULE SYS_ADMIN SYS_CHROOT SYS_PTRACE NET_ADMIN) and not the dropped NET_RAW: CapEff $CAPS" \
     sh -c "c=\$((0x$CAPS)); for b in 12 16 18 19 21; do test \$(( (c >> b) & 1 )) = 1 || exit 1; done; test \$(( (c >> 13) & 1 )) = 0"
+  # the template's confinement, as the kernel applies it to the agent's process
+  SC=/tmp/agent-ds.json
+  WANT_SECCOMP=$(jq -r '.spec.template.spec.containers[0].securityContext.seccompProfile.type // "none"' "$SC")
+  SECCOMP=$(awk '/^Seccomp:/ {print $2}' "/proc/$PID/status")
+  ck "the template's seccompProfile ($WANT_SECCOMP) is in force: Seccomp mode $SECCOMP (2: a filter)" \
+    sh -c "test '$WANT_SECCOMP' = RuntimeDefault && test '$SECCOMP' = 2"
+  ROOT_OPTS=$(awk '$5 == "/" {print $6}' "/proc/$PID/mountinfo" | tail -n 1)
+  ck "the template's readOnlyRootFilesystem ($(jq -r '.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem' "$SC")) is in force: the agent's / is mounted $ROOT_OPTS" \
+    sh -c "jq -e '.spec.template.spec.containers[0].securityContext.readOnlyRootFilesystem == true' $SC > /dev/null && echo '$ROOT_OPTS' | tr ',' '\n' | grep -qx ro"
+  WANT_MEM=$(jq -r '.spec.template.spec.containers[0].resources.limits.memory // ""' "$SC")
+  case "$WANT_MEM" in *Mi) WANT_BYTES=$(( ${WANT_MEM%Mi} * 1048576 )) ;; *Gi) WANT_BYTES=$(( ${WANT_MEM%Gi} * 1073741824 )) ;; *) WANT_BYTES="" ;; esac
+  CG2=$(sed -n 's/^0:://p' "/proc/$PID/cgroup"); CG1=$(sed -n 's/^[0-9]*:\([^:]*,\)\{0,1\}memory\(,[^:]*\)\{0,1\}://p' "/proc/$PID/cgroup")
+  if [ -f /sys/fs/cgroup/cgroup.controllers ]; then MEM=$(cat "/sys/fs/cgroup$CG2/memory.max" 2>/dev/null); else MEM=$(cat "/sys/fs/cgroup/memory$CG1/memory.limit_in_bytes" 2>/dev/null); fi
+  ck "the template's memory limit ($WANT_MEM = ${WANT_BYTES:-?} bytes) is the agent's cgroup limit: $MEM" \
+    sh -c "test -n '$WANT_BYTES' && test '$MEM' = '$WANT_BYTES'"
   ck "the kubelet's directories are the node's, through the template's hostPath mounts" \
     sh -c "test -S /proc/$PID/root/var/lib/kubelet/device-plugins/kubelet.sock && test -S /proc/$PID/root/var/lib/kubelet/pod-resources/kubelet.sock && test -e /proc/$PID/root/host/dev/infiniband"
 fi
