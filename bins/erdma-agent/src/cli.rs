@@ -177,14 +177,21 @@ pub struct Flags {
     #[arg(long, value_name = "PATH")]
     pub nri_socket: Option<PathBuf>,
     /// RLIMIT_MEMLOCK for containers holding the resource, through NRI: `unlimited`, bytes with
-    /// an optional K/M/G/T, or `off` [default: unlimited].
+    /// an optional K/M/G/T (the bound on what one container may pin), or `off` [default:
+    /// unlimited].
     #[arg(long, value_name = "LIMIT")]
     pub nri_memlock: Option<String>,
-    /// Default `rdma.max` limits (`hca_handle=N hca_object=M`, either or both, `max` allowed) for
-    /// containers holding the resource whose pod has no `network.alibabacloud.com/erdma-rdma-max`
-    /// annotation, through NRI [default: none].
+    /// The `rdma.max` limits (`hca_handle=N hca_object=M`, either or both, `max` allowed) of
+    /// containers holding the resource through the device plugin, through NRI: a ceiling the pod
+    /// annotation `network.alibabacloud.com/erdma-rdma-max` may lower but not raise [default:
+    /// none].
     #[arg(long, value_name = "LIMITS")]
     pub nri_rdma_max: Option<String>,
+    /// Let the pod annotation `network.alibabacloud.com/erdma-rdma-max` raise a limit above
+    /// `--nri-rdma-max` (it replaces it); off, an annotation only lowers it. A DRA claim's limit
+    /// is never raised [default: false].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub nri_allow_annotation_raise: Option<bool>,
     /// Milliseconds one NRI call may take in the agent before the runtime is answered "no
     /// change"; keep it inside the runtime's plugin timeout (containerd's
     /// `plugin_request_timeout`, 2 s by default) [default: 800].
@@ -258,6 +265,7 @@ pub struct FileConfig {
     nri_socket: Option<PathBuf>,
     nri_memlock: Option<String>,
     nri_rdma_max: Option<String>,
+    nri_allow_annotation_raise: Option<bool>,
     nri_budget_ms: Option<u64>,
     setup_eri_netdev: Option<bool>,
     setup_smc_pnet: Option<bool>,
@@ -692,6 +700,10 @@ impl Settings {
             nri_policy: NriPolicy {
                 memlock,
                 default_rdma_max,
+                allow_annotation_raise: flags
+                    .nri_allow_annotation_raise
+                    .or(file.nri_allow_annotation_raise)
+                    .unwrap_or(false),
             },
             nri_budget,
         };
@@ -743,8 +755,10 @@ impl Choice {
 pub struct NriPolicy {
     /// `RLIMIT_MEMLOCK` for containers holding the resource (`--nri-memlock`).
     pub memlock: Memlock,
-    /// `rdma.max` when the pod does not set the annotation (`--nri-rdma-max`).
+    /// `rdma.max` of device-plugin containers (`--nri-rdma-max`): the annotation lowers it.
     pub default_rdma_max: Option<RdmaLimit>,
+    /// Whether the annotation may raise `default_rdma_max` (`--nri-allow-annotation-raise`).
+    pub allow_annotation_raise: bool,
 }
 
 /// Default time one NRI call may take in the agent (the runtime allows 2 s by default);
@@ -883,6 +897,30 @@ mod tests {
         assert_eq!(s.poll_interval, Duration::from_secs(10));
         assert!(!s.smcr_strict && !s.smcr_keep_ipv6);
         assert_eq!(s.bpf_pin_dir, PathBuf::from("/sys/fs/bpf/erdma-smc"));
+    }
+
+    /// The annotation only lowers `--nri-rdma-max` unless the operator opts in, by flag or file.
+    #[test]
+    fn annotation_raise_is_off_unless_the_operator_opts_in() {
+        assert!(!parse(&[]).unwrap().nri_policy.allow_annotation_raise);
+        assert!(
+            parse(&["--nri-allow-annotation-raise"])
+                .unwrap()
+                .nri_policy
+                .allow_annotation_raise
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("agent.yaml");
+        std::fs::write(&cfg, "nri-allow-annotation-raise: true\n").unwrap();
+        let s = parse(&["--config", cfg.to_str().unwrap()]).unwrap();
+        assert!(s.nri_policy.allow_annotation_raise);
+        let s = parse(&[
+            "--config",
+            cfg.to_str().unwrap(),
+            "--nri-allow-annotation-raise=false",
+        ])
+        .unwrap();
+        assert!(!s.nri_policy.allow_annotation_raise, "the flag wins");
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub mod pending;
 pub mod plan;
 pub mod plugin;
 pub mod plugin_resource;
+pub mod rdma_max;
 pub mod reload_guard;
 pub mod resource_api;
 pub mod smcr;

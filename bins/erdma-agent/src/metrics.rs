@@ -194,6 +194,8 @@ pub struct AgentMetrics {
     pub rdma_limits_written: Family<Vec<(&'static str, &'static str)>, Counter>,
     /// Container `rdma.max` limits not applied on a v1 or hybrid host, by reason.
     pub rdma_limit_skipped: Family<Vec<(&'static str, &'static str)>, Counter>,
+    /// Containers created with an `ERDMA_RDMA_MAX*` value of their own that the agent ignored.
+    pub rdma_max_env_ignored: Counter,
 }
 
 impl AgentMetrics {
@@ -282,10 +284,17 @@ impl AgentMetrics {
             "Container rdma limits not applied on a cgroup v1 or hybrid host (the container runs without; a Warning Event says why), by reason: no_rdma_hierarchy, bad_cgroups_path, write_failed",
             rdma_limit_skipped.clone(),
         );
+        let rdma_max_env_ignored = Counter::default();
+        registry.register(
+            "rdma_max_env_ignored",
+            "Containers created with an ERDMA_RDMA_MAX* environment value that the agent's records (DRA claims, the operator's limit, the annotation) do not give them: ignored, never a limit",
+            rdma_max_env_ignored.clone(),
+        );
         AgentMetrics {
             cgroup,
             rdma_limits_written,
             rdma_limit_skipped,
+            rdma_max_env_ignored,
             nri_hooks,
             nri_sessions,
             dra,

@@ -6,9 +6,11 @@
 //! - CreateContainer: a container holding `aliyun/erdma` or an erdma DRA claim (by the kubelet's
 //!   pod-resources answer, never by what the container's own environment says) gets
 //!   `RLIMIT_MEMLOCK` (`--nri-memlock`,
-//!   default unlimited; non-root containers otherwise cannot register RDMA memory) and, from the
-//!   pod annotation `network.alibabacloud.com/erdma-rdma-max` or `--nri-rdma-max`, the rdma
-//!   cgroup limit `rdma.max` of its device. A bad annotation applies nothing and says why (Event).
+//!   default unlimited; non-root containers otherwise cannot register RDMA memory) and the rdma
+//!   cgroup limit `rdma.max` of its device: its DRA claims' consumed capacity (the agent's
+//!   checkpoint) or the operator's `--nri-rdma-max`, which the pod annotation
+//!   `network.alibabacloud.com/erdma-rdma-max` may lower (see [`crate::rdma_max`]; the
+//!   container's environment is never asked). A bad annotation changes nothing and says why.
 //!   On cgroup v2 `rdma.max` goes into the adjustment (`linux.resources.unified`); runc refuses
 //!   `unified` on cgroup v1 and hybrid hosts, so there the adjustment carries memlock only and:
 //! - StartContainer (subscribed on v1 and hybrid hosts only): runc has created the container's
@@ -21,12 +23,12 @@
 
 use crate::cluster::{Cluster, PodRef};
 use crate::metrics::AgentMetrics;
+use crate::rdma_max::{self, ClaimRecords, Records};
 use crate::smcr::SmcrHook;
 use erdma_host::cgroup::{CgroupFs, CgroupLayout, CgroupVersion, RootedCgroupFs};
 use erdma_host::socket_watch::SocketWatch;
 use erdma_kubelet::podresources::{Holder, HolderCache, SETTLE_WITHIN, Snapshot};
 use erdma_model::cgroup_path::hierarchy_path;
-use erdma_model::container::{ENV_RDMA_MAX, RDMA_MAX_SEPARATOR};
 use erdma_model::rdma_limit::{RDMA_MAX_ANNOTATION, RdmaLimit, limits_of_device};
 use erdma_model::{NodeDevices, SlotId};
 use erdma_nri::api::{self, Event};
@@ -117,53 +119,6 @@ pub fn trusted_holders(snapshot: &Snapshot) -> Option<&[Holder]> {
     (snapshot.is_answered() && snapshot.error.is_none()).then_some(snapshot.holders.as_slice())
 }
 
-/// The DRA claims' `rdma.max` hand-off in a container's environment: the value of each claim's
-/// `ERDMA_RDMA_MAX_<claim>` (`erdma_model::container::claim_env_name`: one variable per claim, so
-/// two claims do not overwrite each other) and of a plain `ERDMA_RDMA_MAX` (specs written before
-/// the per-claim names), the last value of each name, entries joined; `None` when there is none.
-fn claims_rdma_max(c: &api::Container) -> Option<String> {
-    let per_claim = format!("{ENV_RDMA_MAX}_");
-    let mut by_name: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
-    for (k, v) in c.env.iter().filter_map(|e| e.split_once('=')) {
-        if k == ENV_RDMA_MAX || k.starts_with(&per_claim) {
-            by_name.insert(k, v);
-        }
-    }
-    (!by_name.is_empty()).then(|| {
-        by_name
-            .into_values()
-            .collect::<Vec<_>>()
-            .join(RDMA_MAX_SEPARATOR)
-    })
-}
-
-/// The `rdma.max` line of a DRA claim's hand-off (`<ibdev> hca_handle=N hca_object=M`, entries
-/// `;`-separated): exactly one entry, for a device the container holds, with valid limits.
-fn claimed_limit(lines: &str, held: &[String]) -> Result<String, String> {
-    let entries: Vec<&str> = lines
-        .split(RDMA_MAX_SEPARATOR)
-        .map(str::trim)
-        .filter(|e| !e.is_empty())
-        .collect();
-    let [entry] = entries.as_slice() else {
-        return Err(format!(
-            "{} entries; the rdma cgroup takes one device per write",
-            entries.len()
-        ));
-    };
-    let (ibdev, limits) = entry
-        .split_once(' ')
-        .ok_or_else(|| format!("{entry:?} is not `<device> hca_handle=N hca_object=M`"))?;
-    if !held.iter().any(|h| h == ibdev) {
-        return Err(format!(
-            "device {ibdev} is not one the container holds ({})",
-            held.join(", ")
-        ));
-    }
-    let limit = RdmaLimit::parse(limits).map_err(|e| e.to_string())?;
-    Ok(limit.line(ibdev))
-}
-
 /// The cgroup v2 adjustment that writes one `rdma.max` line.
 fn rdma_max_adjustment(line: String) -> api::LinuxContainerAdjustment {
     api::LinuxContainerAdjustment {
@@ -181,20 +136,81 @@ pub struct Wanted {
     pub rlimits: Vec<api::PosixRlimit>,
     /// Its `rdma.max` line (`<ibdev> hca_handle=N hca_object=M`), when one applies.
     pub rdma_max: Option<String>,
+    /// `ERDMA_RDMA_MAX*` entries of the container's environment that the records do not give
+    /// it (`NAME=entry`): ignored, and reported.
+    pub env_ignored: Vec<String>,
+}
+
+/// The pod's `rdma.max` annotation: `Ok(None)` without one; a bad one is a notice.
+fn annotation_limit(
+    pod: &api::PodSandbox,
+    c: &api::Container,
+) -> Result<Option<RdmaLimit>, Notice> {
+    let Some(v) = pod.annotations.get(RDMA_MAX_ANNOTATION) else {
+        return Ok(None);
+    };
+    RdmaLimit::parse(v).map(Some).map_err(|e| Notice {
+        kind: "Warning",
+        reason: "ErdmaRdmaMaxInvalid",
+        message: format!(
+            "annotation {RDMA_MAX_ANNOTATION} of pod {}/{}: {e}; container {} gets the limit it has without the annotation",
+            pod.namespace, pod.name, c.name
+        ),
+    })
+}
+
+/// The notice for an annotation above the ceiling it may only lower.
+fn capped_notice(
+    pod: &api::PodSandbox,
+    c: &api::Container,
+    asked: &RdmaLimit,
+    ceiling: &str,
+    applied: &str,
+    fix: &str,
+) -> Notice {
+    Notice {
+        kind: "Warning",
+        reason: "ErdmaRdmaMaxCapped",
+        message: format!(
+            "annotation {RDMA_MAX_ANNOTATION} {:?} of pod {}/{} asks more than {ceiling}; container {} gets {applied:?}{fix}",
+            asked.line("").trim_start(),
+            pod.namespace,
+            pod.name,
+            c.name
+        ),
+    }
+}
+
+/// The notice for limits on more devices than one `rdma.max` write takes.
+fn many_devices(pod: &api::PodSandbox, c: &api::Container, what: &str, devices: &[&str]) -> Notice {
+    Notice {
+        kind: "Warning",
+        reason: "ErdmaRdmaMaxNotApplied",
+        message: format!(
+            "container {} of pod {}/{} holds {} RDMA devices{what} ({}); the rdma cgroup takes one device per write, so no rdma limit is applied",
+            c.name,
+            pod.namespace,
+            pod.name,
+            devices.len(),
+            devices.join(", ")
+        ),
+    }
 }
 
 /// What one container is given (pure): memlock and the `rdma.max` line for containers holding
-/// devices (by [`held_devices`] with `holders`); the notices say why a limit asked for is not.
+/// devices (by [`held_devices`] with `records.holders`); the notices say why a limit asked for
+/// is not applied as asked. The line is its DRA claims' (`records.claims`), else the operator's
+/// (`policy`), either lowered by the pod annotation; see [`crate::rdma_max`].
 pub fn wanted_limits(
     pod: &api::PodSandbox,
     c: &api::Container,
     served: &NodeDevices,
-    holders: Option<&[Holder]>,
+    records: Records<'_>,
     policy: &Policy,
 ) -> (Wanted, Vec<Notice>) {
     let mut wanted = Wanted::default();
     let mut notices = Vec::new();
-    let devices = held_devices(pod, c, served, holders);
+    let devices = held_devices(pod, c, served, records.holders);
     if devices.is_empty() {
         return (wanted, notices);
     }
@@ -205,67 +221,84 @@ pub fn wanted_limits(
             soft: v,
         });
     }
-    // A DRA claim's consumed capacity, handed over by the driver's CDI spec: what the scheduler
-    // allocated to this container, so it comes before the annotation and the install default.
-    if let Some(lines) = claims_rdma_max(c) {
-        match claimed_limit(&lines, &devices) {
-            Ok(line) => wanted.rdma_max = Some(line),
-            Err(why) => notices.push(Notice {
-                kind: "Warning",
-                reason: "ErdmaRdmaMaxNotApplied",
-                message: format!(
-                    "container {} of pod {}/{}: {ENV_RDMA_MAX}* {lines:?} from its DRA claim(s): {why}; no rdma limit applied",
-                    c.name, pod.namespace, pod.name
-                ),
-            }),
+    let asked = annotation_limit(pod, c).unwrap_or_else(|n| {
+        notices.push(n);
+        None
+    });
+    let claimed = rdma_max::claim_grants(pod, c, &devices, records).unwrap_or_default();
+    let claim_limits: Vec<(&str, RdmaLimit)> = claimed
+        .grants
+        .iter()
+        .filter_map(|(ibdev, g)| Some((ibdev.as_str(), rdma_max::limit_of(*g)?)))
+        .collect();
+    match claim_limits.as_slice() {
+        // A DRA claim's consumed capacity: what the scheduler allocated to this container. The
+        // annotation may lower it, never raise it.
+        [(ibdev, limit)] => {
+            let line = match &asked {
+                Some(a) => {
+                    let (l, raised) = rdma_max::capped(limit, a);
+                    if raised {
+                        notices.push(capped_notice(
+                            pod,
+                            c,
+                            a,
+                            &format!("its DRA claim's limit {:?}", limit.line(ibdev)),
+                            &l.line(ibdev),
+                            "; a claim's limit is the capacity the scheduler allocated to it: ask for more in the claim",
+                        ));
+                    }
+                    l.line(ibdev)
+                }
+                None => limit.line(ibdev),
+            };
+            wanted.rdma_max = Some(line);
         }
-        return (wanted, notices);
-    }
-    let limit = match pod.annotations.get(RDMA_MAX_ANNOTATION) {
-        Some(v) => match RdmaLimit::parse(v) {
-            Ok(l) => Some(l),
-            Err(e) => {
-                notices.push(Notice {
-                    kind: "Warning",
-                    reason: "ErdmaRdmaMaxInvalid",
-                    message: format!(
-                        "annotation {RDMA_MAX_ANNOTATION} of pod {}/{}: {e}; no rdma limit applied to container {}",
-                        pod.namespace, pod.name, c.name
-                    ),
-                });
-                None
+        [_, _, ..] => {
+            let names: Vec<&str> = claim_limits.iter().map(|(d, _)| *d).collect();
+            let what = format!(
+                " with a limit through its DRA claims {}",
+                claimed.from.join(", ")
+            );
+            notices.push(many_devices(pod, c, &what, &names));
+        }
+        // The device plugin's containers (and DRA claims with admin access, which carry no
+        // limit): the operator's limit, which the annotation lowers (or, where the operator
+        // allowed it, replaces).
+        [] => {
+            let limit = match (policy.default_rdma_max, asked) {
+                (ceiling, None) => ceiling,
+                (None, Some(a)) => Some(a),
+                (Some(_), Some(a)) if policy.allow_annotation_raise => Some(a),
+                (Some(ceiling), Some(a)) => {
+                    let (l, raised) = rdma_max::capped(&ceiling, &a);
+                    if raised && let [one] = devices.as_slice() {
+                        notices.push(capped_notice(
+                            pod,
+                            c,
+                            &a,
+                            &format!("the node's limit {:?} (--nri-rdma-max)", ceiling.line(one)),
+                            &l.line(one),
+                            "; the cluster operator may allow raising it (--nri-allow-annotation-raise)",
+                        ));
+                    }
+                    Some(l)
+                }
+            };
+            match (limit, devices.as_slice()) {
+                (None, _) => {}
+                (Some(l), [one]) => wanted.rdma_max = Some(l.line(one)),
+                (Some(_), many) => {
+                    let names: Vec<&str> = many.iter().map(String::as_str).collect();
+                    notices.push(many_devices(pod, c, "", &names));
+                }
             }
-        },
-        None => policy.default_rdma_max,
-    };
-    match (limit, devices.as_slice()) {
-        (None, _) => {}
-        (Some(l), [one]) => wanted.rdma_max = Some(l.line(one)),
-        (Some(_), many) => notices.push(Notice {
-            kind: "Warning",
-            reason: "ErdmaRdmaMaxNotApplied",
-            message: format!(
-                "container {} of pod {}/{} holds {} RDMA devices ({}); the rdma cgroup takes one device per write, so no rdma limit is applied",
-                c.name,
-                pod.namespace,
-                pod.name,
-                many.len(),
-                many.join(", ")
-            ),
-        }),
+        }
     }
+    let mut given = claimed.hand_off;
+    given.extend(wanted.rdma_max.iter().cloned());
+    wanted.env_ignored = rdma_max::env_not_given(c, &given);
     (wanted, notices)
-}
-
-/// The adjustment of one container on a cgroup v2 host (pure): see [`adjust_container_on`].
-pub fn adjust_container(
-    pod: &api::PodSandbox,
-    c: &api::Container,
-    served: &NodeDevices,
-    holders: Option<&[Holder]>,
-    policy: &Policy,
-) -> (api::ContainerAdjustment, Vec<Notice>) {
-    adjust_container_on(CgroupVersion::V2, pod, c, served, holders, policy)
 }
 
 /// The adjustment of one container on a host of cgroup `version` (pure): memlock, and
@@ -278,10 +311,15 @@ pub fn adjust_container_on(
     pod: &api::PodSandbox,
     c: &api::Container,
     served: &NodeDevices,
-    holders: Option<&[Holder]>,
+    records: Records<'_>,
     policy: &Policy,
 ) -> (api::ContainerAdjustment, Vec<Notice>) {
-    let (wanted, notices) = wanted_limits(pod, c, served, holders, policy);
+    let (wanted, notices) = wanted_limits(pod, c, served, records, policy);
+    (adjustment_on(version, wanted), notices)
+}
+
+/// The adjustment that gives `wanted` on a host of cgroup `version` (see [`adjust_container_on`]).
+fn adjustment_on(version: CgroupVersion, wanted: Wanted) -> api::ContainerAdjustment {
     let mut adjust = api::ContainerAdjustment {
         rlimits: wanted.rlimits,
         ..Default::default()
@@ -291,10 +329,10 @@ pub fn adjust_container_on(
     {
         adjust.linux = Some(rdma_max_adjustment(line));
     }
-    (adjust, notices)
+    adjust
 }
 
-/// What [`repairs`] finds in the runtime's running containers at Synchronize.
+/// What [`repairs_on`] finds in the runtime's running containers at Synchronize.
 #[derive(Debug, Default, PartialEq)]
 pub struct Repairs {
     /// `rdma.max` updates for containers that run without the limit they should have.
@@ -324,40 +362,20 @@ pub fn memlock_of_limits(text: &str) -> Option<api::PosixRlimit> {
     })
 }
 
-/// The containers that run without what [`adjust_container`] gives them (pure but for
-/// `limits_of`, which reads a process's rlimits). They exist when a
+/// The containers that run without what [`adjust_container_on`] gives them on a host of cgroup
+/// `version` (pure but for `limits_of`, which reads a process's rlimits). They exist when a
 /// container was created while no plugin answered for the agent: the agent killed or restarting
 /// during the runtime's CreateContainer call (the runtime then creates the container without
 /// the plugin's adjustment), or a container older than the agent. The `rdma.max` they miss is
-/// written by an update now (the runtime applies it to the running cgroup); a missing memlock
-/// limit cannot be given to a running process and is reported.
-pub fn repairs(
-    pods: &[api::PodSandbox],
-    containers: &[api::Container],
-    served: &NodeDevices,
-    holders: Option<&[Holder]>,
-    policy: &Policy,
-    limits_of: impl Fn(u32) -> Option<Vec<api::PosixRlimit>>,
-) -> Repairs {
-    repairs_on(
-        CgroupVersion::V2,
-        pods,
-        containers,
-        served,
-        holders,
-        policy,
-        limits_of,
-    )
-}
-
-/// [`repairs`] on a host of cgroup `version`: the `rdma.max` updates (`unified`) are made on v2
-/// only; runc refuses them on v1 and hybrid hosts, where [`v1_repairs`] finds what to write.
+/// written by an update now (the runtime applies it to the running cgroup), on v2 only: runc
+/// refuses `unified` updates on v1 and hybrid hosts, where [`v1_repairs`] finds what to write. A
+/// missing memlock limit cannot be given to a running process and is reported.
 pub fn repairs_on(
     version: CgroupVersion,
     pods: &[api::PodSandbox],
     containers: &[api::Container],
     served: &NodeDevices,
-    holders: Option<&[Holder]>,
+    records: Records<'_>,
     policy: &Policy,
     limits_of: impl Fn(u32) -> Option<Vec<api::PosixRlimit>>,
 ) -> Repairs {
@@ -367,7 +385,7 @@ pub fn repairs_on(
         let Some(pod) = pods.iter().find(|p| p.id == c.pod_sandbox_id) else {
             continue;
         };
-        let (want, _notices) = wanted_limits(pod, c, served, holders, policy);
+        let (want, _notices) = wanted_limits(pod, c, served, records, policy);
         let have_max = c
             .linux
             .as_ref()
@@ -542,7 +560,7 @@ pub fn v1_repairs<'a>(
     pods: &'a [api::PodSandbox],
     containers: &'a [api::Container],
     served: &NodeDevices,
-    holders: Option<&[Holder]>,
+    records: Records<'_>,
     policy: &Policy,
 ) -> Vec<(&'a api::PodSandbox, &'a api::Container, String)> {
     let running = |c: &api::Container| {
@@ -554,7 +572,7 @@ pub fn v1_repairs<'a>(
         .filter(|c| running(c))
         .filter_map(|c| {
             let pod = pods.iter().find(|p| p.id == c.pod_sandbox_id)?;
-            let line = wanted_limits(pod, c, served, holders, policy).0.rdma_max?;
+            let line = wanted_limits(pod, c, served, records, policy).0.rdma_max?;
             Some((pod, c, line))
         })
         .collect()
@@ -567,6 +585,8 @@ pub struct AgentNri {
     /// Who holds which device (the process's one owner of the pod-resources answer: device
     /// plugin and DRA claims); read from its published snapshot, never asked here.
     pub holders: Arc<HolderCache>,
+    /// The DRA claims this agent prepared: their limits are the containers' `rdma.max`.
+    pub claims: ClaimRecords,
     /// The host's `/proc` as the agent sees it.
     pub proc_root: PathBuf,
     /// Served devices.
@@ -696,13 +716,13 @@ impl AgentNri {
             return;
         }
         let snapshot = self.holders_now().await;
-        let (wanted, _told_at_creation) = wanted_limits(
-            pod,
-            c,
-            &self.served.borrow(),
-            trusted_holders(&snapshot),
-            &self.policy,
-        );
+        let claims = self.claims.current();
+        let records = Records {
+            holders: trusted_holders(&snapshot),
+            claims: claims.as_deref(),
+        };
+        let (wanted, _told_at_creation) =
+            wanted_limits(pod, c, &self.served.borrow(), records, &self.policy);
         let Some(line) = wanted.rdma_max else {
             return;
         };
@@ -721,13 +741,13 @@ impl AgentNri {
         &self,
         pods: &[api::PodSandbox],
         containers: &[api::Container],
-        holders: Option<&[Holder]>,
+        records: Records<'_>,
     ) -> usize {
         let todo = v1_repairs(
             pods,
             containers,
             &self.served.borrow(),
-            holders,
+            records,
             &self.policy,
         );
         let mut written = 0;
@@ -767,20 +787,25 @@ impl Handler for AgentNri {
                 memlock_of_limits(&text).map(|m| vec![m])
             };
             let snapshot = self.holders_now().await;
+            let claims = self.claims.current();
+            let records = Records {
+                holders: trusted_holders(&snapshot),
+                claims: claims.as_deref(),
+            };
             let version = self.cgroups.layout().version;
             let found = repairs_on(
                 version,
                 &pods,
                 &containers,
                 &self.served.borrow(),
-                trusted_holders(&snapshot),
+                records,
                 &self.policy,
                 limits_of,
             );
             let written_v1 = if version.takes_unified() {
                 0
             } else {
-                self.repair_v1(&pods, &containers, trusted_holders(&snapshot))
+                self.repair_v1(&pods, &containers, records)
             };
             for u in &found.updates {
                 tracing::warn!(
@@ -839,17 +864,26 @@ impl Handler for AgentNri {
     ) -> BoxFuture<'_, Result<api::ContainerAdjustment, String>> {
         Box::pin(async move {
             let snapshot = self.holders_now().await;
-            let (adjust, notices) = adjust_container_on(
-                self.cgroups.layout().version,
+            let claims = self.claims.current();
+            let records = Records {
+                holders: trusted_holders(&snapshot),
+                claims: claims.as_deref(),
+            };
+            let (wanted, notices) = wanted_limits(
                 &pod,
                 &container,
                 &self.served.borrow(),
-                trusted_holders(&snapshot),
+                records,
                 &self.policy,
             );
             for n in notices {
                 self.tell(&pod, n);
             }
+            if !wanted.env_ignored.is_empty() {
+                self.metrics.rdma_max_env_ignored.inc();
+                tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), container = %container.name, env = ?wanted.env_ignored, rdma_max = ?wanted.rdma_max, "NRI: the container's environment names rdma limits its DRA claims and the node's policy do not give it; ignored (limits come from the agent's records, never from a container's environment)");
+            }
+            let adjust = adjustment_on(self.cgroups.layout().version, wanted);
             if adjust != api::ContainerAdjustment::default() {
                 tracing::info!(pod = %format!("{}/{}", pod.namespace, pod.name), container = %container.name, rlimits = adjust.rlimits.len(), rdma_max = ?adjust.linux.as_ref().and_then(|l| l.resources.as_ref()).and_then(|r| r.unified.get("rdma.max")), "NRI: container adjusted");
             }
@@ -1015,6 +1049,12 @@ pub fn start(
     let handler = Arc::new(AgentNri {
         policy: s.nri_policy.clone(),
         holders: shared.holders.clone(),
+        // read on every node: a node moved from DRA to the device plugin keeps its prepared
+        // claims' containers until they end
+        claims: ClaimRecords::at(erdma_dra::checkpoint::path_under(
+            &s.kubelet_root_dir,
+            erdma_model::names::DRA_DRIVER,
+        )),
         proc_root,
         served: served.clone(),
         smcr,
@@ -1037,6 +1077,8 @@ pub fn start(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use erdma_dra::cdi::RdmaLimits;
+    use erdma_dra::checkpoint::{Checkpoint, PreparedClaim, PreparedDevice};
     use erdma_host::fake::FixedInterfaceAddrs;
     use erdma_host::{RootedDevFs, RootedSysfs, fixtures};
     use erdma_inventory::{Inventory, Sources};
@@ -1100,6 +1142,7 @@ mod tests {
     const POLICY: Policy = Policy {
         memlock: Memlock::Unlimited,
         default_rdma_max: None,
+        allow_annotation_raise: false,
     };
 
     #[test]
@@ -1160,6 +1203,7 @@ mod tests {
         let policy = Policy {
             memlock: Memlock::Unlimited,
             default_rdma_max: Some(RdmaLimit::parse("hca_handle=1").unwrap()),
+            allow_annotation_raise: false,
         };
         let forged = container(
             &[
@@ -1172,7 +1216,14 @@ mod tests {
         elsewhere[0].container = "trainer".into();
         for holders in [None, Some(&[][..]), Some(elsewhere.as_slice())] {
             assert!(held_devices(&pod(None), &forged, &served, holders).is_empty());
-            let (a, n) = adjust_container(&pod(None), &forged, &served, holders, &policy);
+            let (a, n) = adjust_container_on(
+                CgroupVersion::V2,
+                &pod(None),
+                &forged,
+                &served,
+                Records::kubelet(holders),
+                &policy,
+            );
             assert_eq!(a, api::ContainerAdjustment::default(), "{holders:?}");
             assert!(n.is_empty());
         }
@@ -1184,11 +1235,12 @@ mod tests {
         let dev = served.devices[0].name.clone();
         let c = container(&[], &[]);
         let h = holds(&[&dev]);
-        let (a, n) = adjust_container(
+        let (a, n) = adjust_container_on(
+            CgroupVersion::V2,
             &pod(Some("hca_handle=2 hca_object=500")),
             &c,
             &served,
-            Some(&h),
+            Records::kubelet(Some(&h)),
             &POLICY,
         );
         assert!(n.is_empty(), "{n:?}");
@@ -1199,11 +1251,12 @@ mod tests {
             format!("{dev} hca_handle=2 hca_object=500")
         );
         // A container without the resource is left alone.
-        let (a, n) = adjust_container(
+        let (a, n) = adjust_container_on(
+            CgroupVersion::V2,
             &pod(Some("hca_handle=2")),
             &container(&[], &[]),
             &served,
-            Some(&[]),
+            Records::kubelet(Some(&[])),
             &POLICY,
         );
         assert_eq!(a, api::ContainerAdjustment::default());
@@ -1212,8 +1265,16 @@ mod tests {
         let policy = Policy {
             memlock: Memlock::Off,
             default_rdma_max: Some(RdmaLimit::parse("hca_handle=1").unwrap()),
+            allow_annotation_raise: false,
         };
-        let (a, _) = adjust_container(&pod(None), &c, &served, Some(&h), &policy);
+        let (a, _) = adjust_container_on(
+            CgroupVersion::V2,
+            &pod(None),
+            &c,
+            &served,
+            Records::kubelet(Some(&h)),
+            &policy,
+        );
         assert!(a.rlimits.is_empty());
         assert_eq!(
             a.linux.unwrap().resources.unwrap().unified["rdma.max"],
@@ -1263,11 +1324,12 @@ mod tests {
             plain,
         ];
         let no_proc = |_pid: u32| None;
-        let r = repairs(
+        let r = repairs_on(
+            CgroupVersion::V2,
             std::slice::from_ref(&annotated),
             &containers,
             &served,
-            Some(&h),
+            Records::kubelet(Some(&h)),
             &POLICY,
             no_proc,
         );
@@ -1293,7 +1355,15 @@ mod tests {
         assert_eq!(r.without_memlock, ["ns/p/main"]);
         // a container whose pod the runtime did not list is left alone
         assert_eq!(
-            repairs(&[], &containers, &served, Some(&h), &POLICY, no_proc),
+            repairs_on(
+                CgroupVersion::V2,
+                &[],
+                &containers,
+                &served,
+                Records::kubelet(Some(&h)),
+                &POLICY,
+                no_proc
+            ),
             Repairs::default()
         );
         // a runtime that reports no rlimits (containerd 1.7): the process's limits decide, and
@@ -1301,11 +1371,12 @@ mod tests {
         let mut bare = with("c-bare", Some(&line), false);
         let one = std::slice::from_ref(&annotated);
         assert!(
-            repairs(
+            repairs_on(
+                CgroupVersion::V2,
                 one,
                 std::slice::from_ref(&bare),
                 &served,
-                Some(&h),
+                Records::kubelet(Some(&h)),
                 &POLICY,
                 no_proc
             )
@@ -1323,99 +1394,362 @@ mod tests {
                 memlock_of_limits(&text).map(|m| vec![m])
             }
         };
-        let r = repairs(
+        let r = repairs_on(
+            CgroupVersion::V2,
             one,
             std::slice::from_ref(&bare),
             &served,
-            Some(&h),
+            Records::kubelet(Some(&h)),
             &POLICY,
             limits("8388608"),
         );
         assert_eq!(r.without_memlock, ["ns/p/main"]);
-        let r = repairs(
+        let r = repairs_on(
+            CgroupVersion::V2,
             one,
             std::slice::from_ref(&bare),
             &served,
-            Some(&h),
+            Records::kubelet(Some(&h)),
             &POLICY,
             limits("unlimited"),
         );
         assert!(r.without_memlock.is_empty());
     }
 
-    /// A DRA claim's hand-off (the driver's CDI spec env) sets the limit, before the annotation;
-    /// a hand-off naming a device the container does not hold, or two devices, applies nothing.
-    #[test]
-    fn a_dra_claims_consumed_capacity_becomes_its_rdma_max() {
-        let (_t, served) = served();
-        let dev = served.devices[0].name.clone();
-        let other = served.devices[1].name.clone();
-        let c = container(
-            &[&format!(
-                "ERDMA_RDMA_MAX={dev} hca_handle=4 hca_object=8000"
-            )],
-            &[],
-        );
-        let h = holds(&[&dev]);
-        let (a, n) = adjust_container(&pod(Some("hca_handle=1")), &c, &served, Some(&h), &POLICY);
-        assert!(n.is_empty(), "{n:?}");
-        assert_eq!(a.rlimits.len(), 1, "memlock for a DRA container too");
-        assert_eq!(
-            a.linux.unwrap().resources.unwrap().unified["rdma.max"],
-            format!("{dev} hca_handle=4 hca_object=8000")
-        );
-        for bad in [
-            format!("{other} hca_handle=4 hca_object=8000"),
-            format!("{dev} hca_handle=4;{other} hca_handle=4"),
-            format!("{dev} hca_handle=many"),
-        ] {
-            let c = container(&[&format!("ERDMA_RDMA_MAX={bad}")], &[]);
-            let (a, n) = adjust_container(&pod(None), &c, &served, Some(&h), &POLICY);
-            assert!(
-                a.linux.is_none(),
-                "{bad}: nothing rather than something wrong"
-            );
-            assert_eq!(n.len(), 1, "{bad}: {n:?}");
-            assert_eq!(n[0].reason, "ErdmaRdmaMaxNotApplied");
-            assert!(
-                n[0].message.contains("from its DRA claim"),
-                "{}",
-                n[0].message
-            );
+    /// The agent's DRA checkpoint: each `(uid, claim name, ibdev, hca_handle)` prepared in
+    /// namespace `ns` on one device (hca_object 8000; hca_handle 0 stands for admin access).
+    fn prepared(claims: &[(&str, &str, &str, u64)]) -> Checkpoint {
+        let mut cp = Checkpoint::default();
+        for (uid, name, ibdev, handle) in claims {
+            let claim = cp
+                .claims
+                .entry(uid.to_string())
+                .or_insert_with(|| PreparedClaim {
+                    namespace: "ns".into(),
+                    name: name.to_string(),
+                    devices: vec![],
+                    cdi_spec: PathBuf::from("/var/run/cdi/x.json"),
+                });
+            claim.devices.push(PreparedDevice {
+                request: "rdma".into(),
+                pool: "node-1".into(),
+                device: erdma_dra::slice::device_name(ibdev).unwrap(),
+                ibdev: ibdev.to_string(),
+                cdi_ids: vec![],
+                share_id: None,
+                shares: 1,
+                limits: RdmaLimits {
+                    hca_handle: *handle,
+                    hca_object: 8000,
+                },
+                admin: *handle == 0,
+            });
         }
+        cp
     }
 
-    /// The hand-off under a claim's own name (`ERDMA_RDMA_MAX_<claim>`) is applied; two claims
-    /// in one container are two entries, which the rdma cgroup cannot take in one write: nothing
-    /// applied, and a notice says so (never one claim's limit silently).
+    /// The kubelet's answer: container `main` of pod `ns/p` uses each `(claim name, ibdev)`.
+    fn uses(claims: &[(&str, &str)]) -> Vec<Holder> {
+        let mut h = Holder::of_ids("ns", "p", "main", vec![]);
+        for (name, ibdev) in claims {
+            h.claimed.push(erdma_kubelet::podresources::ClaimedDevice {
+                claim_namespace: "ns".into(),
+                claim_name: name.to_string(),
+                pool: "node-1".into(),
+                device: erdma_dra::slice::device_name(ibdev).unwrap(),
+            });
+        }
+        vec![h]
+    }
+
+    fn unified_rdma_max(a: &api::ContainerAdjustment) -> Option<String> {
+        a.linux
+            .as_ref()
+            .and_then(|l| l.resources.as_ref())
+            .and_then(|r| r.unified.get("rdma.max").cloned())
+    }
+
+    /// A DRA claim's consumed capacity, from the agent's checkpoint for the claim the kubelet
+    /// says the container uses, is its `rdma.max`; the container's own `ERDMA_RDMA_MAX` says
+    /// nothing (it is reported as ignored); the annotation lowers the claim's limit, never
+    /// raises it.
     #[test]
-    fn a_claims_rdma_max_under_its_own_name() {
+    fn a_dra_claims_limit_comes_from_the_checkpoint_never_from_the_env() {
         let (_t, served) = served();
         let dev = served.devices[0].name.clone();
-        let h = holds(&[&dev]);
-        let one = container(
-            &[&format!(
-                "ERDMA_RDMA_MAX_UID_A={dev} hca_handle=4 hca_object=8000"
-            )],
-            &[],
-        );
-        let (a, n) = adjust_container(&pod(None), &one, &served, Some(&h), &POLICY);
-        assert!(n.is_empty(), "{n:?}");
-        assert_eq!(
-            a.linux.unwrap().resources.unwrap().unified["rdma.max"],
-            format!("{dev} hca_handle=4 hca_object=8000")
-        );
-        let two = container(
+        let cp = prepared(&[("uid-a", "claim-a", &dev, 4)]);
+        let h = uses(&[("claim-a", &dev)]);
+        let records = Records {
+            holders: Some(&h),
+            claims: Some(&cp),
+        };
+        let claim_line = format!("{dev} hca_handle=4 hca_object=8000");
+        let forged = container(
             &[
-                &format!("ERDMA_RDMA_MAX_UID_A={dev} hca_handle=4 hca_object=8000"),
-                &format!("ERDMA_RDMA_MAX_UID_B={dev} hca_handle=6 hca_object=8000"),
+                &format!("ERDMA_RDMA_MAX={dev} hca_handle=max hca_object=max"),
+                &format!("ERDMA_RDMA_MAX_UID_A={claim_line}"),
             ],
             &[],
         );
-        let (a, n) = adjust_container(&pod(None), &two, &served, Some(&h), &POLICY);
-        assert!(a.linux.is_none(), "{a:?}");
+        let (w, n) = wanted_limits(&pod(None), &forged, &served, records, &POLICY);
+        assert!(n.is_empty(), "{n:?}");
+        assert_eq!(w.rdma_max.as_deref(), Some(claim_line.as_str()));
+        assert_eq!(w.rlimits.len(), 1, "memlock for a DRA container too");
+        assert_eq!(
+            w.env_ignored,
+            [format!(
+                "ERDMA_RDMA_MAX={dev} hca_handle=max hca_object=max"
+            )],
+            "the driver's own hand-off is no disagreement; the forged value is"
+        );
+        let (a, _) = adjust_container_on(
+            CgroupVersion::V2,
+            &pod(None),
+            &forged,
+            &served,
+            records,
+            &POLICY,
+        );
+        assert_eq!(unified_rdma_max(&a), Some(claim_line.clone()));
+
+        // the annotation lowers a key; one above the claim is capped, with a Warning
+        let (w, n) = wanted_limits(
+            &pod(Some("hca_handle=2 hca_object=max")),
+            &forged,
+            &served,
+            records,
+            &POLICY,
+        );
+        assert_eq!(
+            w.rdma_max,
+            Some(format!("{dev} hca_handle=2 hca_object=8000"))
+        );
+        assert_eq!(n[0].reason, "ErdmaRdmaMaxCapped");
+        assert!(n[0].message.contains("DRA claim"), "{}", n[0].message);
+        // the operator's opt-in raises the operator's limit, never a claim's
+        let raising = Policy {
+            allow_annotation_raise: true,
+            default_rdma_max: Some(RdmaLimit::parse("hca_handle=1").unwrap()),
+            ..POLICY
+        };
+        let (w, _) = wanted_limits(
+            &pod(Some("hca_handle=max")),
+            &forged,
+            &served,
+            records,
+            &raising,
+        );
+        assert_eq!(w.rdma_max.as_deref(), Some(claim_line.as_str()));
+    }
+
+    /// A container that names, in its own env, a claim it does not use (another pod's, or one
+    /// of its pod's sibling containers) gets nothing from it; two claims one container uses on
+    /// one device add up; limits on two devices cannot be one `rdma.max` write.
+    #[test]
+    fn a_forged_claim_hand_off_gives_nothing_and_claims_on_one_device_add_up() {
+        let (_t, served) = served();
+        let dev = served.devices[0].name.clone();
+        let other = served.devices[1].name.clone();
+        let cp = prepared(&[
+            ("uid-a", "claim-a", &dev, 4),
+            ("uid-b", "claim-b", &dev, 6),
+            ("uid-big", "claim-big", &dev, 500),
+            ("uid-o", "claim-o", &other, 3),
+        ]);
+        let forged = container(
+            &[&format!(
+                "ERDMA_RDMA_MAX_UID_BIG={dev} hca_handle=500 hca_object=8000"
+            )],
+            &[],
+        );
+        let h = uses(&[("claim-a", &dev)]);
+        let records = Records {
+            holders: Some(&h),
+            claims: Some(&cp),
+        };
+        let (w, n) = wanted_limits(&pod(None), &forged, &served, records, &POLICY);
+        assert!(n.is_empty(), "{n:?}");
+        assert_eq!(
+            w.rdma_max,
+            Some(format!("{dev} hca_handle=4 hca_object=8000"))
+        );
+        assert_eq!(w.env_ignored.len(), 1, "{:?}", w.env_ignored);
+
+        let h = uses(&[("claim-a", &dev), ("claim-b", &dev)]);
+        let records = Records {
+            holders: Some(&h),
+            claims: Some(&cp),
+        };
+        let (w, n) = wanted_limits(&pod(None), &container(&[], &[]), &served, records, &POLICY);
+        assert!(n.is_empty(), "{n:?}");
+        assert_eq!(
+            w.rdma_max,
+            Some(format!("{dev} hca_handle=10 hca_object=16000"))
+        );
+
+        let h = uses(&[("claim-a", &dev), ("claim-o", &other)]);
+        let records = Records {
+            holders: Some(&h),
+            claims: Some(&cp),
+        };
+        let (w, n) = wanted_limits(&pod(None), &container(&[], &[]), &served, records, &POLICY);
+        assert_eq!(w.rdma_max, None, "nothing rather than one device's limit");
         assert_eq!(n.len(), 1, "{n:?}");
-        assert!(n[0].message.contains("2 entries"), "{}", n[0].message);
+        assert_eq!(n[0].reason, "ErdmaRdmaMaxNotApplied");
+        assert!(
+            n[0].message.contains("ns/claim-a, ns/claim-o"),
+            "{}",
+            n[0].message
+        );
+    }
+
+    /// Where the kubelet's answer names no DRA claim (its DynamicResources gate off), the claims
+    /// prepared in the pod's namespace on the device the runtime put into the container stand in,
+    /// and with several the lowest applies; a claim with admin access carries no limit, so the
+    /// operator's applies.
+    #[test]
+    fn without_the_kubelets_claims_the_lowest_claim_on_the_held_device_applies() {
+        let (_t, served) = served();
+        let dev = served.devices[0].name.clone();
+        let u = served.devices[0].char_devices.uverbs.clone().unwrap();
+        let c = container(
+            &[&format!("ERDMA_RDMA_MAX={dev} hca_handle=max")],
+            &[(
+                u.path.as_str(),
+                i64::from(u.major.unwrap()),
+                i64::from(u.minor.unwrap()),
+            )],
+        );
+        let cp = prepared(&[("uid-a", "claim-a", &dev, 4), ("uid-b", "claim-b", &dev, 9)]);
+        for holders in [None, Some(&[][..])] {
+            let records = Records {
+                holders,
+                claims: Some(&cp),
+            };
+            let (w, _) = wanted_limits(&pod(None), &c, &served, records, &POLICY);
+            assert_eq!(
+                w.rdma_max,
+                Some(format!("{dev} hca_handle=4 hca_object=8000")),
+                "{holders:?}"
+            );
+        }
+        let admin = prepared(&[("uid-m", "claim-m", &dev, 0)]);
+        let policy = Policy {
+            default_rdma_max: Some(RdmaLimit::parse("hca_handle=3").unwrap()),
+            ..POLICY
+        };
+        let records = Records {
+            holders: None,
+            claims: Some(&admin),
+        };
+        let (w, _) = wanted_limits(&pod(None), &c, &served, records, &policy);
+        assert_eq!(w.rdma_max, Some(format!("{dev} hca_handle=3")));
+    }
+
+    /// A device-plugin container that sets `ERDMA_RDMA_MAX=<dev> hca_handle=max ...` in its own
+    /// spec gets the operator's limit; the annotation lowers it, is capped above it (a Warning
+    /// says so), and replaces it only with the operator's opt-in.
+    #[test]
+    fn the_operators_limit_is_a_ceiling_the_env_cannot_lift() {
+        let (_t, served) = served();
+        let dev = served.devices[0].name.clone();
+        let h = holds(&[&dev]);
+        let records = Records::kubelet(Some(&h));
+        let policy = Policy {
+            default_rdma_max: Some(RdmaLimit::parse("hca_handle=4 hca_object=1000").unwrap()),
+            ..POLICY
+        };
+        let forged = container(
+            &[&format!(
+                "ERDMA_RDMA_MAX={dev} hca_handle=max hca_object=max"
+            )],
+            &[],
+        );
+        let operators = format!("{dev} hca_handle=4 hca_object=1000");
+        for version in [CgroupVersion::V2, CgroupVersion::V1] {
+            let (w, n) = wanted_limits(&pod(None), &forged, &served, records, &policy);
+            assert!(n.is_empty(), "{n:?}");
+            assert_eq!(
+                w.rdma_max.as_deref(),
+                Some(operators.as_str()),
+                "{version:?}"
+            );
+            assert_eq!(w.env_ignored.len(), 1);
+        }
+        let (a, _) = adjust_container_on(
+            CgroupVersion::V2,
+            &pod(None),
+            &forged,
+            &served,
+            records,
+            &policy,
+        );
+        assert_eq!(unified_rdma_max(&a), Some(operators.clone()));
+
+        let (w, n) = wanted_limits(
+            &pod(Some("hca_handle=2")),
+            &forged,
+            &served,
+            records,
+            &policy,
+        );
+        assert!(n.is_empty(), "lowering is no news: {n:?}");
+        assert_eq!(
+            w.rdma_max,
+            Some(format!("{dev} hca_handle=2 hca_object=1000"))
+        );
+
+        let raise = pod(Some("hca_handle=max hca_object=5000"));
+        let (w, n) = wanted_limits(&raise, &forged, &served, records, &policy);
+        assert_eq!(w.rdma_max.as_deref(), Some(operators.as_str()));
+        assert_eq!((n[0].kind, n[0].reason), ("Warning", "ErdmaRdmaMaxCapped"));
+        assert!(
+            n[0].message.contains("--nri-allow-annotation-raise"),
+            "{}",
+            n[0].message
+        );
+        let opted_in = Policy {
+            allow_annotation_raise: true,
+            ..policy
+        };
+        let (w, n) = wanted_limits(&raise, &forged, &served, records, &opted_in);
+        assert!(n.is_empty(), "{n:?}");
+        assert_eq!(
+            w.rdma_max,
+            Some(format!("{dev} hca_handle=max hca_object=5000"))
+        );
+    }
+
+    /// `--nri-memlock` with a byte count bounds the container's RLIMIT_MEMLOCK (soft and hard),
+    /// on every cgroup version; `off` leaves the runtime's.
+    #[test]
+    fn a_memlock_bound_is_the_containers_rlimit() {
+        let (_t, served) = served();
+        let dev = served.devices[0].name.clone();
+        let h = holds(&[&dev]);
+        let bounded = Policy {
+            memlock: Memlock::parse("64G").unwrap(),
+            ..POLICY
+        };
+        for version in [CgroupVersion::V2, CgroupVersion::V1, CgroupVersion::Hybrid] {
+            let (a, _) = adjust_container_on(
+                version,
+                &pod(None),
+                &container(&[], &[]),
+                &served,
+                Records::kubelet(Some(&h)),
+                &bounded,
+            );
+            assert_eq!(
+                a.rlimits,
+                [api::PosixRlimit {
+                    r#type: "RLIMIT_MEMLOCK".into(),
+                    hard: 64 << 30,
+                    soft: 64 << 30,
+                }],
+                "{version:?}"
+            );
+        }
     }
 
     /// runc refuses any `linux.resources.unified` key on cgroup v1 and hybrid hosts: there the
@@ -1426,37 +1760,27 @@ mod tests {
         let (_t, served) = served();
         let dev = served.devices[0].name.clone();
         let h = holds(&[&dev]);
+        let cp = prepared(&[("uid-a", "claim-a", &dev, 4)]);
+        let claimed = uses(&[("claim-a", &dev)]);
         let annotated = pod(Some("hca_handle=2"));
-        let dra = container(
-            &[&format!(
-                "ERDMA_RDMA_MAX={dev} hca_handle=4 hca_object=8000"
-            )],
-            &[],
-        );
-        for c in [container(&[], &[]), dra] {
+        let plugin = Records::kubelet(Some(&h));
+        let dra = Records {
+            holders: Some(&claimed),
+            claims: Some(&cp),
+        };
+        for records in [plugin, dra] {
+            let c = container(&[], &[]);
             for version in [CgroupVersion::V1, CgroupVersion::Hybrid] {
                 let (a, n) =
-                    adjust_container_on(version, &annotated, &c, &served, Some(&h), &POLICY);
+                    adjust_container_on(version, &annotated, &c, &served, records, &POLICY);
                 assert!(n.is_empty(), "{n:?}");
                 assert_eq!(a.linux, None, "{version:?}: {a:?}");
                 assert_eq!(a.rlimits.len(), 1, "memlock on {version:?}");
             }
-            let (a, _) = adjust_container_on(
-                CgroupVersion::V2,
-                &annotated,
-                &c,
-                &served,
-                Some(&h),
-                &POLICY,
-            );
-            assert!(
-                a.linux
-                    .unwrap()
-                    .resources
-                    .unwrap()
-                    .unified
-                    .contains_key("rdma.max")
-            );
+            let (a, _) =
+                adjust_container_on(CgroupVersion::V2, &annotated, &c, &served, records, &POLICY);
+            let line = unified_rdma_max(&a).unwrap_or_default();
+            assert!(line.starts_with(&format!("{dev} hca_handle=2")), "{line}");
         }
     }
 
@@ -1482,7 +1806,7 @@ mod tests {
             pods,
             cs,
             &served,
-            Some(&h),
+            Records::kubelet(Some(&h)),
             &POLICY,
             limits,
         );
@@ -1492,19 +1816,28 @@ mod tests {
             pods,
             cs,
             &served,
-            Some(&h),
+            Records::kubelet(Some(&h)),
             &POLICY,
             limits,
         );
         assert_eq!(v1.updates, Vec::new());
-        let todo = v1_repairs(pods, cs, &served, Some(&h), &POLICY);
+        let todo = v1_repairs(pods, cs, &served, Records::kubelet(Some(&h)), &POLICY);
         let listed: Vec<(&str, &str)> = todo
             .iter()
             .map(|(_, c, line)| (c.id.as_str(), line.as_str()))
             .collect();
         assert_eq!(listed, [("c-bare", format!("{dev} hca_handle=2").as_str())]);
         c.state = api::ContainerState::ContainerCreated as i32;
-        assert!(v1_repairs(pods, std::slice::from_ref(&c), &served, Some(&h), &POLICY).is_empty());
+        assert!(
+            v1_repairs(
+                pods,
+                std::slice::from_ref(&c),
+                &served,
+                Records::kubelet(Some(&h)),
+                &POLICY
+            )
+            .is_empty()
+        );
     }
 
     /// The v1 write: into the cgroup the runtime's path names; left alone when it already holds
@@ -1584,11 +1917,12 @@ mod tests {
         let dev = served.devices[0].name.clone();
         let c = container(&[], &[]);
         let h = holds(&[&dev]);
-        let (a, n) = adjust_container(
+        let (a, n) = adjust_container_on(
+            CgroupVersion::V2,
             &pod(Some("hca_handle=lots")),
             &c,
             &served,
-            Some(&h),
+            Records::kubelet(Some(&h)),
             &POLICY,
         );
         assert!(
@@ -1603,9 +1937,31 @@ mod tests {
             n[0].message
         );
         assert!(n[0].message.contains("ns/p"), "{}", n[0].message);
+        // a bad annotation never takes the operator's limit away
+        let policy = Policy {
+            default_rdma_max: Some(RdmaLimit::parse("hca_handle=4").unwrap()),
+            ..POLICY
+        };
+        let (a, n) = adjust_container_on(
+            CgroupVersion::V2,
+            &pod(Some("hca_handle=lots")),
+            &c,
+            &served,
+            Records::kubelet(Some(&h)),
+            &policy,
+        );
+        assert_eq!(unified_rdma_max(&a), Some(format!("{dev} hca_handle=4")));
+        assert_eq!(n[0].reason, "ErdmaRdmaMaxInvalid");
         let both: Vec<&str> = served.devices.iter().map(|d| d.name.as_str()).collect();
         let h = holds(&both);
-        let (a, n) = adjust_container(&pod(Some("hca_handle=2")), &c, &served, Some(&h), &POLICY);
+        let (a, n) = adjust_container_on(
+            CgroupVersion::V2,
+            &pod(Some("hca_handle=2")),
+            &c,
+            &served,
+            Records::kubelet(Some(&h)),
+            &POLICY,
+        );
         assert!(a.linux.is_none());
         assert_eq!(n[0].reason, "ErdmaRdmaMaxNotApplied");
     }

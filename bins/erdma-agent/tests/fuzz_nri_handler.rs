@@ -4,21 +4,22 @@
 //! lists naming served, unserved and repeated devices, device nodes of any path and numbers,
 //! `ERDMA_RDMA_MAX` hand-offs and `erdma-rdma-max` / `erdma-smcr` annotations of any text).
 //!
-//! `adjust_container` (the whole CreateContainer answer), `held_devices`, `pod_device_ids` and the
-//! SMC-R annotation reading must not panic, and must agree with oracles written here: a container
+//! `adjust_container_on` (the whole CreateContainer answer), `held_devices`, `pod_device_ids` and
+//! the SMC-R annotation reading must not panic, and must agree with oracles written here: a container
 //! that holds no served device (by the kubelet's pod-resources answer about it — slot IDs or DRA
 //! claim devices —, or by a served uverbs node the runtime put in; never by its own
 //! `ERDMA_DEVICES`) gets nothing; one that does gets exactly the policy's memlock; an `rdma.max`
-//! line always names a device the container holds and reads back as a valid limit; notices quote
-//! bounded text; on a cgroup v1 or hybrid host the answer is the same without any `linux`
-//! adjustment (runc refuses `unified` there).
+//! line always names a device the container holds and reads back as a valid limit, never above the
+//! operator's `--nri-rdma-max` (unless the operator lets the annotation raise it), and is the
+//! same whatever the container's environment says; notices quote bounded text; on a cgroup v1 or
+//! hybrid host the answer is the same without any `linux` adjustment (runc refuses `unified`
+//! there).
 
-use erdma_agent::nri::{
-    Policy, adjust_container, adjust_container_on, held_devices, pod_device_ids,
-};
+use erdma_agent::nri::{Policy, adjust_container_on, held_devices, pod_device_ids};
+use erdma_agent::rdma_max::Records;
 use erdma_host::CgroupVersion;
 use erdma_kubelet::podresources::{ClaimedDevice, Holder};
-use erdma_model::rdma_limit::{Memlock, RDMA_MAX_ANNOTATION, RdmaLimit};
+use erdma_model::rdma_limit::{Limit, Memlock, RDMA_MAX_ANNOTATION, RdmaLimit};
 use erdma_model::{CharDevice, DeviceKind, NodeDevices, RdmaDevice, SlotId};
 use erdma_nri::api;
 use erdma_smc::annotation::{SMCR_ANNOTATION, SmcRequest};
@@ -228,11 +229,15 @@ fn policy() -> impl Strategy<Value = Policy> {
             Just(None),
             Just(RdmaLimit::parse("hca_handle=2 hca_object=100").ok()),
         ],
+        any::<bool>(),
     )
-        .prop_map(|(memlock, default_rdma_max)| Policy {
-            memlock,
-            default_rdma_max,
-        })
+        .prop_map(
+            |(memlock, default_rdma_max, allow_annotation_raise)| Policy {
+                memlock,
+                default_rdma_max,
+                allow_annotation_raise,
+            },
+        )
 }
 
 /// Every string a pod and container carry, for the bound of what notices may quote.
@@ -264,7 +269,19 @@ fn check(
         held
     );
 
-    let (adjust, notices) = adjust_container(pod, c, &node, holders, policy);
+    let records = Records::kubelet(holders);
+    let (adjust, notices) = adjust_container_on(CgroupVersion::V2, pod, c, &node, records, policy);
+    // The container's environment never changes its answer.
+    let mut no_env = c.clone();
+    no_env.env.clear();
+    let (without_env, _) =
+        adjust_container_on(CgroupVersion::V2, pod, &no_env, &node, records, policy);
+    prop_assert_eq!(
+        &without_env,
+        &adjust,
+        "the env changed the answer: {:?}",
+        c.env
+    );
     if held.is_empty() {
         prop_assert_eq!(adjust, api::ContainerAdjustment::default());
         prop_assert!(notices.is_empty());
@@ -295,12 +312,31 @@ fn check(
             dev,
             held
         );
-        prop_assert!(RdmaLimit::parse(limits).is_ok(), "{}", line);
+        let got = RdmaLimit::parse(limits);
+        prop_assert!(got.is_ok(), "{}", line);
+        // Under the operator's ceiling, key by key, unless the operator let the annotation
+        // raise it.
+        if let (Some(ceiling), Ok(got), false) =
+            (policy.default_rdma_max, got, policy.allow_annotation_raise)
+        {
+            let within = |g: Option<Limit>, c: Option<Limit>| match (g, c) {
+                (_, None | Some(Limit::Max)) => true,
+                (Some(Limit::Count(g)), Some(Limit::Count(c))) => g <= c,
+                _ => false,
+            };
+            prop_assert!(
+                within(got.hca_handle, ceiling.hca_handle)
+                    && within(got.hca_object, ceiling.hca_object),
+                "{} above the ceiling {:?}",
+                line,
+                ceiling
+            );
+        }
     }
     // On cgroup v1 and hybrid hosts runc refuses any `unified` key: the same container gets the
     // same rlimits and notices, and no `linux` adjustment at all.
     for version in [CgroupVersion::V1, CgroupVersion::Hybrid] {
-        let (on_v1, v1_notices) = adjust_container_on(version, pod, c, &node, holders, policy);
+        let (on_v1, v1_notices) = adjust_container_on(version, pod, c, &node, records, policy);
         prop_assert_eq!(on_v1.linux.as_ref(), None, "{:?}: {:?}", version, on_v1);
         prop_assert_eq!(&on_v1.rlimits, &adjust.rlimits);
         prop_assert_eq!(&v1_notices, &notices);
@@ -441,6 +477,7 @@ fn the_real_request_gets_memlock_and_its_limit() {
     let policy = Policy {
         memlock: Memlock::Unlimited,
         default_rdma_max: None,
+        allow_annotation_raise: false,
     };
     let (pod, c) = (req.pod.expect("pod"), req.container.expect("container"));
     let answer = [Holder::of_ids(
@@ -450,7 +487,14 @@ fn the_real_request_gets_memlock_and_its_limit() {
         vec!["erdma_0/3".into()],
     )];
     for holders in [Some(&answer[..]), None] {
-        let (adjust, notices) = adjust_container(&pod, &c, &served(), holders, &policy);
+        let (adjust, notices) = adjust_container_on(
+            CgroupVersion::V2,
+            &pod,
+            &c,
+            &served(),
+            Records::kubelet(holders),
+            &policy,
+        );
         assert!(notices.is_empty(), "{notices:?}");
         assert_eq!(adjust.rlimits[0].hard, u64::MAX);
         assert_eq!(
@@ -469,6 +513,7 @@ fn a_container_that_sets_erdma_devices_itself_gets_nothing() {
     let policy = Policy {
         memlock: Memlock::Unlimited,
         default_rdma_max: RdmaLimit::parse("hca_handle=1").ok(),
+        allow_annotation_raise: false,
     };
     let pod = req.pod.expect("pod");
     let mut c = req.container.expect("container");
@@ -481,7 +526,14 @@ fn a_container_that_sets_erdma_devices_itself_gets_nothing() {
     )];
     for holders in [Some(&answer[..]), Some(&[][..]), None] {
         assert!(held_devices(&pod, &c, &served(), holders).is_empty());
-        let (adjust, notices) = adjust_container(&pod, &c, &served(), holders, &policy);
+        let (adjust, notices) = adjust_container_on(
+            CgroupVersion::V2,
+            &pod,
+            &c,
+            &served(),
+            Records::kubelet(holders),
+            &policy,
+        );
         assert_eq!(adjust, api::ContainerAdjustment::default(), "{holders:?}");
         assert!(notices.is_empty(), "{notices:?}");
     }

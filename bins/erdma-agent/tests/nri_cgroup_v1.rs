@@ -4,11 +4,16 @@
 //! v1"), so no adjustment or Synchronize update may carry it. The limit is written into the
 //! container's rdma cgroup at StartContainer (cgroupfs and systemd `cgroups_path` forms), running
 //! containers that lack it get it at Synchronize, and a limit that cannot be written leaves the
-//! container starting with its memlock, a Warning Event and a metric.
+//! container starting with its memlock, a Warning Event and a metric. A DRA claim's limit comes
+//! from the agent's checkpoint, a device-plugin container's from `--nri-rdma-max`, never from the
+//! container's environment.
 
 use erdma_agent::cluster::Cluster;
 use erdma_agent::metrics::AgentMetrics;
 use erdma_agent::nri::{self, AgentNri, NriView, Policy};
+use erdma_agent::rdma_max::ClaimRecords;
+use erdma_dra::cdi::RdmaLimits;
+use erdma_dra::checkpoint::{Checkpoint, PreparedClaim, PreparedDevice};
 use erdma_host::cgroup::{CgroupFs, CgroupLayout, CgroupVersion, RootedCgroupFs};
 use erdma_k8s::fake::FakeApiServer;
 use erdma_model::rdma_limit::{Memlock, RDMA_MAX_ANNOTATION, RdmaLimit};
@@ -57,7 +62,8 @@ struct Node {
 
 impl Node {
     /// The agent's plugin on a node whose cgroup root is `<dir>/cgroup`, laid out as `layout`,
-    /// connected and configured (each test synchronizes).
+    /// with its DRA checkpoint at `<dir>/checkpoint.json` (see [`Node::prepared`]), connected and
+    /// configured (each test synchronizes).
     async fn start(layout: CgroupLayout) -> Node {
         let dir = tempfile::tempdir().expect("tmp");
         std::fs::create_dir_all(dir.path().join("cgroup/rdma")).unwrap();
@@ -74,6 +80,7 @@ impl Node {
             policy: Policy {
                 memlock: Memlock::Unlimited,
                 default_rdma_max: Some(RdmaLimit::parse("hca_handle=8").unwrap()),
+                allow_annotation_raise: false,
             },
             // No pod-resources answer: the device nodes the runtime put in decide.
             holders: erdma_kubelet::podresources::HolderCache::new(
@@ -85,6 +92,7 @@ impl Node {
                     erdma_model::names::DRA_DRIVER,
                 ),
             ),
+            claims: ClaimRecords::at(dir.path().join("checkpoint.json")),
             proc_root: PathBuf::from("/proc"),
             served: served_rx,
             smcr: None,
@@ -139,6 +147,36 @@ impl Node {
         )
         .unwrap();
         file
+    }
+
+    /// Writes the agent's DRA checkpoint: claim `uid` (`namespace/name`) prepared on `erdma_0`
+    /// with `hca_handle` handles and 8000 objects, as NodePrepareResources records it.
+    fn prepared(&self, uid: &str, namespace: &str, name: &str, hca_handle: u64) {
+        let mut cp = Checkpoint::load(&self.dir.path().join("checkpoint.json")).unwrap();
+        cp.version = erdma_dra::checkpoint::VERSION;
+        cp.claims.insert(
+            uid.into(),
+            PreparedClaim {
+                namespace: namespace.into(),
+                name: name.into(),
+                devices: vec![PreparedDevice {
+                    request: "rdma".into(),
+                    pool: "n1".into(),
+                    device: "erdma-0".into(),
+                    ibdev: "erdma_0".into(),
+                    cdi_ids: vec![format!("erdma.alibabacloud.com/claim={uid}-erdma_0")],
+                    share_id: None,
+                    shares: 10,
+                    limits: RdmaLimits {
+                        hca_handle,
+                        hca_object: 8000,
+                    },
+                    admin: false,
+                }],
+                cdi_spec: self.dir.path().join(format!("claim_{uid}.json")),
+            },
+        );
+        cp.save(&self.dir.path().join("checkpoint.json")).unwrap();
     }
 
     fn metric(&self, line_prefix: &str) -> Option<String> {
@@ -306,13 +344,17 @@ async fn on_cgroup_v1_rdma_max_is_written_into_the_containers_rdma_cgroup_not_th
         .unwrap();
     assert_eq!(read(&file), "erdma_1 hca_handle=2 hca_object=500");
 
-    // A DRA container: the claim's consumed capacity from its CDI spec.
-    let dra_pod = pod("dra", "77", &[]);
+    // A DRA container: its claim's consumed capacity, from the agent's checkpoint (this
+    // kubelet gives no answer: the claims prepared in the pod's namespace on its device), not
+    // from the environment the container carries.
+    node.prepared("uid-77", "team-a", "claim-77", 4);
+    let mut dra_pod = pod("dra", "77", &[]);
+    dra_pod.namespace = "team-a".into();
     let dra = container(
         &dra_pod,
         "worker",
         0,
-        &["ERDMA_RDMA_MAX=erdma_0 hca_handle=4 hca_object=8000"],
+        &["ERDMA_RDMA_MAX=erdma_0 hca_handle=max hca_object=max"],
         "/kubepods/pod77/ctr-worker",
     );
     let a = node
@@ -334,6 +376,78 @@ async fn on_cgroup_v1_rdma_max_is_written_into_the_containers_rdma_cgroup_not_th
         node.metric(r#"erdma_agent_rdma_limits_written_total{hook="StartContainer"} "#)
             .as_deref(),
         Some("3")
+    );
+    assert_eq!(
+        node.metric("erdma_agent_rdma_max_env_ignored_total ")
+            .as_deref(),
+        Some("1"),
+        "the container's own ERDMA_RDMA_MAX is counted, not applied"
+    );
+    node.stop().await;
+}
+
+/// A container cannot lift its limit on v1 by its own spec: a device-plugin container that sets
+/// `ERDMA_RDMA_MAX=<dev> hca_handle=max ...` gets `--nri-rdma-max`, and one that names a claim it
+/// does not hold gets that claim's nothing; a claim prepared after the agent started (the
+/// checkpoint changed) is its container's limit at StartContainer and at Synchronize.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_cgroup_v1_limits_come_from_the_records_never_the_containers_env() {
+    let node = Node::start(V1).await;
+    // Claims prepared in team-b on erdma_0; this kubelet names no claim, so the smallest in the
+    // namespace on the container's device applies. A running container that lacks its limit
+    // (and names the big claim in its env) gets the small one at Synchronize.
+    node.prepared("uid-small", "team-b", "small", 3);
+    node.prepared("uid-big", "team-b", "big", 500);
+    let mut p = pod("train", "6", &[]);
+    p.namespace = "team-b".into();
+    let mut running = container(
+        &p,
+        "worker",
+        0,
+        &["ERDMA_RDMA_MAX_UID_BIG=erdma_0 hca_handle=500 hca_object=8000"],
+        "/kubepods/pod6/ctr-worker",
+    );
+    running.state = api::ContainerState::ContainerRunning as i32;
+    let file = node.runc_created("kubepods/pod6/ctr-worker");
+    node.session
+        .synchronize(vec![p.clone()], vec![running])
+        .await
+        .unwrap();
+    assert_eq!(read(&file), "erdma_0 hca_handle=3 hca_object=8000");
+
+    // A device-plugin pod (no claim in its namespace) whose container forges the hand-off and
+    // whose annotation asks for more: the operator's limit.
+    let web = pod("web", "5", &[(RDMA_MAX_ANNOTATION, "hca_handle=max")]);
+    let forged = container(
+        &web,
+        "app",
+        0,
+        &[
+            "ERDMA_RDMA_MAX=erdma_0 hca_handle=max hca_object=max",
+            "ERDMA_RDMA_MAX_UID_OTHER=erdma_0 hca_handle=500 hca_object=8000",
+        ],
+        "/kubepods/pod5/ctr-app",
+    );
+    node.session.create_container(&web, &forged).await.unwrap();
+    let file = node.runc_created("kubepods/pod5/ctr-app");
+    node.session
+        .state_change(Event::StartContainer, &web, Some(&forged))
+        .await
+        .unwrap();
+    assert_eq!(
+        read(&file),
+        "erdma_0 hca_handle=8",
+        "the operator's limit: neither the env nor the annotation lifts it"
+    );
+    let ev = events_with(&node.api, "web", "ErdmaRdmaMaxCapped").await;
+    assert!(
+        ev[0]
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("--nri-allow-annotation-raise"),
+        "{:?}",
+        ev[0].note
     );
     node.stop().await;
 }

@@ -24,11 +24,13 @@ async fn the_plugin_connects_when_the_runtime_socket_appears_not_when_its_back_o
         policy: Policy {
             memlock: Memlock::Unlimited,
             default_rdma_max: None,
+            allow_annotation_raise: false,
         },
         holders: erdma_kubelet::podresources::HolderCache::new(
             erdma_kubelet::podresources::PodResourcesClient::new(&dir.path().join("podres.sock")),
             erdma_kubelet::podresources::Held::both("aliyun/erdma", erdma_model::names::DRA_DRIVER),
         ),
+        claims: erdma_agent::rdma_max::ClaimRecords::none(),
         proc_root: PathBuf::from("/proc"),
         served,
         smcr: None,

@@ -685,8 +685,10 @@ async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
         policy: Policy {
             memlock: Memlock::Unlimited,
             default_rdma_max: Some(RdmaLimit::parse("hca_handle=8").unwrap()),
+            allow_annotation_raise: false,
         },
         holders: w.holders(),
+        claims: erdma_agent::rdma_max::ClaimRecords::none(),
         proc_root: PathBuf::from("/proc"),
         served: w.served.subscribe(),
         smcr: Some(hook),
@@ -823,8 +825,10 @@ async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
             policy: Policy {
                 memlock: Memlock::Off,
                 default_rdma_max: None,
+                allow_annotation_raise: false,
             },
             holders: w.holders(),
+            claims: erdma_agent::rdma_max::ClaimRecords::none(),
             proc_root: PathBuf::from("/proc"),
             served: w.served.subscribe(),
             smcr: Some(strict),

@@ -187,6 +187,12 @@ impl Checkpoint {
         }
     }
 
+    /// Reads the checkpoint as [`Checkpoint::load`] does, but never sets a corrupt file aside:
+    /// for readers beside the driver (the agent's NRI plugin), which must not change its file.
+    pub fn read_only(path: &Path) -> Result<Checkpoint> {
+        Self::read(path)
+    }
+
     fn read(path: &Path) -> Result<Checkpoint> {
         let text = match std::fs::read(path) {
             Ok(t) => t,
@@ -261,6 +267,74 @@ impl Checkpoint {
             }
         }
         out
+    }
+}
+
+/// What a prepared claim grants a container on one ib device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// Admin access (`adminAccess: true`): no rdma limit.
+    Unrestricted,
+    /// The rdma cgroup limits the claim's requests consumed on the device, summed.
+    Limits(RdmaLimits),
+}
+
+impl Grant {
+    /// Both grants together (two requests, or two claims, on one device): the limits summed
+    /// (saturating: the file is read from disk); unrestricted when either is.
+    pub fn plus(self, other: Grant) -> Grant {
+        match (self, other) {
+            (Grant::Limits(a), Grant::Limits(b)) => Grant::Limits(RdmaLimits {
+                hca_handle: a.hca_handle.saturating_add(b.hca_handle),
+                hca_object: a.hca_object.saturating_add(b.hca_object),
+            }),
+            _ => Grant::Unrestricted,
+        }
+    }
+
+    /// The lower of two grants, key by key (unrestricted is the highest).
+    pub fn lowest(self, other: Grant) -> Grant {
+        match (self, other) {
+            (Grant::Limits(a), Grant::Limits(b)) => Grant::Limits(RdmaLimits {
+                hca_handle: a.hca_handle.min(b.hca_handle),
+                hca_object: a.hca_object.min(b.hca_object),
+            }),
+            (Grant::Unrestricted, g) | (g, Grant::Unrestricted) => g,
+        }
+    }
+}
+
+impl PreparedClaim {
+    /// What this claim grants per ib device, over its devices for which `counts` holds (the
+    /// ResourceSlice devices a container uses, when it uses some of the claim's requests only).
+    pub fn grants(&self, counts: impl Fn(&PreparedDevice) -> bool) -> BTreeMap<String, Grant> {
+        let mut out: BTreeMap<String, Grant> = BTreeMap::new();
+        for d in self.devices.iter().filter(|d| counts(d)) {
+            let g = if d.admin {
+                Grant::Unrestricted
+            } else {
+                Grant::Limits(d.limits)
+            };
+            out.entry(d.ibdev.clone())
+                .and_modify(|have| *have = have.plus(g))
+                .or_insert(g);
+        }
+        out
+    }
+}
+
+impl Checkpoint {
+    /// The prepared claims named `namespace`/`name` with their UIDs: one, or more while a
+    /// deleted claim of that name waits for its unprepare.
+    pub fn named<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> impl Iterator<Item = (&'a str, &'a PreparedClaim)> + 'a {
+        self.claims
+            .iter()
+            .filter(move |(_, c)| c.namespace == namespace && c.name == name)
+            .map(|(uid, c)| (uid.as_str(), c))
     }
 }
 
@@ -405,5 +479,82 @@ mod tests {
             claims_by_device(&back)["erdma_0"],
             ["ns/a".to_string(), "ns/b".to_string()]
         );
+    }
+
+    /// A claim's grant per ib device: two requests on one device sum, admin access is
+    /// unrestricted (also beside a regular request there), and the devices a container does not
+    /// use are left out; claims are found by name; a corrupt file read beside the driver stays.
+    #[test]
+    fn grants_per_device_and_claims_by_name() {
+        let dev = |request: &str, device: &str, ibdev: &str, handle: u64, admin: bool| {
+            PreparedDevice {
+                request: request.into(),
+                pool: "n".into(),
+                device: device.into(),
+                ibdev: ibdev.into(),
+                cdi_ids: vec![],
+                share_id: None,
+                shares: 1,
+                limits: RdmaLimits {
+                    hca_handle: handle,
+                    hca_object: 100,
+                },
+                admin,
+            }
+        };
+        let claim = PreparedClaim {
+            namespace: "ns".into(),
+            name: "c".into(),
+            devices: vec![
+                dev("a", "erdma-0", "erdma_0", 2, false),
+                dev("b", "erdma-0", "erdma_0", 3, false),
+                dev("c", "erdma-1", "erdma_1", 4, false),
+                dev("d", "erdma-1", "erdma_1", 0, true),
+            ],
+            cdi_spec: PathBuf::from("/x"),
+        };
+        let all = claim.grants(|_| true);
+        assert_eq!(
+            all["erdma_0"],
+            Grant::Limits(RdmaLimits {
+                hca_handle: 5,
+                hca_object: 200
+            })
+        );
+        assert_eq!(all["erdma_1"], Grant::Unrestricted);
+        let only_a = claim.grants(|d| d.request == "a");
+        assert_eq!(only_a.len(), 1);
+        assert_eq!(
+            only_a["erdma_0"],
+            Grant::Limits(RdmaLimits {
+                hca_handle: 2,
+                hca_object: 100
+            })
+        );
+        let l = |h, o| {
+            Grant::Limits(RdmaLimits {
+                hca_handle: h,
+                hca_object: o,
+            })
+        };
+        assert_eq!(l(2, 9).lowest(l(3, 1)), l(2, 1));
+        assert_eq!(Grant::Unrestricted.lowest(l(3, 1)), l(3, 1));
+        assert_eq!(l(u64::MAX, 1).plus(l(1, 1)), l(u64::MAX, 2));
+        assert_eq!(l(1, 1).plus(Grant::Unrestricted), Grant::Unrestricted);
+
+        let mut cp = Checkpoint::default();
+        cp.claims.insert("u1".into(), claim.clone());
+        let mut other = claim.clone();
+        other.name = "d".into();
+        cp.claims.insert("u2".into(), other);
+        let named: Vec<&str> = cp.named("ns", "c").map(|(uid, _)| uid).collect();
+        assert_eq!(named, ["u1"]);
+        assert_eq!(cp.named("other", "c").count(), 0);
+
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("checkpoint.json");
+        std::fs::write(&p, "{not json").expect("write");
+        assert!(Checkpoint::read_only(&p).is_err());
+        assert!(p.exists());
     }
 }

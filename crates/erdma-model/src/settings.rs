@@ -322,6 +322,7 @@ pub const AGENT_SETTINGS: &[Setting] = &[
         Value("unlimited"),
     ),
     charted("nri-rdma-max", "agent.nriRdmaMax", "", None, Value("none")),
+    agent_only("nri-allow-annotation-raise", Value("false")),
     agent_only("nri-budget-ms", Value("800")),
     flag_only(agent_only("config-path", Unset)),
     alias(
