@@ -60,6 +60,10 @@ pub struct Config {
     /// Region; empty: ask the metadata service.
     #[serde(default)]
     pub region: String,
+    /// The cluster's VPC: the controller changes only instances in it. Empty: the VPC of the
+    /// instance the controller runs on (metadata service `vpc-id`), resolved at start.
+    #[serde(default)]
+    pub vpc_id: String,
     /// Adopt HighPerformance ENIs the controller did not create.
     #[serde(default = "yes", rename = "manageNonOwnedENIs")]
     pub manage_non_owned_enis: bool,

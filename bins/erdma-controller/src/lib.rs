@@ -10,4 +10,5 @@ pub mod leader;
 pub mod metrics;
 pub mod reconcile;
 pub mod selfcheck;
+pub mod verify;
 pub mod webhook;

@@ -448,6 +448,22 @@ async fn run(
         } else {
             cfg.region.clone()
         };
+        // The cluster's VPC: only instances in it are changed (erdma_controller::verify).
+        let mut cfg = cfg;
+        if cfg.vpc_id.is_empty() {
+            let imds = erdma_cloud::imds::ImdsClient::new(&args.metadata_endpoint)?;
+            let asked = "asking the metadata service for the VPC";
+            let Some(answer) =
+                or_abandon(&cancel, asked, imds.get("/latest/meta-data/vpc-id")).await
+            else {
+                return stop(tasks).await;
+            };
+            cfg.vpc_id = answer
+                .context("config.vpcId is empty and the metadata service did not answer; set config.vpcId to the cluster's VPC (vpc-…)")?
+                .trim()
+                .to_string();
+        }
+        tracing::info!(vpc = %cfg.vpc_id, "provisioning only instances of this VPC");
         let creds = CredentialConfig::load(&args.credentials)?;
         tracing::info!(kind = %if creds.kind.is_empty() { "access_key" } else { &creds.kind }, region = %region, "cloud credentials");
         let (sns, sname) = creds.sts_secret();

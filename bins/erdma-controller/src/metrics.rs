@@ -36,6 +36,13 @@ pub struct ActionLabels {
     pub action: String,
 }
 
+/// Labels of the instance-mismatch counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MismatchLabels {
+    /// The check that failed: `private_ip` or `vpc`.
+    pub check: &'static str,
+}
+
 /// The controller's metrics in one prometheus-client registry; cheap to update from any task.
 pub struct Metrics {
     registry: Arc<Registry>,
@@ -49,6 +56,7 @@ pub struct Metrics {
     pub leader: Gauge,
     ecs: Family<EcsLabels, Counter>,
     ecs_retries: Family<ActionLabels, Counter>,
+    mismatches: Family<MismatchLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -95,6 +103,15 @@ impl Default for Metrics {
             "ECS calls tried again after a retryable failure, by action",
             ecs_retries.clone(),
         );
+        let mismatches = Family::<MismatchLabels, Counter>::default();
+        registry.register(
+            "erdma_controller_instance_mismatch",
+            "Node reconciles refused before any ECS write: the instance the Node names is not that node (check: private_ip, vpc)",
+            mismatches.clone(),
+        );
+        for check in ["private_ip", "vpc"] {
+            drop(mismatches.get_or_create(&MismatchLabels { check }));
+        }
         for controller in ["node", "erdmadevice"] {
             for result in ["ok", "error"] {
                 // Listed at 0 before the first pass.
@@ -109,6 +126,7 @@ impl Default for Metrics {
             leader,
             ecs,
             ecs_retries,
+            mismatches,
         }
     }
 }
@@ -143,6 +161,13 @@ impl Metrics {
         let result = if ok { "ok" } else { "error" };
         self.reconciles
             .get_or_create(&ReconcileLabels { controller, result })
+            .inc();
+    }
+
+    /// Counts a node refused by the instance check `check` ([`crate::verify::Mismatch::check`]).
+    pub fn instance_mismatch(&self, check: &'static str) {
+        self.mismatches
+            .get_or_create(&MismatchLabels { check })
             .inc();
     }
 

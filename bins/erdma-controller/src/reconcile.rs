@@ -2,7 +2,9 @@
 //!
 //! - **Node** ([`reconcile_node`]): wait for Ready (up to `waitNodeReadyTimeoutSeconds`, then
 //!   proceed), map the node to its ECS instance (`spec.providerID` `<region>.<i-…>`, else its
-//!   InternalIP), and when the node has no `ERdmaDevice` yet select ERIs per network card
+//!   InternalIP), check that instance is the node's (in the cluster's VPC, one of its private
+//!   IPs an InternalIP of the node; [`crate::verify`]: a mismatch is a Warning Event and
+//!   `erdma_controller_instance_mismatch_total`, and no ECS write), and when the node has no `ERdmaDevice` yet select ERIs per network card
 //!   ([`crate::eri::plan`]): reuse, convert the primary ENI, or create (with `ClientToken`), tag
 //!   them so terway ignores them, read the jumbo-frame attribute and create the `ERdmaDevice`
 //!   (owner reference to the Node, the two labels). When the object exists, back-fill the terway
@@ -17,6 +19,7 @@
 use crate::batch::{BatchError, Batcher};
 use crate::config::Config;
 use crate::eri::{self, CardPlan, SelectError};
+use crate::verify;
 use erdma_cloud::ecs::{
     CreateEni, Instance, InstanceType, MAX_ENI_IDS, MAX_INSTANCE_IDS, MAX_INSTANCE_TYPES,
     NetworkInterface,
@@ -441,6 +444,20 @@ pub fn instance_from_provider_id(provider_id: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The node's InternalIP addresses.
+fn internal_ips(node: &Node) -> Vec<String> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .map(|a| {
+            a.iter()
+                .filter(|a| a.type_ == "InternalIP")
+                .map(|a| a.address.clone())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 async fn resolve_instance(node: &Node, ctx: &Ctx) -> Result<Instance, ReconcileError> {
     let ecs = &ctx.ecs;
     let name = node.name_any();
@@ -503,6 +520,15 @@ pub async fn reconcile_node(node: Arc<Node>, ctx: Arc<Ctx>) -> Result<Action, Re
         }
         None => {
             let instance = resolve_instance(&node, &ctx).await?;
+            let ips = internal_ips(&node);
+            if let Err(m) = verify::instance_is_node(&name, &ips, &instance, &ctx.cfg.vpc_id) {
+                // Nothing is written to ECS for this node until its object changes.
+                tracing::warn!(node = %name, instance = %instance.instance_id, check = m.check(), "{m}");
+                ctx.metrics.instance_mismatch(m.check());
+                ctx.event(node.as_ref(), true, "InstanceMismatch", m.to_string())
+                    .await;
+                return Ok(Action::await_change());
+            }
             match select_eris(&node, &instance, &ctx).await {
                 Ok((spec, tagged)) => {
                     create_device_object(&node, &instance, spec, tagged, &devices, &ctx).await?;

@@ -9,7 +9,7 @@
 //! or `Failed` (or an agent's entry it keeps); a second reconcile of what it wrote ends the same
 //! way.
 
-use erdma_cloud::emulator::{EcsEmulator, EmuInstance, EmuInstanceType};
+use erdma_cloud::emulator::{EMU_VPC, EcsEmulator, EmuInstance, EmuInstanceType};
 use erdma_cloud::{
     CredentialProvider, CredentialSource, Credentials, EcsClient, EcsConfig, RetryPolicy,
     SignatureVersion,
@@ -89,7 +89,15 @@ async fn world() -> World {
     let user = erdma_k8s::rbac::service_account_user(&values.namespace, &values.controller_sa());
     // One reconcile at a time: a batch window would only add its wait to every case.
     let ctx = Arc::new(
-        Ctx::new(api.client_as(&user), ecs, Config::default()).with_batch_window(Duration::ZERO),
+        Ctx::new(
+            api.client_as(&user),
+            ecs,
+            Config {
+                vpc_id: EMU_VPC.into(),
+                ..Config::default()
+            },
+        )
+        .with_batch_window(Duration::ZERO),
     );
     World {
         api,

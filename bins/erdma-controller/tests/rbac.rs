@@ -9,7 +9,7 @@
 //! (`UPDATE=1 cargo test -p erdma-controller --test rbac` regenerates it).
 
 use erdma_cloud::credentials::{SecretSource, aes_cbc_encrypt};
-use erdma_cloud::emulator::{EcsEmulator, EmuInstance, EmuInstanceType};
+use erdma_cloud::emulator::{EMU_VPC, EcsEmulator, EmuInstance, EmuInstanceType};
 use erdma_cloud::{
     CredentialProvider, CredentialSource, Credentials, EcsClient, EcsConfig, RetryPolicy,
     SignatureVersion,
@@ -138,6 +138,7 @@ async fn every_controller_api_call_is_allowed_and_every_permission_is_used() {
     .unwrap();
     let cfg = Config {
         controller_namespace: v.namespace.clone(),
+        vpc_id: EMU_VPC.into(),
         ..Config::default()
     };
     let ctx = Arc::new(Ctx::new(client.clone(), ecs, cfg));

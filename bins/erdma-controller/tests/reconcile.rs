@@ -6,7 +6,7 @@
 //! the install renders enforced (a missing permission is a 403, as in a cluster).
 
 use erdma_cloud::credentials::{OidcRole, aes_cbc_encrypt};
-use erdma_cloud::emulator::{EcsEmulator, EmuInstance, EmuInstanceType};
+use erdma_cloud::emulator::{EMU_VPC, EcsEmulator, EmuInstance, EmuInstanceType};
 use erdma_cloud::{
     CredentialProvider, CredentialSource, Credentials, EcsClient, EcsConfig, RetryPolicy,
     SignatureVersion,
@@ -128,7 +128,10 @@ fn ctx_with(w: &World, source: CredentialSource) -> Arc<Ctx> {
     Arc::new(Ctx::new(
         w.api.client_as(&controller()),
         ecs,
-        Config::default(),
+        Config {
+            vpc_id: EMU_VPC.into(),
+            ..Config::default()
+        },
     ))
 }
 
@@ -498,6 +501,7 @@ async fn a_used_up_queue_pair_budget_creates_nothing_and_says_so() {
     .unwrap();
     let cfg = Config {
         manage_non_owned_enis: false,
+        vpc_id: EMU_VPC.into(),
         ..Config::default()
     };
     let c = Arc::new(Ctx::new(w.api.client(), ecs, cfg));
@@ -837,4 +841,89 @@ async fn agent_reported_problems_are_kept_while_the_cloud_side_is_ready() {
     let s = &o.status.unwrap().devices[0];
     assert_eq!(s.state(), Some(DeviceState::Failed));
     assert_eq!(s.message, "agent: no netdev");
+}
+
+/// A node can rewrite its own Node object: a providerID naming another node's instance, or an
+/// instance of another VPC at the node's own IP, must change nothing in ECS.
+#[tokio::test]
+async fn a_node_naming_an_instance_that_is_not_it_gets_no_ecs_write() {
+    let w = world().await;
+    // Two cards: a match would create an ERI and attach it.
+    instance(
+        &w,
+        "i-victim",
+        "ecs.ebmgn8v.48xlarge",
+        "10.0.0.20",
+        Some(true),
+    );
+    instance(
+        &w,
+        "i-evil",
+        "ecs.ebmgn8v.48xlarge",
+        "10.0.0.21",
+        Some(true),
+    );
+    // Same private IP as the node, other VPC.
+    instance(
+        &w,
+        "i-elsewhere",
+        "ecs.ebmgn8v.48xlarge",
+        "10.0.0.21",
+        Some(true),
+    );
+    w.emu
+        .state()
+        .instance_vpcs
+        .insert("i-elsewhere".into(), "vpc-other".into());
+    let c = ctx(&w);
+    for (node_name, provider, check) in [
+        ("node-evil", "emu-region.i-victim", "private_ip"),
+        ("node-evil2", "emu-region.i-elsewhere", "vpc"),
+    ] {
+        let n = node(node_name, Some(provider), "10.0.0.21", true, 10);
+        w.api.put(&n);
+        assert_eq!(
+            reconcile_node(Arc::new(n), c.clone()).await.unwrap(),
+            Action::await_change()
+        );
+        assert!(
+            cr(&w, node_name).is_none(),
+            "no ERdmaDevice for {node_name}"
+        );
+        let events: Vec<k8s_openapi::api::events::v1::Event> = w.api.list(Some("default"));
+        let e = events
+            .iter()
+            .find(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node_name)
+                    && e.reason.as_deref() == Some("InstanceMismatch")
+            })
+            .unwrap_or_else(|| panic!("a Warning Event on {node_name}: {events:?}"));
+        assert_eq!(e.type_.as_deref(), Some("Warning"));
+        let note = e.note.as_deref().unwrap_or_default();
+        assert!(
+            note.contains(node_name) && note.contains("providerID"),
+            "{note}"
+        );
+        let metrics = c.metrics.render();
+        assert!(
+            metrics.contains(&format!(
+                "erdma_controller_instance_mismatch_total{{check=\"{check}\"}} 1"
+            )),
+            "{metrics}"
+        );
+    }
+    // ECS was only read.
+    let st = w.emu.state();
+    let actions: std::collections::BTreeSet<&str> =
+        st.calls.iter().map(|c| c.action.as_str()).collect();
+    assert_eq!(
+        actions,
+        std::collections::BTreeSet::from(["DescribeInstances"]),
+        "only reads"
+    );
+    assert!(
+        st.enis
+            .values()
+            .all(|e| e.traffic_mode != "HighPerformance")
+    );
 }

@@ -65,7 +65,7 @@ fn node(name: &str, instance: &str) -> Node {
 /// The controller's config with 1 s deadlines everywhere.
 fn short_config() -> Config {
     serde_json::from_str(
-        r#"{"kubeRequestTimeoutSeconds": 1, "ecsConnectTimeoutSeconds": 1, "ecsReadTimeoutSeconds": 1}"#,
+        r#"{"kubeRequestTimeoutSeconds": 1, "ecsConnectTimeoutSeconds": 1, "ecsReadTimeoutSeconds": 1, "vpcId": "vpc-emu"}"#,
     )
     .expect("config")
 }

@@ -5,7 +5,7 @@
 //! retry follows a refusal.
 
 use erdma_cloud::ecs::{EcsObserver, Outcome};
-use erdma_cloud::emulator::{EcsEmulator, EmuInstance, EmuInstanceType, Throttle};
+use erdma_cloud::emulator::{EMU_VPC, EcsEmulator, EmuInstance, EmuInstanceType, Throttle};
 use erdma_cloud::{
     CredentialProvider, CredentialSource, Credentials, EcsClient, EcsConfig, RateLimit,
     RetryPolicy, SignatureVersion,
@@ -14,7 +14,7 @@ use erdma_controller::config::Config;
 use erdma_controller::reconcile::{Ctx, run_controllers};
 use erdma_k8s::ERdmaDevice;
 use erdma_k8s::fake::FakeApiServer;
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeMap;
@@ -99,6 +99,10 @@ fn node(i: usize) -> Node {
                 status: "True".into(),
                 ..Default::default()
             }]),
+            addresses: Some(vec![NodeAddress {
+                type_: "InternalIP".into(),
+                address: format!("10.2.{}.{}", i / 256, i % 256),
+            }]),
             ..Default::default()
         }),
     }
@@ -153,7 +157,11 @@ async fn two_hundred_nodes_through_a_throttling_ecs() {
     })
     .with_observer(seen.clone());
     let api = FakeApiServer::new();
-    let ctx = Arc::new(Ctx::new(api.client(), ecs, Config::default()));
+    let cfg = Config {
+        vpc_id: EMU_VPC.into(),
+        ..Config::default()
+    };
+    let ctx = Arc::new(Ctx::new(api.client(), ecs, cfg));
     let cancel = tokio_util::sync::CancellationToken::new();
     let task = tokio::spawn(run_controllers(ctx, cancel.clone()));
     for i in 0..NODES {

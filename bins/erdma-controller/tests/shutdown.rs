@@ -248,7 +248,7 @@ fn a_signal_ends_the_webhook_certificate_retries_on_an_api_server_that_refuses()
 fn a_signal_ends_leader_election_on_an_api_server_that_never_answers() {
     let api = Blackhole::start();
     let mut controller = spawn_controller(
-        r#"{"enableWebhook": false, "region": "cn-hangzhou"}"#,
+        r#"{"enableWebhook": false, "region": "cn-hangzhou", "vpcId": "vpc-x"}"#,
         api.addr,
     );
     api.wait_for_a_request();

@@ -45,6 +45,9 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+/// The VPC of every instance unless [`EmuState::instance_vpcs`] names another.
+pub const EMU_VPC: &str = "vpc-emu";
+
 /// An instance.
 #[derive(Debug, Clone)]
 pub struct EmuInstance {
@@ -168,6 +171,8 @@ pub struct EmuState {
     pub throttle: Option<Throttle>,
     /// Calls answered `Throttling.User` by [`EmuState::throttle`], per action.
     pub throttled: BTreeMap<String, u64>,
+    /// Instances in a VPC other than [`EMU_VPC`] (instance ID → VPC ID).
+    pub instance_vpcs: BTreeMap<String, String>,
     buckets: BTreeMap<String, (f64, Instant)>,
     counter: u64,
 }
@@ -893,7 +898,8 @@ fn dispatch(
                 .map(|i| json!({
                     "InstanceId": i.id, "InstanceType": i.instance_type, "RegionId": "emu-region",
                     "ZoneId": "emu-zone-a",
-                    "VpcAttributes": {"VSwitchId": i.vswitch_id, "VpcId": "vpc-emu",
+                    "VpcAttributes": {"VSwitchId": i.vswitch_id,
+                        "VpcId": st.instance_vpcs.get(&i.id).map_or(EMU_VPC, String::as_str),
                         "PrivateIpAddress": {"IpAddress": [i.private_ip]}},
                     "SecurityGroupIds": {"SecurityGroupId": i.security_groups},
                     "NetworkInterfaces": {"NetworkInterface": enis.get(i.id.as_str()).map(|v| v.iter().map(|e| json!({
