@@ -1603,10 +1603,10 @@ mod tests {
         );
     }
 
-    /// Where the kubelet's answer names no DRA claim (its DynamicResources gate off), the claims
-    /// prepared in the pod's namespace on the device the runtime put into the container stand in,
-    /// and with several the lowest applies; a claim with admin access carries no limit, so the
-    /// operator's applies.
+    /// Where the kubelet's answer names no DRA claim of the container (its DynamicResources gate
+    /// off), the claims prepared in the pod's namespace on the device the runtime put into the
+    /// container stand in, and with several the lowest applies; a container the answer lists with
+    /// a device-plugin slot, or whose claim has admin access (no limit), gets the operator's.
     #[test]
     fn without_the_kubelets_claims_the_lowest_claim_on_the_held_device_applies() {
         let (_t, served) = served();
@@ -1633,6 +1633,19 @@ mod tests {
                 "{holders:?}"
             );
         }
+        // the kubelet lists the container with a device-plugin slot: no claim is its, the
+        // operator's limit applies (a node moving between the two)
+        let slot = holds(&[&dev]);
+        let records = Records {
+            holders: Some(&slot),
+            claims: Some(&cp),
+        };
+        let ceiling = Policy {
+            default_rdma_max: Some(RdmaLimit::parse("hca_handle=2").unwrap()),
+            ..POLICY
+        };
+        let (w, _) = wanted_limits(&pod(None), &c, &served, records, &ceiling);
+        assert_eq!(w.rdma_max, Some(format!("{dev} hca_handle=2")));
         let admin = prepared(&[("uid-m", "claim-m", &dev, 0)]);
         let policy = Policy {
             default_rdma_max: Some(RdmaLimit::parse("hca_handle=3").unwrap()),

@@ -54,11 +54,12 @@ pub struct Claimed {
 /// What the DRA claims give container `c` (see [`Claimed`]); `None` when the records name no
 /// claim of this container.
 ///
-/// The kubelet's answer names the container's claims and devices. Where it names no claim of
-/// any container (it answers without DRA: `KubeletPodResourcesDynamicResources` off, or no
-/// trusted answer), the claims prepared in the pod's namespace on the devices the container
+/// The kubelet's answer names the container's claims and devices. Where it names none for this
+/// container (it answers without DRA: `KubeletPodResourcesDynamicResources` off; no trusted
+/// answer; or not yet), the claims prepared in the pod's namespace on the devices the container
 /// holds stand in, and with several the lowest grant of each device applies: the agent cannot
-/// tell which is the container's, and a ceiling must not grow by guessing.
+/// tell which is the container's, and a ceiling must not grow by guessing. A container the
+/// answer lists with device-plugin slots holds no claim: `None`.
 pub fn claim_grants(
     pod: &api::PodSandbox,
     c: &api::Container,
@@ -66,9 +67,22 @@ pub fn claim_grants(
     records: Records<'_>,
 ) -> Option<Claimed> {
     let claims = records.claims?;
-    let answer_has_claims = records
+    let of_container: Vec<&Holder> = records
         .holders
-        .is_some_and(|hs| hs.iter().any(|h| !h.claimed.is_empty()));
+        .unwrap_or_default()
+        .iter()
+        .filter(|h| h.namespace == pod.namespace && h.pod == pod.name && h.container == c.name)
+        .collect();
+    // (claim namespace, claim name) -> the ResourceSlice devices the container uses of it
+    let mut used: BTreeMap<(&str, &str), BTreeSet<&str>> = BTreeMap::new();
+    for d in of_container.iter().flat_map(|h| &h.claimed) {
+        used.entry((&d.claim_namespace, &d.claim_name))
+            .or_default()
+            .insert(&d.device);
+    }
+    if used.is_empty() && of_container.iter().any(|h| !h.device_ids.is_empty()) {
+        return None;
+    }
     let mut grants: BTreeMap<String, Grant> = BTreeMap::new();
     let mut from: Vec<String> = Vec::new();
     let mut hand_off: Vec<String> = Vec::new();
@@ -79,20 +93,7 @@ pub fn claim_grants(
             }
         }
     };
-    if answer_has_claims {
-        // (claim namespace, claim name) -> the ResourceSlice devices the container uses of it
-        let mut used: BTreeMap<(&str, &str), BTreeSet<&str>> = BTreeMap::new();
-        for h in
-            records.holders.unwrap_or_default().iter().filter(|h| {
-                h.namespace == pod.namespace && h.pod == pod.name && h.container == c.name
-            })
-        {
-            for d in &h.claimed {
-                used.entry((&d.claim_namespace, &d.claim_name))
-                    .or_default()
-                    .insert(&d.device);
-            }
-        }
+    if !used.is_empty() {
         for ((ns, name), slice_devices) in used {
             // one grant per claim name: a deleted claim of that name still prepared (its
             // unprepare not come yet) lowers it, never adds to it
