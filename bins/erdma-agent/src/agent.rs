@@ -53,6 +53,7 @@ async fn serve(s: Settings, inventory: Inventory, mut tasks: Tasks) -> anyhow::R
     let mut registry = prometheus_client::registry::Registry::default();
     let plugin_metrics = Arc::new(Metrics::register(&mut registry));
     let agent_metrics = Arc::new(AgentMetrics::register(&mut registry));
+    let connections = erdma_host::http::ConnectionMetrics::register(&mut registry);
     // Started before the API connection: the first scan and the SMC-R BPF probe.
     let first_scan = devices::start_first_scan(&inventory);
     let smcr_probe = smcr::start_probe(AgentPlan::probes_smcr(&s), &s);
@@ -91,7 +92,10 @@ async fn serve(s: Settings, inventory: Inventory, mut tasks: Tasks) -> anyhow::R
             plan.sockets.cri.clone(),
             s.node_name.clone(),
         );
-        registry.register_collector(Box::new(crate::usage::UsageCollector(u.clone())));
+        // Only the families that name no pod: `/metrics` adds the per-pod ones for the peers
+        // that may read them (`UsageService::readable_by`).
+        registry.register_collector(Box::new(crate::usage::NodeUsageCollector(u.clone())));
+        u.serve_remote_readers(s.usage_remote);
         u
     });
 
@@ -153,7 +157,7 @@ async fn serve(s: Settings, inventory: Inventory, mut tasks: Tasks) -> anyhow::R
         health,
         usage,
     };
-    health::start(&s, exposition, &mut tasks);
+    health::start(&s, exposition, connections, &mut tasks);
     tasks.start_release();
     let (result, _held) = serving.await;
     tasks.stop().await;

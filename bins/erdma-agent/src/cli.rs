@@ -217,6 +217,12 @@ pub struct Flags {
     /// metrics and /usage answers 503 [default: true].
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub rdma_usage: Option<bool>,
+    /// Serve the per-pod RDMA usage (GET /usage, the per-pod families of /metrics) to every
+    /// client that reaches --metrics-addr; `false`: to loopback clients only (processes on the
+    /// node, `kubectl port-forward` to the agent's pod), the others get 403 and /metrics without
+    /// pod names [default: false].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
+    pub usage_remote: Option<bool>,
 }
 
 pub use erdma_model::names::BPF_PIN_DIR as DEFAULT_BPF_PIN_DIR;
@@ -280,6 +286,7 @@ pub struct FileConfig {
     resource_api: Option<String>,
     kubelet_root_dir: Option<PathBuf>,
     rdma_usage: Option<bool>,
+    usage_remote: Option<bool>,
 }
 
 /// A comma-separated string or a list.
@@ -381,6 +388,8 @@ pub struct Settings {
     pub kubelet_root_dir: PathBuf,
     /// Per-pod RDMA usage on scrape (`--rdma-usage`).
     pub rdma_usage: bool,
+    /// Per-pod RDMA usage served to any client, not only loopback ones (`--usage-remote`).
+    pub usage_remote: bool,
     /// NRI plugin mode.
     pub nri: NriMode,
     /// The runtime's NRI socket.
@@ -692,6 +701,7 @@ impl Settings {
                 .or(file.kubelet_root_dir)
                 .unwrap_or_else(|| "/var/lib/kubelet".into()),
             rdma_usage: flags.rdma_usage.or(file.rdma_usage).unwrap_or(true),
+            usage_remote: flags.usage_remote.or(file.usage_remote).unwrap_or(false),
             nri,
             nri_socket: flags
                 .nri_socket

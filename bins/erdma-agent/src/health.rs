@@ -13,6 +13,7 @@ use crate::smcr::Decision;
 use crate::source::EriSource;
 use erdma_deviceplugin::Metrics;
 use erdma_driver::DriverStatus;
+use erdma_host::http::{Bounds, ConnectionMetrics};
 use erdma_model::Excluded;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
@@ -195,7 +196,9 @@ pub struct Exposition {
 /// DRA driver registered with the kubelet), else 503 with what is missing. With usage on,
 /// `/metrics` first brings the usage up to date ([`crate::usage::UsageService::current`]);
 /// `/usage` answers its JSON ([`erdma_usage::report::NodeUsage`]), 503 when it could not be read
-/// or usage is off.
+/// or usage is off. The usage names pods: `/usage` answers 403 to a peer
+/// [`crate::usage::UsageService::readable_by`] refuses (any but loopback, by default), and
+/// `/metrics` leaves out the families that name pods for it.
 pub fn router(what: Exposition) -> axum::Router {
     use axum::http::StatusCode;
     use axum::http::header::CONTENT_TYPE;
@@ -206,31 +209,50 @@ pub fn router(what: Exposition) -> axum::Router {
     axum::Router::new()
         .route(
             "/metrics",
-            get(move || {
+            get(move |req: axum::extract::Request| {
                 let (registry, usage) = (registry.clone(), usage.clone());
+                let peer = erdma_host::http::peer(&req);
                 async move {
-                    if let Some(u) = usage {
-                        u.current().await;
+                    let Some(u) = usage else {
+                        return erdma_host::http::metrics_response(&registry);
+                    };
+                    u.current().await;
+                    if u.readable_by(peer).is_err() {
+                        return erdma_host::http::metrics_response(&registry);
                     }
-                    erdma_host::http::metrics_response(&registry)
+                    let mut pods = Registry::default();
+                    pods.register_collector(Box::new(crate::usage::PodUsageCollector(u)));
+                    erdma_host::http::metrics_response_all(&[&registry, &pods])
                 }
             }),
         )
         .route(
             "/usage",
-            get(move || {
+            get(move |req: axum::extract::Request| {
                 let usage = usage_json.clone();
+                let peer = erdma_host::http::peer(&req);
                 async move {
                     let (code, body) = match usage {
-                        Some(u) => {
-                            let now = u.current().await;
-                            let code = if now.available {
-                                StatusCode::OK
-                            } else {
-                                StatusCode::SERVICE_UNAVAILABLE
-                            };
-                            (code, serde_json::to_string(&*now).unwrap_or_default())
-                        }
+                        Some(u) => match u.readable_by(peer) {
+                            Err(why) => {
+                                tracing::debug!(?peer, "/usage refused");
+                                let why = format!("{why}\n");
+                                return (
+                                    StatusCode::FORBIDDEN,
+                                    [(CONTENT_TYPE, "text/plain")],
+                                    why,
+                                );
+                            }
+                            Ok(()) => {
+                                let now = u.current().await;
+                                let code = if now.available {
+                                    StatusCode::OK
+                                } else {
+                                    StatusCode::SERVICE_UNAVAILABLE
+                                };
+                                (code, serde_json::to_string(&*now).unwrap_or_default())
+                            }
+                        },
                         None => {
                             let off = erdma_usage::report::NodeUsage::unavailable(
                                 None,
@@ -266,36 +288,54 @@ pub fn router(what: Exposition) -> axum::Router {
         )
 }
 
-/// Serves [`router`] on `listener` until `cancel` fires ([`erdma_host::http::serve`]: requests
-/// in progress are answered, connections dropped [`erdma_host::http::DRAIN`] after). Never
-/// fails once bound; the `Result` is for the callers written against `axum::serve`.
+/// Serves [`router`] on `listener` until `cancel` fires ([`erdma_host::http::serve`] under the
+/// default bounds, its connections counted in metrics of its own: requests in progress are
+/// answered, connections dropped [`erdma_host::http::DRAIN`] after). Never fails once bound; the
+/// `Result` is for the callers written against `axum::serve`.
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     what: Exposition,
     cancel: CancellationToken,
 ) -> std::io::Result<()> {
-    erdma_host::http::serve(listener, router(what), cancel).await;
+    let bounds = Bounds::new(SERVER, ConnectionMetrics::default());
+    erdma_host::http::serve(listener, router(what), bounds, cancel).await;
     Ok(())
 }
 
-/// `/metrics`, `/healthz` and `/readyz` on `--metrics-addr`, unless it is `off`.
-pub fn start(s: &crate::cli::Settings, what: Exposition, tasks: &mut crate::tasks::Tasks) {
+/// The `server` label of the agent's connection metrics.
+pub const SERVER: &str = "metrics";
+
+/// `/metrics`, `/healthz`, `/readyz` and `/usage` on `--metrics-addr`, unless it is `off`, its
+/// connections counted in `connections`.
+pub fn start(
+    s: &crate::cli::Settings,
+    what: Exposition,
+    connections: ConnectionMetrics,
+    tasks: &mut crate::tasks::Tasks,
+) {
     if let crate::cli::MetricsAddr::On(addr) = s.metrics_addr {
         let cancel = tasks.cancel.clone();
-        tasks.spawn("serving /metrics", serve(addr, what, cancel));
+        tasks.spawn("serving /metrics", serve(addr, what, connections, cancel));
     }
 }
 
-/// Binds `addr` (`--metrics-addr`) and serves [`router`] there until `cancel` fires; a failed
-/// bind is logged and retried every 10 s while the devices are served.
-pub async fn serve(addr: std::net::SocketAddr, what: Exposition, cancel: CancellationToken) {
+/// Binds `addr` (`--metrics-addr`) and serves [`router`] there under the default bounds
+/// ([`erdma_host::http::bounds`]) until `cancel` fires; a failed bind is logged and retried every
+/// 10 s while the devices are served.
+pub async fn serve(
+    addr: std::net::SocketAddr,
+    what: Exposition,
+    connections: ConnectionMetrics,
+    cancel: CancellationToken,
+) {
     let bind = erdma_host::http::Bind {
         addr,
         flag: "--metrics-addr",
         serves: "/metrics and /healthz",
         meanwhile: "devices are served meanwhile",
     };
-    erdma_host::http::serve_bound(bind, router(what), cancel).await
+    let bounds = Bounds::new(SERVER, connections);
+    erdma_host::http::serve_bound(bind, router(what), bounds, cancel).await
 }
 
 #[cfg(test)]

@@ -227,6 +227,7 @@ pub struct UsageService {
     smc: Arc<dyn smc::SmcReader>,
     smc_targets: tokio::sync::Mutex<BTreeMap<String, SmcTarget>>,
     smc_reading: AtomicBool,
+    remote_readers: AtomicBool,
 }
 
 impl UsageService {
@@ -247,7 +248,32 @@ impl UsageService {
             smc,
             smc_targets: tokio::sync::Mutex::new(BTreeMap::new()),
             smc_reading: AtomicBool::new(false),
+            remote_readers: AtomicBool::new(false),
         })
+    }
+
+    /// Lets any peer read the per-pod usage (`--usage-remote`); by default only loopback peers.
+    pub fn serve_remote_readers(&self, on: bool) {
+        self.remote_readers.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether `peer` may read the per-pod usage (`/usage`, the per-pod families of `/metrics`):
+    /// a loopback peer (a process on the node, or `kubectl port-forward` to the agent's
+    /// host-network pod, which the runtime dials from the node's loopback), or any peer with
+    /// `--usage-remote`. `Err` is the answer for the others (an unknown peer is one of them).
+    pub fn readable_by(&self, peer: Option<std::net::SocketAddr>) -> Result<(), String> {
+        let loopback = peer.is_some_and(|p| p.ip().to_canonical().is_loopback());
+        if loopback || self.remote_readers.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let from = peer.map_or_else(|| "an unknown address".to_string(), |p| p.ip().to_string());
+        Err(format!(
+            "per-pod RDMA usage names the pods of this node, so this agent serves it to loopback \
+             clients only, and this request came from {from}. Read it on the node, or through \
+             `kubectl port-forward -n <namespace> <agent pod> <port>` and \
+             `erdmactl top pods --agent-addr 127.0.0.1:<port>`; or start the agent with \
+             --usage-remote=true to serve it to every client that reaches this port"
+        ))
     }
 
     /// The real inputs: RDMA netlink (or `ERDMA_AGENT_FAKE_RDMA`), `/proc` (or
@@ -546,10 +572,70 @@ fn allocated_by_name(held: &[Holder], snap: &Snapshot) -> BTreeMap<PodName, BTre
     out
 }
 
-/// Writes the usage metrics from the service's last result at each scrape (registered in the
-/// one registry when `--rdma-usage` is on).
+/// Writes every usage metric (per node, device and pod) from the service's last result at each
+/// scrape.
 #[derive(Clone)]
 pub struct UsageCollector(pub Arc<UsageService>);
+
+/// Writes the usage metrics that name no pod (the per-node and per-device families) from the
+/// service's last result at each scrape: what the one registry holds when `--rdma-usage` is on.
+#[derive(Clone)]
+pub struct NodeUsageCollector(pub Arc<UsageService>);
+
+/// Writes the usage metrics that name pods (`erdma_pod_*`, `erdma_device_traffic_pod`) from the
+/// service's last result: what `/metrics` adds for a peer [`UsageService::readable_by`] allows.
+#[derive(Clone)]
+pub struct PodUsageCollector(pub Arc<UsageService>);
+
+/// Which usage families a collector writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageFamilies {
+    /// Every family.
+    All,
+    /// The families that name no pod.
+    Node,
+    /// The families that name pods.
+    Pods,
+}
+
+impl UsageFamilies {
+    fn node(self) -> bool {
+        self != UsageFamilies::Pods
+    }
+    fn pods(self) -> bool {
+        self != UsageFamilies::Node
+    }
+}
+
+impl std::fmt::Debug for NodeUsageCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NodeUsageCollector")
+    }
+}
+
+impl std::fmt::Debug for PodUsageCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PodUsageCollector")
+    }
+}
+
+impl prometheus_client::collector::Collector for NodeUsageCollector {
+    fn encode(&self, encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        match self.0.latest() {
+            Some(c) => encode_usage(&c.usage, Some(c.took), UsageFamilies::Node, encoder),
+            None => Ok(()),
+        }
+    }
+}
+
+impl prometheus_client::collector::Collector for PodUsageCollector {
+    fn encode(&self, encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        match self.0.latest() {
+            Some(c) => encode_usage(&c.usage, Some(c.took), UsageFamilies::Pods, encoder),
+            None => Ok(()),
+        }
+    }
+}
 
 impl std::fmt::Debug for UsageCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -560,7 +646,7 @@ impl std::fmt::Debug for UsageCollector {
 impl prometheus_client::collector::Collector for UsageCollector {
     fn encode(&self, encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         match self.0.latest() {
-            Some(c) => encode_usage(&c.usage, Some(c.took), encoder),
+            Some(c) => encode_usage(&c.usage, Some(c.took), UsageFamilies::All, encoder),
             None => Ok(()),
         }
     }
@@ -590,14 +676,30 @@ fn gauge(v: u64) -> ConstGauge<i64> {
     ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX))
 }
 
-/// The usage metrics of `u` (see docs/operations.md for each family and its bound).
+/// The usage metrics of `u` of the kind `which` (see docs/operations.md for each family and its
+/// bound).
 pub fn encode_usage(
     u: &NodeUsage,
     took: Option<Duration>,
+    which: UsageFamilies,
     mut e: DescriptorEncoder,
 ) -> Result<(), std::fmt::Error> {
+    if which.node() {
+        encode_node_usage(u, took, &mut e)?;
+    }
+    if which.pods() {
+        encode_pod_usage(u, &mut e)?;
+    }
+    Ok(())
+}
+
+fn encode_node_usage(
+    u: &NodeUsage,
+    took: Option<Duration>,
+    e: &mut DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
     family(
-        &mut e,
+        e,
         "erdma_usage_available",
         "1 when the last usage read succeeded (RDMA netlink answered), else 0",
         MetricType::Gauge,
@@ -605,7 +707,7 @@ pub fn encode_usage(
     )?;
     if let Some(t) = took {
         family(
-            &mut e,
+            e,
             "erdma_usage_collection_seconds",
             "How long the last usage read took",
             MetricType::Gauge,
@@ -614,12 +716,134 @@ pub fn encode_usage(
     }
     let shown = &u.pods[..u.pods.len().min(MAX_METRIC_PODS)];
     family(
-        &mut e,
+        e,
         "erdma_usage_pods_left_out",
         "Pods with RDMA usage left out of the per-pod metrics (more than 256)",
         MetricType::Gauge,
         vec![(vec![], gauge((u.pods.len() - shown.len()) as u64))],
     )?;
+
+    let (mut holders, mut traffic) = (Vec::new(), Vec::new());
+    let (mut txb, mut rxb, mut txp, mut rxp, mut errs) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for d in &u.devices {
+        let dev = || vec![("device", d.device.clone())];
+        holders.push((dev(), gauge(d.holders.len() as u64)));
+        let kind = match d.traffic {
+            TrafficKind::Pod => "pod",
+            TrafficKind::Shared => "shared",
+            TrafficKind::Unused => "unused",
+        };
+        let mut l = dev();
+        l.push(("traffic", kind.to_string()));
+        traffic.push((l, gauge(1)));
+        for port in &d.ports {
+            let l = || {
+                vec![
+                    ("device", d.device.clone()),
+                    ("port", port.port.to_string()),
+                ]
+            };
+            for (v, out) in [
+                (port.tx_bytes, &mut txb),
+                (port.rx_bytes, &mut rxb),
+                (port.tx_packets, &mut txp),
+                (port.rx_packets, &mut rxp),
+            ] {
+                if let Some(v) = v {
+                    out.push((l(), ConstCounter::new(v)));
+                }
+            }
+            for name in report::ERROR_COUNTERS {
+                if let Some(v) = port.counters.get(*name) {
+                    let mut l = l();
+                    l.push(("counter", name.to_string()));
+                    errs.push((l, ConstCounter::new(*v)));
+                }
+            }
+        }
+    }
+    family(
+        e,
+        "erdma_device_holders",
+        "Pods allocated the device or seen using it",
+        MetricType::Gauge,
+        holders,
+    )?;
+    family(
+        e,
+        "erdma_device_traffic",
+        "Whose the device's traffic is: 1 for the device's one kind (pod: one pod holds it alone; shared; unused)",
+        MetricType::Gauge,
+        traffic,
+    )?;
+    family(
+        e,
+        "erdma_device_tx_bytes",
+        "Bytes sent by the port (drivers that count them: erdma, bnxt_re)",
+        MetricType::Counter,
+        txb,
+    )?;
+    family(
+        e,
+        "erdma_device_rx_bytes",
+        "Bytes received by the port (drivers that count them: erdma, bnxt_re)",
+        MetricType::Counter,
+        rxb,
+    )?;
+    family(
+        e,
+        "erdma_device_tx_packets",
+        "Packets sent by the port",
+        MetricType::Counter,
+        txp,
+    )?;
+    family(
+        e,
+        "erdma_device_rx_packets",
+        "Packets received by the port",
+        MetricType::Counter,
+        rxp,
+    )?;
+    family(
+        e,
+        "erdma_device_errors",
+        "The port's drop, retransmit, NAK and congestion counters, by the driver's counter name",
+        MetricType::Counter,
+        errs,
+    )?;
+
+    let (mut oq, mut ob) = (Vec::new(), Vec::new());
+    for o in &u.others {
+        let kind = match o.kind {
+            report::OtherKind::Host => "host",
+            report::OtherKind::Kernel => "kernel",
+            report::OtherKind::Unknown => "unknown",
+        };
+        let l = vec![("device", o.device.clone()), ("owner", kind.to_string())];
+        oq.push((l.clone(), gauge(o.counts.qps)));
+        ob.push((l, gauge(o.counts.mr_bytes)));
+    }
+    family(
+        e,
+        "erdma_device_other_qps",
+        "Queue pairs not of a pod: owner host (a process outside pods), kernel (the RDMA core, smc, ...) or unknown",
+        MetricType::Gauge,
+        oq,
+    )?;
+    family(
+        e,
+        "erdma_device_other_mr_bytes",
+        "Bytes registered in memory regions not of a pod, by owner kind",
+        MetricType::Gauge,
+        ob,
+    )?;
+    Ok(())
+}
+
+/// The families that name pods: per pod and device, and the pod a device's traffic is.
+fn encode_pod_usage(u: &NodeUsage, e: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    let shown = &u.pods[..u.pods.len().min(MAX_METRIC_PODS)];
     let pod_labels = |p: &report::PodReport, dev: &str| -> Labels {
         let (ns, name) = match (&p.namespace, &p.name) {
             (Some(ns), Some(n)) => (ns.clone(), n.clone()),
@@ -649,170 +873,59 @@ pub fn encode_usage(
         }
     }
     family(
-        &mut e,
+        e,
         "erdma_pod_qps",
         "Queue pairs of a pod on a device, by QP state",
         MetricType::Gauge,
         qps,
     )?;
     family(
-        &mut e,
+        e,
         "erdma_pod_mrs",
         "Memory regions of a pod on a device",
         MetricType::Gauge,
         mrs,
     )?;
     family(
-        &mut e,
+        e,
         "erdma_pod_mr_bytes",
         "Bytes a pod registered in memory regions on a device (memory pinned for RDMA)",
         MetricType::Gauge,
         mr_bytes,
     )?;
     family(
-        &mut e,
+        e,
         "erdma_pod_cqs",
         "Completion queues of a pod on a device",
         MetricType::Gauge,
         cqs,
     )?;
     family(
-        &mut e,
+        e,
         "erdma_pod_pds",
         "Protection domains of a pod on a device",
         MetricType::Gauge,
         pds,
     )?;
-
-    let (mut holders, mut traffic, mut traffic_pod) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut txb, mut rxb, mut txp, mut rxp, mut errs) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut traffic_pod = Vec::new();
     for d in &u.devices {
-        let dev = || vec![("device", d.device.clone())];
-        holders.push((dev(), gauge(d.holders.len() as u64)));
-        let kind = match d.traffic {
-            TrafficKind::Pod => "pod",
-            TrafficKind::Shared => "shared",
-            TrafficKind::Unused => "unused",
-        };
-        let mut l = dev();
-        l.push(("traffic", kind.to_string()));
-        traffic.push((l, gauge(1)));
         if let Some(p) = &d.traffic_pod {
             let (ns, name) = p.split_once('/').unwrap_or(("", p));
-            let mut l = dev();
-            l.extend([("namespace", ns.to_string()), ("pod", name.to_string())]);
+            let l = vec![
+                ("device", d.device.clone()),
+                ("namespace", ns.to_string()),
+                ("pod", name.to_string()),
+            ];
             traffic_pod.push((l, gauge(1)));
-        }
-        for port in &d.ports {
-            let l = || {
-                vec![
-                    ("device", d.device.clone()),
-                    ("port", port.port.to_string()),
-                ]
-            };
-            for (v, out) in [
-                (port.tx_bytes, &mut txb),
-                (port.rx_bytes, &mut rxb),
-                (port.tx_packets, &mut txp),
-                (port.rx_packets, &mut rxp),
-            ] {
-                if let Some(v) = v {
-                    out.push((l(), ConstCounter::new(v)));
-                }
-            }
-            for name in report::ERROR_COUNTERS {
-                if let Some(v) = port.counters.get(*name) {
-                    let mut l = l();
-                    l.push(("counter", name.to_string()));
-                    errs.push((l, ConstCounter::new(*v)));
-                }
-            }
         }
     }
     family(
-        &mut e,
-        "erdma_device_holders",
-        "Pods allocated the device or seen using it",
-        MetricType::Gauge,
-        holders,
-    )?;
-    family(
-        &mut e,
-        "erdma_device_traffic",
-        "Whose the device's traffic is: 1 for the device's one kind (pod: one pod holds it alone; shared; unused)",
-        MetricType::Gauge,
-        traffic,
-    )?;
-    family(
-        &mut e,
+        e,
         "erdma_device_traffic_pod",
         "1 for the pod that holds the device alone: the device's counters are its traffic",
         MetricType::Gauge,
         traffic_pod,
-    )?;
-    family(
-        &mut e,
-        "erdma_device_tx_bytes",
-        "Bytes sent by the port (drivers that count them: erdma, bnxt_re)",
-        MetricType::Counter,
-        txb,
-    )?;
-    family(
-        &mut e,
-        "erdma_device_rx_bytes",
-        "Bytes received by the port (drivers that count them: erdma, bnxt_re)",
-        MetricType::Counter,
-        rxb,
-    )?;
-    family(
-        &mut e,
-        "erdma_device_tx_packets",
-        "Packets sent by the port",
-        MetricType::Counter,
-        txp,
-    )?;
-    family(
-        &mut e,
-        "erdma_device_rx_packets",
-        "Packets received by the port",
-        MetricType::Counter,
-        rxp,
-    )?;
-    family(
-        &mut e,
-        "erdma_device_errors",
-        "The port's drop, retransmit, NAK and congestion counters, by the driver's counter name",
-        MetricType::Counter,
-        errs,
-    )?;
-
-    let (mut oq, mut ob) = (Vec::new(), Vec::new());
-    for o in &u.others {
-        let kind = match o.kind {
-            report::OtherKind::Host => "host",
-            report::OtherKind::Kernel => "kernel",
-            report::OtherKind::Unknown => "unknown",
-        };
-        let l = vec![("device", o.device.clone()), ("owner", kind.to_string())];
-        oq.push((l.clone(), gauge(o.counts.qps)));
-        ob.push((l, gauge(o.counts.mr_bytes)));
-    }
-    family(
-        &mut e,
-        "erdma_device_other_qps",
-        "Queue pairs not of a pod: owner host (a process outside pods), kernel (the RDMA core, smc, ...) or unknown",
-        MetricType::Gauge,
-        oq,
-    )?;
-    family(
-        &mut e,
-        "erdma_device_other_mr_bytes",
-        "Bytes registered in memory regions not of a pod, by owner kind",
-        MetricType::Gauge,
-        ob,
-    )?;
-    Ok(())
+    )
 }
 
 /// The kernel's answer as a file describes it ([`parse_fake`]), read again at each call (tests:

@@ -57,6 +57,8 @@ pub struct Metrics {
     ecs: Family<EcsLabels, Counter>,
     ecs_retries: Family<ActionLabels, Counter>,
     mismatches: Family<MismatchLabels, Counter>,
+    /// The connections of this process's HTTP servers (`erdma_http_connections*`).
+    pub connections: erdma_host::http::ConnectionMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -103,6 +105,7 @@ impl Default for Metrics {
             "ECS calls tried again after a retryable failure, by action",
             ecs_retries.clone(),
         );
+        let connections = erdma_host::http::ConnectionMetrics::register(&mut registry);
         let mismatches = Family::<MismatchLabels, Counter>::default();
         registry.register(
             "erdma_controller_instance_mismatch",
@@ -127,6 +130,7 @@ impl Default for Metrics {
             ecs,
             ecs_retries,
             mismatches,
+            connections,
         }
     }
 }
@@ -196,5 +200,6 @@ pub async fn serve(
             }),
         )
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found") });
-    erdma_host::http::serve(listener, app, cancel).await
+    let bounds = erdma_host::http::Bounds::new("metrics", metrics.connections.clone());
+    erdma_host::http::serve(listener, app, bounds, cancel).await
 }

@@ -18,7 +18,6 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -202,9 +201,6 @@ impl rustls::server::ResolvesServerCert for CertSlot {
     }
 }
 
-/// How long a client may take over its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// One AdmissionReview over HTTP: the body (at most [`MAX_BODY`]; beyond, or unreadable, it
 /// counts as empty and is answered with a warning) answered as JSON, and counted.
 async fn mutate(body: axum::body::Body, opts: &InjectOptions) -> axum::response::Response {
@@ -264,18 +260,14 @@ pub async fn serve(
     };
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
-    let handshake = move |tcp, _peer| {
-        let accept = acceptor.accept(tcp);
-        async move {
-            tokio::time::timeout(HANDSHAKE_TIMEOUT, accept)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "TLS handshake timed out",
-                    ))
-                })
-        }
+    // The handshake's time, the connection cap and the request bounds are the shared ones
+    // (`erdma_host::http::bounds`); an AdmissionReview body may be up to `MAX_BODY`.
+    let handshake = move |tcp, _peer| acceptor.accept(tcp);
+    let limits = erdma_host::http::Limits {
+        max_body: MAX_BODY,
+        ..Default::default()
     };
-    erdma_host::http::serve_with(listener, handshake, router(opts), cancel).await
+    let bounds = erdma_host::http::Bounds::new("webhook", opts.metrics.connections.clone())
+        .with_limits(limits);
+    erdma_host::http::serve_with(listener, handshake, router(opts), bounds, cancel).await
 }

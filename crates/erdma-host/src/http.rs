@@ -5,7 +5,8 @@
 //!   registry as OpenMetrics text with its content type.
 //! - Connections: HTTP/1.1 only (hyper), one task per connection; [`serve_with`] runs a
 //!   handshake of the caller's (TLS) on each accepted connection inside that task, so a slow
-//!   client never holds up the accept loop.
+//!   client never holds up the accept loop. Every server runs under [`Bounds`]: a cap on open
+//!   connections, handshake, request-head and request timeouts, a body cap ([`bounds`]).
 //! - Shutdown: when the [`CancellationToken`] fires, no connection is accepted any more,
 //!   handshakes in progress are dropped, requests in progress are answered and idle keep-alive
 //!   connections closed; what has not ended [`DRAIN`] later is dropped, so a stalled client never
@@ -15,10 +16,13 @@
 //!   binary for which the address is required binds itself and calls [`serve`].
 
 use axum::Router;
-use axum::http::header::CONTENT_TYPE;
+use axum::http::header::{CONNECTION, CONTENT_TYPE};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get};
+use hyper::body::Incoming;
 use prometheus_client::registry::Registry;
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -28,6 +32,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tower::Service;
+
+pub mod bounds;
+pub use bounds::{Bounds, ConnectionMetrics, Dropped, Limits};
 
 /// The content type of [`encode`]'s text (OpenMetrics 1.0).
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -44,9 +52,32 @@ pub fn encode(registry: &Registry) -> String {
     out
 }
 
+/// Renders `registries` as one OpenMetrics text (their families in turn, one `# EOF`).
+pub fn encode_all(registries: &[&Registry]) -> String {
+    let mut out = String::new();
+    for r in registries {
+        let text = encode(r);
+        out.push_str(text.strip_suffix("# EOF\n").unwrap_or(&text));
+    }
+    out.push_str("# EOF\n");
+    out
+}
+
 /// `registry` as an HTTP answer: 200, [`OPENMETRICS`], [`encode`]'s text.
 pub fn metrics_response(registry: &Registry) -> Response {
-    ([(CONTENT_TYPE, OPENMETRICS)], encode(registry)).into_response()
+    metrics_response_all(&[registry])
+}
+
+/// `registries` as one HTTP answer: 200, [`OPENMETRICS`], [`encode_all`]'s text.
+pub fn metrics_response_all(registries: &[&Registry]) -> Response {
+    ([(CONTENT_TYPE, OPENMETRICS)], encode_all(registries)).into_response()
+}
+
+/// The peer's address of a request served here ([`serve_with`] gives every request one).
+pub fn peer(req: &axum::extract::Request) -> Option<SocketAddr> {
+    req.extensions()
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|c| c.0)
 }
 
 /// `GET /metrics` of `registry` (route it at `/metrics`).
@@ -57,30 +88,36 @@ pub fn metrics_route(registry: Arc<Registry>) -> MethodRouter {
     })
 }
 
-/// Serves `app` over plain HTTP on `listener` until `cancel` fires (see the module's shutdown).
-pub async fn serve(listener: TcpListener, app: Router, cancel: CancellationToken) {
+/// Serves `app` over plain HTTP on `listener` under `bounds` until `cancel` fires (see the
+/// module's shutdown).
+pub async fn serve(listener: TcpListener, app: Router, bounds: Bounds, cancel: CancellationToken) {
     serve_with(
         listener,
         |tcp, _peer| std::future::ready(Ok(tcp)),
         app,
+        bounds,
         cancel,
     )
     .await
 }
 
-/// Serves `app` on `listener` until `cancel` fires, over what `handshake` makes of each accepted
-/// connection (a TLS server session, for one); a failed handshake drops the connection, logged at
-/// debug level. The handshake runs in the connection's task, so it should bound its own time.
+/// Serves `app` on `listener` under `bounds` until `cancel` fires, over what `handshake` makes
+/// of each accepted connection (a TLS server session, for one); a failed handshake drops the
+/// connection, logged at debug level, and one that outlasts [`Limits::handshake`] too. Each
+/// request carries the peer's address as [`axum::extract::ConnectInfo`]`<SocketAddr>`.
 pub async fn serve_with<H, F, S>(
     listener: TcpListener,
     handshake: H,
     app: Router,
+    bounds: Bounds,
     cancel: CancellationToken,
 ) where
     H: Fn(TcpStream, SocketAddr) -> F,
     F: Future<Output = io::Result<S>> + Send + 'static,
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let admission = bounds::Admission::new(&bounds);
+    let limits = bounds.limits;
     let mut conns = JoinSet::new();
     loop {
         let (tcp, peer) = tokio::select! {
@@ -94,22 +131,49 @@ pub async fn serve_with<H, F, S>(
                 }
             },
         };
-        let session = handshake(tcp, peer);
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let Some(slot) = admission.admit() else {
+            tracing::debug!(%peer, "{} connections open; closing this one", limits.max_connections);
+            continue;
+        };
+        let session = tokio::time::timeout(limits.handshake, handshake(tcp, peer));
+        let app = app.clone();
         let cancel = cancel.clone();
         conns.spawn(async move {
             let io = tokio::select! {
                 _ = cancel.cancelled() => return,
                 io = session => match io {
-                    Ok(io) => io,
-                    Err(e) => {
+                    Ok(Ok(io)) => io,
+                    Ok(Err(e)) => {
                         tracing::debug!(%peer, "handshake failed: {e}");
+                        return;
+                    }
+                    Err(_) => {
+                        slot.dropped(Dropped::HandshakeTimeout);
+                        tracing::debug!(%peer, "handshake not done within {:?}", limits.handshake);
                         return;
                     }
                 },
             };
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(io), service);
+            // Each request gets the peer's address, a body of at most `max_body`, and
+            // `limits.request` to be answered (else 408, and the connection closes).
+            let timed_out = slot.counter(Dropped::RequestTimeout);
+            let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+                let (mut parts, body) = req.into_parts();
+                parts.extensions.insert(axum::extract::ConnectInfo(peer));
+                let body = http_body_util::Limited::new(body, limits.max_body);
+                let answer = app.clone().call(hyper::Request::from_parts(parts, body));
+                let timed_out = timed_out.clone();
+                async move {
+                    let late = match tokio::time::timeout(limits.request, answer).await {
+                        Ok(answer) => return answer,
+                        Err(_) => request_timed_out(limits.request),
+                    };
+                    timed_out.inc();
+                    Ok::<_, Infallible>(late)
+                }
+            });
+            let conn =
+                bounds::http1(&limits).serve_connection(hyper_util::rt::TokioIo::new(io), service);
             let mut conn = std::pin::pin!(conn);
             let ended = tokio::select! {
                 r = conn.as_mut() => r,
@@ -118,9 +182,15 @@ pub async fn serve_with<H, F, S>(
                     conn.await
                 }
             };
-            if let Err(e) = ended {
-                tracing::debug!(%peer, "connection ended: {e}");
+            match ended {
+                Err(e) if e.is_timeout() => {
+                    slot.dropped(Dropped::HeaderTimeout);
+                    tracing::debug!(%peer, "no request head within {:?}", limits.header_read);
+                }
+                Err(e) => tracing::debug!(%peer, "connection ended: {e}"),
+                Ok(()) => {}
             }
+            drop(slot);
         });
     }
     drop(listener);
@@ -132,6 +202,15 @@ pub async fn serve_with<H, F, S>(
             "connections still open {DRAIN:?} after the shutdown began; dropped"
         );
     }
+}
+
+/// The answer to a request not answered within `limit`: 408, and the connection closes.
+fn request_timed_out(limit: Duration) -> Response {
+    let text = format!("request not complete within {limit:?}\n");
+    let mut late = (StatusCode::REQUEST_TIMEOUT, text).into_response();
+    late.headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    late
 }
 
 /// A failed `accept`: a connection that went away before it was accepted is ignored; anything
@@ -164,13 +243,13 @@ pub struct Bind {
 
 /// Binds `bind.addr` and serves `app` there until `cancel` fires; a failed bind is logged as an
 /// error and tried again every [`BIND_RETRY`].
-pub async fn serve_bound(bind: Bind, app: Router, cancel: CancellationToken) {
+pub async fn serve_bound(bind: Bind, app: Router, bounds: Bounds, cancel: CancellationToken) {
     let addr = bind.addr;
     loop {
         match TcpListener::bind(addr).await {
             Ok(listener) => {
                 tracing::info!(%addr, "serving {}", bind.serves);
-                serve(listener, app, cancel).await;
+                serve(listener, app, bounds, cancel).await;
                 return;
             }
             Err(e) => tracing::error!(
@@ -215,7 +294,8 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let cancel = CancellationToken::new();
-        let server = tokio::spawn(serve(listener, app, cancel.clone()));
+        let bounds = Bounds::new("metrics", ConnectionMetrics::default());
+        let server = tokio::spawn(serve(listener, app, bounds, cancel.clone()));
         let answer = fetch(addr, "/metrics").await;
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         assert!(
@@ -268,6 +348,7 @@ mod tests {
                 }
             },
             app,
+            Bounds::new("webhook", ConnectionMetrics::default()),
             cancel.clone(),
         ));
         assert_eq!(fetch(addr, "/healthz").await, "", "the first is dropped");
@@ -288,7 +369,8 @@ mod tests {
             meanwhile: "nothing else",
         };
         let cancel = CancellationToken::new();
-        let server = tokio::spawn(serve_bound(bind, Router::new(), cancel.clone()));
+        let bounds = Bounds::new("metrics", ConnectionMetrics::default());
+        let server = tokio::spawn(serve_bound(bind, Router::new(), bounds, cancel.clone()));
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!server.is_finished(), "still trying");
         cancel.cancel();
