@@ -349,6 +349,10 @@ async fn run(
     let client = client.context("Kubernetes client")?;
     let mut tasks = JoinSet::new();
     let metrics = Arc::new(Metrics::default());
+    // Not ready until the webhook port serves (it first waits for its certificate).
+    metrics
+        .webhook_required
+        .store(cfg.enable_webhook, std::sync::atomic::Ordering::Relaxed);
     let health = tokio::net::TcpListener::bind(&args.health_listen)
         .await
         .with_context(|| format!("bind {}", args.health_listen))?;
@@ -412,6 +416,11 @@ async fn run(
             inject: cfg.enable_init_container_inject,
             image: cfg.smc_init_image().to_string(),
             metrics: metrics.clone(),
+            events: Some(erdma_k8s::events::Events::new(
+                client.clone(),
+                erdma_k8s::labels::MANAGER,
+                &args.identity,
+            )),
         };
         // Acknowledge what this replica serves before serving it (a rotation waits for it).
         let ack = "acknowledging the webhook certificate served";

@@ -54,6 +54,11 @@ pub struct Metrics {
     pub injected: Counter,
     /// 1 while this replica leads.
     pub leader: Gauge,
+    /// 1 while this replica's webhook port serves (`erdma_webhook_serving`).
+    pub webhook_serving: Gauge,
+    /// Set when this replica must serve the webhook: `/readyz` then waits for
+    /// [`Metrics::webhook_serving`].
+    pub webhook_required: std::sync::atomic::AtomicBool,
     ecs: Family<EcsLabels, Counter>,
     ecs_retries: Family<ActionLabels, Counter>,
     mismatches: Family<MismatchLabels, Counter>,
@@ -93,6 +98,12 @@ impl Default for Metrics {
             "1 while this replica is the leader",
             leader.clone(),
         );
+        let webhook_serving = Gauge::default();
+        registry.register(
+            "erdma_webhook_serving",
+            "1 while this replica's webhook port serves",
+            webhook_serving.clone(),
+        );
         let ecs = Family::<EcsLabels, Counter>::default();
         let ecs_retries = Family::<ActionLabels, Counter>::default();
         registry.register(
@@ -127,6 +138,8 @@ impl Default for Metrics {
             reviews,
             injected,
             leader,
+            webhook_serving,
+            webhook_required: Default::default(),
             ecs,
             ecs_retries,
             mismatches,
@@ -181,17 +194,25 @@ impl Metrics {
     }
 }
 
-/// Serves `/healthz`, `/readyz` (`ok` while the process runs) and `/metrics` on `listener` until
-/// `cancel`; any method, as before the port to axum; elsewhere `404 not found`.
+/// Serves `/healthz` (`ok` while the process runs), `/readyz` (`ok` once the webhook port serves
+/// when this replica must serve one, else `503`) and `/metrics` on `listener` until `cancel`; any
+/// method, as before the port to axum; elsewhere `404 not found`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
 ) {
     let registry = metrics.registry.clone();
+    let ready = metrics.clone();
     let app = axum::Router::new()
         .route("/healthz", any(|| async { "ok" }))
-        .route("/readyz", any(|| async { "ok" }))
+        .route(
+            "/readyz",
+            any(move || {
+                let ready = ready.clone();
+                async move { readiness(&ready) }
+            }),
+        )
         .route(
             "/metrics",
             any(move || {
@@ -202,4 +223,20 @@ pub async fn serve(
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found") });
     let bounds = erdma_host::http::Bounds::new("metrics", metrics.connections.clone());
     erdma_host::http::serve(listener, app, bounds, cancel).await
+}
+
+/// The `/readyz` answer: not ready while the webhook this replica must serve does not serve yet
+/// (the API server would otherwise be sent to a replica that refuses the connection).
+fn readiness(m: &Metrics) -> (StatusCode, &'static str) {
+    let required = m
+        .webhook_required
+        .load(std::sync::atomic::Ordering::Relaxed);
+    if required && m.webhook_serving.get() == 0 {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: the webhook port does not serve yet (waiting for its certificate)",
+        )
+    } else {
+        (StatusCode::OK, "ok")
+    }
 }

@@ -2,18 +2,26 @@
 //!
 //! A pod gets the `smcr-init` init container when all hold (as the original): some container or
 //! init container requests or limits `aliyun/erdma`; the device plugin is enabled; the pod has
-//! the `network.alibabacloud.com/erdma-smcr` annotation; injection is enabled. Two deliberate
+//! the `network.alibabacloud.com/erdma-smcr` annotation; injection is enabled. Deliberate
 //! differences: the annotation value must parse as true (`1`, `t`, `true`, … as Go's
 //! `strconv.ParseBool`; the original injected even for `"false"`), an unparsable value gets an
-//! admission warning instead; and a pod that already has `smcr-init` is left alone (idempotent).
-//! The webhook never blocks a pod: every failure answers `allowed: true` without a patch.
+//! admission warning instead; a pod that already has `smcr-init` is left alone (idempotent); a
+//! `hostNetwork` pod is left alone with an admission warning and a Warning Event (SMC-R would
+//! change the node's own network namespace); and the injected container is unprivileged: the
+//! agent configures the pod's namespace at PreStartContainer (or NRI sandbox creation) before
+//! the init container starts, and `smcr_init verify` only reads and reports what it finds, so
+//! the pod passes Pod Security `restricted`. The webhook never blocks a pod: every failure
+//! answers `allowed: true` without a patch.
 
 use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::routing::{get, post};
 use base64::Engine;
 use erdma_k8s::labels::{ANNOTATION_SMCR, RESOURCE_ERDMA};
-use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements, SecurityContext};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EnvVar, EnvVarSource, ObjectFieldSelector, ObjectReference, Pod,
+    ResourceRequirements, SeccompProfile, SecurityContext,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -25,6 +33,16 @@ use tokio_util::sync::CancellationToken;
 pub const INIT_CONTAINER: &str = "smcr-init";
 /// Command of the injected init container.
 pub const INIT_COMMAND: &str = "/usr/local/bin/smcr_init";
+/// Arguments of the injected init container: check and report, change nothing.
+pub const INIT_ARGS: &[&str] = &["verify"];
+/// User the injected init container runs as (the images' non-root user).
+pub const INIT_USER: i64 = 65532;
+/// Environment variable carrying the pod's IP (downward API `status.podIP`).
+pub const ENV_POD_IP: &str = "ERDMA_POD_IP";
+/// Environment variable carrying the node's IP (downward API `status.hostIP`).
+pub const ENV_HOST_IP: &str = "ERDMA_HOST_IP";
+/// Reason of the Event for a `hostNetwork` pod left alone.
+pub const REASON_HOST_NETWORK: &str = "SmcrSkippedHostNetwork";
 /// Largest AdmissionReview accepted.
 pub const MAX_BODY: usize = 4 << 20;
 
@@ -39,6 +57,8 @@ pub struct InjectOptions {
     pub image: String,
     /// Counters (reviews, injections).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Where Events on skipped pods go; `None`: logged only.
+    pub events: Option<erdma_k8s::events::Events>,
 }
 
 fn requests_erdma(pod: &Pod) -> bool {
@@ -58,8 +78,26 @@ fn requests_erdma(pod: &Pod) -> bool {
         })
 }
 
-/// The container injected (as the original: image, `Always`, the command, `aliyun/erdma: 1` in
-/// requests and limits so it receives `SMCR_PNET`, privileged).
+fn downward(name: &str, field: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: field.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The container injected: the image, `Always` (as the original), `smcr_init verify`,
+/// `aliyun/erdma: 1` in requests and limits (so the agent's PreStartContainer runs for it before
+/// it starts, and it receives `SMCR_PNET`), the pod's and the node's IP from the downward API
+/// (equal only on the host network, which it refuses), and a security context that Pod Security
+/// `restricted` admits: non-root, no privilege escalation, every capability dropped, read-only
+/// root, the runtime's default seccomp profile. Never privileged.
 pub fn init_container(image: &str) -> Container {
     let one = BTreeMap::from([(RESOURCE_ERDMA.to_string(), Quantity("1".into()))]);
     Container {
@@ -67,24 +105,52 @@ pub fn init_container(image: &str) -> Container {
         image: Some(image.into()),
         image_pull_policy: Some("Always".into()),
         command: Some(vec![INIT_COMMAND.into()]),
+        args: Some(INIT_ARGS.iter().map(|a| a.to_string()).collect()),
+        env: Some(vec![
+            downward(ENV_POD_IP, "status.podIP"),
+            downward(ENV_HOST_IP, "status.hostIP"),
+        ]),
         resources: Some(ResourceRequirements {
             requests: Some(one.clone()),
             limits: Some(one),
             ..Default::default()
         }),
         security_context: Some(SecurityContext {
-            privileged: Some(true),
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Default::default()
+            }),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            run_as_user: Some(INIT_USER),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..Default::default()
+            }),
             ..Default::default()
         }),
         ..Default::default()
     }
 }
 
-/// The decision for one pod: `Ok(Some(patch))` to inject, `Ok(None)` to leave it, `Err(warning)`
-/// to leave it with an admission warning.
-pub fn decide(pod: &Pod, opts: &InjectOptions) -> Result<Option<Value>, String> {
+/// What the webhook does with one pod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Nothing to do.
+    Leave,
+    /// Apply this JSON patch.
+    Inject(Value),
+    /// Leave the pod, with this admission warning.
+    Warn(String),
+    /// A `hostNetwork` pod asking for SMC-R: left alone, with this warning and a Warning Event.
+    HostNetwork(String),
+}
+
+/// The decision for one pod (pure).
+pub fn decide(pod: &Pod, opts: &InjectOptions) -> Verdict {
     if !opts.device_plugin || !opts.inject || !requests_erdma(pod) {
-        return Ok(None);
+        return Verdict::Leave;
     }
     let Some(value) = pod
         .metadata
@@ -92,29 +158,67 @@ pub fn decide(pod: &Pod, opts: &InjectOptions) -> Result<Option<Value>, String> 
         .as_ref()
         .and_then(|a| a.get(ANNOTATION_SMCR))
     else {
-        return Ok(None);
+        return Verdict::Leave;
     };
     match erdma_model::names::parse_smcr(value) {
         Ok(true) => {}
-        Ok(false) => return Ok(None),
-        Err(e) => return Err(format!("annotation {e}; SMC-R not configured")),
+        Ok(false) => return Verdict::Leave,
+        Err(e) => return Verdict::Warn(format!("annotation {e}; SMC-R not configured")),
     }
     let spec = pod.spec.as_ref();
+    if spec.and_then(|s| s.host_network) == Some(true) {
+        return Verdict::HostNetwork(format!(
+            "pod {} uses hostNetwork: SMC-R is not configured for it (it would change the node's own network namespace) and smcr-init is not injected. Fix: remove hostNetwork, or remove the {ANNOTATION_SMCR} annotation",
+            pod_name(pod)
+        ));
+    }
     let inits = spec.and_then(|s| s.init_containers.as_ref());
     if inits.is_some_and(|cs| cs.iter().any(|c| c.name == INIT_CONTAINER)) {
-        return Ok(None);
+        return Verdict::Leave;
     }
-    let c = serde_json::to_value(init_container(&opts.image)).map_err(|e| e.to_string())?;
-    Ok(Some(match inits {
+    let c = match serde_json::to_value(init_container(&opts.image)) {
+        Ok(c) => c,
+        Err(e) => return Verdict::Warn(format!("erdma webhook: {e}; not mutated")),
+    };
+    Verdict::Inject(match inits {
         Some(_) => json!([{"op": "add", "path": "/spec/initContainers/-", "value": c}]),
         None => json!([{"op": "add", "path": "/spec/initContainers", "value": [c]}]),
-    }))
+    })
 }
 
-/// Answers one AdmissionReview (v1 or v1beta1) body. Always `allowed: true`.
+/// `namespace/name`, or `namespace/generateName*` for a pod not named yet.
+fn pod_name(pod: &Pod) -> String {
+    let m = &pod.metadata;
+    let ns = m.namespace.as_deref().unwrap_or("default");
+    match (&m.name, &m.generate_name) {
+        (Some(n), _) => format!("{ns}/{n}"),
+        (None, Some(g)) => format!("{ns}/{g}*"),
+        (None, None) => format!("{ns}/(unnamed)"),
+    }
+}
+
+/// The reference an Event about `pod` names (`generateName` when the pod has no name yet: the
+/// API server names it after admission).
+fn pod_reference(pod: &Pod, namespace: Option<&str>) -> ObjectReference {
+    let m = &pod.metadata;
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: m
+            .namespace
+            .clone()
+            .or_else(|| namespace.map(str::to_string))
+            .or_else(|| Some("default".into())),
+        name: m.name.clone().or_else(|| m.generate_name.clone()),
+        ..Default::default()
+    }
+}
+
+/// Answers one AdmissionReview (v1 or v1beta1) body. Always `allowed: true`. A `hostNetwork` pod
+/// left alone also gets a Warning Event (sent in the background when `opts.events` is set).
 pub fn review(body: &[u8], opts: &InjectOptions) -> Value {
     let parsed: Result<Value, _> = serde_json::from_slice(body);
-    let (api_version, uid, object) = match &parsed {
+    let (api_version, uid, namespace, object) = match &parsed {
         Ok(v) => (
             v.get("apiVersion")
                 .and_then(Value::as_str)
@@ -124,32 +228,73 @@ pub fn review(body: &[u8], opts: &InjectOptions) -> Value {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string(),
+            v.pointer("/request/namespace")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             v.pointer("/request/object").cloned(),
         ),
-        Err(_) => ("admission.k8s.io/v1".to_string(), String::new(), None),
+        Err(_) => ("admission.k8s.io/v1".to_string(), String::new(), None, None),
     };
     let mut response = json!({"uid": uid, "allowed": true});
-    let outcome = match object.map(serde_json::from_value::<Pod>) {
-        Some(Ok(pod)) => decide(&pod, opts).map(|p| (pod, p)),
-        Some(Err(e)) => Err(format!(
-            "erdma webhook: request.object is not a Pod ({e}); not mutated"
-        )),
-        None => Err("erdma webhook: no request.object; not mutated".to_string()),
+    let (pod, verdict) = match object.map(serde_json::from_value::<Pod>) {
+        Some(Ok(pod)) => {
+            let v = decide(&pod, opts);
+            (Some(pod), v)
+        }
+        Some(Err(e)) => (
+            None,
+            Verdict::Warn(format!(
+                "erdma webhook: request.object is not a Pod ({e}); not mutated"
+            )),
+        ),
+        None => (
+            None,
+            Verdict::Warn("erdma webhook: no request.object; not mutated".to_string()),
+        ),
     };
-    match outcome {
-        Ok((pod, Some(patch))) => {
-            tracing::info!(pod = ?pod.metadata.name, namespace = ?pod.metadata.namespace, "injecting smcr-init");
+    match verdict {
+        Verdict::Inject(patch) => {
+            if let Some(pod) = &pod {
+                tracing::info!(pod = ?pod.metadata.name, namespace = ?pod.metadata.namespace, "injecting smcr-init");
+            }
             response["patchType"] = json!("JSONPatch");
             response["patch"] =
                 json!(base64::engine::general_purpose::STANDARD.encode(patch.to_string()));
         }
-        Ok((_, None)) => {}
-        Err(w) => {
+        Verdict::Leave => {}
+        Verdict::Warn(w) => {
             tracing::warn!(uid = %uid, "{w}");
+            response["warnings"] = json!([w]);
+        }
+        Verdict::HostNetwork(w) => {
+            tracing::warn!(uid = %uid, reason = REASON_HOST_NETWORK, "{w}");
+            if let (Some(pod), Some(events)) = (&pod, &opts.events) {
+                host_network_event(
+                    events.clone(),
+                    pod_reference(pod, namespace.as_deref()),
+                    w.clone(),
+                );
+            }
             response["warnings"] = json!([w]);
         }
     }
     json!({"apiVersion": api_version, "kind": "AdmissionReview", "response": response})
+}
+
+/// Sends the Warning Event for a `hostNetwork` pod without holding up the admission answer; the
+/// task ends with the API call (the client's own timeout bounds it).
+fn host_network_event(events: erdma_k8s::events::Events, regarding: ObjectReference, note: String) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    rt.spawn(async move {
+        if let Err(e) = events
+            .publish_once(&regarding, true, REASON_HOST_NETWORK, "Admit", &note)
+            .await
+        {
+            tracing::warn!(error = %e, "the {REASON_HOST_NETWORK} Event was not written");
+        }
+    });
 }
 
 /// The certificate the server presents; replaced in place on rotation.
@@ -267,7 +412,10 @@ pub async fn serve(
         max_body: MAX_BODY,
         ..Default::default()
     };
-    let bounds = erdma_host::http::Bounds::new("webhook", opts.metrics.connections.clone())
-        .with_limits(limits);
-    erdma_host::http::serve_with(listener, handshake, router(opts), bounds, cancel).await
+    let serving = opts.metrics.clone();
+    let bounds =
+        erdma_host::http::Bounds::new("webhook", serving.connections.clone()).with_limits(limits);
+    serving.webhook_serving.set(1);
+    erdma_host::http::serve_with(listener, handshake, router(opts), bounds, cancel).await;
+    serving.webhook_serving.set(0);
 }

@@ -7,7 +7,8 @@
 //! The answer is always an AdmissionReview that allows the pod (the webhook never blocks a pod),
 //! echoes the request's uid, and patches only when the oracle here says so: the device plugin
 //! and injection are on, some container requests or limits `aliyun/erdma`, the annotation reads
-//! true, and no `smcr-init` init container exists. The answer's size is linear in the request.
+//! true, the pod is not `hostNetwork`, and no `smcr-init` init container exists. The answer's
+//! size is linear in the request.
 
 use base64::Engine as _;
 use erdma_controller::webhook::{InjectOptions, review};
@@ -21,6 +22,7 @@ fn opts(device_plugin: bool, inject: bool) -> InjectOptions {
         inject,
         image: "registry.example/smcr_init:v1".into(),
         metrics: Default::default(),
+        events: None,
     }
 }
 
@@ -76,8 +78,10 @@ fn must_inject(object: &Value, o: &InjectOptions) -> bool {
         .and_then(|a| a.get(SMCR))
         .and_then(Value::as_str)
         .map(str::trim);
+    let host_network = object.pointer("/spec/hostNetwork") == Some(&json!(true));
     o.device_plugin
         && o.inject
+        && !host_network
         && containers.iter().chain(&inits).any(asks)
         && matches!(annotation, Some("1" | "t" | "T" | "TRUE" | "true" | "True"))
         && !inits
@@ -174,13 +178,17 @@ fn hostile_review() -> impl Strategy<Value = Value> {
         prop::collection::vec(container(), 0..3),
         prop::option::of(prop::collection::vec(container(), 0..3)),
         prop::bool::weighted(0.9),
+        prop::bool::weighted(0.2),
     )
-        .prop_map(|(api, uid, ann, containers, inits, spec_is_object)| {
+        .prop_map(|(api, uid, ann, containers, inits, spec_is_object, host_network)| {
             let mut meta = json!({"name": "p", "namespace": "ns"});
             if let Some(a) = ann {
                 meta["annotations"] = json!({SMCR: a});
             }
             let mut spec = json!({"containers": containers});
+            if host_network {
+                spec["hostNetwork"] = json!(true);
+            }
             if let Some(i) = inits {
                 spec["initContainers"] = json!(i);
             }

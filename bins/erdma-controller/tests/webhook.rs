@@ -55,6 +55,7 @@ fn opts() -> InjectOptions {
         inject: true,
         image: "registry.example/smcr_init:v1".into(),
         metrics: Default::default(),
+        events: None,
     }
 }
 
@@ -197,9 +198,20 @@ async fn injects_smcr_init_exactly_once() {
         p["spec"]["initContainers"],
         json!([{
             "name": "smcr-init", "image": "registry.example/smcr_init:v1", "imagePullPolicy": "Always",
-            "command": ["/usr/local/bin/smcr_init"],
+            "command": ["/usr/local/bin/smcr_init"], "args": ["verify"],
+            "env": [
+                {"name": "ERDMA_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "ERDMA_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}
+            ],
             "resources": {"limits": {"aliyun/erdma": "1"}, "requests": {"aliyun/erdma": "1"}},
-            "securityContext": {"privileged": true}
+            "securityContext": {
+                "allowPrivilegeEscalation": false,
+                "capabilities": {"drop": ["ALL"]},
+                "readOnlyRootFilesystem": true,
+                "runAsNonRoot": true,
+                "runAsUser": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"}
+            }
         }])
     );
     // The mutated pod comes back (reinvocation, or a controller re-creating it): no second copy.
@@ -293,6 +305,80 @@ async fn pods_without_the_annotation_or_the_resource_are_untouched() {
         .unwrap();
         assert!(patch_of(&a).is_none());
     }
+}
+
+/// Issue 45 item 1: a `hostNetwork` pod asking for SMC-R shares the node's network namespace, so
+/// an init container there would change the node. The webhook leaves it as it is, says why in an
+/// admission warning, and writes a Warning Event in the pod's namespace.
+#[tokio::test]
+async fn host_network_pods_are_left_alone_with_a_warning_and_an_event() {
+    let api = FakeApiServer::new();
+    let events = erdma_k8s::events::Events::new(api.client(), "erdma-controller", "replica-a");
+    let s = server(InjectOptions {
+        events: Some(events),
+        ..opts()
+    })
+    .await;
+    let mut p = pod(Some("true"), true, vec![]);
+    p["spec"]["hostNetwork"] = json!(true);
+    let a = post(
+        s.addr,
+        &s.ca,
+        "/mutate-pod",
+        &review("admission.k8s.io/v1", &p),
+    )
+    .await
+    .unwrap();
+    assert_eq!(a["response"]["allowed"], true);
+    assert!(patch_of(&a).is_none(), "hostNetwork pod mutated: {a}");
+    let warning = a["response"]["warnings"][0].as_str().unwrap_or_default();
+    assert!(
+        warning.contains("ml/trainer")
+            && warning.contains("hostNetwork")
+            && warning.contains("Fix"),
+        "{warning}"
+    );
+    // The Event is written in the background: wait for it (no time limit, the test runner's).
+    let event = loop {
+        let evs: Vec<k8s_openapi::api::events::v1::Event> = api.list(Some("ml"));
+        if let Some(e) = evs.into_iter().next() {
+            break e;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(event.reason.as_deref(), Some("SmcrSkippedHostNetwork"));
+    let regarding = event.regarding.unwrap();
+    assert_eq!(regarding.kind.as_deref(), Some("Pod"));
+    assert_eq!(regarding.name.as_deref(), Some("trainer"));
+    assert!(event.note.unwrap().contains("hostNetwork"));
+    // hostNetwork: false is an ordinary pod.
+    p["spec"]["hostNetwork"] = json!(false);
+    let a = post(
+        s.addr,
+        &s.ca,
+        "/mutate-pod",
+        &review("admission.k8s.io/v1", &p),
+    )
+    .await
+    .unwrap();
+    assert!(patch_of(&a).is_some());
+}
+
+/// Issue 45 item 1: whatever the pod, the injected container is never privileged and adds no
+/// capability: it passes Pod Security `restricted` (non-root, no escalation, every capability
+/// dropped, RuntimeDefault seccomp) and only checks what the agent configured (`verify`).
+#[test]
+fn the_injected_container_is_never_privileged() {
+    let c = serde_json::to_value(erdma_controller::webhook::init_container("img")).unwrap();
+    let sc = &c["securityContext"];
+    assert_ne!(sc["privileged"], json!(true), "{c}");
+    assert!(sc["capabilities"].get("add").is_none(), "{c}");
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(sc["allowPrivilegeEscalation"], json!(false));
+    assert_eq!(sc["runAsNonRoot"], json!(true));
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(c["args"], json!(["verify"]));
 }
 
 #[tokio::test]
@@ -903,6 +989,49 @@ async fn the_metrics_servers_paths_and_answers() {
     assert!(a.ends_with("\r\n\r\nnot found"), "{a}");
     cancel.cancel();
     served.await.unwrap();
+}
+
+/// Issue 45 item 6: a replica that must serve the webhook is not ready (the Service sends it no
+/// admission call) until its webhook port serves; liveness is unaffected.
+#[tokio::test]
+async fn readiness_waits_for_the_webhook_port() {
+    let metrics = Arc::new(erdma_controller::metrics::Metrics::default());
+    metrics
+        .webhook_required
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cancel = CancellationToken::new();
+    let _stop = cancel.clone().drop_guard();
+    tokio::spawn(erdma_controller::metrics::serve(
+        listener,
+        metrics.clone(),
+        cancel.clone(),
+    ));
+    let get = |path: &'static str| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    };
+    let a = get("/readyz").await;
+    assert!(a.starts_with("HTTP/1.1 503 "), "{a}");
+    assert!(a.contains("webhook port does not serve yet"), "{a}");
+    assert!(get("/healthz").await.starts_with("HTTP/1.1 200 OK\r\n"));
+    let s = server(InjectOptions {
+        metrics: metrics.clone(),
+        ..opts()
+    })
+    .await;
+    // The webhook answers, and from then on the replica is ready.
+    let body = review("admission.k8s.io/v1", &pod(None, true, vec![]));
+    post(s.addr, &s.ca, "/mutate-pod", &body).await.unwrap();
+    let a = get("/readyz").await;
+    assert!(a.starts_with("HTTP/1.1 200 OK\r\n"), "{a}");
+    assert!(get("/metrics").await.contains("erdma_webhook_serving 1\n"));
 }
 
 /// An upgrade from the original: its Go controller patched its own CA into the entry's
