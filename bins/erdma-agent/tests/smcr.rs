@@ -793,9 +793,10 @@ async fn nri_configures_smcr_at_sandbox_creation_and_limits_containers() {
         .unwrap()
         .adjust
         .unwrap();
-    assert!(
-        a.linux.is_none(),
-        "nothing applied rather than something wrong"
+    assert_eq!(
+        a.linux.unwrap().resources.unwrap().unified["rdma.max"],
+        "erdma_1 hca_handle=8",
+        "a bad annotation keeps the install default rather than dropping it"
     );
     // Two Events on the pod: the SMC-R outcome at sandbox creation and the invalid annotation.
     let ev = events_for(&api_server, "nripod", 2).await;
