@@ -7,8 +7,9 @@
 //!   Namespace the API server lacks counts with the one label every namespace has,
 //!   `kubernetes.io/metadata.name`), its `objectSelector` the pod's labels, and one of its rules
 //!   the request (operation `CREATE`, group `""`, version `v1`, resource `pods` without a
-//!   subresource, namespaced scope; `*` wildcards); `matchConditions` (CEL) are not evaluated:
-//!   a webhook that would be called with them is refused, naming it;
+//!   subresource, namespaced scope; `*` wildcards), and its `matchConditions` hold (CEL, in the
+//!   forms [`condition_holds`] models: a webhook with any other expression is refused, naming
+//!   it);
 //! - the call: an `admission.k8s.io/v1` (or, if the webhook takes only that, `v1beta1`)
 //!   AdmissionReview over HTTPS to `clientConfig.url`, or to `clientConfig.service` (port 443
 //!   and path `/` by default) at the address `--endpoint NAMESPACE/NAME=HOST:PORT` gives it (the
@@ -23,12 +24,16 @@
 //!   `Fail` refuses the pod naming the webhook, `Ignore` goes on with a note. A patch that does
 //!   not apply refuses the pod either way, as in the API server.
 //!
+//! Then Pod Security admission at the `baseline` level ([`crate::pod_security`]) for a namespace
+//! labelled `pod-security.kubernetes.io/enforce`: a pod that breaks it is refused.
+//!
 //! Not modelled, with a note: `reinvocationPolicy: IfNeeded` (each webhook is called once), the
 //! built-in admission plugins that run before the webhooks (ServiceAccount, defaulting: `pod
 //! run --api-server` applies the ServiceAccount admission).
 
 use crate::error::{FakeKubeletError, Result};
 use crate::json_patch;
+use crate::pod_security;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
@@ -612,10 +617,23 @@ pub async fn admit(
                 reports.push(rep);
                 continue;
             }
-            if w.match_conditions.as_ref().is_some_and(|m| !m.is_empty()) {
-                return Err(FakeKubeletError::Refused(format!(
-                    "{who}: {what}: matchConditions (CEL expressions) are not evaluated by the lab's admission. Fix: drop them from the configuration for the lab, or call the webhook by hand"
-                )));
+            let mut unmet = None;
+            for c in w.match_conditions.iter().flatten() {
+                let holds = condition_holds(&c.expression, &req.pod).map_err(|e| {
+                    FakeKubeletError::Refused(format!(
+                        "{who}: {what}: matchCondition {:?}: {e}. Fix: use a form the lab models, or call the webhook by hand",
+                        c.name
+                    ))
+                })?;
+                if !holds {
+                    unmet = Some(c.name.clone());
+                    break;
+                }
+            }
+            if let Some(name) = unmet {
+                rep.outcome = format!("not called: matchCondition {name:?} is false");
+                reports.push(rep);
+                continue;
             }
             if w.reinvocation_policy.as_deref() == Some("IfNeeded") {
                 notes.push(format!(
@@ -680,11 +698,80 @@ pub async fn admit(
             reports.push(rep);
         }
     }
+    if let Some(level) = pod_security::enforced(&req.namespace_labels) {
+        let failed = pod_security::violations(&req.pod);
+        if !failed.is_empty() {
+            return Err(FakeKubeletError::Refused(format!(
+                "{who} is forbidden: violates PodSecurity \"baseline:latest\": {}. Fix: change the pod, or the namespace's {} label",
+                failed.join(", "),
+                pod_security::ENFORCE_LABEL
+            )));
+        }
+        if level == "restricted" {
+            notes.push(
+                "Pod Security restricted: only the baseline checks are modelled by the lab"
+                    .to_string(),
+            );
+        }
+    }
     Ok(Admitted {
         pod: req.pod,
         webhooks: reports,
         notes,
     })
+}
+
+/// Evaluates a webhook's `matchCondition` for the pod, in the forms the lab models: a
+/// conjunction (`&&`) of `has(object.metadata.annotations)` (or `labels`) and
+/// `'KEY' in object.metadata.annotations` (or `labels`). Any other CEL is an error naming it, so
+/// that an expression the lab cannot judge never passes silently.
+pub fn condition_holds(expression: &str, pod: &Pod) -> std::result::Result<bool, String> {
+    let maps = |field: &str| match field {
+        "annotations" => Some(pod.metadata.annotations.as_ref()),
+        "labels" => Some(pod.metadata.labels.as_ref()),
+        _ => None,
+    };
+    let unmodelled = |term: &str| {
+        format!("the CEL term {term:?} of {expression:?} is not modelled by the lab's admission")
+    };
+    // Each term: Ok(value), or Err(a CEL evaluation error). A term the lab cannot read at all
+    // fails the whole call at once.
+    let mut terms = Vec::new();
+    for term in expression.split("&&").map(str::trim) {
+        let value = if let Some(field) = term
+            .strip_prefix("has(object.metadata.")
+            .and_then(|t| t.strip_suffix(')'))
+        {
+            Ok(maps(field)
+                .ok_or_else(|| unmodelled(term))?
+                .is_some_and(|m| !m.is_empty()))
+        } else if let Some((key, field)) = term.split_once(" in object.metadata.") {
+            let key = key.trim();
+            let quoted = key.len() >= 2
+                && ((key.starts_with('\'') && key.ends_with('\''))
+                    || (key.starts_with('"') && key.ends_with('"')));
+            if !quoted {
+                return Err(unmodelled(term));
+            }
+            let key = &key[1..key.len() - 1];
+            match maps(field.trim()).ok_or_else(|| unmodelled(term))? {
+                Some(m) => Ok(m.contains_key(key)),
+                None => Err(format!(
+                    "{term:?} of {expression:?} reads a map the pod does not have (a CEL error: the API server applies the failure policy); guard it with has()"
+                )),
+            }
+        } else {
+            return Err(unmodelled(term));
+        };
+        terms.push(value);
+    }
+    // CEL's && is false when any side is false, even when another side is an error.
+    if terms.iter().any(|t| t == &Ok(false)) {
+        return Ok(false);
+    }
+    terms
+        .into_iter()
+        .try_fold(true, |all, t| t.map(|v| all && v))
 }
 
 /// Who creates a workload's pods (`userInfo.username` of the request): its controller's
@@ -893,5 +980,110 @@ mod tests {
         assert_eq!(u.len(), 36);
         assert_eq!(&u[14..15], "4", "version 4: {u}");
         assert_ne!(uuid(), u);
+    }
+
+    fn smcr_pod(annotations: Option<Value>) -> Pod {
+        let mut p = json!({"metadata": {"name": "p", "namespace": "team"},
+            "spec": {"containers": [{"name": "app", "image": "a"}]}});
+        if let Some(a) = annotations {
+            p["metadata"]["annotations"] = a;
+        }
+        serde_json::from_value(p).unwrap()
+    }
+
+    /// The chart's condition: only pods carrying the SMC-R annotation are sent.
+    #[test]
+    fn match_conditions_in_the_modelled_forms() {
+        let chart = "has(object.metadata.annotations) && 'network.alibabacloud.com/erdma-smcr' in object.metadata.annotations";
+        let with = smcr_pod(Some(json!({"network.alibabacloud.com/erdma-smcr": "true"})));
+        let other = smcr_pod(Some(json!({"team": "a"})));
+        let none = smcr_pod(None);
+        assert_eq!(condition_holds(chart, &with), Ok(true));
+        assert_eq!(condition_holds(chart, &other), Ok(false));
+        assert_eq!(condition_holds(chart, &none), Ok(false));
+        // Without the has() guard CEL fails on a pod without annotations: refused, not guessed.
+        let unguarded = "'network.alibabacloud.com/erdma-smcr' in object.metadata.annotations";
+        assert!(
+            condition_holds(unguarded, &none)
+                .unwrap_err()
+                .contains("has()")
+        );
+        assert_eq!(condition_holds(unguarded, &with), Ok(true));
+        for unknown in [
+            "object.spec.hostNetwork == false",
+            "has(object.spec.hostNetwork)",
+            "request.userInfo.username != 'x'",
+        ] {
+            let e = condition_holds(unknown, &with).unwrap_err();
+            assert!(e.contains("not modelled"), "{unknown}: {e}");
+        }
+    }
+
+    fn one_webhook(conditions: Option<Value>) -> MutatingWebhookConfiguration {
+        let mut w = json!({"name": "erdma.example", "admissionReviewVersions": ["v1"],
+            "sideEffects": "None", "failurePolicy": "Fail",
+            "clientConfig": {"url": "https://127.0.0.1:1/mutate"},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]});
+        if let Some(c) = conditions {
+            w["matchConditions"] = c;
+        }
+        serde_json::from_value(json!({"metadata": {"name": "erdma"}, "webhooks": [w]})).unwrap()
+    }
+
+    fn create(pod: Pod, labels: &[(&str, &str)]) -> PodCreate {
+        PodCreate {
+            pod,
+            namespace_labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            user: "kubernetes-admin".into(),
+        }
+    }
+
+    /// A webhook whose condition is false is not called (its unreachable URL would refuse the
+    /// pod under failurePolicy Fail).
+    #[tokio::test]
+    async fn a_webhook_whose_condition_is_false_is_not_called() {
+        let cfg = one_webhook(Some(json!([{"name": "smcr", "expression":
+            "has(object.metadata.annotations) && 'network.alibabacloud.com/erdma-smcr' in object.metadata.annotations"}])));
+        let out = admit(
+            std::slice::from_ref(&cfg),
+            &create(smcr_pod(None), &[]),
+            &Endpoints::default(),
+        )
+        .await
+        .unwrap();
+        assert!(!out.webhooks[0].called);
+        assert!(
+            out.webhooks[0]
+                .outcome
+                .contains("matchCondition \"smcr\" is false")
+        );
+        let asked = smcr_pod(Some(json!({"network.alibabacloud.com/erdma-smcr": "true"})));
+        let refused = admit(&[cfg], &create(asked, &[]), &Endpoints::default()).await;
+        assert!(refused.is_err(), "called, and failed closed");
+    }
+
+    /// Pod Security baseline runs after the webhooks: a privileged container is refused in a
+    /// baseline namespace, accepted elsewhere.
+    #[tokio::test]
+    async fn pod_security_baseline_refuses_a_privileged_container() {
+        let mut v = serde_json::to_value(smcr_pod(None)).unwrap();
+        v["spec"]["initContainers"] =
+            json!([{"name": "smcr-init", "image": "s", "securityContext": {"privileged": true}}]);
+        let pod: Pod = serde_json::from_value(v).unwrap();
+        let baseline = [(pod_security::ENFORCE_LABEL, "baseline")];
+        let e = admit(&[], &create(pod.clone(), &baseline), &Endpoints::default())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("violates PodSecurity \"baseline:latest\"") && e.contains("\"smcr-init\""),
+            "{e}"
+        );
+        admit(&[], &create(pod, &[]), &Endpoints::default())
+            .await
+            .expect("no level enforced");
     }
 }

@@ -64,6 +64,7 @@ pub mod json_patch;
 pub mod manifest_pod;
 pub mod node_status;
 pub mod other_plugin;
+pub mod pod_security;
 pub mod pod_api;
 pub mod podresources;
 pub mod pods;
