@@ -1,7 +1,7 @@
 #!/bin/bash
 # Run the lab scenarios in a real Linux kernel (qemu, TCG) with Soft-RoCE devices.
 #   lab/run.sh [--node NAME | [--suite SUITE] [--runtime RUNTIME]] [--scenario NAME]... [--strict]
-# Scenarios: inventory allocation allocation-modes health numa smcr-prestart nri dra chart chart-webhook faults rdma-usage doctor-usage
+# Scenarios: inventory allocation allocation-modes health numa smcr-prestart nri dra dra-migration chart chart-webhook faults rdma-usage doctor-usage
 # (default: all),
 # and nri-smcr (run by name only: it needs SMC, --suite bookworm-backports). Runtimes (the guest's
 # container runtime, lab/runtime.conf): containerd-1.7 (default) and containerd-2.1. Node kinds
@@ -15,7 +15,7 @@
 # lab/README.md for the environment variables.
 set -uo pipefail
 . "$(dirname "$0")/lib/common.sh"
-ALL_SCENARIOS="inventory allocation allocation-modes health numa smcr-prestart nri dra chart chart-webhook faults rdma-usage doctor-usage"
+ALL_SCENARIOS="inventory allocation allocation-modes health numa smcr-prestart nri dra dra-migration chart chart-webhook faults rdma-usage doctor-usage"
 # known, run only when named (they need another kernel than the default)
 BY_NAME_SCENARIOS="nri-smcr"
 SCENARIOS=()
