@@ -15,7 +15,9 @@
 # cannot register or count slots; /dev as /host/dev with --dev-root: no device nodes for the
 # pods), its NODE_NAME fieldRef, its readiness probe's path or port, a capability the agent needs,
 # or host networking (the probe on the node's address); or the agent in a container handed out
-# device paths of its own mount namespace (/host/dev/...) instead of the node's.
+# device paths of its own mount namespace (/host/dev/...) instead of the node's; or the template's
+# confinement (seccompProfile RuntimeDefault, readOnlyRootFilesystem, the memory limit) is missing,
+# not passed to the runtime, or stops the agent (each is checked as the kernel applies it).
 . /mnt/host/guest/lib.sh
 need erdma-fake-kubelet
 erdma-fake-kubelet pod run --help 2>&1 | grep -q -- --manifest || { skip "$SCEN" "erdma-fake-kubelet pod run has no --manifest yet"; exit 0; }
