@@ -3,7 +3,8 @@
 # own session (killed after LIMIT seconds), cleaning up pods and daemons in between.
 # Results: out/results.txt (PASS/FAIL/SKIP lines); timings: out/timings.txt.
 . /mnt/host/guest/lib.sh
-LIMIT=${LIMIT:-480}
+# the host's ERDMA_LAB_SCENARIO_LIMIT (lab/lib/common.sh, lab_workdir), else 480 s
+LIMIT=${LIMIT:-$(cat /mnt/host/guest/scenario-limit 2>/dev/null || echo 480)}
 : > "$OUT/results.txt"; : > "$OUT/timings.txt"
 t=$(now); echo "boot-to-script $t" >> "$OUT/timings.txt"
 log "kernel $(uname -r), $(nproc) CPUs, NUMA nodes: $(ls -d /sys/devices/system/node/node* | wc -l)"

@@ -7,6 +7,9 @@
 #      ERDMA_NO_APT=1    never run apt-get install (fail naming what is missing); ERDMA_LAB_NO_APT=1 too
 #      ERDMA_LAB_PROFILE debug (default, the test build cache) or release (as shipped; the benchmark)
 #      ERDMA_LAB_NO_BUILD=1 no cargo build: the lab binaries as cargo last built them
+#      ERDMA_LAB_SCENARIO_LIMIT seconds each scenario may run in the guest (default 480)
+#      ERDMA_LAB_IMAGES  the chart scenarios' images from this build-images.sh --out directory
+#                        (default: built for the run)
 #      CARGO_TARGET_DIR  honoured when locating the built binaries
 LAB=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REPO=$(cd "$LAB/.." && pwd)
@@ -104,6 +107,16 @@ lab_images() {
     [ -f "$rendered" ] || die "$rendered is missing (bash deploy/helm/ci/check.sh --update renders it)"
     cp "$rendered" "$WORK/share/chart/$case.json"
   done
+  # ERDMA_LAB_IMAGES=DIR: the images an earlier build-images.sh run wrote to DIR (its --out),
+  # used as they are: one build for several runs (it is minutes on a 2-core host)
+  if [ -n "${ERDMA_LAB_IMAGES:-}" ]; then
+    [ -f "$ERDMA_LAB_IMAGES/images.json" ] \
+      || die "ERDMA_LAB_IMAGES=$ERDMA_LAB_IMAGES has no images.json (give the --out directory of scripts/build-images.sh)"
+    say "ERDMA_LAB_IMAGES: the images in $ERDMA_LAB_IMAGES, not rebuilt"
+    mkdir -p "$WORK/share/images"
+    cp -r "$ERDMA_LAB_IMAGES"/. "$WORK/share/images/" || die "copying $ERDMA_LAB_IMAGES failed"
+    return 0
+  fi
   bash "$REPO/scripts/build-images.sh" --out "$WORK/share/images" >&2 || die "scripts/build-images.sh failed"
 }
 
@@ -206,6 +219,13 @@ lab_workdir() {
   # has no GPU to run NCCL).
   mkdir -p "$WORK/share/nccl"; cp "$REPO/testdata/nccl/real/h200x2-nccl2.28.9/nccl-socket.log" "$WORK/share/nccl/"
   if [ -n "$RUNTIME_LAYER" ]; then echo "$RUNTIME" > "$WORK/share/guest/runtime-name"; fi
+  # each scenario's limit in the guest (guest/main.sh), for a host too loaded for the default
+  if [ -n "${ERDMA_LAB_SCENARIO_LIMIT:-}" ]; then
+    case "$ERDMA_LAB_SCENARIO_LIMIT" in
+      *[!0-9]*|0) die "ERDMA_LAB_SCENARIO_LIMIT is '$ERDMA_LAB_SCENARIO_LIMIT' (seconds, a positive whole number)" ;;
+    esac
+    echo "$ERDMA_LAB_SCENARIO_LIMIT" > "$WORK/share/guest/scenario-limit"
+  fi
 }
 
 # Boots the VM running guest/main.sh with ARGS; console to $WORK/console.log; PASS/FAIL/SKIP/
