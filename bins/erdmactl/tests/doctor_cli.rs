@@ -25,7 +25,7 @@ fn stdout(a: &assert_cmd::assert::Assert) -> String {
     String::from_utf8(a.get_output().stdout.clone()).unwrap()
 }
 
-const NODE: &str = "cn-hangzhou.10.0.1.23";
+const NODE: &str = "cn-hangzhou.192.0.2.23";
 
 fn routes(node: &str, pods_on_node: &str) -> Vec<Route> {
     vec![

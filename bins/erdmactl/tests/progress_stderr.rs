@@ -160,7 +160,7 @@ fn routes() -> Vec<Route> {
     vec![
         (
             "GET",
-            "/api/v1/nodes/cn-hangzhou.10.0.1.23".into(),
+            "/api/v1/nodes/cn-hangzhou.192.0.2.23".into(),
             200,
             fixture("node-erdma-ready.json"),
         ),
@@ -182,7 +182,7 @@ fn a_slow_answer_is_reported_and_stdout_is_what_a_fast_one_gives() {
         erdmactl(&[
             "doctor",
             "--node",
-            "cn-hangzhou.10.0.1.23",
+            "cn-hangzhou.192.0.2.23",
             "-o",
             format,
             "--kubeconfig",
@@ -211,7 +211,7 @@ fn a_slow_answer_is_reported_and_stdout_is_what_a_fast_one_gives() {
             lines
                 .first()
                 .is_some_and(|l| l.starts_with(&format!("{PREFIX}{slow}: "))
-                    && l.contains("getting nodes/cn-hangzhou.10.0.1.23")
+                    && l.contains("getting nodes/cn-hangzhou.192.0.2.23")
                     && l.ends_with(" (1 s)…")),
             "{format}: {late_err}"
         );
@@ -226,7 +226,7 @@ fn a_slow_answer_is_reported_and_stdout_is_what_a_fast_one_gives() {
         .iter()
         .filter(|r| {
             r.method == "GET"
-                && r.target == "/api/v1/nodes/cn-hangzhou.10.0.1.23"
+                && r.target == "/api/v1/nodes/cn-hangzhou.192.0.2.23"
                 && r.body.is_empty()
         })
         .count();

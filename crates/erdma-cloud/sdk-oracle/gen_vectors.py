@@ -25,7 +25,7 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # Requests shaped like the erdma client's: (name, access key, secret, action, query, token).
 ERDMA_SHAPED = [
     ("describe-by-ip", "AKID", "s3cr3t", "DescribeInstances",
-     [("PrivateIpAddresses", '["10.0.0.5","10.0.0.6"]'), ("RegionId", "cn-hangzhou")], None),
+     [("PrivateIpAddresses", '["192.0.2.5","192.0.2.6"]'), ("RegionId", "cn-hangzhou")], None),
     ("modify-eri", "AKID", "s3cr3t", "ModifyNetworkInterfaceAttribute",
      [("NetworkInterfaceId", "eni-abc"), ("RegionId", "cn-hangzhou"),
       ("NetworkInterfaceTrafficConfig.NetworkInterfaceTrafficMode", "HighPerformance"),

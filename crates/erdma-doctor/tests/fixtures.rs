@@ -62,7 +62,7 @@ fn healthy_erdma_node_passes() {
     assert!(one(&checks, "driver.ready").message.contains("Converged"));
     insta::assert_json_snapshot!(
         "node_ready",
-        Report::new("node/cn-hangzhou.10.0.1.23", checks)
+        Report::new("node/cn-hangzhou.192.0.2.23", checks)
     );
 }
 
@@ -101,7 +101,7 @@ fn node_without_agent_fails_allocatable_and_agent() {
     assert_eq!(one(&checks, "driver.ready").status, Status::Skip);
     insta::assert_json_snapshot!(
         "node_no_erdma",
-        Report::new("node/cn-hangzhou.10.0.2.7", checks)
+        Report::new("node/cn-hangzhou.198.51.100.7", checks)
     );
 }
 
@@ -144,7 +144,7 @@ fn crashlooping_agent_and_failed_driver() {
     assert!(ready.message.contains("Module erdma not found"));
     insta::assert_json_snapshot!(
         "node_driver_failed",
-        Report::new("node/cn-hangzhou.10.0.1.23", checks)
+        Report::new("node/cn-hangzhou.192.0.2.23", checks)
     );
 }
 

@@ -132,7 +132,7 @@ const ERIS: [Eri; 2] = [
         numa: "0",
         mtu: 8500,
         uverbs: 1,
-        ipv4: [10, 0, 1, 23],
+        ipv4: [192, 0, 2, 23],
         ipv4_gid_index: 2,
     },
     Eri {
@@ -144,7 +144,7 @@ const ERIS: [Eri; 2] = [
         numa: "1",
         mtu: 1500,
         uverbs: 0,
-        ipv4: [10, 0, 2, 24],
+        ipv4: [198, 51, 100, 24],
         ipv4_gid_index: 1,
     },
 ];
@@ -188,7 +188,7 @@ pub fn erdma(t: &NodeTree, compat: bool) {
             if e.ipv4_gid_index == 2 {
                 g.push((
                     1,
-                    "fd00:0000:0000:0001:0000:0000:0000:0017".into(),
+                    "2001:0db8:0000:0001:0000:0000:0000:0017".into(),
                     Some("RoCE v2".into()),
                     Some(e.netdev.into()),
                 ));

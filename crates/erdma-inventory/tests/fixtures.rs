@@ -49,7 +49,7 @@ fn real_rxe_capture_matches_ibv_devinfo() {
     assert_eq!(p.rate_gbps, Some(10.0));
     // ibv_devinfo: active_mtu 1024 (3) on the 1500-byte veth.
     assert_eq!(p.active_mtu, Some(1024));
-    // ibv_devinfo: GID[0] fe80::1059:d8ff:fe34:6b1b, GID[1] ::ffff:192.168.77.1, GID[2] fd00:77::1, all RoCE v2.
+    // ibv_devinfo: GID[0] fe80::1059:d8ff:fe34:6b1b, GID[1] ::ffff:192.0.2.1, GID[2] 2001:db8:77::1, all RoCE v2.
     let gids: Vec<(u32, String)> = p
         .gids
         .iter()
@@ -59,8 +59,8 @@ fn real_rxe_capture_matches_ibv_devinfo() {
         gids,
         vec![
             (0, "fe80::1059:d8ff:fe34:6b1b".to_string()),
-            (1, "::ffff:192.168.77.1".to_string()),
-            (2, "fd00:77::1".to_string())
+            (1, "::ffff:192.0.2.1".to_string()),
+            (2, "2001:db8:77::1".to_string())
         ]
     );
     assert!(
@@ -73,7 +73,7 @@ fn real_rxe_capture_matches_ibv_devinfo() {
     let n = d.netdev.as_ref().expect("netdev");
     assert_eq!(n.name, "veth0");
     assert_eq!(n.paired_by, NetdevPairing::Parent);
-    assert_eq!(n.ipv4, vec![Ipv4Addr::new(192, 168, 77, 1)]);
+    assert_eq!(n.ipv4, vec![Ipv4Addr::new(192, 0, 2, 1)]);
     assert_eq!(n.ipv4_source, AddressSource::Gids);
     assert_eq!(d.numa_node.0, None);
     // ls -l /dev/infiniband: uverbs0 is 231,192; umad0 231,0; rdma_cm present.
@@ -164,7 +164,7 @@ fn erdma_compat_reports_gid_index_per_device() {
     assert_eq!(d1.gid_index, Some(1));
     assert_eq!(
         d0.netdev.as_ref().unwrap().ipv4,
-        vec![Ipv4Addr::new(10, 0, 1, 23)]
+        vec![Ipv4Addr::new(192, 0, 2, 23)]
     );
     assert_eq!(d0.char_devices.umad[0].path, "/dev/infiniband/umad1");
     assert_eq!(d1.char_devices.umad[0].path, "/dev/infiniband/umad0");

@@ -60,7 +60,9 @@
 //!   `kubectl get --raw` and `Api::<Pod>` requests reach a pod's HTTP port through the API
 //!   server): forwarded as HTTP/1.0 to the address a test registers with
 //!   [`FakeApiServer::proxy_pod`], else to the pod's `status.podIP` and the port (80 when none);
-//!   the backend's status and body come back as they are. A missing pod is 404 `NotFound`, a pod
+//!   the backend's status and body come back as they are. Only loopback and the subnets given
+//!   to [`FakeApiServer::allow_dial`] are dialled: any other address (a fixture's pod IP) is
+//!   answered 500 with `refusing to dial …` and no packet leaves the machine. A missing pod is 404 `NotFound`, a pod
 //!   without an IP 400 `BadRequest`, and a backend that cannot be reached 500 `InternalError`
 //!   with the API server's `error trying to reach service: …` message (the proxy handler's
 //!   error is not an API status, so the API server answers it as an internal error).
@@ -191,6 +193,9 @@ pub struct FakeState {
     /// Where the pod proxy sends `namespace/pod:port` ([`FakeApiServer::proxy_pod`]); without
     /// an entry, to the pod's `status.podIP` and the port.
     pub pod_proxies: BTreeMap<String, std::net::SocketAddr>,
+    /// Where the pod proxy may connect: loopback, and the lab's subnets
+    /// ([`FakeApiServer::allow_dial`]).
+    pub dial_guard: crate::dial_guard::DialGuard,
     /// Container logs by `namespace/pod/container` ([`FakeApiServer::set_pod_log`]).
     pub pod_logs: BTreeMap<String, String>,
     /// Where containers' CRI logs are read for a container without a log set
@@ -581,6 +586,12 @@ impl FakeApiServer {
             .insert(format!("{namespace}/{pod}:{port}"), addr);
     }
 
+    /// Lets the pod proxy connect to `cidr` (the lab's own subnets); by default it dials only
+    /// loopback and answers any other pod IP with `refusing to dial …`.
+    pub fn allow_dial(&self, cidr: crate::dial_guard::Cidr) {
+        self.state().dial_guard.allow(cidr);
+    }
+
     /// Sets the log of `container` in `namespace/pod` (`kubectl logs` reads it).
     pub fn set_pod_log(&self, namespace: &str, pod: &str, container: &str, text: &str) {
         self.state()
@@ -654,7 +665,7 @@ impl FakeApiServer {
             Some((p, port)) => (p, port.parse::<u16>().ok()?),
             None => (target, 80),
         };
-        let (pod_obj, registered) = {
+        let (pod_obj, registered, guard) = {
             let st = self.state();
             (
                 st.objects
@@ -662,6 +673,7 @@ impl FakeApiServer {
                     .and_then(|m| m.get(pod))
                     .cloned(),
                 st.pod_proxies.get(&format!("{ns}/{pod}:{port}")).copied(),
+                st.dial_guard.clone(),
             )
         };
         let Some(pod_obj) = pod_obj else {
@@ -672,9 +684,18 @@ impl FakeApiServer {
             ));
         };
         let addr = match registered {
-            Some(a) => a.to_string(),
+            Some(a) => a,
             None => match pod_obj.pointer("/status/podIP").and_then(Value::as_str) {
-                Some(ip) if !ip.is_empty() => format!("{ip}:{port}"),
+                Some(ip) if !ip.is_empty() => match ip.parse::<std::net::IpAddr>() {
+                    Ok(ip) => std::net::SocketAddr::new(ip, port),
+                    Err(_) => {
+                        return Some(status(
+                            400,
+                            "BadRequest",
+                            &format!("pod {ns}/{pod} has status.podIP {ip:?}, not an IP address"),
+                        ));
+                    }
+                },
                 _ => {
                     return Some(status(
                         400,
@@ -684,6 +705,15 @@ impl FakeApiServer {
                 }
             },
         };
+        if let Err(e) = guard.check(addr, &format!("the pod proxy for {ns}/{pod}")) {
+            tracing::warn!(error = %e, "fake API server: pod proxy refused");
+            return Some(status(
+                500,
+                "InternalError",
+                &format!("error trying to reach service: {e}"),
+            ));
+        }
+        let addr = addr.to_string();
         let path = if path.is_empty() { "/" } else { path };
         let target = if query.is_empty() {
             path.to_string()
@@ -2298,6 +2328,59 @@ mod tests {
             kube::Error::Api(s) => assert_eq!(s.code, 500),
             other => panic!("{other}"),
         }
+    }
+
+    #[tokio::test]
+    async fn the_pod_proxy_refuses_a_pod_ip_outside_loopback_without_dialling_it() {
+        use k8s_openapi::api::core::v1::{Pod, PodStatus};
+        let api = FakeApiServer::new();
+        let pod = |name: &str, ip: &str| Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("kube-system".into()),
+                ..Default::default()
+            },
+            status: Some(PodStatus {
+                pod_ip: Some(ip.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        // Documentation addresses: nothing answers there, so a dial could only time out.
+        api.put(&pod("agent-doc", "192.0.2.10"));
+        api.put(&pod("agent-v6", "2001:db8::10"));
+        api.put(&pod("agent-bad", "not-an-ip"));
+        let client = api.client();
+        let get = |path: String| {
+            let client = client.clone();
+            let req = hyper::Request::get(path).body(Vec::new()).expect("request");
+            async move { client.request_text(req).await }
+        };
+        let refused = get("/api/v1/namespaces/kube-system/pods/agent-doc:9101/proxy/usage".into())
+            .await
+            .expect_err("refused");
+        assert!(
+            refused.to_string().contains(
+                "error trying to reach service: refusing to dial 192.0.2.10:9101 (not loopback or a lab address): the pod proxy for kube-system/agent-doc"
+            ),
+            "{refused}"
+        );
+        let v6 = get("/api/v1/namespaces/kube-system/pods/agent-v6:9101/proxy/usage".into())
+            .await
+            .expect_err("refused");
+        assert!(
+            v6.to_string()
+                .contains("refusing to dial [2001:db8::10]:9101"),
+            "{v6}"
+        );
+        let bad = get("/api/v1/namespaces/kube-system/pods/agent-bad:9101/proxy/usage".into())
+            .await
+            .expect_err("bad IP");
+        assert!(
+            bad.to_string()
+                .contains("status.podIP \"not-an-ip\", not an IP address"),
+            "{bad}"
+        );
     }
 
     #[tokio::test]

@@ -9,6 +9,8 @@
 pub mod agent;
 pub mod client;
 pub mod crd;
+#[cfg(feature = "fake")]
+pub mod dial_guard;
 mod error;
 pub mod events;
 #[cfg(feature = "fake")]

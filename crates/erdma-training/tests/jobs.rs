@@ -58,7 +58,7 @@ fn arena_style_device_with_smcr_and_user_env_overrides() {
     r.erdma = true;
     r.envs = vec![
         "NCCL_DEBUG=WARN".into(),
-        "NCCL_IB_ADDR_RANGE=10.0.0.0/16".into(),
+        "NCCL_IB_ADDR_RANGE=192.0.2.0/24".into(),
     ];
     r.labels = vec!["team=nlp".into()];
     r.annotations = vec!["example.com/owner=alice".into()];

@@ -230,6 +230,10 @@ struct ApiserverArgs {
     /// them out and serves them (`pod run --log-root`, /var/log/pods by default).
     #[arg(long, value_name = "DIR")]
     pod_log_dir: Option<PathBuf>,
+    /// A subnet the pod proxy may connect to besides loopback (repeatable), e.g. the lab's pod
+    /// network 10.89.0.0/24: a pod IP outside loopback and these is refused, never dialled.
+    #[arg(long = "allow-dial", value_name = "CIDR", value_parser = erdma_k8s::dial_guard::Cidr::parse)]
+    allow_dial: Vec<erdma_k8s::dial_guard::Cidr>,
 }
 
 #[derive(clap::Args)]
@@ -703,6 +707,10 @@ async fn apiserver(a: ApiserverArgs) -> anyhow::Result<()> {
     };
     let cancel = tokio_util::sync::CancellationToken::new();
     let started = erdma_fake_kubelet::apiserver::start(&opts, cancel.clone()).await?;
+    for cidr in a.allow_dial {
+        started.api.allow_dial(cidr);
+        eprintln!("apiserver: the pod proxy may dial {cidr}");
+    }
     for line in &started.report {
         eprintln!("apiserver: {line}");
     }

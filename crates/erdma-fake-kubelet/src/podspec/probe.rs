@@ -251,10 +251,16 @@ pub async fn run_once(probe: &ProbePlan, target: &mut ProbeTarget<'_>) -> Outcom
             headers,
         } => {
             let host = if host.is_empty() { target.pod_ip } else { host };
+            if let Err(why) = may_dial(host, *port, target.pod_ip).await {
+                return Outcome::Failure(why);
+            }
             http_get(host, *port, path, headers, probe.timeout).await
         }
         ProbeAction::Tcp { host, port } => {
             let host = if host.is_empty() { target.pod_ip } else { host };
+            if let Err(why) = may_dial(host, *port, target.pod_ip).await {
+                return Outcome::Failure(why);
+            }
             tcp_connect(host, *port, probe.timeout).await
         }
         ProbeAction::Exec { command } => {
@@ -284,6 +290,21 @@ pub async fn run_once(probe: &ProbePlan, target: &mut ProbeTarget<'_>) -> Outcom
             }
         }
     }
+}
+
+/// Whether a probe may connect to `host:port`: loopback, or the pod's own IP (the runtime gave
+/// it to a sandbox on this machine). A probe's `host` naming anything else (a manifest's
+/// address) is refused without a packet sent.
+pub async fn may_dial(host: &str, port: u16, pod_ip: &str) -> Result<(), String> {
+    use erdma_k8s::dial_guard::{Cidr, DialGuard};
+    let mut guard = DialGuard::loopback_only();
+    if let Ok(own) = Cidr::parse(pod_ip) {
+        guard.allow(own);
+    }
+    guard
+        .resolve(host, port, "the lab kubelet's probe")
+        .await
+        .map(|_| ())
 }
 
 /// A TCP probe: the connection opens within `timeout`.
@@ -552,5 +573,28 @@ pub async fn wait_ready(
         ready_after,
         probes: records,
         reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn probes_reach_loopback_and_the_pods_own_ip_only() {
+        assert_eq!(may_dial("127.0.0.1", 8080, "192.0.2.9").await, Ok(()));
+        assert_eq!(may_dial("localhost", 8080, "192.0.2.9").await, Ok(()));
+        assert_eq!(may_dial("192.0.2.9", 8080, "192.0.2.9").await, Ok(()));
+        assert_eq!(may_dial("[::1]", 8080, "192.0.2.9").await, Ok(()));
+        let e = may_dial("198.51.100.4", 443, "192.0.2.9")
+            .await
+            .expect_err("another host");
+        assert!(
+            e.starts_with(
+                "refusing to dial 198.51.100.4:443 (not loopback or a lab address): the lab kubelet's probe"
+            ),
+            "{e}"
+        );
+        assert!(e.contains("192.0.2.9/32"), "{e}");
     }
 }
