@@ -146,7 +146,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         f => crate::output::emit(&output::render(&report, f)?)?,
     }
     if report.usable == 0 {
-        eprintln!("{}", no_usable_message(&report, &args.driver));
+        crate::output::warn(&no_usable_message(&report, &args.driver));
         return Ok(ExitCode::from(crate::exit::CHECK_FAILED));
     }
     Ok(ExitCode::SUCCESS)

@@ -299,22 +299,22 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
         ("controller", &v.controller.image),
     ] {
         if image.is_original_default(component) {
-            eprintln!(
+            crate::output::warn(&format!(
                 "erdmactl: note: {component}.image is the original chart's default Go image ({}:latest); erdma's {component} image runs instead. Drop {component}.image from the values file.",
                 image.repository
-            );
+            ));
         }
     }
     if v.runs_controller() && v.config.is_original_smc_init_image() {
-        eprintln!(
+        crate::output::warn(&format!(
             "erdmactl: note: config.smcInitImage {} is the original chart's smcr_init image; erdma's {} runs instead. Drop config.smcInitImage from the values file.",
             v.config.smc_init_image,
             v.config.smc_init_image_ref()
-        );
+        ));
     }
     let warnings = v.warnings();
     for w in &warnings {
-        eprintln!("erdmactl: warning: {w}");
+        crate::output::warn(&format!("erdmactl: warning: {w}"));
     }
     if !a.dry_run && !warnings.is_empty() {
         anyhow::bail!(
@@ -348,9 +348,9 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
                     return Ok(refused);
                 }
             }
-            Err(e) if v.allow_existing_installation => eprintln!(
+            Err(e) if v.allow_existing_installation => crate::output::warn(&format!(
                 "erdmactl: warning: --allow-existing: did not check for another eRDMA installation: {e}"
-            ),
+            )),
             Err(e) => anyhow::bail!(
                 "cannot check for another eRDMA installation: {e}; nothing was applied (--allow-existing applies without the check)"
             ),
@@ -375,9 +375,9 @@ async fn dry_run_check(a: &Args, v: &Values) -> anyhow::Result<Option<Existing>>
         Err(_) => return Ok(None),
     };
     let note = |why: String| {
-        eprintln!(
+        crate::output::warn(&format!(
             "erdmactl: note: rendered without checking the cluster for another eRDMA installation ({why})"
-        )
+        ))
     };
     match tokio::time::timeout(
         DRY_RUN_CHECK_TIMEOUT,
@@ -403,19 +403,19 @@ async fn dry_run_check(a: &Args, v: &Values) -> anyhow::Result<Option<Existing>>
 /// Prints what was found; `Some(exit status)` when the install is refused.
 fn judge(a: &Args, v: &Values, found: &Existing) -> Option<ExitCode> {
     for w in &found.warnings {
-        eprintln!("erdmactl: warning: {w}");
+        crate::output::warn(&format!("erdmactl: warning: {w}"));
     }
     if found.conflicts.is_empty() {
         return None;
     }
     if v.allow_existing_installation {
         for c in &found.conflicts {
-            eprintln!(
+            crate::output::warn(&format!(
                 "erdmactl: warning: --allow-existing: installing next to {}: {} (fix: {})",
                 c.location(),
                 c.what,
                 c.fix
-            );
+            ));
         }
         return None;
     }
@@ -432,7 +432,7 @@ fn judge(a: &Args, v: &Values, found: &Existing) -> Option<ExitCode> {
         ));
     }
     msg.push_str("Resolve each, then run install again (`erdmactl doctor --node NODE` verifies a node afterwards). Nothing was applied. --allow-existing installs anyway (experts only).");
-    eprintln!("{msg}");
+    crate::output::warn(&msg);
     if a.output == "json" {
         let refusal = serde_json::json!({
             "refused": true,
@@ -444,7 +444,7 @@ fn judge(a: &Args, v: &Values, found: &Existing) -> Option<ExitCode> {
         match serde_json::to_string_pretty(&refusal) {
             // The refusal exits 2 whether or not its JSON could be written.
             Ok(s) => drop(crate::output::emitln(&s)),
-            Err(e) => eprintln!("erdmactl: cannot serialise the refusal: {e}"),
+            Err(e) => crate::output::warn(&format!("erdmactl: cannot serialise the refusal: {e}")),
         }
     }
     Some(ExitCode::from(crate::exit::USAGE))

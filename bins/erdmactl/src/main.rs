@@ -73,11 +73,11 @@ fn main() -> ExitCode {
             // kube's errors name the transport failure only in their source chain, which some
             // callers flatten: SendRequest is the client's word for "no answer came back".
             if msg.contains("timed out") || msg.contains("SendRequest") {
-                eprintln!(
+                crate::output::warn(&format!(
                     "erdmactl: {msg}\nerdmactl: the API server could not be reached or did not answer within --request-timeout (default 30s): check the server address in the kubeconfig (--kubeconfig, --context), or raise --request-timeout"
-                );
+                ));
             } else {
-                eprintln!("erdmactl: {msg}");
+                crate::output::warn(&format!("erdmactl: {msg}"));
             }
             ExitCode::from(exit::USAGE)
         }
@@ -125,7 +125,7 @@ fn parse_error(e: clap::Error) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if closed_stdout(&e) => ExitCode::from(output::BROKEN_PIPE),
         Err(e) => {
-            eprintln!("erdmactl: {e:#}");
+            crate::output::warn(&format!("erdmactl: {e:#}"));
             ExitCode::from(exit::USAGE)
         }
     }

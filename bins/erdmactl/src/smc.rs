@@ -175,7 +175,7 @@ fn print_report<T: Serialize>(
 ) -> anyhow::Result<ExitCode> {
     match format {
         Format::Table => match unsupported {
-            Some(u) => eprintln!("{u}"),
+            Some(u) => crate::output::warn(u),
             None => crate::output::emit(&table(report))?,
         },
         f => crate::output::emit(&output::render(report, f)?)?,

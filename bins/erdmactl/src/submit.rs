@@ -231,7 +231,7 @@ pub async fn kube_client_with_retry(kube: &KubeArgs, retry: bool) -> anyhow::Res
         request_timeout,
         progress: Some(erdma_k8s::client::Progress::new(
             erdma_k8s::client::PROGRESS_AFTER,
-            |w: &erdma_k8s::client::Waiting<'_>| eprintln!("{}", progress_line(w)),
+            |w: &erdma_k8s::client::Waiting<'_>| crate::output::warn(&progress_line(w)),
         )),
     };
     erdma_k8s::client::build(config, &options).context("building the Kubernetes client")
@@ -257,7 +257,7 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 fn info(start: Instant, msg: &str) {
-    eprintln!("INFO[{:04}] {msg}", start.elapsed().as_secs());
+    crate::output::warn(&format!("INFO[{:04}] {msg}", start.elapsed().as_secs()));
 }
 
 fn print_job(job: &PyTorchJob, format: &str) -> anyhow::Result<()> {

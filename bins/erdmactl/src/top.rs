@@ -837,8 +837,11 @@ fn render_devices(prev: Option<&Sample>, s: &Sample, args: &TopArgs) -> anyhow::
 fn report_unreachable(s: &Sample) {
     for u in &s.unreachable {
         match &u.agent {
-            Some(a) => eprintln!("erdmactl: node {}: agent {a}: {}", u.node, u.reason),
-            None => eprintln!("erdmactl: node {}: {}", u.node, u.reason),
+            Some(a) => crate::output::warn(&format!(
+                "erdmactl: node {}: agent {a}: {}",
+                u.node, u.reason
+            )),
+            None => crate::output::warn(&format!("erdmactl: node {}: {}", u.node, u.reason)),
         }
     }
 }
@@ -847,7 +850,8 @@ fn report_unreachable(s: &Sample) {
 /// are separated by a blank line.
 fn print_block(text: &str, watch: bool, first: bool) -> anyhow::Result<()> {
     if watch && std::io::stdout().is_terminal() {
-        output::emit(&format!("\x1b[2J\x1b[H{text}"))
+        output::clear_screen()?;
+        output::emit(text)
     } else if watch && !first {
         output::emit(&format!("\n{text}"))
     } else {

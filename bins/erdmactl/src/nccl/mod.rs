@@ -186,10 +186,10 @@ fn analyze(a: &AnalyzeArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             && let Ok(real) = std::fs::canonicalize(p)
             && !seen.insert(real)
         {
-            eprintln!(
+            crate::output::warn(&format!(
                 "erdmactl: note: {} is given more than once; it is read once",
                 p.display()
-            );
+            ));
             continue;
         }
         feed(&mut an, p)?;
