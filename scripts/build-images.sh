@@ -12,8 +12,9 @@
 #   erdma-controller  /usr/local/bin/erdma-controller, runs as 65532:65532
 #   smcr-init         /usr/local/bin/smcr_init, runs as root (the webhook's init container)
 #
-# DIR (default target/images) gets <name>.oci.tar for each image and images.json (name, ref,
-# manifest digest, sizes). Image names are REGISTRY/<name>:TAG; REGISTRY defaults to ghcr.io/erdma
+# DIR (default target/images) gets <name>.oci.tar for each image, its CycloneDX SBOM <name>.cdx.json
+# (the crates linked into its binaries and its Debian packages, scripts/sbom.py) and images.json
+# (name, ref, manifest digest, sizes, SBOM). Image names are REGISTRY/<name>:TAG; REGISTRY defaults to ghcr.io/erdma
 # (the chart's defaults) and TAG to the workspace version (= the chart's appVersion). Each image is
 # assembled twice from scratch and both manifest digests are printed: they must be equal (sorted
 # tar entries, owner 0, mtimes at SOURCE_DATE_EPOCH = the commit's time, gzip -n), or the script
@@ -294,6 +295,9 @@ mkdir -p "$OUT"
 for n in "${IMAGES[@]}"; do
   assemble "$n" "$WORK/root-$n"; archive "$n" "$WORK/root-$n" "$OUT/$n.oci.tar"
   d1=$DIGEST c1=$COMPRESSED u1=$UNCOMPRESSED
+  sbom_args=(); for spec in $(image_bins "$n"); do sbom_args+=(--package "${spec%%:*}"); done
+  python3 scripts/sbom.py --name "$n" --version "$TAG" "${sbom_args[@]}" --rootfs "$WORK/root-$n" \
+    > "$OUT/$n.cdx.json" || die "$n: scripts/sbom.py failed"
   # The second assembly starts again from the packages and the binaries, into another directory.
   assemble "$n" "$WORK/again-$n"; archive "$n" "$WORK/again-$n" "$WORK/again-$n.oci.tar"
   d2=$DIGEST
@@ -302,7 +306,8 @@ for n in "${IMAGES[@]}"; do
   printf '%s %s digest %s (second build: %s, identical), %s bytes compressed, %s uncompressed\n' \
     "$n" "$REGISTRY/$n:$TAG" "$d1" "$d2" "$c1" "$u1"
   jq -cn --arg n "$n" --arg r "$REGISTRY/$n:$TAG" --arg d "$d1" --argjson c "$c1" --argjson u "$u1" \
-    --arg f "$OUT/$n.oci.tar" '{name: $n, ref: $r, digest: $d, compressed_bytes: $c, uncompressed_bytes: $u, archive: $f}' \
+    --arg f "$OUT/$n.oci.tar" --arg s "$OUT/$n.cdx.json" \
+    '{name: $n, ref: $r, digest: $d, compressed_bytes: $c, uncompressed_bytes: $u, archive: $f, sbom: $s}' \
     >> "$WORK/images.jsonl"
 done
 jq -s --arg rev "$REVISION" --arg tag "$TAG" '{revision: $rev, tag: $tag, images: .}' "$WORK/images.jsonl" > "$OUT/images.json"

@@ -9,7 +9,8 @@
 #          the SMC-R BPF policy (libbpf-sys), jq for the lab's build step
 #   lab    qemu, busybox, kmod, cpio and the RDMA user-space tools the lab's guest image is made of
 #   test   what the test command needs beyond build: iproute2 (netns tests), python3-venv (the
-#          example training script), rustfmt and clippy
+#          example training script and the SBOM validator), rustfmt, clippy and cargo-deny
+#          ($CARGO_DENY_VERSION, built once with `cargo install --locked`, a few minutes)
 #   image  what scripts/build-images.sh needs beyond build: jq, strip, gzip (apt-get and dpkg-deb
 #          come with every Debian)
 #   push   skopeo, for scripts/build-images.sh --push
@@ -18,6 +19,9 @@
 # (or ERDMA_NO_APT=1, or the older ERDMA_LAB_NO_APT=1) it installs nothing and exits 1 naming what is
 # missing. Prints one line per install and nothing when everything is present.
 set -euo pipefail
+
+# The supply-chain check's cargo-deny (scripts/supply-chain.sh), pinned.
+CARGO_DENY_VERSION=0.20.2
 
 # package:probe. A probe is a command name (found on PATH or in /usr/sbin, /sbin) or an absolute path
 # that the package installs.
@@ -49,7 +53,7 @@ groups=()
 for a in "$@"; do
   case "$a" in
     --check) check=1 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "host-deps: unknown option '$a' (see --help)" >&2; exit 2 ;;
     *) groups+=("$a") ;;
   esac
@@ -101,5 +105,12 @@ if [ "$want_rust_components" = 1 ] && command -v rustup >/dev/null 2>&1; then
       rustup component add "$c" >/dev/null
     fi
   done
+fi
+if [ "$want_rust_components" = 1 ] && command -v cargo >/dev/null 2>&1 \
+    && [ "$(cargo deny --version 2>/dev/null)" != "cargo-deny $CARGO_DENY_VERSION" ]; then
+  [ "$check" = 1 ] && { echo "host-deps: missing cargo-deny $CARGO_DENY_VERSION" >&2; exit 1; }
+  echo "host-deps: cargo install --locked cargo-deny@$CARGO_DENY_VERSION" >&2
+  cargo install --quiet --locked "cargo-deny@$CARGO_DENY_VERSION" \
+    || { echo "host-deps: cargo install cargo-deny@$CARGO_DENY_VERSION failed" >&2; exit 1; }
 fi
 exit 0

@@ -61,6 +61,12 @@ if [ ${#workflows[@]} -gt 0 ]; then
   pins() {
     local f status=0
     for f in "${workflows[@]}"; do
+      # Every action by commit: a tag or branch can be moved to other code after review.
+      if grep -nHE '^[ -]*uses: *' "$f" | grep -vE 'uses: *(\./|docker://[^ ]+@sha256:[0-9a-f]{64})' \
+          | grep -vE 'uses: *[^ ]+@[0-9a-f]{40}( |$)'; then
+        echo "$f: the actions above are not pinned by a full commit SHA (uses: owner/repo@<40 hex> # vX.Y.Z)"
+        status=1
+      fi
       if grep -nHE 'uses: *[^ ]+@[0-9a-f]{40}' "$f" | grep -vE '@[0-9a-f]{40} # v[0-9]+(\.[0-9]+)*( |$)'; then
         echo "$f: the actions above are pinned by commit without their version as a comment (@<sha> # vX.Y.Z)"
         status=1

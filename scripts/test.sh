@@ -105,6 +105,9 @@ stage lint-deploy bash scripts/lint-deploy.sh
 # The images operators deploy, built as the release workflow builds them (no daemon, no base
 # image), twice with identical digests; the lab's chart scenario runs the agent's.
 stage images bash scripts/build-images.sh
+# Licences, banned crates and sources (cargo deny, deny.toml), and the CycloneDX SBOMs of erdmactl
+# and of the images just built, validated against the schema.
+stage supply-chain bash scripts/supply-chain.sh
 
 stage example bash examples/pytorch-mnist/ci-test.sh
 
