@@ -58,7 +58,8 @@ async fn start(
     (addr, metrics, cancel)
 }
 
-/// Two sockets per client in one process: more than a default soft limit of 1 024.
+/// Two sockets per client in one process, two tests of a thousand clients at once: more than a
+/// default soft limit of 1 024.
 fn raise_fd_limit() {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -67,14 +68,14 @@ fn raise_fd_limit() {
     // SAFETY: getrlimit/setrlimit only read and write the struct passed.
     unsafe {
         assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
-        if lim.rlim_cur < 8192 {
-            lim.rlim_cur = lim.rlim_max.min(8192);
+        if lim.rlim_cur < 16384 {
+            lim.rlim_cur = lim.rlim_max.min(16384);
             assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
         }
     }
     assert!(
-        lim.rlim_cur >= 4096,
-        "this test needs 4096 open files; the hard limit is {}",
+        lim.rlim_cur >= 8192,
+        "these tests need 8192 open files; the hard limit is {}",
         lim.rlim_max
     );
 }
