@@ -59,13 +59,13 @@ MATRIX_NODES=$(awk '!/^#/ && NF == 7 && $1 != "default" {print $1}' lab/nodes.co
 # containerd 2.x coverage: CRI devices and the device cgroup, NRI adjustments, CDI from a DRA
 # claim, image import and manifest pods (chart-webhook runs the agent's and the controller's
 # pods); systemd: pod cgroups as slices; apparmor: containers confined by containerd's default
-# profile. The rest, and the containerd-2.1 column (containerd 2.1 over Debian 12's runc 1.1, a
+# profile, and the chart's agent pod with the profile the chart gives it. The rest, and the containerd-2.1 column (containerd 2.1 over Debian 12's runc 1.1, a
 # pairing containerd 2.x does not ship with): lab/ci.sh --full.
 declare -A NODE_CI_CELLS=(
   [cgroupv1]="allocation nri dra rdma-usage"
   [runc13]="allocation nri dra chart-webhook"
   [systemd]="allocation"
-  [apparmor]="allocation"
+  [apparmor]="allocation chart"
 )
 # Cells that cannot pass on a kind for a reason outside erdma: SCENARIO@NODE -> the reason.
 declare -A NODE_NA=()
