@@ -1,5 +1,5 @@
 //! Webhook TLS: a self-signed CA and a serving certificate for the webhook Service, kept in the
-//! Secret `<controller>-webhook-cert` (`ca.crt`, `tls.crt`, `tls.key`, expiry in an annotation),
+//! Secret `<controller>-webhook-tls` (`ca.crt`, `tls.crt`, `tls.key`, expiry in an annotation),
 //! rotated before expiry without a gap, with the CA bundle patched into the
 //! MutatingWebhookConfiguration.
 //!
@@ -210,6 +210,36 @@ fn to_secret(
     }
 }
 
+/// `installed` (the empty Secret the install created, or one left incomplete) with `b` written
+/// into it: its type, labels and other annotations kept (the installer's ownership marks), the
+/// CAs erdma issued before still recorded, no rotation under way.
+fn filled(installed: &Secret, b: &CertBundle) -> Secret {
+    let fresh = to_secret(
+        installed.metadata.name.as_deref().unwrap_or_default(),
+        installed.metadata.namespace.as_deref().unwrap_or_default(),
+        b,
+        installed.metadata.resource_version.clone(),
+    );
+    let mut issued = issued_cas(installed);
+    let ca = fingerprint(&b.ca_pem);
+    if !issued.contains(&ca) {
+        issued.push(ca);
+    }
+    let mut s = installed.clone();
+    let ann = s.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    ann.remove(ANNOTATION_PHASE);
+    ann.remove(ANNOTATION_NEXT_NOT_AFTER);
+    ann.insert(
+        ANNOTATION_NOT_AFTER.to_string(),
+        unix(b.not_after).to_string(),
+    );
+    ann.insert(ANNOTATION_ISSUED_CAS.to_string(), issued.join(" "));
+    s.data = fresh.data;
+    s.string_data = None;
+    s.type_ = installed.type_.clone().or(fresh.type_);
+    s
+}
+
 /// SHA-256 of a PEM text's certificate bytes (hex), as a replica acknowledges what it serves.
 pub fn fingerprint(cert_pem: &str) -> String {
     let d = ring::digest::digest(&ring::digest::SHA256, cert_pem.trim().as_bytes());
@@ -374,26 +404,28 @@ impl CertManager {
         Api::all(self.client.clone())
     }
 
-    /// The Secret, created with a fresh bundle when missing (concurrent creators: the 409 loser
-    /// re-reads).
+    /// The Secret, with a fresh bundle written into it when it has none (the install creates it
+    /// empty: the controller may read and update this one Secret but create none). Concurrent
+    /// writers: the 409 loser re-reads.
     pub async fn secret(&self) -> anyhow::Result<Secret> {
         let api = self.secrets();
         for _ in 0..3 {
-            if let Some(s) = api.get_opt(&self.secret_name).await? {
-                if from_secret(&s).is_some() {
-                    return Ok(s);
-                }
+            let Some(s) = api.get_opt(&self.secret_name).await? else {
                 anyhow::bail!(
-                    "Secret {}/{} lacks ca.crt, tls.crt, tls.key or the {ANNOTATION_NOT_AFTER} annotation; delete it and the controller recreates it",
+                    "Secret {}/{} does not exist; the chart and erdmactl install create it (empty) and the controller writes the webhook certificate into it, as it may not create Secrets; fix: upgrade or install again",
                     self.namespace,
                     self.secret_name
                 );
+            };
+            if from_secret(&s).is_some() {
+                return Ok(s);
             }
             let fresh = generate(&self.names, self.validity)?;
             match api
-                .create(
+                .replace(
+                    &self.secret_name,
                     &PostParams::default(),
-                    &to_secret(&self.secret_name, &self.namespace, &fresh, None),
+                    &filled(&s, &fresh),
                 )
                 .await
             {

@@ -365,7 +365,7 @@ async fn run(
         let mgr = CertManager::new(
             client.clone(),
             &cfg.controller_namespace,
-            &format!("{}-webhook-cert", cfg.controller_name),
+            &format!("{}-webhook-tls", cfg.controller_name),
             &cfg.controller_name,
             dns_names(
                 &cfg.controller_name,
@@ -376,7 +376,7 @@ async fn run(
         );
         // The API server may not answer, or refuse, for ever: retried until the shutdown.
         let secret = format!(
-            "{}/{}-webhook-cert",
+            "{}/{}-webhook-tls",
             cfg.controller_namespace, cfg.controller_name
         );
         let mut last_error: Option<String> = None;

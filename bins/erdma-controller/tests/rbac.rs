@@ -199,7 +199,7 @@ async fn every_controller_api_call_is_allowed_and_every_permission_is_used() {
     assert!(le.try_acquire_or_renew().await.unwrap());
     assert!(le.try_acquire_or_renew().await.unwrap());
 
-    api.set_step("Webhook certificate: create the Secret, rotate it before expiry");
+    api.set_step("Webhook certificate: fill the installed Secret, rotate it before expiry");
     api.put(&MutatingWebhookConfiguration {
         metadata: ObjectMeta {
             name: Some(CONTROLLER_NAME.into()),
@@ -213,7 +213,32 @@ async fn every_controller_api_call_is_allowed_and_every_permission_is_used() {
             ..Default::default()
         }]),
     });
-    let secret_name = format!("{CONTROLLER_NAME}-webhook-cert");
+    let secret_name = format!("{CONTROLLER_NAME}-webhook-tls");
+    // The install creates the Secret empty; the controller may create no Secret at all (RBAC
+    // cannot limit `create` by name: a create grant could mint token Secrets).
+    let installed = objects
+        .iter()
+        .find(|o| o["kind"] == "Secret" && o["metadata"]["name"] == secret_name.as_str())
+        .expect("the install renders the webhook certificate's Secret");
+    let installed: Secret = serde_json::from_value(installed.clone()).unwrap();
+    assert!(installed.data.is_none() && installed.string_data.is_none());
+    api.put(&installed);
+    for name in ["", "minted-token"] {
+        let create = erdma_k8s::rbac::Attributes {
+            user: user.clone(),
+            verb: "create".into(),
+            api_group: String::new(),
+            resource: "secrets".into(),
+            subresource: String::new(),
+            namespace: v.namespace.clone(),
+            name: name.into(),
+        };
+        assert!(
+            authz.authorize(&create).is_empty(),
+            "the controller may create a Secret: {:?}",
+            authz.authorize(&create)
+        );
+    }
     let mgr = CertManager::new(
         client.clone(),
         &v.namespace,
@@ -222,9 +247,13 @@ async fn every_controller_api_call_is_allowed_and_every_permission_is_used() {
         dns_names(CONTROLLER_NAME, &v.namespace, "cluster.local"),
         "controller-pod-a",
     );
-    // The Secret is created on first use; the replica serves it, records that it does and puts
-    // the CA into the MutatingWebhookConfiguration.
+    // The certificate is written into the installed Secret on first use (its labels kept); the
+    // replica serves it, records that it does and puts the CA into the
+    // MutatingWebhookConfiguration.
     let first = mgr.current().await.unwrap();
+    let filled: Secret = api.get(Some(&v.namespace), &secret_name).unwrap();
+    assert_eq!(filled.metadata.labels, installed.metadata.labels);
+    assert_eq!(filled.type_, installed.type_);
     let slot = CertSlot::new(&first.cert_pem, &first.key_pem).unwrap();
     mgr.tick(&slot).await.unwrap();
 

@@ -218,7 +218,7 @@ fn a_signal_ends_the_webhook_certificate_wait_on_an_api_server_that_never_answer
         assert_stopped_abandoning(
             status,
             &lines,
-            "waiting for the webhook certificate (Secret kube-system/alibabacloud-erdma-controller-webhook-cert)",
+            "waiting for the webhook certificate (Secret kube-system/alibabacloud-erdma-controller-webhook-tls)",
         );
         assert!(
             lines
@@ -239,7 +239,7 @@ fn a_signal_ends_the_webhook_certificate_retries_on_an_api_server_that_refuses()
     assert_stopped_abandoning(
         status,
         &lines,
-        "waiting for the webhook certificate (Secret kube-system/alibabacloud-erdma-controller-webhook-cert; last error: ",
+        "waiting for the webhook certificate (Secret kube-system/alibabacloud-erdma-controller-webhook-tls; last error: ",
     );
 }
 

@@ -437,7 +437,7 @@ async fn rotated_certificates_are_served_without_restart() {
     );
 }
 
-const SECRET: &str = "alibabacloud-erdma-controller-webhook-cert";
+const SECRET: &str = "alibabacloud-erdma-controller-webhook-tls";
 const MWC: &str = "alibabacloud-erdma-controller";
 
 fn webhook_config(api: &FakeApiServer) {
@@ -457,6 +457,18 @@ fn webhook_config(api: &FakeApiServer) {
 }
 
 fn manager(api: &FakeApiServer, identity: &str) -> CertManager {
+    // The install creates the Secret empty (the controller may not create Secrets).
+    if api.get::<Secret>(Some("kube-system"), SECRET).is_none() {
+        api.put(&Secret {
+            metadata: ObjectMeta {
+                name: Some(SECRET.into()),
+                namespace: Some("kube-system".into()),
+                ..Default::default()
+            },
+            type_: Some("Opaque".into()),
+            ..Default::default()
+        });
+    }
     CertManager::new(
         api.client(),
         "kube-system",
@@ -540,17 +552,45 @@ async fn admit(api: &FakeApiServer, addr: std::net::SocketAddr) -> Result<Value,
 }
 
 #[tokio::test]
-async fn first_tick_creates_the_secret_and_patches_the_ca_bundle() {
+async fn first_tick_fills_the_installed_secret_and_patches_the_ca_bundle() {
     let api = FakeApiServer::new();
     webhook_config(&api);
     let r = replica(&api, "controller-0").await;
     let secret: Secret = api.get(Some("kube-system"), SECRET).unwrap();
-    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+    // The install's type is kept (a Secret's type cannot change).
+    assert_eq!(secret.type_.as_deref(), Some("Opaque"));
     let ca = String::from_utf8(secret.data.unwrap()["ca.crt"].0.clone()).unwrap();
     assert_eq!(pem_blocks(&ca_bundle(&api)), pem_blocks(&ca));
     let again = r.mgr.tick(&r.slot).await.unwrap();
     assert_eq!(again, Tick::default(), "valid and patched: nothing to do");
     assert!(admit(&api, r.addr).await.is_ok());
+}
+
+/// The controller may not create Secrets (issue 45): without the installed one it creates
+/// nothing and says what to do.
+#[tokio::test]
+async fn a_missing_secret_is_not_created_and_the_error_names_the_fix() {
+    let api = FakeApiServer::new();
+    webhook_config(&api);
+    let mgr = CertManager::new(
+        api.client(),
+        "kube-system",
+        SECRET,
+        MWC,
+        dns_names(
+            "alibabacloud-erdma-controller",
+            "kube-system",
+            "cluster.local",
+        ),
+        "controller-0",
+    );
+    let err = mgr.current().await.unwrap_err().to_string();
+    assert!(
+        err.contains(SECRET) && err.contains("does not exist") && err.contains("install again"),
+        "{err}"
+    );
+    assert!(api.get::<Secret>(Some("kube-system"), SECRET).is_none());
+    assert!(api.requests_matching("POST", "/secrets").is_empty());
 }
 
 #[tokio::test]

@@ -14,6 +14,20 @@ pub const VERSION: &str = "v1";
 /// The CRD's full name.
 pub const CRD_NAME: &str = "erdmadevices.network.alibabacloud.com";
 
+// The API server refuses objects whose fields break these (what `kubectl get` and erdmactl show
+// stays an ID, a MAC, a word): each also admits "", the default of an absent field in the
+// original's objects (Go `omitempty`).
+/// `instanceID`: `i-` and up to 62 letters, digits or `-` (as `erdma_model::names::is_instance_id`).
+pub const INSTANCE_ID_PATTERN: &str = "^(i-[A-Za-z0-9-]{1,62})?$";
+/// `mac`: six colon-separated hex octets, either case.
+pub const MAC_PATTERN: &str = "^([0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5})?$";
+/// `id`: an ENI ID (`eni-…`) or, in local-discovery mode, an ibdev name (at most 64 characters).
+pub const DEVICE_ID_PATTERN: &str = "^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})?$";
+/// `status.devices[].status`: a word (`Pending`, `Ready`, `Failed`; others are kept, not fatal).
+pub const DEVICE_STATE_PATTERN: &str = "^[A-Za-z]{0,32}$";
+/// The longest `status.devices[].message`.
+pub const MESSAGE_MAX: u32 = 4096;
+
 /// Desired state: the ERIs of one node.
 #[derive(
     CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema,
@@ -30,6 +44,7 @@ pub const CRD_NAME: &str = "erdmadevices.network.alibabacloud.com";
 )]
 pub struct ERdmaDeviceSpec {
     /// The ERIs of the node, one per network card.
+    #[schemars(length(max = 64))]
     pub devices: Vec<DeviceInfo>,
     /// Whether the instance has jumbo frames enabled (`DescribeInstanceAttribute.EnableJumboFrame`);
     /// the agent then sets the ERI netdev MTU to `--jumbo-frame-mtu`.
@@ -46,15 +61,18 @@ pub struct ERdmaDeviceSpec {
 pub struct DeviceInfo {
     /// The ECS instance ID (`i-…`).
     #[serde(default, rename = "instanceID")]
+    #[schemars(pattern(INSTANCE_ID_PATTERN))]
     pub instance_id: String,
     /// The ENI's MAC as ECS returns it (lower case, colon-separated); the agent matches netdevs by it.
     #[serde(default)]
+    #[schemars(pattern(MAC_PATTERN))]
     pub mac: String,
     /// Whether the ERI is the instance's primary ENI.
     #[serde(default, rename = "isPrimaryENI")]
     pub is_primary_eni: bool,
     /// The ENI ID (`eni-…`; in local-discovery mode the ibdev name).
     #[serde(default)]
+    #[schemars(pattern(DEVICE_ID_PATTERN))]
     pub id: String,
     /// The network card the ENI is attached to.
     #[serde(default, rename = "networkCardIndex")]
@@ -69,6 +87,7 @@ pub struct DeviceInfo {
 pub struct ERdmaDeviceStatus {
     /// Per-device state.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub devices: Vec<DeviceStatus>,
 }
 
@@ -77,12 +96,15 @@ pub struct ERdmaDeviceStatus {
 pub struct DeviceStatus {
     /// The ENI ID (matches `spec.devices[].id`).
     #[serde(default)]
+    #[schemars(pattern(DEVICE_ID_PATTERN))]
     pub id: String,
     /// `Pending`, `Ready` or `Failed`.
     #[serde(default)]
+    #[schemars(pattern(DEVICE_STATE_PATTERN))]
     pub status: String,
     /// Why it is not Ready.
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = MESSAGE_MAX))]
     pub message: String,
 }
 

@@ -126,3 +126,93 @@ fn objects_round_trip_with_the_original_json_names() {
         serde_json::json!({"id": "eni-1", "status": "Failed", "message": "boom"})
     );
 }
+
+/// The schema the API server gets (the checked-in CRD) refuses fields that are not what they
+/// say (an escape sequence in an ID, a MAC with a newline, a path) and admits what the
+/// original controller and erdma write. Checked with the JSON-schema checker of the chart's
+/// values (RE2-style patterns, as the API server's Go regexp).
+#[test]
+fn the_crd_schema_refuses_fields_that_are_not_ids_macs_or_words() {
+    let on_disk = std::fs::read_to_string(CHECKED_IN).expect("checked-in CRD");
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&on_disk).expect("parses");
+    let schema = serde_json::to_value(
+        crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .expect("a schema"),
+    )
+    .unwrap();
+    let object = |device: serde_json::Value, status: serde_json::Value| {
+        serde_json::json!({
+            "apiVersion": "network.alibabacloud.com/v1", "kind": "ERdmaDevice",
+            "metadata": {"name": "node-a"},
+            "spec": {"devices": [device], "jumboFrame": true},
+            "status": {"devices": [status]},
+        })
+    };
+    let good_device = serde_json::json!({"instanceID": "i-bp1abcdefghijk", "mac": "00:16:3e:0a:1b:2c",
+        "isPrimaryENI": true, "id": "eni-bp1primary0000", "networkCardIndex": 1, "queuePair": 8});
+    let good_status = serde_json::json!({"id": "eni-bp1primary0000", "status": "Pending",
+        "message": "agent: netdev eth1 is down"});
+    let problems = erdma_k8s::install::check_schema(
+        &schema,
+        &object(good_device.clone(), good_status.clone()),
+    );
+    assert!(problems.is_empty(), "{problems:?}");
+    // The original's omitempty objects, an ibdev name in local-discovery mode, upper-case MACs.
+    for device in [
+        serde_json::json!({"instanceID": "i-1", "id": "eni-2", "networkCardIndex": 1}),
+        serde_json::json!({"id": "erdma_0", "mac": "00:16:3E:0A:1B:2C"}),
+        serde_json::json!({"instanceID": "", "mac": "", "id": ""}),
+    ] {
+        let problems =
+            erdma_k8s::install::check_schema(&schema, &object(device.clone(), good_status.clone()));
+        assert!(problems.is_empty(), "{device}: {problems:?}");
+    }
+    let with = |field: &str, value: serde_json::Value| {
+        let mut d = good_device.clone();
+        d[field] = value;
+        object(d, good_status.clone())
+    };
+    let with_status = |field: &str, value: serde_json::Value| {
+        let mut s = good_status.clone();
+        s[field] = value;
+        object(good_device.clone(), s)
+    };
+    let bad = [
+        (
+            "instanceID",
+            with("instanceID", "i-a\u{1b}]52;c;cm0gLXJmIH4=\u{7}".into()),
+        ),
+        ("instanceID", with("instanceID", "eni-bp1".into())),
+        (
+            "instanceID",
+            with("instanceID", format!("i-{}", "a".repeat(63)).into()),
+        ),
+        ("mac", with("mac", "00:16:3e:0a:1b:2c\n".into())),
+        ("mac", with("mac", "00-16-3e-0a-1b-2c".into())),
+        ("id", with("id", "eni-1 --privileged".into())),
+        ("id", with("id", "a".repeat(65).into())),
+        ("id", with("id", "../etc".into())),
+        ("status", with_status("status", "Ready\u{1b}[2J".into())),
+        ("id", with_status("id", "eni-1\r".into())),
+        ("message", with_status("message", "x".repeat(4097).into())),
+    ];
+    for (field, obj) in bad {
+        let problems = erdma_k8s::install::check_schema(&schema, &obj);
+        assert!(
+            problems.iter().any(|p| p.contains(field)),
+            "{field} in {obj} admitted: {problems:?}"
+        );
+    }
+    // Lists are bounded too (the checker does not read maxItems; the API server does).
+    assert_eq!(
+        schema["properties"]["spec"]["properties"]["devices"]["maxItems"],
+        64
+    );
+    assert_eq!(
+        schema["properties"]["status"]["properties"]["devices"]["maxItems"],
+        64
+    );
+}

@@ -195,6 +195,12 @@ REFUSED = [
     ({"agent": {"updateStrategy": {"type": "Sometimes"}}}, "type"),
     ({"serviceMonitor": {"interval": "soon"}}, "interval"),
     ({"podLabels": {"team": 1}}, "team"),
+    ({"serviceAccount": {"create": False}}, "serviceAccount.name"),
+    ({"serviceAccount": {"create": False, "name": "default"}}, "serviceAccount.name"),
+    ({"serviceAccount": {"name": "default"}}, "serviceAccount.name"),
+    ({"credentials": {"existingSecret": "Bad_Name"}}, "existingSecret"),
+    ({"credentials": {"existingSecret": "erdma-creds", "accessKeySecret": "x"}}, "existingSecret"),
+    ({"config": {"vpcId": "vpc x"}}, "vpcId"),
 ]
 
 # Refused by the templates themselves too (`helm install --skip-schema-validation`), with the
@@ -202,7 +208,20 @@ REFUSED = [
 REFUSED_WITHOUT_SCHEMA = [
     ({"agent": {"extraArgs": ["--rdma-driver=rxe", ""]}}, 'agent.extraArgs[1] "" is empty'),
     ({"agent": {"extraArgs": ["\t "]}}, 'agent.extraArgs[0] "\\t " is empty'),
+    ({"serviceAccount": {"create": False}}, "namespace's default ServiceAccount"),
 ]
+
+
+def no_secret_creation(case: str, objects: list[dict]) -> None:
+    """No role of the chart lets anyone create Secrets: RBAC cannot limit `create` by name, and a
+    Secret of type service-account-token or bootstrap.kubernetes.io/token is a credential."""
+    for o in objects:
+        if o["kind"] not in ("Role", "ClusterRole"):
+            continue
+        for r in o.get("rules") or []:
+            if {"", "*"} & set(r.get("apiGroups") or []) and {"secrets", "*"} & set(r.get("resources") or []) \
+                    and {"create", "*"} & set(r.get("verbs") or []):
+                fail(f"{case}: {o['kind']} {o['metadata']['name']} grants create on secrets: {r}")
 
 
 def refused_without_schema() -> None:
@@ -616,6 +635,7 @@ def main() -> int:
             target.write_text(text)
         elif not target.exists() or target.read_text() != text:
             fail(f"render {case.name}: differs from the committed {target.relative_to(CHART)} (run deploy/helm/ci/check.sh --update and review the diff)")
+        no_secret_creation(case.name, objects)
         kinds = sorted({o["kind"] for o in objects})
         print(f"ok   lint+render {case.name}: {len(objects)} objects ({', '.join(kinds)}); {len(bad)} lint findings")
     for stale in out_dir.glob("*.json"):

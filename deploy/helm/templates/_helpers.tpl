@@ -31,20 +31,36 @@ ServiceAccount. controller.nameOverride and agent.nameOverride were never read; 
 
 {{/* The controller's ServiceAccount: the original's naming. */}}
 {{- define "erdma.controllerServiceAccount" -}}
+{{- include "erdma.refuseDefaultServiceAccount" . -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "erdma.fullname" .) .Values.serviceAccount.name -}}
 {{- else -}}
-{{- default "default" .Values.serviceAccount.name -}}
+{{- .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end }}
 
 {{/* The agent's ServiceAccount: its own when created (least privilege), else the shared one. */}}
 {{- define "erdma.agentServiceAccount" -}}
+{{- include "erdma.refuseDefaultServiceAccount" . -}}
 {{- if .Values.serviceAccount.create -}}
 {{- printf "%s-agent" .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- default "default" .Values.serviceAccount.name -}}
+{{- .Values.serviceAccount.name -}}
 {{- end -}}
+{{- end }}
+
+{{/* The roles are never bound to a namespace's `default` ServiceAccount: every pod of the
+namespace that names no account runs as it and would get them. */}}
+{{- define "erdma.refuseDefaultServiceAccount" -}}
+{{- $sa := .Values.serviceAccount -}}
+{{- if or (eq $sa.name "default") (and (not $sa.create) (not $sa.name)) -}}
+{{- fail (printf "serviceAccount.name %q: the controller's and agent's roles would be bound to the namespace's default ServiceAccount, which every pod there runs as unless it names another; set serviceAccount.create=true (one account each is created), or serviceAccount.name to an existing account of their own" ($sa.name | default "")) -}}
+{{- end -}}
+{{- end }}
+
+{{/* The Secret holding credential.json: credentials.existingSecret, else the chart's. */}}
+{{- define "erdma.credentialsSecret" -}}
+{{- .Values.credentials.existingSecret | default .Release.Name -}}
 {{- end }}
 
 {{/* The controller runs for cloud provisioning, or to serve the webhook in local mode. */}}
@@ -161,7 +177,7 @@ WARNING: agent.exposedLocalERIs entry {{ . | quote }} is the original chart's pl
 {{- end }}
 {{- if not .Values.config.localERIDiscovery -}}
 {{- $c := .Values.credentials -}}
-{{- if and (has $c.type (list "" "access_key")) (or (not $c.accessKeyID) (not $c.accessKeySecret)) }}
+{{- if and (not $c.existingSecret) (has $c.type (list "" "access_key")) (or (not $c.accessKeyID) (not $c.accessKeySecret)) }}
 WARNING: credentials.type {{ $c.type | default "access_key" | quote }} needs credentials.accessKeyID and credentials.accessKeySecret, which are missing: the controller cannot create ERIs and agents serve nothing until they are set (or choose credentials.type ecs_ram_role, oidc_role_arn, ram_role_sts, or config.localERIDiscovery).
 {{- end }}
 {{- if and (eq $c.type "oidc_role_arn") (not (hasKey .Values.serviceAccount.annotations "pod-identity.alibabacloud.com/role-name")) }}

@@ -18,7 +18,7 @@ pub(super) fn controller_deployment(v: &Values) -> Result<Deployment, Error> {
         volumes.push(Volume {
             name: "credential".into(),
             secret: Some(SecretVolumeSource {
-                secret_name: Some(v.name.clone()),
+                secret_name: Some(v.credentials_secret()),
                 ..Default::default()
             }),
             ..Default::default()

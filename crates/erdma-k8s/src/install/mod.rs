@@ -169,11 +169,16 @@ fn field_env(name: &str, path: &str) -> EnvVar {
     }
 }
 
+/// The name of the webhook certificate's Secret (rendered empty; the controller fills it).
+pub fn webhook_cert_secret_name() -> String {
+    format!("{CONTROLLER_NAME}-webhook-tls")
+}
+
 /// The controller's `config.json`.
 pub fn config_json(v: &Values) -> Result<String, Error> {
     let c = &v.config;
     let j = serde_json::json!({
-        "region": c.region, "manageNonOwnedENIs": c.manage_non_owned_enis,
+        "region": c.region, "vpcId": c.vpc_id, "manageNonOwnedENIs": c.manage_non_owned_enis,
         "controllerNamespace": v.namespace, "controllerName": CONTROLLER_NAME,
         "clusterDomain": if c.cluster_domain.is_empty() { "cluster.local" } else { c.cluster_domain.as_str() },
         "certDir": "/var/lib/certDir", "enableDevicePlugin": c.enable_device_plugin, "enableWebhook": c.enable_webhook,
@@ -234,7 +239,7 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
             ..Default::default()
         })?);
     }
-    if !v.config.local_eri_discovery {
+    if !v.config.local_eri_discovery && v.credentials.existing_secret.is_empty() {
         let cred = serde_json::json!({"type": v.credentials.kind, "accessKeyID": v.credentials.access_key_id,
             "accessKeySecret": v.credentials.access_key_secret});
         out.push(to_value(&Secret {
@@ -244,6 +249,19 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
                 "credential.json".to_string(),
                 cred.to_string(),
             )])),
+            ..Default::default()
+        })?);
+    }
+    if v.runs_controller() {
+        // Empty: the controller writes the webhook certificate into it (it cannot create
+        // Secrets); no data here, so applying again keeps what the controller wrote.
+        out.push(to_value(&Secret {
+            metadata: meta(
+                &webhook_cert_secret_name(),
+                Some(ns),
+                labels(v, "controller"),
+            ),
+            type_: Some("Opaque".into()),
             ..Default::default()
         })?);
     }

@@ -51,7 +51,7 @@ pub fn controller_cluster_rules() -> Vec<PolicyRule> {
 
 /// The controller's rules in its namespace.
 pub fn controller_namespace_rules() -> Vec<PolicyRule> {
-    let cert = format!("{CONTROLLER_NAME}-webhook-cert");
+    let cert = format!("{CONTROLLER_NAME}-webhook-tls");
     vec![
         rule(&["coordination.k8s.io"], &["leases"], &["create"], &[]),
         rule(
@@ -60,7 +60,8 @@ pub fn controller_namespace_rules() -> Vec<PolicyRule> {
             &["get", "update"],
             &["26dc1c71.alibabacloud.com"],
         ),
-        rule(&[""], &["secrets"], &["create"], &[]),
+        // No `create`: RBAC cannot limit it by name, so the install creates this Secret (empty)
+        // and the controller may only read and fill it.
         rule(&[""], &["secrets"], &["get", "update"], &[cert.as_str()]),
     ]
 }

@@ -370,7 +370,8 @@ pub struct DriverInstallerValues {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ServiceAccountValues {
-    /// Create the ServiceAccounts (false: both workloads run as `name`, default `default`).
+    /// Create the ServiceAccounts (false: both workloads run as `name`, an existing account;
+    /// never the namespace's `default`, see [`Values::validate`]).
     pub create: bool,
     /// Annotations of the controller's ServiceAccount (RRSA: `pod-identity.alibabacloud.com/role-name`).
     pub annotations: BTreeMap<String, String>,
@@ -394,6 +395,8 @@ impl Default for ServiceAccountValues {
 pub struct ConfigValues {
     /// Region; empty: from the metadata service.
     pub region: String,
+    /// The cluster's VPC (only its instances are changed); empty: the controller's own.
+    pub vpc_id: String,
     /// Adopt HighPerformance ENIs the controller did not create.
     #[serde(rename = "manageNonOwnedENIs")]
     pub manage_non_owned_enis: bool,
@@ -417,6 +420,7 @@ impl Default for ConfigValues {
     fn default() -> Self {
         Self {
             region: String::new(),
+            vpc_id: String::new(),
             manage_non_owned_enis: true,
             cluster_domain: String::new(),
             enable_device_plugin: true,
@@ -466,6 +470,8 @@ pub struct CredentialValues {
     pub access_key_id: String,
     /// Access key secret.
     pub access_key_secret: String,
+    /// An existing Secret (key `credential.json`) used instead of the rendered one.
+    pub existing_secret: String,
 }
 
 impl std::fmt::Debug for CredentialValues {
@@ -473,6 +479,7 @@ impl std::fmt::Debug for CredentialValues {
         f.debug_struct("CredentialValues")
             .field("kind", &self.kind)
             .field("access_key_secret", &"***")
+            .field("existing_secret", &self.existing_secret)
             .finish()
     }
 }
@@ -648,6 +655,22 @@ impl Values {
                 self.agent.prefer_driver
             ));
         }
+        let sa = &self.service_account;
+        if sa.name == "default" || (!sa.create && sa.name.is_empty()) {
+            return bad(format!(
+                "serviceAccount.name {:?}: the controller's and agent's roles would be bound to the namespace's default ServiceAccount, which every pod there runs as unless it names another; set serviceAccount.create=true (one account each is created), or serviceAccount.name to an existing account of their own",
+                sa.name
+            ));
+        }
+        let c = &self.credentials;
+        if !c.existing_secret.is_empty()
+            && (!c.access_key_id.is_empty() || !c.access_key_secret.is_empty())
+        {
+            return bad(format!(
+                "credentials.existingSecret {:?} and credentials.accessKeyID/accessKeySecret are both set: the keys in values would be ignored; keep the AccessKey in the existing Secret (key credential.json) and remove it from values",
+                c.existing_secret
+            ));
+        }
         if !CREDENTIAL_TYPES.contains(&self.credentials.kind.as_str()) {
             return bad(format!(
                 "credentials.type {:?} is not one of access_key, oidc_role_arn, ecs_ram_role, ram_role_sts",
@@ -794,7 +817,8 @@ impl Values {
             return w;
         }
         let c = &self.credentials;
-        if matches!(c.kind.as_str(), "" | "access_key")
+        if c.existing_secret.is_empty()
+            && matches!(c.kind.as_str(), "" | "access_key")
             && (c.access_key_id.is_empty() || c.access_key_secret.is_empty())
         {
             w.push(format!("credentials.type {:?} needs credentials.accessKeyID and credentials.accessKeySecret, which are missing: the controller cannot create ERIs and agents serve nothing until they are set (or choose credentials.type ecs_ram_role, oidc_role_arn, ram_role_sts, or config.localERIDiscovery)", if c.kind.is_empty() { "access_key" } else { &c.kind }));
@@ -833,7 +857,7 @@ impl Values {
     /// The controller's ServiceAccount (the original chart's naming).
     pub fn controller_sa(&self) -> String {
         if !self.service_account.create {
-            return non_empty_or(&self.service_account.name, "default");
+            return self.service_account.name.clone();
         }
         non_empty_or(&self.service_account.name, &self.fullname())
     }
@@ -844,12 +868,18 @@ impl Values {
         non_empty_or(d, "/var/lib/kubelet")
     }
 
+    /// The credentials Secret the controller mounts: `credentials.existingSecret`, else the
+    /// rendered one (the release's name).
+    pub fn credentials_secret(&self) -> String {
+        non_empty_or(&self.credentials.existing_secret, &self.name)
+    }
+
     /// The agent's ServiceAccount: its own when created, else the shared one.
     pub fn agent_sa(&self) -> String {
         if self.service_account.create {
             trunc63(&format!("{}-agent", self.name))
         } else {
-            non_empty_or(&self.service_account.name, "default")
+            self.service_account.name.clone()
         }
     }
 
