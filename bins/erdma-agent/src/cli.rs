@@ -853,6 +853,27 @@ mod tests {
     }
 
     #[test]
+    fn usage_is_for_loopback_peers_unless_usage_remote_says_otherwise() {
+        assert!(
+            !parse(&[]).unwrap().usage_remote,
+            "loopback only by default"
+        );
+        assert!(parse(&["--usage-remote"]).unwrap().usage_remote);
+        assert!(!parse(&["--usage-remote=false"]).unwrap().usage_remote);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("agent.yaml");
+        std::fs::write(&file, "usage-remote: true\n").unwrap();
+        let path = file.to_str().unwrap();
+        assert!(parse(&["--config", path]).unwrap().usage_remote);
+        assert!(
+            !parse(&["--config", path, "--usage-remote=false"])
+                .unwrap()
+                .usage_remote,
+            "the flag wins"
+        );
+    }
+
+    #[test]
     fn the_request_timeout_comes_from_the_flag_or_the_file_and_defaults_to_70s() {
         assert_eq!(
             parse(&[]).unwrap().request_timeout,
