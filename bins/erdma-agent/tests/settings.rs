@@ -192,6 +192,8 @@ fn every_agent_value_of_the_chart_is_in_the_table() {
         "agent.extraVolumeMounts",
         // The chart's ValidatingAdmissionPolicy, not the agent's.
         "agent.admissionPolicy",
+        // The container's AppArmor profile (pod shape).
+        "agent.appArmorProfile",
     ];
     let values: serde_json::Value =
         serde_saphyr::from_str(&read("deploy/helm/values.yaml")).expect("values.yaml");

@@ -6,7 +6,8 @@
 use crate::submit::{KubeArgs, kube_client, runtime};
 use anyhow::Context;
 use erdma_k8s::install::{
-    Deleted, Existing, Values, apply, delete, find_existing, render_json, render_yaml,
+    Cluster, Deleted, Existing, Values, apply, delete, find_existing, render_json_for,
+    render_yaml_for,
 };
 use k8s_openapi::api::core::v1::Toleration;
 use std::path::PathBuf;
@@ -323,16 +324,18 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
     }
     let rt = runtime()?;
     if a.dry_run {
-        // Checked when a cluster is reachable; offline (no kubeconfig) it just renders.
-        if let Some(found) = rt.block_on(dry_run_check(a, &v))?
+        // Checked, and rendered for its version and APIs, when a cluster is reachable; offline
+        // (no kubeconfig) it renders as `helm template` does.
+        let (found, cluster) = rt.block_on(dry_run_check(a, &v))?;
+        if let Some(found) = found
             && let Some(refused) = judge(a, &v, &found)
         {
             return Ok(refused);
         }
         let out = if a.output == "json" {
-            render_json(&v)?
+            render_json_for(&v, &cluster)?
         } else {
-            render_yaml(&v)?
+            render_yaml_for(&v, &cluster)?
         };
         crate::output::emit(&out)?;
         if !out.ends_with('\n') {
@@ -365,19 +368,40 @@ pub fn run(a: &Args) -> anyhow::Result<ExitCode> {
 /// How long `--dry-run` waits for the cluster before rendering without the check.
 const DRY_RUN_CHECK_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// `--dry-run`'s check: `None` without a cluster (nothing configured, or unreachable: a note
-/// says so); an explicit `--kubeconfig`/`--context` that cannot be loaded is an error.
-async fn dry_run_check(a: &Args, v: &Values) -> anyhow::Result<Option<Existing>> {
+/// `--dry-run`'s check: what was found (`None` without a cluster: nothing configured, or
+/// unreachable: a note says so), and the cluster to render for ([`Cluster::offline`] without
+/// one); an explicit `--kubeconfig`/`--context` that cannot be loaded is an error.
+async fn dry_run_check(a: &Args, v: &Values) -> anyhow::Result<(Option<Existing>, Cluster)> {
     let explicit = a.kube.kubeconfig.is_some() || a.kube.context.is_some();
     let client = match kube_client(&a.kube).await {
         Ok(c) => c,
         Err(e) if explicit => return Err(e),
-        Err(_) => return Ok(None),
+        Err(_) => return Ok((None, Cluster::offline())),
     };
     let note = |why: String| {
         crate::output::warn(&format!(
             "erdmactl: note: rendered without checking the cluster for another eRDMA installation ({why})"
         ))
+    };
+    let offline = Cluster::offline();
+    let cluster = match tokio::time::timeout(DRY_RUN_CHECK_TIMEOUT, Cluster::discover(&client))
+        .await
+    {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => {
+            note(format!(
+                "its version and APIs could not be read: {e}; rendered as helm template does, for Kubernetes {}.{} with no optional API",
+                offline.version.0, offline.version.1
+            ));
+            return Ok((None, offline));
+        }
+        Err(_) => {
+            note(format!(
+                "no answer within {}s",
+                DRY_RUN_CHECK_TIMEOUT.as_secs()
+            ));
+            return Ok((None, offline));
+        }
     };
     match tokio::time::timeout(
         DRY_RUN_CHECK_TIMEOUT,
@@ -385,17 +409,17 @@ async fn dry_run_check(a: &Args, v: &Values) -> anyhow::Result<Option<Existing>>
     )
     .await
     {
-        Ok(Ok(found)) => Ok(Some(found)),
+        Ok(Ok(found)) => Ok((Some(found), cluster)),
         Ok(Err(e)) => {
             note(e.to_string());
-            Ok(None)
+            Ok((None, cluster))
         }
         Err(_) => {
             note(format!(
                 "no answer within {}s",
                 DRY_RUN_CHECK_TIMEOUT.as_secs()
             ));
-            Ok(None)
+            Ok((None, cluster))
         }
     }
 }

@@ -4,10 +4,13 @@
 //! deserialise into its k8s-openapi type without losing a field, and `erdma_k8s::install::render`
 //! (what `erdmactl install` applies) must produce the same objects for the same values file.
 
-use erdma_k8s::install::{Values, render};
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use erdma_k8s::install::{Cluster, VALIDATING_ADMISSION_POLICY, Values, render, render_for};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use k8s_openapi::api::resource::v1::DeviceClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -56,9 +59,17 @@ fn cases() -> Vec<Case> {
     out
 }
 
-/// Drops JSON nulls and empty objects the typed round trip cannot keep apart from absent ones.
+/// Drops JSON nulls and empty objects the typed round trip cannot keep apart from absent ones,
+/// and writes whole floats as integers (a CRD schema's `maximum: 255` is an `f64` in its type).
 fn prune(v: &Value) -> Value {
     match v {
+        Value::Number(n)
+            if n.is_f64()
+                && n.as_f64()
+                    .is_some_and(|f| f.fract() == 0.0 && f.abs() < 9.0e15) =>
+        {
+            Value::from(n.as_f64().unwrap_or_default() as i64)
+        }
         Value::Object(m) => Value::Object(
             m.iter()
                 .filter(|(_, x)| !x.is_null())
@@ -111,6 +122,7 @@ fn every_rendered_object_deserialises_into_its_k8s_openapi_type() {
                 "MutatingWebhookConfiguration" => {
                     round_trip::<MutatingWebhookConfiguration>(c, obj)
                 }
+                "PodDisruptionBudget" => round_trip::<PodDisruptionBudget>(c, obj),
                 // The Prometheus Operator's CRD (no k8s-openapi type): its required shape.
                 "ServiceMonitor" => {
                     assert_eq!(obj["apiVersion"], "monitoring.coreos.com/v1", "{c}");
@@ -450,5 +462,87 @@ fn erdmactl_and_helm_accept_and_refuse_the_same_values_files() {
     assert!(
         accepted >= 20 && refused >= 20,
         "{accepted} accepted, {refused} refused"
+    );
+}
+
+/// CEL ignores whitespace outside string literals, and the chart folds its long expressions over
+/// lines: runs of whitespace in `expression` and `messageExpression` compare as one space.
+fn fold_cel(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, x)| match (k.as_str(), x) {
+                    ("expression" | "messageExpression", Value::String(s)) => (
+                        k.clone(),
+                        Value::String(s.split_whitespace().collect::<Vec<_>>().join(" ")),
+                    ),
+                    _ => (k.clone(), fold_cel(x)),
+                })
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(fold_cel).collect()),
+        x => x.clone(),
+    }
+}
+
+/// The agents' node-scope policy as Helm renders it for a 1.30 cluster serving
+/// ValidatingAdmissionPolicy (`deploy/helm/ci/agent-admission-policy.json`, kept by check.sh) is
+/// what `erdmactl install` applies to such a cluster; with the kind not served (an offline
+/// render, as `helm template`) or the value off, neither renders one.
+#[test]
+fn erdmactl_install_renders_the_charts_node_scope_policy_where_the_cluster_serves_it() {
+    let path = chart_dir().join("ci/agent-admission-policy.json");
+    let raw = std::fs::read_to_string(&path).expect("ci/agent-admission-policy.json");
+    let chart: Value = serde_json::from_str(&raw).expect("JSON");
+    let chart = chart["objects"].as_array().expect("objects");
+    let kinds = [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ];
+    for o in chart {
+        match o["kind"].as_str().unwrap_or_default() {
+            "ValidatingAdmissionPolicy" => round_trip::<ValidatingAdmissionPolicy>("policy", o),
+            "ValidatingAdmissionPolicyBinding" => {
+                round_trip::<ValidatingAdmissionPolicyBinding>("policy", o)
+            }
+            other => panic!("unexpected kind {other} in {}", path.display()),
+        }
+    }
+    let cluster = Cluster::with((1, 30), &[VALIDATING_ADMISSION_POLICY]);
+    let v = Values::default();
+    let mine: Vec<Value> = render_for(&v, &cluster)
+        .expect("render")
+        .into_iter()
+        .filter(|o| kinds.contains(&o["kind"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(mine.len(), 2, "a policy and its binding: {mine:?}");
+    for (x, y) in chart.iter().zip(&mine) {
+        assert_eq!(
+            fold_cel(&normalise(x)),
+            fold_cel(&normalise(y)),
+            "{} differs (left: chart, right: erdmactl)",
+            x["kind"]
+        );
+    }
+    let off = Values {
+        agent: erdma_k8s::install::AgentValues {
+            admission_policy: erdma_k8s::install::AdmissionPolicyValues { enabled: false },
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    for (values, cluster) in [(&v, Cluster::offline()), (&off, cluster)] {
+        let kinds_rendered: Vec<Value> = render_for(values, &cluster)
+            .expect("render")
+            .into_iter()
+            .filter(|o| kinds.contains(&o["kind"].as_str().unwrap_or_default()))
+            .collect();
+        assert!(kinds_rendered.is_empty(), "{cluster:?}: {kinds_rendered:?}");
+    }
+    assert!(
+        render(&v)
+            .expect("render")
+            .iter()
+            .all(|o| !kinds.contains(&o["kind"].as_str().unwrap_or_default()))
     );
 }

@@ -481,3 +481,42 @@ async fn apply_says_when_the_api_server_dropped_the_device_class_extended_resour
         Some("aliyun/erdma")
     );
 }
+
+/// `apply` renders for the cluster it talks to: the fake API server says Kubernetes 1.34 and
+/// serves neither ValidatingAdmissionPolicy nor ServiceMonitor, so the agent gets the
+/// securityContext field (not the pre-1.30 annotation) and no node-scope policy is applied.
+#[tokio::test]
+async fn apply_renders_for_the_version_and_apis_the_api_server_reports() {
+    use erdma_k8s::install::{Cluster, SERVICE_MONITOR, VALIDATING_ADMISSION_POLICY};
+    let api = FakeApiServer::new();
+    let client = api.client();
+    let cluster = Cluster::discover(&client).await.expect("discovered");
+    assert_eq!(cluster.version, (1, 34));
+    assert!(!cluster.serves(VALIDATING_ADMISSION_POLICY) && !cluster.serves(SERVICE_MONITOR));
+    let applied = apply(&client, &values()).await.expect("applied");
+    assert!(
+        !applied
+            .iter()
+            .any(|a| a.starts_with("ValidatingAdmissionPolicy")),
+        "{applied:?}"
+    );
+    let ds: DaemonSet = api
+        .get(Some("kube-system"), "alibabacloud-erdma-agent")
+        .expect("agent");
+    let template = ds.spec.expect("spec").template;
+    let sc = template.spec.expect("pod").containers[0]
+        .security_context
+        .clone()
+        .expect("securityContext");
+    assert_eq!(sc.app_armor_profile.expect("field").type_, "Unconfined");
+    let annotations = template
+        .metadata
+        .and_then(|m| m.annotations)
+        .unwrap_or_default();
+    assert!(
+        !annotations
+            .keys()
+            .any(|k| k.starts_with("container.apparmor")),
+        "{annotations:?}"
+    );
+}

@@ -1,6 +1,7 @@
 //! The agent's DaemonSet: its flags from the values, host paths, capabilities and probes.
 
 use super::*;
+use k8s_openapi::api::core::v1::AppArmorProfile;
 
 /// The agent's arguments (the original's flag names, then the port its probes use and, where the
 /// agent reads the CRI, an explicit `agent.criSocket`), then `agent.extraArgs` as given.
@@ -254,7 +255,45 @@ pub(super) fn agent_probe(period: i32, failures: i32) -> Probe {
     }
 }
 
-pub(super) fn agent_daemonset(v: &Values) -> Result<DaemonSet, Error> {
+/// The pod annotation that set a container's AppArmor profile before Kubernetes 1.30 (beta),
+/// naming the agent's container.
+pub const APPARMOR_BETA_ANNOTATION: &str =
+    "container.apparmor.security.beta.kubernetes.io/alibabacloud-erdma-controller";
+
+/// The agent container's securityContext: `agent.securityContext`, with `agent.appArmorProfile`
+/// as its `appArmorProfile` where the cluster has the field (Kubernetes 1.30+).
+fn agent_security_context(v: &Values, cluster: &Cluster) -> Option<SecurityContext> {
+    let profile = &v.agent.app_armor_profile;
+    let mut sc = v.agent.security_context.clone().unwrap_or_default();
+    if !profile.is_empty() && cluster.at_least(1, 30) {
+        sc.app_armor_profile = Some(AppArmorProfile {
+            type_: profile.clone(),
+            localhost_profile: None,
+        });
+    }
+    some_nonempty(&Some(sc))
+}
+
+/// The agent pods' metadata: [`pod_meta`], and before Kubernetes 1.30 the beta annotation for
+/// `agent.appArmorProfile` (an API server that knows both refuses them when they disagree, so
+/// never both).
+fn agent_pod_meta(v: &Values, cluster: &Cluster) -> ObjectMeta {
+    let mut m = pod_meta(v, "agent");
+    let profile = v.agent.app_armor_profile.as_str();
+    if !profile.is_empty() && !cluster.at_least(1, 30) {
+        let value = if profile == "Unconfined" {
+            "unconfined"
+        } else {
+            "runtime/default"
+        };
+        m.annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(APPARMOR_BETA_ANNOTATION.into(), value.into());
+    }
+    m
+}
+
+pub(super) fn agent_daemonset(v: &Values, cluster: &Cluster) -> Result<DaemonSet, Error> {
     let paths = agent_host_paths(v);
     let a = &v.agent;
     let container = Container {
@@ -277,7 +316,7 @@ pub(super) fn agent_daemonset(v: &Values) -> Result<DaemonSet, Error> {
         // source or kubelet state (those are in its JSON body, the node condition and Events).
         liveness_probe: Some(agent_probe(20, 3)),
         readiness_probe: Some(agent_probe(10, 3)),
-        security_context: some_nonempty(&a.security_context),
+        security_context: agent_security_context(v, cluster),
         resources: Some(
             v.resources
                 .clone()
@@ -289,6 +328,11 @@ pub(super) fn agent_daemonset(v: &Values) -> Result<DaemonSet, Error> {
                     ])),
                     ..Default::default()
                 }),
+                    // The agent's peak is about 10 MiB (docs/performance.md).
+                    limits: Some(BTreeMap::from([(
+                        "memory".to_string(),
+                        Quantity("256Mi".into()),
+                    )])),
         ),
         volume_mounts: Some(
             paths
@@ -311,7 +355,7 @@ pub(super) fn agent_daemonset(v: &Values) -> Result<DaemonSet, Error> {
             },
             update_strategy: some_nonempty(&a.update_strategy),
             template: PodTemplateSpec {
-                metadata: Some(pod_meta(v, "agent")),
+                metadata: Some(agent_pod_meta(v, cluster)),
                 spec: Some(PodSpec {
                     service_account_name: Some(v.agent_sa()),
                     image_pull_secrets: non_empty(&v.agent.image_pull_secrets),
@@ -354,5 +398,94 @@ pub fn dra_device_class(v: &Values) -> DeviceClass {
             extended_resource_name: Some(DRA_EXTENDED_RESOURCE.into()),
             config: None,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent_template(v: &Values, cluster: &Cluster) -> PodTemplateSpec {
+        agent_daemonset(v, cluster)
+            .expect("agent")
+            .spec
+            .expect("spec")
+            .template
+    }
+
+    /// Before Kubernetes 1.30 the profile is the beta annotation naming the agent's container
+    /// (the API server refuses one naming a container the pod does not have); from 1.30 the
+    /// securityContext field; never both.
+    #[test]
+    fn the_apparmor_profile_is_the_annotation_before_1_30_and_the_field_from_1_30() {
+        let v = Values::default();
+        let old = agent_template(&v, &Cluster::with((1, 29), &[]));
+        let ann = old.metadata.and_then(|m| m.annotations).unwrap_or_default();
+        assert_eq!(
+            ann.get("container.apparmor.security.beta.kubernetes.io/alibabacloud-erdma-controller")
+                .map(String::as_str),
+            Some("unconfined")
+        );
+        let old_spec = old.spec.expect("pod");
+        assert_eq!(old_spec.containers[0].name, "alibabacloud-erdma-controller");
+        let old_sc = old_spec.containers[0].security_context.clone().expect("sc");
+        assert_eq!(old_sc.app_armor_profile, None);
+        assert_eq!(old_sc.read_only_root_filesystem, Some(true));
+
+        let new = agent_template(&v, &Cluster::with((1, 30), &[]));
+        assert!(new.metadata.and_then(|m| m.annotations).is_none());
+        let sc = new.spec.expect("pod").containers[0]
+            .security_context
+            .clone()
+            .expect("sc");
+        assert_eq!(
+            sc.app_armor_profile.map(|p| p.type_).as_deref(),
+            Some("Unconfined")
+        );
+        assert_eq!(
+            sc.seccomp_profile.map(|p| p.type_).as_deref(),
+            Some("RuntimeDefault")
+        );
+
+        let mut runtime = Values::default();
+        runtime.agent.app_armor_profile = "RuntimeDefault".into();
+        let ann = agent_template(&runtime, &Cluster::with((1, 29), &[]))
+            .metadata
+            .and_then(|m| m.annotations)
+            .unwrap_or_default();
+        assert_eq!(ann.values().collect::<Vec<_>>(), ["runtime/default"]);
+        let mut none = Values::default();
+        none.agent.app_armor_profile = String::new();
+        for version in [(1, 29), (1, 30)] {
+            let t = agent_template(&none, &Cluster::with(version, &[]));
+            assert!(t.metadata.and_then(|m| m.annotations).is_none());
+            let sc = t.spec.expect("pod").containers[0].security_context.clone();
+            assert_eq!(sc.and_then(|s| s.app_armor_profile), None);
+        }
+        let mut bad = Values::default();
+        bad.agent.app_armor_profile = "localhost/erdma".into();
+        let e = bad.validate().expect_err("refused").to_string();
+        assert!(
+            e.contains("agent.appArmorProfile") && e.contains("RuntimeDefault"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_agent_has_a_memory_limit_unless_resources_are_given() {
+        let ds = agent_daemonset(&Values::default(), &Cluster::offline()).expect("agent");
+        let c = &ds
+            .spec
+            .expect("spec")
+            .template
+            .spec
+            .expect("pod")
+            .containers[0];
+        let limits = c
+            .resources
+            .clone()
+            .and_then(|r| r.limits)
+            .unwrap_or_default();
+        assert_eq!(limits.get("memory").map(|q| q.0.as_str()), Some("256Mi"));
     }
 }

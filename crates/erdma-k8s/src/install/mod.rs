@@ -47,16 +47,20 @@ mod agent;
 mod contract;
 mod controller;
 mod existing;
+mod cluster;
 mod rules;
 mod values;
 
+mod node_scope;
 pub use agent::*;
 pub use contract::*;
 use controller::*;
 pub use existing::*;
+pub use cluster::*;
 pub use rules::*;
 pub use values::*;
 
+pub use node_scope::*;
 /// The erdma release these manifests install; image tags default to it (the chart's appVersion).
 pub const APP_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -188,7 +192,8 @@ pub fn config_json(v: &Values) -> Result<String, Error> {
     serde_json::to_string_pretty(&j).map_err(|e| Error::Serialize(e.to_string()))
 }
 
-/// Every manifest, in apply order, as JSON values of typed objects.
+/// Every manifest, in apply order, as JSON values of typed objects, for an unknown cluster (as
+/// `helm template` renders: [`Cluster::offline`]).
 pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
     v.validate()?;
     let ns = v.namespace.as_str();
@@ -198,6 +203,11 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
             metadata: meta(ns, None, labels(v, "")),
             ..Default::default()
         })?);
+    render_for(v, &Cluster::offline())
+}
+
+/// Every manifest for `cluster`, in apply order, as JSON values of typed objects.
+pub fn render_for(v: &Values, cluster: &Cluster) -> Result<Vec<Value>, Error> {
     }
     let mut crd = ERdmaDevice::crd();
     crd.metadata.labels = Some(labels(v, ""));
@@ -359,6 +369,11 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
             ..Default::default()
         })?);
         out.push(to_value(&Service {
+    if renders_node_scope(v, cluster) {
+        // Before the agents start writing.
+        out.push(to_value(&node_scope_policy(v))?);
+        out.push(to_value(&node_scope_binding(v))?);
+    }
             metadata: meta(
                 &format!("{CONTROLLER_NAME}-metrics"),
                 Some(ns),
@@ -378,7 +393,7 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
             ..Default::default()
         })?);
     }
-    out.push(to_value(&agent_daemonset(v)?)?);
+    out.push(to_value(&agent_daemonset(v, cluster)?)?);
     out.push(to_value(&Service {
         metadata: meta(
             &format!("{AGENT_NAME}-metrics"),
@@ -429,7 +444,8 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
             }]),
         })?);
     }
-    if v.service_monitor.enabled && v.service_monitor.trust_crds_exist {
+    let sm = &v.service_monitor;
+    if sm.enabled && (sm.trust_crds_exist || cluster.serves(SERVICE_MONITOR)) {
         out.push(service_monitor(v, "agent"));
         if v.runs_controller() {
             out.push(service_monitor(v, "controller"));
@@ -511,14 +527,25 @@ fn pod_meta(v: &Values, tier: &str) -> ObjectMeta {
     }
 }
 
-/// Renders as a `---`-joined YAML stream.
+/// Renders as a `---`-joined YAML stream (for an unknown cluster, see [`render`]).
 pub fn render_yaml(v: &Values) -> Result<String, Error> {
-    crate::yaml::to_yaml_stream(&render(v)?)
+    render_yaml_for(v, &Cluster::offline())
 }
 
-/// Renders as a JSON `List`.
+/// Renders for `cluster` as a `---`-joined YAML stream.
+pub fn render_yaml_for(v: &Values, cluster: &Cluster) -> Result<String, Error> {
+    crate::yaml::to_yaml_stream(&render_for(v, cluster)?)
+}
+
+/// Renders as a JSON `List` (for an unknown cluster, see [`render`]).
 pub fn render_json(v: &Values) -> Result<String, Error> {
-    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": render(v)?});
+    render_json_for(v, &Cluster::offline())
+}
+
+/// Renders for `cluster` as a JSON `List`.
+pub fn render_json_for(v: &Values, cluster: &Cluster) -> Result<String, Error> {
+    let list =
+        serde_json::json!({"apiVersion": "v1", "kind": "List", "items": render_for(v, cluster)?});
     serde_json::to_string_pretty(&list).map_err(|e| Error::Serialize(e.to_string()))
 }
 
@@ -570,9 +597,9 @@ pub enum Deleted {
     Kept(String),
 }
 
-/// Deletes exactly the objects [`render`] produces for `v` (the ones `install` created), in
-/// reverse apply order. The CRD (and with it every ERdmaDevice) only with `include_crd`; a
-/// Namespace is never deleted.
+/// Deletes exactly the objects [`render_for`] produces for `v` and the cluster (the ones
+/// `install` created), in reverse apply order. The CRD (and with it every ERdmaDevice) only
+/// with `include_crd`; a Namespace is never deleted.
 pub async fn delete(
     client: &kube::Client,
     v: &Values,
@@ -580,7 +607,7 @@ pub async fn delete(
 ) -> Result<Vec<Deleted>, Error> {
     use kube::api::DeleteParams;
     let mut done = Vec::new();
-    for obj in render(v)?.iter().rev() {
+    for obj in render_for(v, &cluster)?.iter().rev() {
         let kind = obj["kind"].as_str().unwrap_or_default();
         let name = obj["metadata"]["name"].as_str().unwrap_or_default();
         let id = format!("{kind}/{name}");
@@ -603,13 +630,15 @@ pub async fn delete(
     Ok(done)
 }
 
-/// Server-side-applies every manifest (field manager `erdmactl`, forced) in order; returns
-/// `kind/name` of each applied object.
+/// Server-side-applies every manifest rendered for the cluster `client` talks to
+/// ([`Cluster::discover`]; field manager `erdmactl`, forced) in order; returns `kind/name` of each
+/// applied object.
 pub async fn apply(client: &kube::Client, v: &Values) -> Result<Vec<String>, Error> {
     use kube::api::{Patch, PatchParams};
     let mut done = Vec::new();
-    for obj in render(v)? {
+    for obj in render_for(v, &cluster)? {
         let (api, kind, name) = api_for(client, v, &obj).await?;
+    let cluster = Cluster::discover(client).await?;
         let stored = api
             .patch(
                 &name,
@@ -635,3 +664,4 @@ pub async fn apply(client: &kube::Client, v: &Values) -> Result<Vec<String>, Err
     }
     Ok(done)
 }
+    let cluster = Cluster::discover(client).await?;

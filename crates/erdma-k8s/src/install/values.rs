@@ -254,6 +254,10 @@ pub struct AgentValues {
     pub update_strategy: Option<DaemonSetUpdateStrategy>,
     /// (new) The agent container's securityContext.
     pub security_context: Option<SecurityContext>,
+    /// (new) The agent container's AppArmor profile: `Unconfined`, `RuntimeDefault` or empty
+    /// (none set). `securityContext.appArmorProfile` from Kubernetes 1.30, the beta pod
+    /// annotation before.
+    pub app_armor_profile: String,
     /// (new) Extra environment variables.
     pub extra_env: Vec<EnvVar>,
     /// (new) Extra volumes of the pods.
@@ -265,8 +269,8 @@ pub struct AgentValues {
     /// (new) Per-pod RDMA usage (`--rdma-usage`).
     pub rdma_usage: RdmaUsageValues,
     /// `agent.admissionPolicy.*` (new): the chart's ValidatingAdmissionPolicy that keeps each
-    /// agent to its own node. `erdmactl install` does not render it (Helm renders it only where
-    /// the cluster serves the API, which an offline render cannot know).
+    /// agent to its own node, rendered where the cluster serves the API (see
+    /// [`renders_node_scope`]).
     pub admission_policy: AdmissionPolicyValues,
 }
 
@@ -335,8 +339,16 @@ impl Default for AgentValues {
                             .collect(),
                     ),
                 }),
+                read_only_root_filesystem: Some(true),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    localhost_profile: None,
+                }),
                 ..Default::default()
             }),
+            // containerd's default profile denies what the agent does through the host's PID 1
+            // (docs/operations.md, "Agent DaemonSet: privileges and host paths").
+            app_armor_profile: "Unconfined".into(),
             extra_env: Vec::new(),
             extra_volumes: Vec::new(),
             extra_volume_mounts: Vec::new(),
@@ -574,7 +586,7 @@ pub struct DraValues {
 pub struct ServiceMonitorValues {
     /// Render them (where the CRD exists).
     pub enabled: bool,
-    /// Render them without checking for the CRD (`erdmactl install` renders them only then).
+    /// Render them without checking that the cluster serves the kind.
     #[serde(rename = "trustCRDsExist")]
     pub trust_crds_exist: bool,
     /// Scrape interval.
@@ -759,6 +771,12 @@ impl Values {
         }
         for (i, arg) in self.controller.extra_args.iter().enumerate() {
             if arg.trim().is_empty() {
+        if !["", "Unconfined", "RuntimeDefault"].contains(&self.agent.app_armor_profile.as_str()) {
+            return bad(format!(
+                "agent.appArmorProfile {:?} must be Unconfined, RuntimeDefault or \"\" (none set)",
+                self.agent.app_armor_profile
+            ));
+        }
                 return bad(format!(
                     "controller.extraArgs[{i}] {arg:?} is empty: each entry is one argument of the controller; remove it"
                 ));
