@@ -326,13 +326,13 @@ pub(super) fn agent_daemonset(v: &Values, cluster: &Cluster) -> Result<DaemonSet
                         ("cpu".to_string(), Quantity("50m".into())),
                         ("memory".to_string(), Quantity("64Mi".into())),
                     ])),
-                    ..Default::default()
-                }),
                     // The agent's peak is about 10 MiB (docs/performance.md).
                     limits: Some(BTreeMap::from([(
                         "memory".to_string(),
                         Quantity("256Mi".into()),
                     )])),
+                    ..Default::default()
+                }),
         ),
         volume_mounts: Some(
             paths

@@ -44,23 +44,23 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 mod agent;
+mod cluster;
 mod contract;
 mod controller;
 mod existing;
-mod cluster;
+mod node_scope;
 mod rules;
 mod values;
 
-mod node_scope;
 pub use agent::*;
+pub use cluster::*;
 pub use contract::*;
 use controller::*;
 pub use existing::*;
-pub use cluster::*;
+pub use node_scope::*;
 pub use rules::*;
 pub use values::*;
 
-pub use node_scope::*;
 /// The erdma release these manifests install; image tags default to it (the chart's appVersion).
 pub const APP_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -195,6 +195,11 @@ pub fn config_json(v: &Values) -> Result<String, Error> {
 /// Every manifest, in apply order, as JSON values of typed objects, for an unknown cluster (as
 /// `helm template` renders: [`Cluster::offline`]).
 pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
+    render_for(v, &Cluster::offline())
+}
+
+/// Every manifest for `cluster`, in apply order, as JSON values of typed objects.
+pub fn render_for(v: &Values, cluster: &Cluster) -> Result<Vec<Value>, Error> {
     v.validate()?;
     let ns = v.namespace.as_str();
     let mut out: Vec<Value> = Vec::new();
@@ -203,11 +208,6 @@ pub fn render(v: &Values) -> Result<Vec<Value>, Error> {
             metadata: meta(ns, None, labels(v, "")),
             ..Default::default()
         })?);
-    render_for(v, &Cluster::offline())
-}
-
-/// Every manifest for `cluster`, in apply order, as JSON values of typed objects.
-pub fn render_for(v: &Values, cluster: &Cluster) -> Result<Vec<Value>, Error> {
     }
     let mut crd = ERdmaDevice::crd();
     crd.metadata.labels = Some(labels(v, ""));
@@ -348,6 +348,11 @@ pub fn render_for(v: &Values, cluster: &Cluster) -> Result<Vec<Value>, Error> {
     if v.dra.enabled {
         out.push(to_value(&dra_device_class(v))?);
     }
+    if renders_node_scope(v, cluster) {
+        // Before the agents start writing.
+        out.push(to_value(&node_scope_policy(v))?);
+        out.push(to_value(&node_scope_binding(v))?);
+    }
     if v.runs_controller() {
         out.push(to_value(&controller_deployment(v)?)?);
         // Headless, as the original's (clusterIP cannot change on upgrade); port name and target
@@ -369,11 +374,6 @@ pub fn render_for(v: &Values, cluster: &Cluster) -> Result<Vec<Value>, Error> {
             ..Default::default()
         })?);
         out.push(to_value(&Service {
-    if renders_node_scope(v, cluster) {
-        // Before the agents start writing.
-        out.push(to_value(&node_scope_policy(v))?);
-        out.push(to_value(&node_scope_binding(v))?);
-    }
             metadata: meta(
                 &format!("{CONTROLLER_NAME}-metrics"),
                 Some(ns),
@@ -606,6 +606,7 @@ pub async fn delete(
     include_crd: bool,
 ) -> Result<Vec<Deleted>, Error> {
     use kube::api::DeleteParams;
+    let cluster = Cluster::discover(client).await?;
     let mut done = Vec::new();
     for obj in render_for(v, &cluster)?.iter().rev() {
         let kind = obj["kind"].as_str().unwrap_or_default();
@@ -635,10 +636,10 @@ pub async fn delete(
 /// applied object.
 pub async fn apply(client: &kube::Client, v: &Values) -> Result<Vec<String>, Error> {
     use kube::api::{Patch, PatchParams};
+    let cluster = Cluster::discover(client).await?;
     let mut done = Vec::new();
     for obj in render_for(v, &cluster)? {
         let (api, kind, name) = api_for(client, v, &obj).await?;
-    let cluster = Cluster::discover(client).await?;
         let stored = api
             .patch(
                 &name,
@@ -664,4 +665,3 @@ pub async fn apply(client: &kube::Client, v: &Values) -> Result<Vec<String>, Err
     }
     Ok(done)
 }
-    let cluster = Cluster::discover(client).await?;

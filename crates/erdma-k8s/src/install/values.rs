@@ -748,6 +748,12 @@ impl Values {
                 "agent.driverInstaller.baseURL: {e} (agent.driverInstaller.allowInsecureDownload accepts http://)"
             ));
         }
+        if !["", "Unconfined", "RuntimeDefault"].contains(&self.agent.app_armor_profile.as_str()) {
+            return bad(format!(
+                "agent.appArmorProfile {:?} must be Unconfined, RuntimeDefault or \"\" (none set)",
+                self.agent.app_armor_profile
+            ));
+        }
         if !["auto", "on", "off"].contains(&self.agent.nri.as_str()) {
             return bad(format!(
                 "agent.nri {:?} must be auto, on or off",
@@ -771,12 +777,6 @@ impl Values {
         }
         for (i, arg) in self.controller.extra_args.iter().enumerate() {
             if arg.trim().is_empty() {
-        if !["", "Unconfined", "RuntimeDefault"].contains(&self.agent.app_armor_profile.as_str()) {
-            return bad(format!(
-                "agent.appArmorProfile {:?} must be Unconfined, RuntimeDefault or \"\" (none set)",
-                self.agent.app_armor_profile
-            ));
-        }
                 return bad(format!(
                     "controller.extraArgs[{i}] {arg:?} is empty: each entry is one argument of the controller; remove it"
                 ));
