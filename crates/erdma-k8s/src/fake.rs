@@ -1482,6 +1482,12 @@ const DISCOVERY: &[(&str, &str, &str, bool)] = &[
     ("coordination.k8s.io/v1", "leases", "Lease", true),
     ("events.k8s.io/v1", "events", "Event", true),
     (
+        "policy/v1",
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        true,
+    ),
+    (
         "resource.k8s.io/v1",
         "resourceslices",
         "ResourceSlice",
@@ -1669,6 +1675,7 @@ fn validate(route: &Route, v: &Value) -> Result<(), String> {
         ConfigMap, Namespace, Node, Pod, Secret, Service, ServiceAccount,
     };
     use k8s_openapi::api::events::v1::Event;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
     use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -1689,6 +1696,7 @@ fn validate(route: &Route, v: &Value) -> Result<(), String> {
         ("apps", "daemonsets") => de::<DaemonSet>(v),
         ("coordination.k8s.io", "leases") => de::<Lease>(v),
         ("events.k8s.io", "events") => de::<Event>(v),
+        ("policy", "poddisruptionbudgets") => de::<PodDisruptionBudget>(v),
         ("rbac.authorization.k8s.io", "clusterroles") => de::<ClusterRole>(v),
         ("rbac.authorization.k8s.io", "clusterrolebindings") => de::<ClusterRoleBinding>(v),
         ("rbac.authorization.k8s.io", "roles") => de::<Role>(v),

@@ -603,6 +603,53 @@ def agent_apparmor(chart: helm.Chart) -> None:
             print(f"ok   agent apparmor {kube}: field {field}, annotation {ann}")
 
 
+def webhook_scope(chart: helm.Chart) -> None:
+    """Issue 45: the webhook sees only annotated pods outside kube-system and the release
+    namespace, within 5 s; the controller has a PodDisruptionBudget with more than one replica,
+    and its readiness probe is /readyz (503 until the webhook port serves)."""
+    for ns in (NAMESPACE, "erdma-system"):
+        for timeout, want_timeout in ((10, 5), (3, 3)):
+            values = {"config": {"enableWebhook": True}, "credentials": {"type": "ecs_ram_role"},
+                      "webhookTimeoutSeconds": timeout}
+            out = chart.render(values, name=RELEASE, namespace=ns, is_install=True)
+            objects = [o for p in sorted(out) if not p.endswith("NOTES.txt")
+                       for o in (helm.values_from_yaml(d) for d in split_docs(out[p])) if o]
+            where = f"webhook scope (namespace {ns}, webhookTimeoutSeconds {timeout})"
+            hooks = [w for o in objects if o["kind"] == "MutatingWebhookConfiguration" for w in o["webhooks"]]
+            if len(hooks) != 1:
+                fail(f"{where}: want one webhook, got {len(hooks)}")
+                continue
+            w = hooks[0]
+            skipped = sorted({"kube-system", ns})
+            selector = (w.get("namespaceSelector") or {}).get("matchExpressions") or [{}]
+            exprs = [c.get("expression", "") for c in w.get("matchConditions") or []]
+            pdbs = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+            deploy = [o for o in objects if o["kind"] == "Deployment"]
+            probe = deploy[0]["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"] if deploy else None
+            problems = []
+            if w.get("timeoutSeconds") != want_timeout:
+                problems.append(f"timeoutSeconds {w.get('timeoutSeconds')}, want {want_timeout}")
+            if len(selector) != 1 or selector[0].get("key") != "kubernetes.io/metadata.name" \
+                    or selector[0].get("operator") != "NotIn" or sorted(selector[0].get("values") or []) != skipped:
+                problems.append(f"namespaceSelector {w.get('namespaceSelector')}, want kubernetes.io/metadata.name NotIn {skipped}")
+            if exprs != ["has(object.metadata.annotations) && 'network.alibabacloud.com/erdma-smcr' in object.metadata.annotations"]:
+                problems.append(f"matchConditions {exprs}")
+            if len(pdbs) != 1 or pdbs[0]["spec"].get("maxUnavailable") != 1 or pdbs[0]["metadata"]["namespace"] != ns:
+                problems.append(f"PodDisruptionBudget {pdbs}")
+            if probe != "/readyz":
+                problems.append(f"readinessProbe path {probe}")
+            if problems:
+                fail(f"{where}: {'; '.join(problems)}")
+            else:
+                print(f"ok   {where}: matchConditions, namespaceSelector NotIn {skipped}, timeoutSeconds {want_timeout}, PDB maxUnavailable 1, readiness /readyz")
+    one = {"config": {"enableWebhook": True}, "credentials": {"type": "ecs_ram_role"}, "controller": {"replicaCount": 1}}
+    objects, _ = render(chart, one)
+    if any(o["kind"] == "PodDisruptionBudget" for o in objects):
+        fail("webhook scope: a PodDisruptionBudget with one controller replica (it would only block drains)")
+    else:
+        print("ok   webhook scope: no PodDisruptionBudget with one replica")
+
+
 def main() -> int:
     update = "--update" in sys.argv[1:]
     chart = helm.Chart.load(str(CHART))
@@ -652,6 +699,7 @@ def main() -> int:
     refused_without_schema()
     smc_init_images(chart)
     agent_admission_policy(chart, update)
+    webhook_scope(chart)
     agent_apparmor(chart)
     if failures:
         print(f"\n{len(failures)} failed")
