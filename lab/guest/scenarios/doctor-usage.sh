@@ -90,7 +90,9 @@ erdma-fake-kubelet apiserver --listen 127.0.0.1:6443 --kubeconfig "$KC" --node "
   --objects /tmp/du-objects.yaml --pod-log-dir /var/log/pods > "$OUT/$SCEN-apiserver.log" 2>&1 &
 wait_for 20 test -s "$KC" || { fail "$SCEN" "the lab API server did not start: $(tail -3 "$OUT/$SCEN-apiserver.log")"; exit 0; }
 start_kubelet || { fail "$SCEN" "fake kubelet did not start"; exit 0; }
-start_agent --slots-per-device 2 || { fail "$SCEN" "the agent did not register"; exit 0; }
+# doctor reaches /usage through the API server's pod proxy, not from the node's loopback: the
+# agent serves it there only with --usage-remote (docs/operations.md, the flag table).
+start_agent --slots-per-device 2 --usage-remote || { fail "$SCEN" "the agent did not register"; exit 0; }
 
 for p in nccl-hca nccl-noprov rdma-ok; do
   erdma-fake-kubelet pod run --dir "$KDIR" --manifest /tmp/du-objects.yaml --object "Pod/$p" \
