@@ -265,6 +265,9 @@ struct Target {
     host: String,
     /// Request path.
     path: String,
+    /// The lab named the address (`--endpoint`); a `clientConfig.url` from the objects is
+    /// dialled only when it is loopback.
+    named_by_lab: bool,
 }
 
 fn target(w: &MutatingWebhook, endpoints: &Endpoints) -> Result<Target, String> {
@@ -290,6 +293,7 @@ fn target(w: &MutatingWebhook, endpoints: &Endpoints) -> Result<Target, String> 
             server_name: dns.clone(),
             host: format!("{dns}:{port}"),
             path,
+            named_by_lab: true,
         });
     }
     if let Some(u) = &cc.url {
@@ -314,6 +318,7 @@ fn target(w: &MutatingWebhook, endpoints: &Endpoints) -> Result<Target, String> 
             server_name: host,
             host: authority.to_string(),
             path,
+            named_by_lab: false,
         });
     }
     Err("clientConfig has neither service nor url".into())
@@ -351,6 +356,12 @@ fn tls_config(ca_bundle: &[u8]) -> std::result::Result<rustls::ClientConfig, Str
 
 /// POSTs `body` to the webhook and returns the answer's JSON.
 async fn post(t: &Target, ca_bundle: &[u8], body: &Value) -> std::result::Result<Value, String> {
+    if !t.named_by_lab {
+        let (host, port) = crate::pod_api::parse_host_port(&t.connect)?;
+        erdma_k8s::dial_guard::DialGuard::loopback_only()
+            .resolve(&host, port, &format!("the webhook {}", t.url))
+            .await?;
+    }
     let mut cfg = tls_config(ca_bundle)?;
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     let name = rustls::pki_types::ServerName::try_from(t.server_name.clone())
@@ -867,6 +878,27 @@ mod tests {
             resources: v(res),
             scope: scope.map(str::to_string),
         }
+    }
+
+    #[tokio::test]
+    async fn a_webhook_url_outside_loopback_is_refused_without_a_dial() {
+        let w = MutatingWebhook {
+            client_config: k8s_openapi::api::admissionregistration::v1::WebhookClientConfig {
+                url: Some("https://192.0.2.7:8443/mutate".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let t = target(&w, &Endpoints::default()).expect("a url target");
+        let e = post(&t, b"", &serde_json::json!({}))
+            .await
+            .expect_err("refused");
+        assert!(
+            e.starts_with(
+                "refusing to dial 192.0.2.7:8443 (not loopback or a lab address): the webhook https://192.0.2.7:8443/mutate"
+            ),
+            "{e}"
+        );
     }
 
     #[test]
