@@ -121,10 +121,12 @@ impl AgentHostPath {
     }
 }
 
-/// Whether the agent runs the SMC-R pre-start hook (`--deviceplugin-prestart-container`): when
-/// the webhook (and its `smcr-init` init container) is off, as in the original chart.
-pub(super) fn agent_prestart(v: &Values) -> bool {
-    !v.config.enable_webhook
+/// Whether the agent runs the SMC-R pre-start hook (`--deviceplugin-prestart-container`):
+/// always. The original chart turned it off with the webhook, whose privileged `smcr-init` did
+/// the work; erdma's webhook injects an unprivileged `smcr-init` that only checks what the agent
+/// configured before it started.
+pub(super) fn agent_prestart(_: &Values) -> bool {
+    true
 }
 
 /// Whether the agent talks to the runtime over CRI: the SMC-R pre-start hook (webhook off), and

@@ -72,7 +72,8 @@ pub(super) fn controller_deployment(v: &Values) -> Result<Deployment, Error> {
             },
         ]),
         liveness_probe: Some(probe("/healthz")),
-        readiness_probe: Some(probe("/healthz")),
+        // 503 until the webhook port serves, when the controller serves one.
+        readiness_probe: Some(probe("/readyz")),
         resources: some_nonempty(&c.resources),
         security_context: some_nonempty(&c.security_context),
         volume_mounts: Some(
@@ -111,4 +112,41 @@ pub(super) fn controller_deployment(v: &Values) -> Result<Deployment, Error> {
         }),
         ..Default::default()
     })
+}
+
+/// The longest webhook timeout rendered: every pod creation the webhook sees waits for it.
+pub(super) const WEBHOOK_TIMEOUT_MAX: i32 = 5;
+
+/// The namespaces the webhook sees: all but kube-system and the release's own (the controller's
+/// pods must be creatable while no replica serves).
+pub(super) fn webhook_namespaces(ns: &str) -> LabelSelector {
+    let mut skipped = vec!["kube-system".to_string()];
+    if ns != "kube-system" {
+        skipped.push(ns.to_string());
+    }
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "kubernetes.io/metadata.name".into(),
+            operator: "NotIn".into(),
+            values: Some(skipped),
+        }]),
+        ..Default::default()
+    }
+}
+
+/// One controller replica at a time may be evicted by a voluntary disruption (a node drain):
+/// the others keep serving the webhook. Rendered only with more than one replica.
+pub(super) fn controller_disruption_budget(v: &Values) -> PodDisruptionBudget {
+    PodDisruptionBudget {
+        metadata: meta(CONTROLLER_NAME, Some(&v.namespace), labels(v, "controller")),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector(v, "controller")),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }

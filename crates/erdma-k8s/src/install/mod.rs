@@ -13,10 +13,10 @@
 
 use crate::Error;
 use crate::crd::ERdmaDevice;
-use crate::labels::ANNOTATION_RRSA_ROLE;
+use crate::labels::{ANNOTATION_RRSA_ROLE, ANNOTATION_SMCR};
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
-    WebhookClientConfig,
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
+    ServiceReference, WebhookClientConfig,
 };
 use k8s_openapi::api::apps::v1::{
     DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, Deployment, DeploymentSpec,
@@ -29,6 +29,7 @@ use k8s_openapi::api::core::v1::{
     Secret, SecretVolumeSource, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
     Toleration, Volume, VolumeMount,
 };
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
@@ -36,7 +37,9 @@ use k8s_openapi::api::resource::v1::{
     CELDeviceSelector, DeviceClass, DeviceClassSpec, DeviceSelector,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResourceExt;
 use serde::{Deserialize, Serialize};
@@ -355,6 +358,9 @@ pub fn render_for(v: &Values, cluster: &Cluster) -> Result<Vec<Value>, Error> {
     }
     if v.runs_controller() {
         out.push(to_value(&controller_deployment(v)?)?);
+        if v.controller.replica_count > 1 {
+            out.push(to_value(&controller_disruption_budget(v))?);
+        }
         // Headless, as the original's (clusterIP cannot change on upgrade); port name and target
         // as the original's; selects controller pods only (the original's also matched agents).
         out.push(to_value(&Service {
@@ -431,8 +437,15 @@ pub fn render_for(v: &Values, cluster: &Cluster) -> Result<Vec<Value>, Error> {
                 },
                 failure_policy: Some(v.webhook_failure_policy.clone()),
                 side_effects: "None".into(),
-                timeout_seconds: Some(v.webhook_timeout_seconds),
+                timeout_seconds: Some(v.webhook_timeout_seconds.min(WEBHOOK_TIMEOUT_MAX)),
                 reinvocation_policy: Some("Never".into()),
+                namespace_selector: Some(webhook_namespaces(ns)),
+                match_conditions: Some(vec![MatchCondition {
+                    name: "erdma-smcr-annotation".into(),
+                    expression: format!(
+                        "has(object.metadata.annotations) && '{ANNOTATION_SMCR}' in object.metadata.annotations"
+                    ),
+                }]),
                 rules: Some(vec![RuleWithOperations {
                     api_groups: Some(vec!["".into()]),
                     api_versions: Some(vec!["v1".into()]),

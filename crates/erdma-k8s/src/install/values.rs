@@ -636,7 +636,7 @@ impl Default for Values {
             resources: None,
             allow_existing_installation: false,
             webhook_failure_policy: "Ignore".into(),
-            webhook_timeout_seconds: 10,
+            webhook_timeout_seconds: 5,
             config: ConfigValues::default(),
             credentials: CredentialValues::default(),
             dra: DraValues::default(),
