@@ -486,8 +486,8 @@ mod tests {
     /// use are left out; claims are found by name; a corrupt file read beside the driver stays.
     #[test]
     fn grants_per_device_and_claims_by_name() {
-        let dev = |request: &str, device: &str, ibdev: &str, handle: u64, admin: bool| {
-            PreparedDevice {
+        let dev =
+            |request: &str, device: &str, ibdev: &str, handle: u64, admin: bool| PreparedDevice {
                 request: request.into(),
                 pool: "n".into(),
                 device: device.into(),
@@ -500,8 +500,7 @@ mod tests {
                     hca_object: 100,
                 },
                 admin,
-            }
-        };
+            };
         let claim = PreparedClaim {
             namespace: "ns".into(),
             name: "c".into(),
