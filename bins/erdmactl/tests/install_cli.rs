@@ -107,6 +107,7 @@ fn default_install_with_access_key() {
             "ClusterRole/alibaba-erdma-controller-agent",
             "ClusterRoleBinding/alibaba-erdma-controller-agent",
             "Deployment/alibabacloud-erdma-controller",
+            "PodDisruptionBudget/alibabacloud-erdma-controller",
             "Service/alibabacloud-erdma-controller",
             "Service/alibabacloud-erdma-controller-metrics",
             "DaemonSet/alibabacloud-erdma-agent",
@@ -276,7 +277,8 @@ fn webhook_rrsa_and_node_selection() {
     let mwc = find(&docs, "MutatingWebhookConfiguration");
     let w = &mwc["webhooks"][0];
     assert_eq!(w["failurePolicy"], "Ignore");
-    assert_eq!(w["timeoutSeconds"], 10);
+    // At most 5 s: every pod creation in scope waits for the webhook.
+    assert_eq!(w["timeoutSeconds"], 5);
     assert_eq!(w["sideEffects"], "None");
     assert_eq!(w["clientConfig"]["service"]["path"], "/mutating");
     assert_eq!(w["clientConfig"]["service"]["namespace"], "erdma-system");
@@ -309,12 +311,13 @@ fn webhook_rrsa_and_node_selection() {
             "--prefer-driver=compat",
             "--allocate-all-devices",
             "--jumbo-frame-mtu=9000",
+            "--deviceplugin-prestart-container",
             "--dev-root=/host/dev",
             "--metrics-addr=0.0.0.0:9101"
         ]
     );
-    // With the webhook, smcr-init does SMC-R: no netns or bpffs mounts for the agent; the CRI
-    // socket's directory only because per-pod RDMA usage (on by default) names pods from it.
+    // With the webhook too, the agent does SMC-R (the injected smcr-init is unprivileged and
+    // only checks): the CRI socket's directory, the host's netns and bpffs.
     let paths: Vec<&str> = pod["volumes"]
         .as_array()
         .unwrap()
@@ -328,7 +331,9 @@ fn webhook_rrsa_and_node_selection() {
             "/var/lib/kubelet/pod-resources",
             "/dev",
             "/var/run/nri",
-            "/run/containerd"
+            "/run/containerd",
+            "/var/run/netns",
+            "/sys/fs/bpf"
         ]
     );
     let cfg: Value = serde_json::from_str(
@@ -371,8 +376,9 @@ fn json_output_is_a_list_of_the_same_objects() {
     let json = render(&["-o", "json", "--credentials-type", "ecs_ram_role"]);
     let v: Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["kind"], "List");
-    // With the webhook certificate's empty Secret (the controller may not create Secrets).
-    assert_eq!(v["items"].as_array().unwrap().len(), 17);
+    // With the webhook certificate's empty Secret (the controller may not create Secrets) and
+    // the controller's PodDisruptionBudget (two replicas).
+    assert_eq!(v["items"].as_array().unwrap().len(), 18);
 }
 
 /// The driver installer's version, pins and mirror reach the agent under the agent's own flag names.

@@ -213,7 +213,8 @@ fn the_cri_socket_is_mounted_where_prestart_or_usage_needs_it() {
         (false, false, true),
         (false, true, true),
         (true, true, true),
-        (true, false, false),
+        // The agent does SMC-R with the webhook too (its smcr-init only checks), over CRI.
+        (true, false, true),
     ] {
         let mut v = values();
         v.config.enable_webhook = webhook;
