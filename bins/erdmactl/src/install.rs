@@ -598,6 +598,7 @@ mod settings_checks {
         "namespace",
         "release",
         "enable-init-container-inject",
+        "enable-webhook",
         "smc-init-image",
         "region",
         "credentials-type",

@@ -142,14 +142,6 @@ const fn flag_only(s: Setting) -> Setting {
     }
 }
 
-/// A setting whose chart value `erdmactl install --install` sets.
-const fn installed(s: Setting, install: &'static str) -> Setting {
-    Setting {
-        install: Some(install),
-        ..s
-    }
-}
-
 use AgentDefault::{Computed, Unset, Value};
 
 /// Every setting of the agent, in the order of its `--help`.
@@ -195,14 +187,12 @@ pub const AGENT_SETTINGS: &[Setting] = &[
         ),
         "preferDriver",
     ),
-    installed(
-        derived(
-            agent_only("deviceplugin-prestart-container", Value("false")),
-            "config.enableWebhook",
-            "false",
-        ),
-        "enable-webhook",
-    ),
+    // The chart always passes it: the agent does SMC-R with and without the webhook (whose
+    // init container only checks the agent's work).
+    fixed(agent_only(
+        "deviceplugin-prestart-container",
+        Value("false"),
+    )),
     alias(
         charted(
             "local-eri-discovery",
