@@ -335,6 +335,9 @@ pub const AGENT_SETTINGS: &[Setting] = &[
         None,
         Value("true"),
     ),
+    // Per-pod usage (pod names) to non-loopback clients too; no chart value: an operator who
+    // wants it passes it in agent.extraArgs.
+    agent_only("usage-remote", Value("false")),
 ];
 
 /// The setting of agent flag `flag` (without `--`).
