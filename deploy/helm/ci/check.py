@@ -585,7 +585,7 @@ def agent_apparmor(chart: helm.Chart) -> None:
     """agent.appArmorProfile reaches the agent container on both sides of Kubernetes 1.30: the
     securityContext field from 1.30, the beta annotation before it (never both)."""
     from helm_python import _native
-    key = "container.apparmor.security.beta.kubernetes.io/agent"
+    key = "container.apparmor.security.beta.kubernetes.io/"
     for kube, want_field, want_ann in (("v1.29.0", None, "unconfined"), ("v1.30.0", {"type": "Unconfined"}, None)):
         opts = {"name": RELEASE, "namespace": NAMESPACE, "is_install": True, "kube_version": kube}
         out = json.loads(_native.call_string("helm_render", chart._raw(), json.dumps({}), json.dumps(opts)))
@@ -595,8 +595,10 @@ def agent_apparmor(chart: helm.Chart) -> None:
             fail(f"agent apparmor {kube}: {len(ds)} DaemonSets rendered")
             continue
         tpl = ds[0]["spec"]["template"]
-        field = tpl["spec"]["containers"][0].get("securityContext", {}).get("appArmorProfile")
-        ann = (tpl["metadata"].get("annotations") or {}).get(key)
+        container = tpl["spec"]["containers"][0]
+        field = container.get("securityContext", {}).get("appArmorProfile")
+        # the API server refuses an AppArmor annotation naming a container the pod does not have
+        ann = (tpl["metadata"].get("annotations") or {}).get(key + container["name"])
         if field != want_field or ann != want_ann:
             fail(f"agent apparmor {kube}: securityContext.appArmorProfile {field}, annotation {ann}; want {want_field}, {want_ann}")
         else:
