@@ -983,9 +983,15 @@ fn the_seccomp_profile_is_the_containers_else_the_pods_else_unconfined() {
             .unwrap()
             .seccomp
             .unwrap();
-        (ProfileType::try_from(p.profile_type).unwrap(), p.localhost_ref)
+        (
+            ProfileType::try_from(p.profile_type).unwrap(),
+            p.localhost_ref,
+        )
     };
-    assert_eq!(seccomp(&pod("", "")), (ProfileType::Unconfined, String::new()));
+    assert_eq!(
+        seccomp(&pod("", "")),
+        (ProfileType::Unconfined, String::new())
+    );
     let pod_level = "  securityContext:\n    seccompProfile: {type: RuntimeDefault}\n";
     assert_eq!(
         seccomp(&pod(pod_level, "")),
