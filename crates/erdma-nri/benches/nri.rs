@@ -1,6 +1,6 @@
 //! NRI call cost: `CreateContainer` answered with the adjustment erdma makes for a container holding
 //! `aliyun/erdma` (RLIMIT_MEMLOCK plus an `rdma.max` line parsed from the pod annotation, the work
-//! of the agent's `nri::adjust_container`) against the same call answered with no adjustment, on
+//! of the agent's `nri::adjust_container_on`) against the same call answered with no adjustment, on
 //! one connection through the plugin runner, alternating so both see the same load.
 //!
 //! Prints `BENCH nri.KEY=VALUE UNIT` lines for `scripts/bench.sh` (section `nri`).
