@@ -161,6 +161,7 @@ pub const KINDS: &[(&str, &str, bool)] = &[
     ),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition", false),
     ("coordination.k8s.io/v1", "Lease", true),
+    ("policy/v1", "PodDisruptionBudget", true),
     ("resource.k8s.io/v1", "DeviceClass", false),
     ("resource.k8s.io/v1", "ResourceSlice", false),
     ("resource.k8s.io/v1", "ResourceClaim", true),
@@ -242,6 +243,7 @@ pub fn put_object(api: &FakeApiServer, object: &Value, origin: &str) -> Result<S
     use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
     use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -281,6 +283,7 @@ pub fn put_object(api: &FakeApiServer, object: &Value, origin: &str) -> Result<S
         "MutatingWebhookConfiguration" => put!(MutatingWebhookConfiguration),
         "CustomResourceDefinition" => put!(CustomResourceDefinition),
         "Lease" => put!(Lease),
+        "PodDisruptionBudget" => put!(PodDisruptionBudget),
         "DeviceClass" => put!(DeviceClass),
         "ResourceSlice" => put!(ResourceSlice),
         "ResourceClaim" => put!(ResourceClaim),
@@ -659,14 +662,14 @@ mod tests {
 
         let e = put_object(
             &api,
-            &serde_json::json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "p", "namespace": "x"}}),
+            &serde_json::json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "p", "namespace": "x"}}),
             "chart.json",
         )
         .unwrap_err()
         .to_string();
         assert!(
-            e.contains("chart.json: PodDisruptionBudget x/p")
-                && e.contains("\"policy/v1\"")
+            e.contains("chart.json: NetworkPolicy x/p")
+                && e.contains("\"networking.k8s.io/v1\"")
                 && e.contains("v1 ConfigMap")
                 && e.contains("Fix:"),
             "{e}"

@@ -227,7 +227,7 @@ async fn an_in_cluster_client_reads_the_installed_chart_with_its_token() {
         .find(|l| l.starts_with("loaded "))
         .unwrap();
     assert!(
-        loaded.starts_with(&format!("loaded 16 objects from {}: ", file.display()))
+        loaded.starts_with(&format!("loaded 18 objects from {}: ", file.display()))
             && loaded.contains("Deployment kube-system/alibabacloud-erdma-controller")
             && loaded.contains("MutatingWebhookConfiguration alibabacloud-erdma-controller")
             && loaded.contains("ConfigMap kube-system/alibaba-erdma-controller"),
@@ -318,7 +318,7 @@ async fn the_cli_serves_until_sigterm_and_says_what_it_loaded() {
     })
     .await
     .unwrap();
-    assert!(out.contains("apiserver: loaded 16 objects from"), "{out}");
+    assert!(out.contains("apiserver: loaded 18 objects from"), "{out}");
     assert!(
         out.contains("apiserver: made a CA and a serving certificate for 127.0.0.1, kubernetes,"),
         "{out}"
