@@ -207,9 +207,12 @@ impl FakeKubelet {
     /// Writes the device-plugin resources into the Node's status from now on, as the kubelet's
     /// node status does ([`crate::node_status`]); stops with [`FakeKubelet::shutdown`].
     pub fn report_node_status(&mut self, cfg: crate::node_status::NodeStatusConfig) {
+        let shared = self.shared.clone();
+        let changes = shared.subscribe();
         self.tasks.push(tokio::spawn(crate::node_status::run(
             cfg,
-            self.shared.clone(),
+            move || shared.resources(),
+            changes,
             self.background.clone(),
         )));
     }

@@ -12,12 +12,10 @@
 //! - every status update re-writes the values of the resources the device manager still holds
 //!   (a key someone else removed comes back); a dropped resource is never written again.
 
-use crate::daemon::Shared;
 use crate::state::ResourceState;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -183,13 +181,18 @@ async fn write(cfg: &NodeStatusConfig, want: &BTreeMap<String, Amounts>) -> Resu
 
 /// Writes the device-plugin resources into the node's status until `cancel`: at every change of
 /// the registrations, every [`NodeStatusConfig::update_every`] and when a grace period ends.
-pub(crate) async fn run(cfg: NodeStatusConfig, shared: Arc<Shared>, cancel: CancellationToken) {
-    let mut changes = shared.subscribe();
+/// `resources` reads the registrations; `changes` ticks at every change of them.
+pub(crate) async fn run(
+    cfg: NodeStatusConfig,
+    resources: impl Fn() -> BTreeMap<String, ResourceState>,
+    mut changes: tokio::sync::watch::Receiver<u64>,
+    cancel: CancellationToken,
+) {
     let mut manager = DeviceManager::default();
     // Dropped resources whose 0 is not written yet (a failed write is tried again).
     let mut dropped_unwritten: BTreeSet<String> = BTreeSet::new();
     loop {
-        let report = manager.report(&shared.resources(), Instant::now(), cfg.stop_grace);
+        let report = manager.report(&resources(), Instant::now(), cfg.stop_grace);
         dropped_unwritten.extend(report.dropped);
         let mut want = report.held;
         for name in &dropped_unwritten {
