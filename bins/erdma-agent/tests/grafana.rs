@@ -2,11 +2,11 @@
 //! queries name is one the agent's usage collector writes (from a fake kernel answer that has
 //! every kind of object, counter and owner).
 
-use erdma_agent::usage::{PodLister, UsageCollector, UsageInputs, UsageService, parse_fake};
-use erdma_cri::PodIdentity;
-use erdma_kubelet::podresources::Holder;
+mod usage_fixture;
+
+use erdma_agent::usage::UsageCollector;
 use std::collections::BTreeSet;
-use std::sync::Arc;
+use usage_fixture::one_pod_usage;
 
 const KERNEL: &str = "
 device erdma_0 1
@@ -29,36 +29,7 @@ qp erdma_1 30 RTS 100
 /// The sample names of the agent's usage metrics, from a fake node with a pod on erdma_0 (shared with a
 /// host process) and alone on erdma_1.
 async fn exposed() -> BTreeSet<String> {
-    let proc_root = tempfile::tempdir().unwrap();
-    let uid = "6a0b2c3d-1e2f-4a5b-8c7d-9e0f1a2b3c4d";
-    std::fs::create_dir_all(proc_root.path().join("100")).unwrap();
-    std::fs::write(
-        proc_root.path().join("100/cgroup"),
-        format!(
-            "0::/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{}.scope\n",
-            uid.replace('-', "_"),
-            "ab".repeat(32)
-        ),
-    )
-    .unwrap();
-    let holders = Arc::new(vec![Holder::of_ids(
-        "ml",
-        "trainer-0",
-        "main",
-        vec!["erdma_0/0".into()],
-    )]);
-    let pods: Arc<dyn PodLister> = Arc::new(vec![PodIdentity {
-        uid: uid.into(),
-        namespace: "ml".into(),
-        name: "trainer-0".into(),
-    }]);
-    let u = UsageService::new(UsageInputs {
-        source: Arc::new(parse_fake(KERNEL)),
-        proc_root: proc_root.path().into(),
-        holders: Arc::new(move || holders.clone()),
-        pods,
-        node: None,
-    });
+    let (u, _proc) = one_pod_usage(KERNEL, None);
     assert!(u.current().await.available);
     let mut r = prometheus_client::registry::Registry::default();
     r.register_collector(Box::new(UsageCollector(u)));

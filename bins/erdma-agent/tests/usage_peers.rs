@@ -6,17 +6,18 @@
 use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode};
 use erdma_agent::health::{Exposition, HealthSources, router, serve_on};
-use erdma_agent::usage::{NodeUsageCollector, PodLister, UsageInputs, UsageService, parse_fake};
-use erdma_cri::PodIdentity;
+use erdma_agent::usage::{NodeUsageCollector, UsageService};
 use erdma_deviceplugin::Metrics;
 use erdma_driver::DriverStatus;
-use erdma_kubelet::podresources::Holder;
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
+use usage_fixture::one_pod_usage;
+
+mod usage_fixture;
 
 /// One pod, ml/trainer-0, with a QP on erdma_0.
 const KERNEL: &str = "
@@ -33,36 +34,7 @@ struct Node {
 }
 
 fn node() -> Node {
-    let proc_root = tempfile::tempdir().unwrap();
-    let uid = "6a0b2c3d-1e2f-4a5b-8c7d-9e0f1a2b3c4d";
-    std::fs::create_dir_all(proc_root.path().join("100")).unwrap();
-    std::fs::write(
-        proc_root.path().join("100/cgroup"),
-        format!(
-            "0::/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{}.scope\n",
-            uid.replace('-', "_"),
-            "ab".repeat(32)
-        ),
-    )
-    .unwrap();
-    let holders = Arc::new(vec![Holder::of_ids(
-        "ml",
-        "trainer-0",
-        "main",
-        vec!["erdma_0/0".into()],
-    )]);
-    let pods: Arc<dyn PodLister> = Arc::new(vec![PodIdentity {
-        uid: uid.into(),
-        namespace: "ml".into(),
-        name: "trainer-0".into(),
-    }]);
-    let usage = UsageService::new(UsageInputs {
-        source: Arc::new(parse_fake(KERNEL)),
-        proc_root: proc_root.path().into(),
-        holders: Arc::new(move || holders.clone()),
-        pods,
-        node: Some("n1".into()),
-    });
+    let (usage, proc_root) = one_pod_usage(KERNEL, Some("n1".into()));
     // As the agent registers it: only the families that name no pod.
     let mut registry = Registry::default();
     registry.register_collector(Box::new(NodeUsageCollector(usage.clone())));
